@@ -1,0 +1,43 @@
+# One entry point for people and CI. Everything the project needs is set up from here.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export STALLWATCH_KAFKA_PORT ?= 9092
+export STALLWATCH_BOOTSTRAP ?= 127.0.0.1:$(STALLWATCH_KAFKA_PORT)
+
+.PHONY: setup run test lint kafka-up kafka-down bench schemas clean
+
+$(BIN)/stallwatch: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[worker,dev]'
+	touch $@
+
+setup: $(BIN)/stallwatch
+
+kafka-up:
+	deploy/kafka/kafka.sh up
+
+kafka-down:
+	deploy/kafka/kafka.sh down
+
+lint: setup
+	$(BIN)/ruff check .
+
+# The main job: a local broker, a worker, and a simulated fleet driven through them.
+run: setup kafka-up
+	$(BIN)/stallwatch demo
+
+test: setup kafka-up
+	$(BIN)/ruff check .
+	$(BIN)/pytest -q
+
+bench: setup kafka-up
+	$(BIN)/python benchmarks/replay_bench.py
+
+schemas: setup
+	$(BIN)/stallwatch schemas --write schemas/
+
+clean: kafka-down
+	rm -rf $(VENV) .cache/kafka-data

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Local single-node Apache Kafka (KRaft) from Maven Central jars: `kafka.sh up|down|status`.
+# Idempotent: `up` does nothing when a broker already answers on the port.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+port="${STALLWATCH_KAFKA_PORT:-9092}"
+controller_port="${STALLWATCH_KAFKA_CONTROLLER_PORT:-$((port + 1))}"
+cache="${STALLWATCH_KAFKA_CACHE:-$root/.cache/kafka}"
+libs="$cache/libs"
+data="$root/.cache/kafka-data/$port"
+pidfile="$data/kafka.pid"
+log="$data/kafka.log"
+
+answers() { (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; }
+
+resolve_jars() {
+  [ -f "$libs/.complete" ] && return
+  echo "kafka: resolving the broker's jars from Maven Central into $libs" >&2
+  rm -rf "$libs"
+  (cd "$here" && mvn -q -B dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$libs")
+  touch "$libs/.complete"
+}
+
+write_config() {
+  mkdir -p "$data/logs"
+  cat > "$data/server.properties" <<PROPS
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$controller_port
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$data/logs
+num.partitions=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=8
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+PROPS
+  cat > "$data/log4j2.properties" <<PROPS
+rootLogger.level=WARN
+rootLogger.appenderRef.stdout.ref=STDOUT
+appender.stdout.type=Console
+appender.stdout.name=STDOUT
+appender.stdout.layout.type=PatternLayout
+appender.stdout.layout.pattern=[%d] %p %m (%c)%n
+PROPS
+}
+
+java_cmd() {
+  java -Xms256m -Xmx768m -XX:+UseG1GC -Djava.awt.headless=true \
+    -Dlog4j2.configurationFile="$data/log4j2.properties" -cp "$libs/*" "$@"
+}
+
+up() {
+  if answers; then echo "kafka: already answering on 127.0.0.1:$port" >&2; return; fi
+  resolve_jars
+  write_config
+  if [ ! -f "$data/logs/meta.properties" ]; then
+    cluster_id="$(java_cmd kafka.tools.StorageTool random-uuid)"
+    java_cmd kafka.tools.StorageTool format -t "$cluster_id" -c "$data/server.properties" >/dev/null
+  fi
+  nohup java -Xms256m -Xmx768m -XX:+UseG1GC -Djava.awt.headless=true \
+    -Dlog4j2.configurationFile="$data/log4j2.properties" -cp "$libs/*" \
+    kafka.Kafka "$data/server.properties" >"$log" 2>&1 &
+  echo $! > "$pidfile"
+  for _ in $(seq 1 120); do
+    if answers; then echo "kafka: up on 127.0.0.1:$port (pid $(cat "$pidfile"))" >&2; return; fi
+    if ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+      echo "kafka: the broker exited; last lines of $log:" >&2; tail -20 "$log" >&2; exit 1
+    fi
+    sleep 0.5
+  done
+  echo "kafka: no answer on 127.0.0.1:$port after 60 s; see $log" >&2
+  exit 1
+}
+
+down() {
+  if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    kill "$(cat "$pidfile")"
+    for _ in $(seq 1 60); do kill -0 "$(cat "$pidfile")" 2>/dev/null || break; sleep 0.5; done
+    kill -9 "$(cat "$pidfile")" 2>/dev/null || true
+    echo "kafka: stopped" >&2
+  else
+    echo "kafka: not running from $data" >&2
+  fi
+  rm -f "$pidfile"
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  status) if answers; then echo "kafka: answering on 127.0.0.1:$port"; else echo "kafka: down"; exit 1; fi ;;
+  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+esac

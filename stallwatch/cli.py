@@ -1,0 +1,47 @@
+"""The `stallwatch` command line: replay, worker, demo, schemas."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from stallwatch.settings import Settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="stallwatch", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("replay", help="run a recorded event log (JSON lines) through the engine")
+    p.add_argument("file", help="the log, or - for standard input")
+
+    p = sub.add_parser("schemas", help="print or write the contract's JSON Schemas")
+    p.add_argument("--write", metavar="DIR", help="write one file per schema into DIR")
+
+    sub.add_parser("worker", help="start a stream worker (needs the [worker] extra)")
+    sub.add_parser("demo", help="drive a simulated fleet through a local broker and a worker")
+
+    args = parser.parse_args(argv)
+    settings = Settings.from_env()
+    if args.command == "replay":
+        from stallwatch.replay import main as replay_main
+
+        return replay_main(args.file, settings.admin_policy())
+    if args.command == "schemas":
+        from stallwatch.contract.schema import main as schema_main
+
+        return schema_main(args.write)
+    if args.command == "worker":
+        from stallwatch.streams.worker import main as worker_main
+
+        return worker_main(settings)
+    if args.command == "demo":
+        from stallwatch.demo import main as demo_main
+
+        return demo_main(settings)
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""Events a runtime sends (contract v1), as pydantic models discriminated by `type`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+
+CONTRACT_VERSION = 1
+
+# Strict about what the rules read (types, `v`, required fields); extra fields are ignored so
+# that newer runtimes can add fields without older workers dead-lettering their events.
+_STRICT = ConfigDict(extra="ignore", strict=True, frozen=True)
+
+Mode = Literal["researcher", "chat"]
+Status = Literal["ok", "error", "overloaded"]
+PositiveInt = Annotated[int, Field(ge=1)]
+Round = Annotated[int, Field(ge=0)]
+
+
+class ToolSpec(BaseModel):
+    """A tool the run may call, with the declarations that change how its calls are judged."""
+
+    model_config = _STRICT
+    name: str
+    repeat_exempt: bool = False
+    requires_approval: bool = False
+
+
+class Policy(BaseModel):
+    """Per-run overrides of the detection thresholds; `None` in an optional limit means no limit."""
+
+    model_config = _STRICT
+    no_progress_threshold: PositiveInt = 5
+    loop_detect_threshold: Annotated[int, Field(ge=2)] = 3
+    max_rounds: PositiveInt = 40
+    call_budget: PositiveInt | None = None
+    overloaded_exempt_max: Annotated[int, Field(ge=0)] = 3
+    time_limit_s: Annotated[float, Field(gt=0)] | None = None
+
+
+class _Event(BaseModel):
+    model_config = _STRICT
+    v: Literal[1]
+    event_id: Annotated[str, Field(min_length=1)]
+    run_id: Annotated[str, Field(min_length=1)]
+    ts: float
+
+    @field_validator("v", mode="before")
+    @classmethod
+    def _v_is_an_integer(cls, value: Any) -> Any:
+        # Literal[1] alone would take `true`, since True == 1 in Python.
+        if type(value) is not int:
+            raise ValueError(f"`v` must be the integer {CONTRACT_VERSION}")
+        return value
+
+
+class RunStarted(_Event):
+    type: Literal["run_started"]
+    mode: Mode
+    tools: list[ToolSpec] = []
+    policy: Policy = Policy()
+    parent_run_id: str | None = None
+    tenant: str | None = None
+
+
+class RoundStarted(_Event):
+    type: Literal["round_started"]
+    round: Round
+
+
+class CallProposed(_Event):
+    type: Literal["call_proposed"]
+    round: Round
+    call_id: str
+    tool: str
+    args: Any = None
+
+
+class CallResult(_Event):
+    type: Literal["call_result"]
+    round: Round
+    call_id: str
+    tool: str
+    status: Status
+    result: Any = None
+    fingerprint: str | None = None
+    empty: bool | None = None
+
+    @model_validator(mode="after")
+    def _fingerprint_comes_with_empty(self) -> CallResult:
+        if self.fingerprint is not None and self.empty is None:
+            raise ValueError("`fingerprint` needs `empty` beside it (true when the result is empty)")
+        return self
+
+    @property
+    def has_result(self) -> bool:
+        return "result" in self.model_fields_set
+
+
+class RoundEnded(_Event):
+    type: Literal["round_ended"]
+    round: Round
+
+
+class RunEnded(_Event):
+    type: Literal["run_ended"]
+    reason: str | None = None
+
+
+Event = Annotated[
+    RunStarted | RoundStarted | CallProposed | CallResult | RoundEnded | RunEnded,
+    Field(discriminator="type"),
+]
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+EVENT_TYPES = ("run_started", "round_started", "call_proposed", "call_result", "round_ended",
+               "run_ended")

@@ -1,0 +1,51 @@
+"""The administrator's tool policy file: which tools require approval, by name or glob."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from functools import lru_cache
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class AdminPolicy:
+    """Tool declarations the administrator adds to every run's own, e.g. from
+
+    ```toml
+    [tools]
+    requires_approval = ["send_email", "db_write_*"]
+    repeat_exempt = ["wait_for_*"]
+    ```
+    """
+
+    requires_approval: tuple[str, ...] = ()
+    repeat_exempt: tuple[str, ...] = ()
+
+    @classmethod
+    def load(cls, path: str | Path) -> AdminPolicy:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+        tools = data.get("tools", {})
+        return cls(
+            requires_approval=_patterns(tools, "requires_approval", path),
+            repeat_exempt=_patterns(tools, "repeat_exempt", path),
+        )
+
+    def marks(self, tool: str) -> tuple[bool, bool]:
+        """(requires_approval, repeat_exempt) for a tool name."""
+        return _matches(tool, self.requires_approval), _matches(tool, self.repeat_exempt)
+
+
+def _patterns(tools: dict, key: str, path: str | Path) -> tuple[str, ...]:
+    value = tools.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
+        raise ValueError(f"{path}: tools.{key} must be a list of tool names or globs")
+    return tuple(value)
+
+
+# Bounded, since tool names come from untrusted events; names repeat, so hits are the rule.
+@lru_cache(maxsize=4096)
+def _matches(tool: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatchcase(tool, p) for p in patterns)

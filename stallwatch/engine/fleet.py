@@ -1,0 +1,62 @@
+"""Many runs in one process: the embedded engine behind replay and the in-process client."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from stallwatch.contract.commands import DeadLetter
+from stallwatch.contract.events import Event
+from stallwatch.contract.parse import MAX_EVENT_BYTES, InvalidEvent, parse_event
+from stallwatch.engine.admin_policy import AdminPolicy
+from stallwatch.engine.detector import Command, Detector
+from stallwatch.engine.state import RunState
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A dead letter and the short reason label that metrics count it under."""
+
+    letter: DeadLetter
+    reason: str
+
+
+class Fleet:
+    """Run states keyed by run id, in memory; ended runs keep a small tombstone until expired."""
+
+    def __init__(self, admin_policy: AdminPolicy | None = None,
+                 max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        self.detector = Detector(admin_policy)
+        self.max_event_bytes = max_event_bytes
+        self.runs: dict[str, RunState] = {}
+
+    def handle(self, event: Event) -> list[Command]:
+        state, commands = self.detector.apply(self.runs.get(event.run_id), event)
+        if state is not None:
+            self.runs[event.run_id] = state
+        return commands
+
+    def handle_raw(self, raw: bytes | str, topic: str = "-", partition: int = 0,
+                   offset: int = 0) -> list[Command] | Rejected:
+        """Parse and apply one serialised event; bad input becomes a dead letter, never an error."""
+        try:
+            event = parse_event(raw, self.max_event_bytes)
+        except InvalidEvent as exc:
+            text = raw if isinstance(raw, str) else raw.decode("utf-8", "backslashreplace")
+            letter = DeadLetter(error=str(exc), raw=text, topic=topic, partition=partition,
+                                offset=offset)
+            return Rejected(letter, exc.reason)
+        return self.handle(event)
+
+    def replay(self, lines: Iterable[bytes], source: str = "-") -> Iterator[list[Command] | Rejected]:
+        for offset, line in enumerate(lines):
+            line = line.rstrip(b"\r\n")
+            if line.strip():
+                yield self.handle_raw(line, source, 0, offset)
+
+    def expire(self, idle_before_ts: float) -> int:
+        """Forget runs (ended or abandoned) whose last event is older than `idle_before_ts`."""
+        stale = [run_id for run_id, s in self.runs.items() if s.last_ts < idle_before_ts]
+        for run_id in stale:
+            del self.runs[run_id]
+        return len(stale)

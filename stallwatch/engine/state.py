@@ -1,0 +1,84 @@
+"""A run's state: small, serialisable, holding digests and counters, never result content."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import orjson
+
+# The sets of digests are packed as one base64 string each: 16 bytes of digest cost 22
+# characters in the changelog instead of ~40 as a JSON list of hex strings.
+_DIGEST_SETS = ("signatures", "fingerprints", "event_ids")
+
+
+@dataclass(slots=True)
+class RunState:
+    mode: str
+    started_ts: float
+    # The run's effective policy.
+    no_progress_threshold: int = 5
+    loop_detect_threshold: int = 3
+    max_rounds: int = 40
+    call_budget: int | None = None
+    overloaded_exempt_max: int = 3
+    time_limit_s: float | None = None
+    exempt_tools: list[str] = field(default_factory=list)
+    approval_tools: list[str] = field(default_factory=list)
+    # The open round.
+    round: int = 0
+    round_open: bool = False
+    round_proposed: int = 0
+    round_allowed: int = 0
+    round_results: int = 0
+    round_new_fact: bool = False
+    round_exempt_overloaded: bool = False
+    # Streaks and counts over the run.
+    already_seen_streak: int = 0
+    all_refused_streak: int = 0
+    executed_calls: int = 0
+    overloaded_exempted: int = 0
+    extra_rounds: int = 0
+    failures: dict[str, int] = field(default_factory=dict)  # tool -> consecutive failures
+    last_signature: bytes | None = None  # chat: the call just before
+    repeat_count: int = 0  # chat: how many in a row with last_signature
+    signatures: set[bytes] = field(default_factory=set)  # researcher: calls allowed to run
+    fingerprints: set[bytes] = field(default_factory=set)  # researcher: results seen
+    event_ids: set[bytes] = field(default_factory=set)  # 8-byte digests, for redelivery
+    stop_code: str | None = None
+    ended: bool = False
+    last_ts: float = 0.0
+    last_offset: int = -1  # the highest source offset applied (stream workers only)
+
+    def to_bytes(self) -> bytes:
+        data: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in _DIGEST_SETS:
+                value = base64.b64encode(b"".join(sorted(value))).decode()
+            elif f.name == "last_signature" and value is not None:
+                value = value.hex()
+            data[f.name] = value
+        return orjson.dumps(data)
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> RunState:
+        data = orjson.loads(raw)
+        for name in _DIGEST_SETS:
+            packed = base64.b64decode(data[name])
+            size = 8 if name == "event_ids" else 16
+            data[name] = {packed[i:i + size] for i in range(0, len(packed), size)}
+        if data["last_signature"] is not None:
+            data["last_signature"] = bytes.fromhex(data["last_signature"])
+        return cls(**data)
+
+    def release(self) -> None:
+        """Drop everything but the tombstone facts once the run has ended."""
+        self.ended = True
+        self.signatures = set()
+        self.fingerprints = set()
+        self.event_ids = set()
+        self.failures = {}
+        self.exempt_tools = []
+        self.approval_tools = []

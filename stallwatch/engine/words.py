@@ -1,0 +1,105 @@
+"""Words for the model: every refusal and stop says why and what to do next."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from stallwatch.contract.events import Policy
+
+ALLOWED = "Allowed."
+
+
+def duplicate_call(tool: str) -> str:
+    return (f"Refused: this exact call to `{tool}` already ran in this run; its result is above. "
+            "Use that result, or change the arguments or the approach.")
+
+
+def repeated_call(tool: str, times: int) -> str:
+    return (f"Refused: this is the {_ordinal(times)} identical call to `{tool}` in a row. You "
+            "already have this result in the conversation: use that value. If you need "
+            "something else, use a different tool or different arguments.")
+
+
+def budget_exhausted(budget: int) -> str:
+    return (f"Refused: the run's budget of {budget} tool calls is used up. No more tools will "
+            "run; answer from what you have gathered.")
+
+
+def run_stopped(stop_reason: str) -> str:
+    return f"Refused: tool use for this run has ended. {stop_reason}"
+
+
+def unknown_run() -> str:
+    return ("Allowed: stallwatch has no record of this run's start, so it cannot judge this call.")
+
+
+_ANSWER = "Answer now from what you have gathered; say plainly what is still unknown."
+
+
+def stop_reason(code: str, detail: dict) -> str:
+    if code == "no_new_facts":
+        return (f"Stopped: the last {detail['already_seen_streak']} rounds brought nothing new; "
+                f"every result had been seen before. Tools are removed. {_ANSWER}")
+    if code == "all_refused":
+        return (f"Stopped: in each of the last {detail['all_refused_streak']} rounds every call "
+                f"was refused. Tools are removed. {_ANSWER}")
+    if code == "tool_failures":
+        return (f"Stopped: `{detail['tool']}` failed {detail['consecutive_failures']} times in a "
+                f"row. Tools are removed. {_ANSWER} Mention that `{detail['tool']}` was failing.")
+    if code == "round_limit":
+        return (f"Stopped: the run reached its limit of {detail['max_rounds']} rounds. Tools are "
+                f"removed. {_ANSWER}")
+    if code == "call_budget":
+        return (f"Stopped: the run used its budget of {detail['call_budget']} tool calls. Tools "
+                f"are removed. {_ANSWER}")
+    if code == "time_limit":
+        return (f"Stopped: the run passed its time limit of {detail['time_limit_s']:g} s. End the "
+                "turn now with what you have.")
+    raise ValueError(f"no words for stop code {code!r}")
+
+
+def system_prompt(mode: str, policy: Policy, exempt_tools: Iterable[str] = ()) -> str:
+    """Text a runtime appends to the system prompt so the model knows which calls are refused."""
+    exempt = sorted(exempt_tools)
+    lines = ["Tool use in this run is watched for loops:"]
+    if mode == "researcher":
+        lines.append("- A call with exactly the same tool and arguments as one that already ran "
+                     "is refused; its result is already in the conversation, so use it.")
+        lines.append(f"- After {policy.no_progress_threshold} rounds in a row that bring back "
+                     "only results you have already seen, tools are removed and you must "
+                     "answer from what you have gathered. Change the approach, not the wording.")
+        lines.append(f"- After {policy.no_progress_threshold} rounds in a row where every call "
+                     "is refused, tools are removed as well.")
+    else:
+        lines.append(f"- Calling the same tool with the same arguments {policy.loop_detect_threshold}"
+                     " times in a row is refused: use the result you already have.")
+    lines.append(f"- A tool that fails {policy.no_progress_threshold} times in a row ends tool use.")
+    lines.append(f"- At most {policy.max_rounds} rounds of tool use.")
+    if policy.call_budget is not None:
+        lines.append(f"- At most {policy.call_budget} tool calls in all.")
+    if policy.time_limit_s is not None:
+        lines.append(f"- At most {policy.time_limit_s:g} seconds in all.")
+    if exempt:
+        lines.append(f"- These tools may be called again with the same arguments (waiting is "
+                     f"their protocol): {', '.join(exempt)}.")
+    return "\n".join(lines)
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+_SHORT = {
+    "no_new_facts": "Recent rounds brought nothing new.",
+    "all_refused": "Every call of recent rounds was refused.",
+    "tool_failures": "A tool kept failing.",
+    "round_limit": "The round limit was reached.",
+    "call_budget": "The call budget is used up.",
+    "time_limit": "The time limit passed.",
+}
+
+
+def stop_reason_short(code: str) -> str:
+    """One sentence for the refusals that follow a stop; the stop itself said the rest."""
+    return f"{_SHORT[code]} {_ANSWER}"

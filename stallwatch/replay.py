@@ -1,0 +1,40 @@
+"""`stallwatch replay`: a recorded event log through the embedded engine, commands on stdout."""
+
+from __future__ import annotations
+
+import sys
+from typing import BinaryIO
+
+import orjson
+
+from stallwatch.contract.commands import encode_command
+from stallwatch.engine.admin_policy import AdminPolicy
+from stallwatch.engine.fleet import Fleet, Rejected
+
+
+def replay(source: BinaryIO, out: BinaryIO, err: BinaryIO, name: str = "-",
+           admin_policy: AdminPolicy | None = None) -> tuple[int, int]:
+    """Write each command as a JSON line to `out`, each dead letter to `err`; returns counts."""
+    fleet = Fleet(admin_policy)
+    commands = rejected = 0
+    write, write_err = out.write, err.write
+    for result in fleet.replay(source, name):
+        if isinstance(result, Rejected):
+            rejected += 1
+            write_err(orjson.dumps(result.letter.model_dump()) + b"\n")
+        else:
+            for command in result:
+                commands += 1
+                write(encode_command(command) + b"\n")
+    out.flush()
+    err.flush()
+    return commands, rejected
+
+
+def main(path: str, admin_policy: AdminPolicy | None = None) -> int:
+    if path == "-":
+        replay(sys.stdin.buffer, sys.stdout.buffer, sys.stderr.buffer, "-", admin_policy)
+    else:
+        with open(path, "rb") as source:
+            replay(source, sys.stdout.buffer, sys.stderr.buffer, path, admin_policy)
+    return 0
