@@ -1,0 +1,61 @@
+"""Bad input becomes a specific error, never an exception that escapes."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from stallwatch.contract.parse import InvalidEvent, parse_event
+
+GOOD = {"v": 1, "type": "call_proposed", "event_id": "e1", "run_id": "r1", "ts": 1.5, "round": 1,
+        "call_id": "c1", "tool": "search", "args": {"q": "x"}}
+
+
+def error_of(raw: bytes) -> InvalidEvent:
+    with pytest.raises(InvalidEvent) as caught:
+        parse_event(raw)
+    return caught.value
+
+
+@pytest.mark.parametrize(("raw", "reason", "says"), [
+    (b"not json", "malformed_json", "not JSON"),
+    (b"[1, 2]", "not_an_object", "not an array"),
+    (b'"text"', "not_an_object", "not a string"),
+    (orjson.dumps({**GOOD, "v": 2}), "unsupported_version", "version 2"),
+    (orjson.dumps({**GOOD, "v": True}), "unsupported_version", "version True"),
+    (orjson.dumps({**GOOD, "v": "1"}), "unsupported_version", "version '1'"),
+    (orjson.dumps({k: v for k, v in GOOD.items() if k != "v"}), "unsupported_version", "None"),
+    (orjson.dumps({**GOOD, "type": "call_exploded"}), "unknown_type", "call_exploded"),
+    (orjson.dumps({**GOOD, "round": "1"}), "invalid_field", "`round`"),
+    (orjson.dumps({**GOOD, "ts": "yesterday"}), "invalid_field", "`ts`"),
+    (orjson.dumps({k: v for k, v in GOOD.items() if k != "tool"}), "invalid_field", "`tool`: Field required"),
+    (orjson.dumps({**GOOD, "event_id": ""}), "invalid_field", "`event_id`"),
+    (b"[" * 3000 + b"]" * 3000, "too_deep", "deeper than 1024"),
+    (orjson.dumps({**GOOD, "args": "x" * 5_000_000}), "too_large", "over the limit"),
+])
+def test_bad_input_gets_a_specific_error(raw, reason, says):
+    err = error_of(raw)
+    assert err.reason == reason
+    assert says in str(err)
+
+
+def test_a_call_result_with_a_fingerprint_needs_empty_beside_it():
+    raw = orjson.dumps({**GOOD, "type": "call_result", "status": "ok", "fingerprint": "ab" * 16})
+    assert "`empty`" in str(error_of(raw))
+
+
+def test_bad_policy_values_are_rejected_by_field():
+    raw = orjson.dumps({"v": 1, "type": "run_started", "event_id": "e", "run_id": "r", "ts": 0,
+                        "mode": "researcher", "policy": {"no_progress_threshold": 0}})
+    assert "policy.no_progress_threshold" in str(error_of(raw))
+
+
+def test_extra_fields_are_ignored_and_ints_are_taken_for_ts():
+    event = parse_event(orjson.dumps({**GOOD, "ts": 2, "model": "x", "trace": {"id": 1}}))
+    assert event.ts == 2.0 and event.tool == "search"
+
+
+def test_a_result_present_as_null_differs_from_no_result():
+    base = {**GOOD, "type": "call_result", "status": "ok"}
+    assert parse_event(orjson.dumps({**base, "result": None})).has_result
+    assert not parse_event(orjson.dumps(base)).has_result

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from stallwatch.contract.parse import parse_event
+from stallwatch.engine.fleet import Fleet
+from tests.script import RunScript
+
+
+class Outcome:
+    """Commands a fleet produced for a script, with views tests ask about."""
+
+    def __init__(self, fleet: Fleet, script: RunScript) -> None:
+        self.fleet = fleet
+        self.commands = []
+        for raw in script.events:
+            self.commands.extend(fleet.handle(parse_event_dict(raw)))
+
+    @property
+    def verdicts(self):
+        return [c for c in self.commands if c.type == "verdict"]
+
+    @property
+    def stops(self):
+        return [c for c in self.commands if c.type == "stop"]
+
+    def codes(self) -> list:
+        return [c.code for c in self.verdicts]
+
+
+def parse_event_dict(raw: dict):
+    return parse_event(orjson.dumps(raw))
+
+
+@pytest.fixture
+def run():
+    """Apply a script to a fresh fleet: `run(script)` -> Outcome."""
+    def apply(script: RunScript, fleet: Fleet | None = None) -> Outcome:
+        return Outcome(fleet or Fleet(), script)
+    return apply
