@@ -20,8 +20,8 @@ class AdminPolicy:
     ```
     """
 
-    requires_approval: tuple[str, ...] = ()
-    repeat_exempt: tuple[str, ...] = ()
+    approval_patterns: tuple[str, ...] = ()
+    exempt_patterns: tuple[str, ...] = ()
 
     @classmethod
     def load(cls, path: str | Path) -> AdminPolicy:
@@ -29,13 +29,15 @@ class AdminPolicy:
             data = tomllib.load(f)
         tools = data.get("tools", {})
         return cls(
-            requires_approval=_patterns(tools, "requires_approval", path),
-            repeat_exempt=_patterns(tools, "repeat_exempt", path),
+            approval_patterns=_patterns(tools, "requires_approval", path),
+            exempt_patterns=_patterns(tools, "repeat_exempt", path),
         )
 
-    def marks(self, tool: str) -> tuple[bool, bool]:
-        """(requires_approval, repeat_exempt) for a tool name."""
-        return _matches(tool, self.requires_approval), _matches(tool, self.repeat_exempt)
+    def requires_approval(self, tool: str) -> bool:
+        return bool(self.approval_patterns) and _matches(tool, self.approval_patterns)
+
+    def repeat_exempt(self, tool: str) -> bool:
+        return bool(self.exempt_patterns) and _matches(tool, self.exempt_patterns)
 
 
 def _patterns(tools: dict, key: str, path: str | Path) -> tuple[str, ...]:

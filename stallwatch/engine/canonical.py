@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from hashlib import blake2b
 from typing import Any
 
 import orjson
+from xxhash import xxh3_128_digest
 
-# 16 bytes (128 bits) makes an accidental collision between two results of one run
-# unthinkable while keeping each fingerprint held in a run's state small.
+# 16 bytes (128 bits, XXH3-128) makes an accidental collision between two results of one
+# run unthinkable while keeping each fingerprint held in a run's state small.
 DIGEST_SIZE = 16
 
 _SORT = orjson.OPT_SORT_KEYS
@@ -41,32 +41,51 @@ def parse_json_text(value: Any) -> Any:
     return value
 
 
-def call_signature(tool: str, args: Any) -> bytes:
-    """Digest of tool name and arguments compared as values (key order, whitespace ignored)."""
-    h = blake2b(tool.encode(), digest_size=DIGEST_SIZE)
-    h.update(b"\x00")
-    h.update(canonical_bytes(parse_json_text(args)))
-    return h.digest()
+def call_signature(tool: str, args: Any) -> bytes | None:
+    """Digest of tool name and arguments compared as values (key order, whitespace ignored).
+
+    None for arguments that cannot be put in canonical form: such a call is never a repeat.
+    """
+    if type(args) is str:
+        args = parse_json_text(args)
+    try:
+        return xxh3_128_digest(tool.encode() + b"\x00" + orjson.dumps(args, option=_SORT))
+    except orjson.JSONEncodeError:
+        return None
 
 
-def result_fingerprint(result: Any) -> str:
-    """Hex digest of a tool result's canonical content. The same function runs in the client."""
-    return blake2b(canonical_bytes(parse_json_text(result)), digest_size=DIGEST_SIZE).hexdigest()
+def fact_digest(result: Any) -> bytes | None:
+    """The digest that identifies the fact a result brings, or None when the result is empty.
+
+    Raises ValueError when the result cannot be put in canonical form.
+    """
+    if type(result) is str:
+        result = parse_json_text(result)
+    if _is_empty(result):
+        return None
+    return xxh3_128_digest(canonical_bytes(result))
 
 
-def is_empty(value: Any) -> bool:
+def fingerprint(result: Any) -> tuple[str, bool]:
+    """(fingerprint, empty) as a runtime sends them in place of the result: 32 hex digits of
+    XXH3-128 over the canonical JSON, and whether the result is empty."""
+    if type(result) is str:
+        result = parse_json_text(result)
+    return xxh3_128_digest(canonical_bytes(result)).hex(), _is_empty(result)
+
+
+def _is_empty(value: Any) -> bool:
     """True when the value holds nothing but empty containers, empty strings, 0, false and null.
 
-    A top-level string holding JSON text is walked as the value it holds. Iterative, so no
-    nesting depth can exhaust the interpreter's stack; stops at the first non-empty scalar.
+    Breadth first, since a result's shallow fields (a count, a status) usually settle it at
+    once; iterative, so no nesting depth can exhaust the interpreter's stack.
     """
-    stack = [parse_json_text(value)]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
+    queue = [value]
+    for item in queue:  # the list grows while it is walked
+        if type(item) is dict:
+            queue.extend(item.values())
+        elif type(item) is list:
+            queue.extend(item)
         elif item:  # non-empty strings, non-zero numbers, true; None is falsy
             return False
     return True

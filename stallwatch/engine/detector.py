@@ -1,32 +1,28 @@
 """The detector: applies one event to one run's state and returns the commands it causes.
 
-Pure: no I/O, no clock (time is the events' `ts`). One method per loop it catches.
+Pure: no I/O, no clock (time is the events' `ts`). Events are the validated dicts that
+`stallwatch.contract.parse` returns. One method per loop it catches.
 """
 
 from __future__ import annotations
 
-from hashlib import blake2b
+from typing import Any
 
-from stallwatch.contract.commands import Stop, Verdict
-from stallwatch.contract.events import (
-    CallProposed,
-    CallResult,
-    Event,
-    RoundEnded,
-    RoundStarted,
-    RunEnded,
-    RunStarted,
-)
+from xxhash import xxh3_64_intdigest, xxh3_128_digest, xxh3_128_hexdigest
+
+from stallwatch.contract.commands import Command, Stop, Verdict
+from stallwatch.contract.events import Policy
 from stallwatch.engine import words
 from stallwatch.engine.admin_policy import AdminPolicy
-from stallwatch.engine.canonical import DIGEST_SIZE, call_signature, is_empty, result_fingerprint
+from stallwatch.engine.canonical import DIGEST_SIZE, call_signature, fact_digest
 from stallwatch.engine.state import RunState
 
-Command = Verdict | Stop
+Event = dict[str, Any]
 
 # Stops after which the model writes its answer without tools; the rest end the turn at once.
 _END_TURN_CODES = frozenset({"time_limit"})
 _FAILED = frozenset({"error", "overloaded"})
+_DEFAULT_POLICY = Policy().model_dump()
 
 
 class Detector:
@@ -34,67 +30,75 @@ class Detector:
 
     def __init__(self, admin_policy: AdminPolicy | None = None) -> None:
         self.admin_policy = admin_policy or AdminPolicy()
+        self._handlers = {
+            "call_proposed": self._on_call,
+            "call_result": self._on_result,
+            "round_started": self._on_round_started,
+            "round_ended": self._on_round_ended,
+            "run_ended": self._on_run_ended,
+            "run_started": _ignore,  # a second run_started changes nothing
+        }
 
     def apply(self, state: RunState | None, event: Event) -> tuple[RunState | None, list[Command]]:
         """Apply one event. `state` is None for a run not seen yet; the state is changed in place."""
-        out = _Commands(event)
+        out: list[Command] = []
+        kind = event["type"]
         if state is None:
-            if isinstance(event, RunStarted):
+            if kind == "run_started":
                 state = self._start(event)
-            elif isinstance(event, CallProposed):
+            elif kind == "call_proposed":
                 # Fail open, as the client does on a timeout: no record, no grounds to refuse.
-                out.verdict(event, "allow", None, words.unknown_run())
-            return state, out.commands
-        if not _first_delivery(state, event.event_id):
-            return state, out.commands
-        state.last_ts = event.ts
+                _verdict(out, event, "allow", None, words.unknown_run())
+            return state, out
+        event_key = xxh3_64_intdigest(event["event_id"].encode())
+        if event_key in state.event_ids:
+            return state, out  # a redelivery: no further effect
+        state.event_ids.add(event_key)
+        state.last_ts = ts = event["ts"]
         if state.ended:
-            if isinstance(event, CallProposed):
-                out.verdict(event, "refuse", "run_stopped", words.run_stopped("The run has ended."))
-            return state, out.commands
-        if state.stop_code is None:
-            self._time_limit(state, event, out)
-        if isinstance(event, CallProposed):
-            self._on_call(state, event, out)
-        elif isinstance(event, CallResult):
-            self._on_result(state, event, out)
-        elif isinstance(event, RoundStarted):
-            self._enter_round(state, event.round, out)
-        elif isinstance(event, RoundEnded):
-            self._enter_round(state, event.round, out)
-            self._close_round(state, out)
-        elif isinstance(event, RunEnded):
-            state.release()
-        return state, out.commands
+            if kind == "call_proposed":
+                _verdict(out, event, "refuse", "run_stopped", words.run_stopped("The run has ended."))
+            return state, out
+        if state.time_limit_s is not None and state.stop_code is None:
+            self._time_limit(state, event, ts, out)
+        self._handlers[kind](state, event, out)
+        return state, out
 
     # -- run and round lifecycle ------------------------------------------------------------
 
-    def _start(self, event: RunStarted) -> RunState:
-        p = event.policy
-        exempt = [t.name for t in event.tools if t.repeat_exempt]
-        approval = [t.name for t in event.tools if t.requires_approval]
+    def _start(self, event: Event) -> RunState:
+        policy = {**_DEFAULT_POLICY, **(event.get("policy") or {})}  # validated by the parser
+        tools = event.get("tools") or []
         state = RunState(
-            mode=event.mode, started_ts=event.ts, last_ts=event.ts,
-            no_progress_threshold=p.no_progress_threshold,
-            loop_detect_threshold=p.loop_detect_threshold, max_rounds=p.max_rounds,
-            call_budget=p.call_budget, overloaded_exempt_max=p.overloaded_exempt_max,
-            time_limit_s=p.time_limit_s, exempt_tools=exempt, approval_tools=approval,
+            mode=event["mode"], started_ts=event["ts"], last_ts=event["ts"], **policy,
+            exempt_tools=[t["name"] for t in tools if t.get("repeat_exempt")],
+            approval_tools=[t["name"] for t in tools if t.get("requires_approval")],
         )
-        _first_delivery(state, event.event_id)
+        state.event_ids.add(xxh3_64_intdigest(event["event_id"].encode()))
         return state
 
-    def _enter_round(self, state: RunState, number: int, out: _Commands) -> None:
+    def _on_round_started(self, state: RunState, event: Event, out: list[Command]) -> None:
+        self._enter_round(state, event, event["round"], out)
+
+    def _on_round_ended(self, state: RunState, event: Event, out: list[Command]) -> None:
+        self._enter_round(state, event, event["round"], out)
+        self._close_round(state, event, out)
+
+    def _on_run_ended(self, state: RunState, event: Event, out: list[Command]) -> None:
+        state.release()
+
+    def _enter_round(self, state: RunState, event: Event, number: int, out: list[Command]) -> None:
         """Open round `number`, closing the open one first when a runtime skipped its round_ended."""
         if number <= state.round:
             return
         if state.round_open:
-            self._close_round(state, out)
+            self._close_round(state, event, out)
         state.round = number
         state.round_open = True
         state.round_proposed = state.round_allowed = state.round_results = 0
         state.round_new_fact = state.round_exempt_overloaded = False
 
-    def _close_round(self, state: RunState, out: _Commands) -> None:
+    def _close_round(self, state: RunState, event: Event, out: list[Command]) -> None:
         if not state.round_open:
             return
         state.round_open = False
@@ -103,45 +107,43 @@ class Detector:
         if state.stop_code is not None:
             return
         if state.mode == "researcher":
-            self._all_refused(state, out)
-            self._no_new_facts(state, out)
-        self._call_budget(state, out)
-        self._round_limit(state, out)
+            self._all_refused(state, event, out)
+            self._no_new_facts(state, event, out)
+        self._call_budget(state, event, out)
+        self._round_limit(state, event, out)
 
     # -- calls ------------------------------------------------------------------------------
 
-    def _on_call(self, state: RunState, event: CallProposed, out: _Commands) -> None:
-        self._enter_round(state, event.round, out)
+    def _on_call(self, state: RunState, event: Event, out: list[Command]) -> None:
+        self._enter_round(state, event, event["round"], out)
         state.round_proposed += 1
+        tool = event["tool"]
         if state.stop_code is not None:
             reason = words.run_stopped(words.stop_reason_short(state.stop_code))
-            out.verdict(event, "refuse", "run_stopped", reason)
+            _verdict(out, event, "refuse", "run_stopped", reason)
             return
-        try:
-            signature = call_signature(event.tool, event.args)
-        except ValueError:
-            signature = None  # arguments that cannot be compared are never called a repeat
-        _, exempt = self._marks(state, event.tool)
+        signature = call_signature(tool, event.get("args"))
+        exempt = self._repeat_exempt(state, tool)
         if state.call_budget is not None and state.executed_calls >= state.call_budget:
-            self._refuse(state, event, "budget_exhausted", words.budget_exhausted(state.call_budget),
+            self._refuse(state, event, tool, "budget_exhausted", words.budget_exhausted(state.call_budget),
                          out)
         elif state.mode == "researcher" and self._duplicate_call(state, signature, exempt):
-            self._refuse(state, event, "duplicate_call", words.duplicate_call(event.tool), out)
+            self._refuse(state, event, tool, "duplicate_call", words.duplicate_call(tool), out)
         elif state.mode == "chat" and self._repeated_call(state, signature, exempt):
-            self._refuse(state, event, "repeated_call",
-                         words.repeated_call(event.tool, state.repeat_count), out)
+            self._refuse(state, event, tool, "repeated_call", words.repeated_call(tool, state.repeat_count),
+                         out)
         else:
             if signature is not None and state.mode == "researcher":
                 state.signatures.add(signature)
             state.round_allowed += 1
             state.executed_calls += 1
-            out.verdict(event, "allow", None, words.ALLOWED)
+            _verdict(out, event, "allow", None, words.ALLOWED)
 
-    def _refuse(self, state: RunState, event: CallProposed, code: str, reason: str,
-                out: _Commands) -> None:
-        out.verdict(event, "refuse", code, reason)
+    def _refuse(self, state: RunState, event: Event, tool: str, code: str, reason: str,
+                out: list[Command]) -> None:
+        _verdict(out, event, "refuse", code, reason)
         if state.mode == "chat":  # chat rule 2: a refused call counts as a failure of its tool
-            self._tool_failures(state, event.tool, failed=True, out=out)
+            self._tool_failures(state, event, tool, failed=True, out=out)
 
     def _duplicate_call(self, state: RunState, signature: bytes | None, exempt: bool) -> bool:
         """Researcher rule 1: the same tool and arguments as a call already allowed to run."""
@@ -158,17 +160,17 @@ class Detector:
 
     # -- results ----------------------------------------------------------------------------
 
-    def _on_result(self, state: RunState, event: CallResult, out: _Commands) -> None:
+    def _on_result(self, state: RunState, event: Event, out: list[Command]) -> None:
         if state.stop_code is not None:
             return
-        failed = event.status in _FAILED
-        if event.status == "overloaded" and state.overloaded_exempted < state.overloaded_exempt_max:
+        status = event["status"]
+        if status == "overloaded" and state.overloaded_exempted < state.overloaded_exempt_max:
             # Rule 6: not charged to the budget, and the round limit grows for its round.
             state.overloaded_exempted += 1
             state.executed_calls -= 1
             state.round_exempt_overloaded = True
         if state.mode == "researcher":
-            current = event.round == state.round and state.round_open
+            current = event["round"] == state.round and state.round_open
             if current:
                 state.round_results += 1
             if self._brings_new_fact(state, event):
@@ -176,49 +178,54 @@ class Detector:
                     state.round_new_fact = True
                 else:  # a late result that is new is progress all the same
                     state.already_seen_streak = 0
-        self._tool_failures(state, event.tool, failed=failed, out=out)
+        if status in _FAILED:
+            self._tool_failures(state, event, event["tool"], failed=True, out=out)
+        elif state.failures:
+            state.failures.pop(event["tool"], None)  # a success resets its tool's count
 
-    def _brings_new_fact(self, state: RunState, event: CallResult) -> bool:
+    def _brings_new_fact(self, state: RunState, event: Event) -> bool:
         """Rule 3: unseen results are new, and so is anything empty, content-less or approved."""
-        approval, exempt = self._marks(state, event.tool)
-        if approval or exempt:
+        tool = event["tool"]
+        if self._requires_approval(state, tool) or self._repeat_exempt(state, tool):
             return True
-        if event.fingerprint is not None and not event.has_result:
-            if event.empty:
-                return True
-            digest = _fingerprint_digest(event.fingerprint)
-        elif event.has_result:
+        if "result" in event:
             try:
-                if is_empty(event.result):
-                    return True
-                digest = bytes.fromhex(result_fingerprint(event.result))
+                digest = fact_digest(event["result"])
             except ValueError:
                 return True  # content that cannot be put in canonical form: lean to "new"
+            if digest is None:
+                return True  # empty
+        elif event.get("fingerprint") is not None:
+            if event["empty"]:
+                return True
+            digest = _fingerprint_digest(event["fingerprint"])
         else:
-            return True
+            return True  # no content and no fingerprint
         if digest in state.fingerprints:
             return False
         state.fingerprints.add(digest)
         return True
 
-    def _marks(self, state: RunState, tool: str) -> tuple[bool, bool]:
-        admin_approval, admin_exempt = self.admin_policy.marks(tool)
-        return (admin_approval or tool in state.approval_tools,
-                admin_exempt or tool in state.exempt_tools)
+    def _requires_approval(self, state: RunState, tool: str) -> bool:
+        return tool in state.approval_tools or self.admin_policy.requires_approval(tool)
+
+    def _repeat_exempt(self, state: RunState, tool: str) -> bool:
+        return tool in state.exempt_tools or self.admin_policy.repeat_exempt(tool)
 
     # -- the stops, one per loop ----------------------------------------------------------------
 
-    def _tool_failures(self, state: RunState, tool: str, failed: bool, out: _Commands) -> None:
+    def _tool_failures(self, state: RunState, event: Event, tool: str, failed: bool,
+                       out: list[Command]) -> None:
         """Rule 5 (chat rule 2): one tool failing again and again."""
         if not failed:
             state.failures.pop(tool, None)
             return
         count = state.failures[tool] = state.failures.get(tool, 0) + 1
         if count >= state.no_progress_threshold and state.stop_code is None:
-            self._stop(state, "tool_failures", {"tool": tool, "consecutive_failures": count,
+            self._stop(state, event, "tool_failures", {"tool": tool, "consecutive_failures": count,
                                                 "threshold": state.no_progress_threshold}, out)
 
-    def _no_new_facts(self, state: RunState, out: _Commands) -> None:
+    def _no_new_facts(self, state: RunState, event: Event, out: list[Command]) -> None:
         """Rule 2: rounds whose calls ran and brought back only results seen before."""
         if state.round_allowed == 0:
             return  # nothing ran: the already-seen streak stays as it was (rule 4)
@@ -228,35 +235,35 @@ class Detector:
             return
         state.already_seen_streak += 1
         if state.already_seen_streak >= state.no_progress_threshold:
-            self._stop(state, "no_new_facts", self._streaks(state), out)
+            self._stop(state, event, "no_new_facts", self._streaks(state), out)
 
-    def _all_refused(self, state: RunState, out: _Commands) -> None:
+    def _all_refused(self, state: RunState, event: Event, out: list[Command]) -> None:
         """Rule 4: rounds in which every proposed call was refused."""
         if state.round_allowed > 0:
             state.all_refused_streak = 0
         elif state.round_proposed > 0:
             state.all_refused_streak += 1
             if state.all_refused_streak >= state.no_progress_threshold:
-                self._stop(state, "all_refused", self._streaks(state), out)
+                self._stop(state, event, "all_refused", self._streaks(state), out)
 
-    def _call_budget(self, state: RunState, out: _Commands) -> None:
+    def _call_budget(self, state: RunState, event: Event, out: list[Command]) -> None:
         """Rule 7: the executed-call count reached the budget during this round."""
         if state.stop_code is None and state.call_budget is not None \
                 and state.executed_calls >= state.call_budget:
-            self._stop(state, "call_budget", {"executed_calls": state.executed_calls,
+            self._stop(state, event, "call_budget", {"executed_calls": state.executed_calls,
                                               "call_budget": state.call_budget}, out)
 
-    def _round_limit(self, state: RunState, out: _Commands) -> None:
+    def _round_limit(self, state: RunState, event: Event, out: list[Command]) -> None:
         """Rule 8: the end of round `max_rounds`, as grown by exempted overloaded calls."""
         limit = state.max_rounds + state.extra_rounds
         if state.stop_code is None and state.round >= limit:
-            self._stop(state, "round_limit", {"round": state.round, "max_rounds": limit,
+            self._stop(state, event, "round_limit", {"round": state.round, "max_rounds": limit,
                                               "extra_rounds": state.extra_rounds}, out)
 
-    def _time_limit(self, state: RunState, event: Event, out: _Commands) -> None:
+    def _time_limit(self, state: RunState, event: Event, ts: float, out: list[Command]) -> None:
         """Rule 8: the first event more than `time_limit_s` after run_started, by event time."""
-        if state.time_limit_s is not None and event.ts - state.started_ts > state.time_limit_s:
-            self._stop(state, "time_limit", {"elapsed_s": round(event.ts - state.started_ts, 3),
+        if ts - state.started_ts > state.time_limit_s:
+            self._stop(state, event, "time_limit", {"elapsed_s": round(ts - state.started_ts, 3),
                                              "time_limit_s": state.time_limit_s}, out)
 
     def _streaks(self, state: RunState) -> dict[str, int]:
@@ -264,43 +271,28 @@ class Detector:
                 "all_refused_streak": state.all_refused_streak,
                 "threshold": state.no_progress_threshold, "round": state.round}
 
-    def _stop(self, state: RunState, code: str, detail: dict, out: _Commands) -> None:
+    def _stop(self, state: RunState, event: Event, code: str, detail: dict,
+              out: list[Command]) -> None:
         state.stop_code = code
         action = "end_turn" if code in _END_TURN_CODES else "answer_without_tools"
-        out.stop(state.round, code, action, words.stop_reason(code, detail), detail)
+        out.append(Stop(command_id=_command_id(event, len(out)), run_id=event["run_id"],
+                        caused_by=event["event_id"], round=state.round, code=code, action=action,
+                        reason=words.stop_reason(code, detail), detail=detail))
 
 
-class _Commands:
-    """The commands one event causes, with ids derived from the event so they are deterministic."""
-
-    __slots__ = ("commands", "event")
-
-    def __init__(self, event: Event) -> None:
-        self.event = event
-        self.commands: list[Command] = []
-
-    def _next_id(self) -> str:
-        seed = f"{self.event.run_id}\x00{self.event.event_id}\x00{len(self.commands)}"
-        return blake2b(seed.encode(), digest_size=12).hexdigest()
-
-    def verdict(self, event: CallProposed, decision: str, code: str | None, reason: str) -> None:
-        self.commands.append(Verdict.model_construct(
-            command_id=self._next_id(), run_id=event.run_id, caused_by=event.event_id,
-            call_id=event.call_id, round=event.round, decision=decision, code=code, reason=reason))
-
-    def stop(self, round_: int, code: str, action: str, reason: str, detail: dict) -> None:
-        self.commands.append(Stop.model_construct(
-            command_id=self._next_id(), run_id=self.event.run_id, caused_by=self.event.event_id,
-            round=round_, code=code, action=action, reason=reason, detail=detail))
+def _command_id(event: Event, index: int) -> str:
+    """Derived from the causing event, so the same input always yields the same ids."""
+    return xxh3_128_hexdigest(f"{event['run_id']}\x00{event['event_id']}\x00{index}".encode())[:24]
 
 
-def _first_delivery(state: RunState, event_id: str) -> bool:
-    """Record the event id; False when it was seen before (a redelivery)."""
-    digest = blake2b(event_id.encode(), digest_size=8).digest()
-    if digest in state.event_ids:
-        return False
-    state.event_ids.add(digest)
-    return True
+def _verdict(out: list[Command], event: Event, decision: str, code: str | None, reason: str) -> None:
+    out.append(Verdict(command_id=_command_id(event, len(out)), run_id=event["run_id"],
+                       caused_by=event["event_id"], call_id=event["call_id"], round=event["round"],
+                       decision=decision, code=code, reason=reason))
+
+
+def _ignore(state: RunState, event: Event, out: list[Command]) -> None:
+    return None
 
 
 def _fingerprint_digest(fingerprint: str) -> bytes:
@@ -310,4 +302,4 @@ def _fingerprint_digest(fingerprint: str) -> bytes:
             return bytes.fromhex(fingerprint)
         except ValueError:
             pass
-    return blake2b(fingerprint.encode(), digest_size=DIGEST_SIZE).digest()
+    return xxh3_128_digest(fingerprint.encode())

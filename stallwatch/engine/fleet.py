@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from stallwatch.contract.commands import DeadLetter
-from stallwatch.contract.events import Event
+from stallwatch.contract.commands import Command, DeadLetter
 from stallwatch.contract.parse import MAX_EVENT_BYTES, InvalidEvent, parse_event
 from stallwatch.engine.admin_policy import AdminPolicy
-from stallwatch.engine.detector import Command, Detector
+from stallwatch.engine.detector import Detector, Event
 from stallwatch.engine.state import RunState
 
 
@@ -31,9 +30,11 @@ class Fleet:
         self.runs: dict[str, RunState] = {}
 
     def handle(self, event: Event) -> list[Command]:
-        state, commands = self.detector.apply(self.runs.get(event.run_id), event)
+        """Apply one validated event (a dict, as `parse_event` returns it)."""
+        run_id = event["run_id"]
+        state, commands = self.detector.apply(self.runs.get(run_id), event)
         if state is not None:
-            self.runs[event.run_id] = state
+            self.runs[run_id] = state
         return commands
 
     def handle_raw(self, raw: bytes | str, topic: str = "-", partition: int = 0,
@@ -42,17 +43,25 @@ class Fleet:
         try:
             event = parse_event(raw, self.max_event_bytes)
         except InvalidEvent as exc:
-            text = raw if isinstance(raw, str) else raw.decode("utf-8", "backslashreplace")
-            letter = DeadLetter(error=str(exc), raw=text, topic=topic, partition=partition,
-                                offset=offset)
-            return Rejected(letter, exc.reason)
+            return reject(raw, exc, topic, partition, offset)
         return self.handle(event)
 
     def replay(self, lines: Iterable[bytes], source: str = "-") -> Iterator[list[Command] | Rejected]:
+        """`handle_raw` over a log's lines, one result per non-blank line; the hot path, so inlined."""
+        apply, runs, max_bytes = self.detector.apply, self.runs, self.max_event_bytes
         for offset, line in enumerate(lines):
-            line = line.rstrip(b"\r\n")
-            if line.strip():
-                yield self.handle_raw(line, source, 0, offset)
+            if not line or line.isspace():
+                continue
+            try:
+                event = parse_event(line, max_bytes)
+            except InvalidEvent as exc:
+                yield reject(line.rstrip(b"\r\n"), exc, source, 0, offset)
+                continue
+            run_id = event["run_id"]
+            state, commands = apply(runs.get(run_id), event)
+            if state is not None:
+                runs[run_id] = state
+            yield commands
 
     def expire(self, idle_before_ts: float) -> int:
         """Forget runs (ended or abandoned) whose last event is older than `idle_before_ts`."""
@@ -60,3 +69,9 @@ class Fleet:
         for run_id in stale:
             del self.runs[run_id]
         return len(stale)
+
+
+def reject(raw: bytes | str, error: InvalidEvent, topic: str, partition: int, offset: int) -> Rejected:
+    text = raw if isinstance(raw, str) else raw.decode("utf-8", "backslashreplace")
+    letter = DeadLetter(error=str(error), raw=text, topic=topic, partition=partition, offset=offset)
+    return Rejected(letter, error.reason)

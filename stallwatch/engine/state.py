@@ -10,7 +10,7 @@ import orjson
 
 # The sets of digests are packed as one base64 string each: 16 bytes of digest cost 22
 # characters in the changelog instead of ~40 as a JSON list of hex strings.
-_DIGEST_SETS = ("signatures", "fingerprints", "event_ids")
+_DIGEST_SETS = ("signatures", "fingerprints")
 
 
 @dataclass(slots=True)
@@ -45,7 +45,7 @@ class RunState:
     repeat_count: int = 0  # chat: how many in a row with last_signature
     signatures: set[bytes] = field(default_factory=set)  # researcher: calls allowed to run
     fingerprints: set[bytes] = field(default_factory=set)  # researcher: results seen
-    event_ids: set[bytes] = field(default_factory=set)  # 8-byte digests, for redelivery
+    event_ids: set[int] = field(default_factory=set)  # 64-bit digests, to ignore redeliveries
     stop_code: str | None = None
     ended: bool = False
     last_ts: float = 0.0
@@ -57,6 +57,8 @@ class RunState:
             value = getattr(self, f.name)
             if f.name in _DIGEST_SETS:
                 value = base64.b64encode(b"".join(sorted(value))).decode()
+            elif f.name == "event_ids":
+                value = base64.b64encode(b"".join(k.to_bytes(8, "big") for k in value)).decode()
             elif f.name == "last_signature" and value is not None:
                 value = value.hex()
             data[f.name] = value
@@ -67,8 +69,9 @@ class RunState:
         data = orjson.loads(raw)
         for name in _DIGEST_SETS:
             packed = base64.b64decode(data[name])
-            size = 8 if name == "event_ids" else 16
-            data[name] = {packed[i:i + size] for i in range(0, len(packed), size)}
+            data[name] = {packed[i:i + 16] for i in range(0, len(packed), 16)}
+        packed = base64.b64decode(data["event_ids"])
+        data["event_ids"] = {int.from_bytes(packed[i:i + 8], "big") for i in range(0, len(packed), 8)}
         if data["last_signature"] is not None:
             data["last_signature"] = bytes.fromhex(data["last_signature"])
         return cls(**data)

@@ -15,7 +15,7 @@ class Outcome:
         self.fleet = fleet
         self.commands = []
         for raw in script.events:
-            self.commands.extend(fleet.handle(parse_event_dict(raw)))
+            self.commands.extend(fleet.handle(parse_event(orjson.dumps(raw))))
 
     @property
     def verdicts(self):
@@ -27,10 +27,6 @@ class Outcome:
 
     def codes(self) -> list:
         return [c.code for c in self.verdicts]
-
-
-def parse_event_dict(raw: dict):
-    return parse_event(orjson.dumps(raw))
 
 
 @pytest.fixture

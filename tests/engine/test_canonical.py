@@ -8,7 +8,15 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stallwatch.engine.canonical import call_signature, is_empty, result_fingerprint
+from stallwatch.engine.canonical import call_signature, fact_digest, fingerprint
+
+
+def result_fingerprint(value) -> str:
+    return fingerprint(value)[0]
+
+
+def is_empty(value) -> bool:
+    return fact_digest(value) is None
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=8)
@@ -69,3 +77,9 @@ def test_the_emptiness_walk_survives_any_depth():
     for _ in range(100_000):
         deep = [deep]
     assert is_empty(deep)
+
+
+def test_the_local_fingerprint_says_whether_the_result_is_empty():
+    assert fingerprint({"items": []})[1] is True
+    assert fingerprint({"items": [1]})[1] is False
+    assert fingerprint({"items": [1]})[0] == fact_digest('{"items":[1]}').hex()

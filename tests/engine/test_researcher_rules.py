@@ -152,13 +152,13 @@ def test_a_locally_hashed_empty_result_is_new(run):
 
 
 def test_a_locally_hashed_result_compares_with_one_sent_whole():
-    from stallwatch.engine.canonical import result_fingerprint
+    from stallwatch.engine.canonical import fingerprint
 
     s = RunScript(policy={"no_progress_threshold": 2})
     s.round_of(("search", {"q": 1}, DOCS))
     for i in range(2):
         s.start_round()
-        s.call("search", {"q": f"h{i}"}, status="ok", fingerprint=result_fingerprint(DOCS),
+        s.call("search", {"q": f"h{i}"}, status="ok", fingerprint=fingerprint(DOCS)[0],
                empty=False)
         s.end_round()
     from tests.engine.conftest import Outcome
