@@ -24,8 +24,11 @@ from pathlib import Path
 
 import orjson
 
-WORDS = ("kafka stream table changelog partition offset replica broker consumer producer "
-         "agent loop tool search result fact round budget detector fleet").split()
+WORDS = (
+    "kafka", "stream", "table", "changelog", "partition", "offset", "replica", "broker", "consumer",
+    "producer", "agent", "loop", "tool", "search", "result", "fact", "round", "budget", "detector",
+    "fleet",
+)
 
 
 def documents(rng: random.Random, seed: int, n: int) -> dict:

@@ -30,14 +30,6 @@ class Detector:
 
     def __init__(self, admin_policy: AdminPolicy | None = None) -> None:
         self.admin_policy = admin_policy or AdminPolicy()
-        self._handlers = {
-            "call_proposed": self._on_call,
-            "call_result": self._on_result,
-            "round_started": self._on_round_started,
-            "round_ended": self._on_round_ended,
-            "run_ended": self._on_run_ended,
-            "run_started": _ignore,  # a second run_started changes nothing
-        }
 
     def apply(self, state: RunState | None, event: Event) -> tuple[RunState | None, list[Command]]:
         """Apply one event. `state` is None for a run not seen yet; the state is changed in place."""
@@ -61,7 +53,18 @@ class Detector:
             return state, out
         if state.time_limit_s is not None and state.stop_code is None:
             self._time_limit(state, event, ts, out)
-        self._handlers[kind](state, event, out)
+        if kind == "call_proposed":
+            self._on_call(state, event, out)
+        elif kind == "call_result":
+            self._on_result(state, event, out)
+        elif kind == "round_started":
+            self._enter_round(state, event, event["round"], out)
+        elif kind == "round_ended":
+            self._enter_round(state, event, event["round"], out)
+            self._close_round(state, event, out)
+        elif kind == "run_ended":
+            state.release()
+        # A second run_started changes nothing.
         return state, out
 
     # -- run and round lifecycle ------------------------------------------------------------
@@ -76,16 +79,6 @@ class Detector:
         )
         state.event_ids.add(xxh3_64_intdigest(event["event_id"].encode()))
         return state
-
-    def _on_round_started(self, state: RunState, event: Event, out: list[Command]) -> None:
-        self._enter_round(state, event, event["round"], out)
-
-    def _on_round_ended(self, state: RunState, event: Event, out: list[Command]) -> None:
-        self._enter_round(state, event, event["round"], out)
-        self._close_round(state, event, out)
-
-    def _on_run_ended(self, state: RunState, event: Event, out: list[Command]) -> None:
-        state.release()
 
     def _enter_round(self, state: RunState, event: Event, number: int, out: list[Command]) -> None:
         """Open round `number`, closing the open one first when a runtime skipped its round_ended."""
@@ -289,10 +282,6 @@ def _verdict(out: list[Command], event: Event, decision: str, code: str | None, 
     out.append(Verdict(command_id=_command_id(event, len(out)), run_id=event["run_id"],
                        caused_by=event["event_id"], call_id=event["call_id"], round=event["round"],
                        decision=decision, code=code, reason=reason))
-
-
-def _ignore(state: RunState, event: Event, out: list[Command]) -> None:
-    return None
 
 
 def _fingerprint_digest(fingerprint: str) -> bytes:
