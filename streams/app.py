@@ -1,0 +1,118 @@
+"""The Faust application: the events topic in, run states in a table, commands and dead letters out."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import faust
+from faust.types import EventT
+
+from stallwatch.contract.commands import encode_command
+from stallwatch.engine.detector import Detector
+from stallwatch.engine.state import RunState
+from stallwatch.kafka_config import ssl_context
+from stallwatch.settings import Settings
+from stallwatch.streams.batch import BatchApplier, SourceMessage
+
+log = logging.getLogger("stallwatch.worker")
+
+# Events handled per batch: commands of a batch are produced together and their acks awaited
+# once, then each touched run's state is written once. Bigger batches raise throughput; the
+# wait below bounds the latency a lone event pays for batching.
+BATCH_MAX = 500
+BATCH_WITHIN_S = 0.002
+# Ended runs keep a tombstone (so late calls are refused, not allowed) for this long.
+ENDED_RETENTION_S = 600.0
+
+
+def credentials(settings: Settings) -> faust.types.auth.CredentialsT | None:
+    context = ssl_context(settings)
+    if settings.sasl_mechanism:
+        return faust.SASLCredentials(username=settings.sasl_username, password=settings.sasl_password,
+                                     mechanism=settings.sasl_mechanism, ssl_context=context)
+    if context is not None:
+        return faust.SSLCredentials(context)
+    return None
+
+
+def build_app(settings: Settings, detector: Detector | None = None) -> faust.App:
+    """A worker application; `faust.Worker(app).execute_from_commandline()` runs it."""
+    app = faust.App(
+        f"{settings.topic_prefix}-detector",
+        broker=[f"kafka://{host}" for host in settings.bootstrap.split(",")],
+        broker_credentials=credentials(settings),
+        store="memory://",
+        topic_partitions=settings.partitions,
+        topic_replication_factor=1,
+        table_standby_replicas=0,
+        consumer_auto_offset_reset="earliest",
+        # Short sessions: a dead worker's partitions move to a live one in seconds, not ~45 s.
+        broker_session_timeout=10.0,
+        broker_heartbeat_interval=2.0,
+        broker_commit_interval=1.0,
+        producer_acks=-1,
+        web_port=settings.web_port,
+        web_bind="0.0.0.0",
+        web_in_thread=False,
+    )
+    events = app.topic(settings.events_topic, key_type=bytes, value_type=bytes,
+                       key_serializer="raw", value_serializer="raw", partitions=settings.partitions)
+    commands = app.topic(settings.commands_topic, key_serializer="raw", value_serializer="raw",
+                         partitions=settings.partitions)
+    deadletters = app.topic(settings.deadletter_topic, key_serializer="raw", value_serializer="raw",
+                            partitions=settings.partitions)
+    runs = app.Table(
+        "runs", schema=faust.Schema(key_type=bytes, value_type=bytes, key_serializer="raw",
+                                    value_serializer="raw"),
+        partitions=settings.partitions,
+        # Partition by key like the events, not by the batch's last event (batches mix partitions).
+        use_partitioner=True,
+        # Compacted only: retention must never delete a run's latest state (faust #651, #597).
+        extra_topic_configs={"cleanup.policy": "compact"},
+    )
+    applier = BatchApplier(detector or Detector(settings.admin_policy()), settings.events_topic)
+
+    def load(run_id: str) -> RunState | None:
+        raw = runs.get(run_id.encode())
+        return RunState.from_bytes(raw) if raw else None
+
+    # Concurrency 1: above it Faust can commit past an event still being processed (faust #606).
+    @app.agent(events, concurrency=1)
+    async def detect(stream: faust.StreamT) -> None:
+        async for batch in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
+            await process(batch)
+
+    async def process(batch: list[EventT]) -> None:
+        messages = [SourceMessage(e.message.key, e.message.value, e.message.partition, e.message.offset)
+                    for e in batch]
+        result = applier.apply(messages, load)
+        sends = [await commands.send(key=c.run_id.encode(), value=encode_command(c))
+                 for c in result.commands]
+        sends += [await deadletters.send(key=key, value=letter) for key, letter, _ in result.letters]
+        if sends:
+            await app.producer.flush()
+            await asyncio.gather(*sends)
+        # Only now, with every command acknowledged, may the states reach the changelog: a crash
+        # before this point replays the batch and re-sends the same command ids.
+        for run_id, state in result.states.items():
+            runs[run_id.encode()] = state.to_bytes()
+        app.stallwatch_batches += 1  # type: ignore[attr-defined]
+
+    @app.timer(60.0)
+    async def expire_idle_runs() -> None:
+        """Drop abandoned runs after the idle timeout and ended runs' tombstones sooner."""
+        now = time.time()
+        expired = 0
+        for key, raw in list(runs.items()):
+            state = RunState.from_bytes(raw)
+            limit = ENDED_RETENTION_S if state.ended else settings.idle_timeout_s
+            if now - state.last_ts > limit:
+                del runs[key]
+                expired += 1
+        if expired:
+            log.info("expired %d idle or ended runs", expired)
+
+    app.stallwatch_batches = 0  # type: ignore[attr-defined]
+    return app

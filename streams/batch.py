@@ -1,0 +1,68 @@
+"""One batch of source messages applied to run states: pure, so it is tested without a broker."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import orjson
+
+from stallwatch.contract.commands import Command, DeadLetter
+from stallwatch.contract.parse import MAX_EVENT_BYTES, InvalidEvent, parse_event
+from stallwatch.engine.detector import Detector
+from stallwatch.engine.state import RunState
+
+
+@dataclass(frozen=True, slots=True)
+class SourceMessage:
+    key: bytes | None
+    value: bytes
+    partition: int
+    offset: int
+
+
+@dataclass
+class BatchResult:
+    commands: list[Command] = field(default_factory=list)
+    letters: list[tuple[bytes | None, bytes, str]] = field(default_factory=list)  # key, letter, reason
+    states: dict[str, RunState] = field(default_factory=dict)  # every run the batch touched
+    events_by_type: dict[str, int] = field(default_factory=dict)
+    skipped: int = 0  # at or below a run's last applied offset: already applied before a crash
+
+
+class BatchApplier:
+    """Applies events in order, skipping what a run's state says was applied already."""
+
+    def __init__(self, detector: Detector, topic: str, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        self.detector = detector
+        self.topic = topic
+        self.max_event_bytes = max_event_bytes
+
+    def apply(self, messages: list[SourceMessage],
+              load: Callable[[str], RunState | None]) -> BatchResult:
+        result = BatchResult()
+        states = result.states
+        for message in messages:
+            try:
+                event = parse_event(message.value, self.max_event_bytes)
+                if message.key is not None and message.key != event["run_id"].encode():
+                    raise InvalidEvent("key_mismatch", f"message key {message.key!r} is not the "
+                                       f"event's run_id {event['run_id']!r}; key events by run_id")
+            except InvalidEvent as exc:
+                letter = DeadLetter(error=str(exc), raw=message.value.decode("utf-8", "backslashreplace"),
+                                    topic=self.topic, partition=message.partition, offset=message.offset)
+                result.letters.append((message.key, orjson.dumps(letter.model_dump()), exc.reason))
+                continue
+            run_id = event["run_id"]
+            state = states[run_id] if run_id in states else load(run_id)
+            if state is not None and message.offset <= state.last_offset:
+                result.skipped += 1
+                continue
+            kind = event["type"]
+            result.events_by_type[kind] = result.events_by_type.get(kind, 0) + 1
+            state, commands = self.detector.apply(state, event)
+            result.commands.extend(commands)
+            if state is not None:
+                state.last_offset = message.offset
+                states[run_id] = state
+        return result
