@@ -8,13 +8,13 @@ import time
 
 import faust
 from faust.types import EventT
+from stallwatch.streams.batch import BatchApplier, SourceMessage
 
 from stallwatch.contract.commands import encode_command
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.state import RunState
 from stallwatch.kafka_config import ssl_context
 from stallwatch.settings import Settings
-from stallwatch.streams.batch import BatchApplier, SourceMessage
 
 log = logging.getLogger("stallwatch.worker")
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import logging
+import os
 
-from stallwatch.settings import Settings
 from stallwatch.streams.app import build_app
 from stallwatch.streams.topics import ensure_topics
+
+from stallwatch.settings import Settings
 
 
 def main(settings: Settings) -> int:
@@ -17,6 +18,7 @@ def main(settings: Settings) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     asyncio.run(ensure_topics(settings))
     app = build_app(settings)
-    worker = faust.Worker(app, loglevel=os.environ.get("STALLWATCH_LOG_LEVEL", "WARNING"), redirect_stdouts=False)
+    level = os.environ.get("STALLWATCH_LOG_LEVEL", "WARNING")
+    worker = faust.Worker(app, loglevel=level, redirect_stdouts=False)
     worker.execute_from_commandline()
     return 0

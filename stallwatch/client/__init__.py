@@ -1,0 +1,7 @@
+"""The client for agent runtimes: on Kafka, or in-process with the same calls. No Faust here."""
+
+from stallwatch.client.embedded import EmbeddedClient
+from stallwatch.client.kafka import KafkaClient
+from stallwatch.client.run import CallDecision, Client, Run
+
+__all__ = ["CallDecision", "Client", "EmbeddedClient", "KafkaClient", "Run"]

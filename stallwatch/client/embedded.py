@@ -1,0 +1,32 @@
+"""The in-process engine behind the client's interface: one agent, no Kafka."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stallwatch.client.run import Client
+from stallwatch.contract.parse import validate_event
+from stallwatch.engine.admin_policy import AdminPolicy
+from stallwatch.engine.fleet import Fleet
+
+
+class EmbeddedClient(Client):
+    """Same calls as KafkaClient; events are applied at once and verdicts come back at once."""
+
+    verdict_timeout_s = 1.0  # never reached: verdicts are delivered before `propose` waits
+
+    def __init__(self, admin_policy: AdminPolicy | None = None) -> None:
+        super().__init__()
+        self.fleet = Fleet(admin_policy)
+
+    async def __aenter__(self) -> EmbeddedClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def _send(self, event: dict[str, Any]) -> None:
+        run = self.runs.get(event["run_id"])
+        for command in self.fleet.handle(validate_event(event)):
+            if run is not None:
+                run.deliver(command)
