@@ -64,8 +64,7 @@ def build_app(settings: Settings, detector: Detector | None = None) -> faust.App
     deadletters = app.topic(settings.deadletter_topic, key_serializer="raw", value_serializer="raw",
                             partitions=settings.partitions)
     runs = app.Table(
-        "runs", schema=faust.Schema(key_type=bytes, value_type=bytes, key_serializer="raw",
-                                    value_serializer="raw"),
+        "runs", key_type=bytes, value_type=bytes,  # bytes: Faust stores and recovers them raw
         partitions=settings.partitions,
         # Partition by key like the events, not by the batch's last event (batches mix partitions).
         use_partitioner=True,

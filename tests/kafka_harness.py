@@ -1,0 +1,140 @@
+"""Real-broker test harness: the project's local Kafka, worker processes, a log producer and a
+command collector. No mocks: everything here talks to Apache Kafka over TCP."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from stallwatch.contract.commands import encode_command
+from stallwatch.engine.fleet import Fleet, Rejected
+from stallwatch.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOTSTRAP = os.environ.get("STALLWATCH_BOOTSTRAP", "127.0.0.1:9092")
+
+
+def kafka(command: str) -> None:
+    subprocess.run([str(ROOT / "deploy/kafka/kafka.sh"), command], check=True, timeout=600)
+
+
+def fresh_settings(partitions: int = 4) -> Settings:
+    """Settings with a topic prefix of their own, so tests never see each other's data."""
+    return Settings(bootstrap=BOOTSTRAP, topic_prefix=f"t{uuid.uuid4().hex[:10]}",
+                    partitions=partitions)
+
+
+class WorkerProcess:
+    """`stallwatch worker` as a child process, as an operator would run it."""
+
+    _next_port = 16100
+
+    def __init__(self, settings: Settings, name: str = "w") -> None:
+        WorkerProcess._next_port += 1
+        self.settings = settings
+        self.log_path = Path(f"/tmp/stallwatch-{settings.topic_prefix}-{name}.log")
+        env = {**os.environ, "STALLWATCH_BOOTSTRAP": settings.bootstrap,
+               "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
+               "STALLWATCH_PARTITIONS": str(settings.partitions),
+               "STALLWATCH_WEB_PORT": str(WorkerProcess._next_port),
+               "STALLWATCH_METRICS_PORT": str(WorkerProcess._next_port + 1000),
+               "STALLWATCH_LOG_LEVEL": "INFO"}
+        self.metrics_port = WorkerProcess._next_port + 1000
+        self.proc = subprocess.Popen([sys.executable, "-m", "stallwatch.cli", "worker"], env=env,
+                                     stdout=self.log_path.open("wb"), stderr=subprocess.STDOUT)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: no clean shutdown, no flush, no commit."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.alive():
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+async def produce(settings: Settings, lines: list[bytes], keys: list[bytes | None] | None = None,
+                  pause_every: int = 0, pause_s: float = 0.0) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, acks="all", linger_ms=5)
+    await producer.start()
+    try:
+        for i, line in enumerate(lines):
+            key = keys[i] if keys else orjson.loads(line)["run_id"].encode()
+            await producer.send(settings.events_topic, line, key=key)
+            if pause_every and i % pause_every == pause_every - 1:
+                await producer.flush()
+                await asyncio.sleep(pause_s)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+async def collect(settings: Settings, topic: str, until: int, timeout_s: float) -> list[bytes]:
+    """Read a topic from the start until `until` records arrived or the time is up."""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.bootstrap,
+                                auto_offset_reset="earliest", enable_auto_commit=False)
+    await consumer.start()
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(values) < until and time.monotonic() < deadline:
+            batches = await consumer.getmany(timeout_ms=500)
+            for records in batches.values():
+                values.extend(r.value for r in records)
+    finally:
+        await consumer.stop()
+    return values
+
+
+def replay_commands(lines: list[bytes]) -> list[bytes]:
+    """What the embedded engine answers for the same log: the reference for every Kafka test."""
+    out: list[bytes] = []
+    for result in Fleet().replay(lines):
+        if not isinstance(result, Rejected):
+            out.extend(encode_command(c) for c in result)
+    return out
+
+
+def by_run(commands: list[bytes]) -> dict[str, list[bytes]]:
+    """Commands per run, in order, keeping the first copy of each command id; fails when two
+    copies of one id differ (a duplicate must be harmless)."""
+    seen: dict[str, bytes] = {}
+    runs: dict[str, list[bytes]] = defaultdict(list)
+    for raw in commands:
+        command = orjson.loads(raw)
+        first = seen.setdefault(command["command_id"], raw)
+        if first is not raw:
+            assert first == raw, f"two different commands share id {command['command_id']}"
+            continue
+        runs[command["run_id"]].append(raw)
+    return dict(runs)
+
+
+async def wait_until_serving(settings: Settings, timeout_s: float = 90.0) -> None:
+    """Send a probe run until the worker answers: joined the group and recovered its tables."""
+    probe = f"probe-{uuid.uuid4().hex[:8]}"
+    event = {"v": 1, "type": "call_proposed", "event_id": probe, "run_id": probe, "ts": 0.0,
+             "round": 1, "call_id": "c", "tool": "t", "args": None}
+    await produce(settings, [orjson.dumps(event)])
+    got = await collect(settings, settings.commands_topic, 1, timeout_s)
+    assert got, f"no worker answered on {settings.topic_prefix} within {timeout_s} s"
