@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -35,7 +35,8 @@ def events(draw):
     return kind, event
 
 
-@settings(max_examples=3000)
+@settings(max_examples=2000, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(events())
 def test_the_quick_check_accepts_nothing_the_models_reject(case):
     kind, event = case

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stallwatch.contract.commands import encode_command
@@ -26,7 +26,7 @@ def build(run_id: str, mode: str, plan: list) -> RunScript:
     return s
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.sampled_from(["researcher", "chat"]), rounds), min_size=1, max_size=4))
 def test_replaying_the_same_log_twice_gives_identical_commands(runs):
     scripts = [build(f"run-{i}", mode, plan) for i, (mode, plan) in enumerate(runs)]

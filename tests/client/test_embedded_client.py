@@ -1,0 +1,51 @@
+"""The in-process client: the same calls as the Kafka client, answered at once, no broker."""
+
+from __future__ import annotations
+
+from stallwatch.client import EmbeddedClient
+from stallwatch.engine.canonical import fingerprint
+
+DOCS = {"documents": [{"id": "a"}, {"id": "b"}]}
+
+
+async def test_a_rewording_researcher_is_refused_then_stopped():
+    async with EmbeddedClient() as client:
+        run = await client.start_run("r1", "researcher", [{"name": "search"}])
+        decisions = []
+        for i in range(8):
+            await run.start_round()
+            call_id, decision = await run.propose("search", {"q": f"wording {i}"})
+            decisions.append(decision)
+            if decision.allowed:
+                await run.result(call_id, "search", "ok", DOCS)
+            await run.end_round()
+        assert [d.allowed for d in decisions] == [True] * 6 + [False] * 2
+        assert decisions[-1].code == "run_stopped"
+        assert run.stop is not None and run.stop.code == "no_new_facts" and run.stopped.is_set()
+
+
+async def test_only_a_fingerprint_leaves_the_runtime_by_default():
+    sent = []
+    async with EmbeddedClient() as client:
+        original = client._send
+
+        async def spy(event):
+            sent.append(event)
+            await original(event)
+
+        client._send = spy
+        run = await client.start_run("r2", "researcher", [{"name": "search"}])
+        await run.start_round()
+        call_id, _ = await run.propose("search", {"q": "secret"})
+        await run.result(call_id, "search", "ok", {"token": "s3cr3t"})
+    result = sent[-1]
+    assert "result" not in result and result["fingerprint"] == fingerprint({"token": "s3cr3t"})[0]
+    assert b"s3cr3t" not in repr(sent).encode()
+
+
+async def test_the_system_prompt_names_the_thresholds_and_exempt_tools():
+    async with EmbeddedClient() as client:
+        run = await client.start_run("r3", "chat", [{"name": "wait", "repeat_exempt": True}],
+                                     policy={"loop_detect_threshold": 4, "call_budget": 9})
+        text = run.system_prompt()
+    assert "4 times in a row" in text and "At most 9 tool calls" in text and "wait" in text
