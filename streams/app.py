@@ -8,7 +8,8 @@ import time
 
 import faust
 from faust.types import EventT
-from stallwatch.streams.batch import BatchApplier, SourceMessage
+from stallwatch.streams.batch import BatchApplier, BatchResult, SourceMessage
+from stallwatch.streams.metrics import WorkerMetrics
 
 from stallwatch.contract.commands import encode_command
 from stallwatch.engine.detector import Detector
@@ -37,7 +38,7 @@ def credentials(settings: Settings) -> faust.types.auth.CredentialsT | None:
     return None
 
 
-def build_app(settings: Settings, detector: Detector | None = None) -> faust.App:
+def build_app(settings: Settings, metrics: WorkerMetrics, detector: Detector | None = None) -> faust.App:
     """A worker application; `faust.Worker(app).execute_from_commandline()` runs it."""
     app = faust.App(
         f"{settings.topic_prefix}-detector",
@@ -84,6 +85,7 @@ def build_app(settings: Settings, detector: Detector | None = None) -> faust.App
             await process(batch)
 
     async def process(batch: list[EventT]) -> None:
+        started = time.perf_counter()
         messages = [SourceMessage(e.message.key, e.message.value, e.message.partition, e.message.offset)
                     for e in batch]
         result = applier.apply(messages, load)
@@ -95,9 +97,23 @@ def build_app(settings: Settings, detector: Detector | None = None) -> faust.App
             await asyncio.gather(*sends)
         # Only now, with every command acknowledged, may the states reach the changelog: a crash
         # before this point replays the batch and re-sends the same command ids.
+        acked = time.time()
         for run_id, state in result.states.items():
             runs[run_id.encode()] = state.to_bytes()
-        app.stallwatch_batches += 1  # type: ignore[attr-defined]
+        observe(result, acked, len(batch), time.perf_counter() - started)
+
+    def observe(result: BatchResult, acked: float, events: int, seconds: float) -> None:
+        for kind, count in result.events_by_type.items():
+            metrics.events.labels(kind).inc(count)
+        for _, _, reason in result.letters:
+            metrics.dead_letters.labels(reason).inc()
+        metrics.skipped.inc(result.skipped)
+        metrics.count_commands(result.commands)
+        for caused_at in result.caused_at:
+            metrics.decision_latency.observe(max(0.0, acked - caused_at))
+        metrics.batch_seconds.observe(seconds)
+        metrics.batch_events.observe(events)
+        metrics.active_runs.set(len(runs))
 
     @app.timer(60.0)
     async def expire_idle_runs() -> None:
@@ -113,5 +129,4 @@ def build_app(settings: Settings, detector: Detector | None = None) -> faust.App
         if expired:
             log.info("expired %d idle or ended runs", expired)
 
-    app.stallwatch_batches = 0  # type: ignore[attr-defined]
     return app

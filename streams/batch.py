@@ -24,6 +24,7 @@ class SourceMessage:
 @dataclass
 class BatchResult:
     commands: list[Command] = field(default_factory=list)
+    caused_at: list[float] = field(default_factory=list)  # event time of each command's cause
     letters: list[tuple[bytes | None, bytes, str]] = field(default_factory=list)  # key, letter, reason
     states: dict[str, RunState] = field(default_factory=dict)  # every run the batch touched
     events_by_type: dict[str, int] = field(default_factory=dict)
@@ -62,6 +63,7 @@ class BatchApplier:
             result.events_by_type[kind] = result.events_by_type.get(kind, 0) + 1
             state, commands = self.detector.apply(state, event)
             result.commands.extend(commands)
+            result.caused_at.extend([event["ts"]] * len(commands))
             if state is not None:
                 state.last_offset = message.offset
                 states[run_id] = state

@@ -7,6 +7,7 @@ import logging
 import os
 
 from stallwatch.streams.app import build_app
+from stallwatch.streams.metrics import WorkerMetrics
 from stallwatch.streams.topics import ensure_topics
 
 from stallwatch.settings import Settings
@@ -17,7 +18,9 @@ def main(settings: Settings) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     asyncio.run(ensure_topics(settings))
-    app = build_app(settings)
+    metrics = WorkerMetrics()
+    metrics.serve(settings.metrics_port)
+    app = build_app(settings, metrics)
     level = os.environ.get("STALLWATCH_LOG_LEVEL", "WARNING")
     worker = faust.Worker(app, loglevel=level, redirect_stdouts=False)
     worker.execute_from_commandline()

@@ -135,6 +135,16 @@ async def wait_until_serving(settings: Settings, timeout_s: float = 90.0) -> Non
     probe = f"probe-{uuid.uuid4().hex[:8]}"
     event = {"v": 1, "type": "call_proposed", "event_id": probe, "run_id": probe, "ts": 0.0,
              "round": 1, "call_id": "c", "tool": "t", "args": None}
-    await produce(settings, [orjson.dumps(event)])
-    got = await collect(settings, settings.commands_topic, 1, timeout_s)
-    assert got, f"no worker answered on {settings.topic_prefix} within {timeout_s} s"
+    consumer = AIOKafkaConsumer(settings.commands_topic, bootstrap_servers=settings.bootstrap,
+                                auto_offset_reset="earliest", enable_auto_commit=False)
+    await consumer.start()
+    try:
+        await produce(settings, [orjson.dumps(event)])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            batches = await consumer.getmany(timeout_ms=500)
+            if any(r.key == probe.encode() for records in batches.values() for r in records):
+                return
+    finally:
+        await consumer.stop()
+    raise AssertionError(f"no worker answered on {settings.topic_prefix} within {timeout_s} s")

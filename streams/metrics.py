@@ -1,0 +1,67 @@
+"""The worker's Prometheus metrics: base units, no per-run labels (run ids would explode
+cardinality)."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
+
+from stallwatch.contract.commands import Command
+
+# Seconds: a batch is a few milliseconds of work; decisions take milliseconds to seconds.
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_STREAK_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 40)
+
+
+class WorkerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.events = Counter("stallwatch_events_consumed_total", "Events applied, by type",
+                              ["type"], registry=r)
+        self.skipped = Counter("stallwatch_events_skipped_total",
+                               "Events at or below a run's last applied offset (reprocessing after a crash)",
+                               registry=r)
+        self.dead_letters = Counter("stallwatch_dead_letters_total", "Dead letters, by reason",
+                                    ["reason"], registry=r)
+        self.verdicts = Counter("stallwatch_verdicts_total", "Verdicts, by decision and code",
+                                ["decision", "code"], registry=r)
+        self.stops = Counter("stallwatch_stops_total", "Stops, by code", ["code"], registry=r)
+        self.streak_at_stop = Histogram("stallwatch_streak_length_at_stop",
+                                        "The counter that fired, at the stop", ["code"],
+                                        buckets=_STREAK_BUCKETS, registry=r)
+        self.active_runs = Gauge("stallwatch_active_runs", "Runs held in this worker's tables",
+                                 registry=r)
+        self.batch_seconds = Histogram("stallwatch_batch_processing_seconds",
+                                       "Wall time to apply a batch, produce its commands and write "
+                                       "its states", buckets=_LATENCY_BUCKETS, registry=r)
+        self.batch_events = Histogram("stallwatch_batch_events", "Events per batch",
+                                      buckets=(1, 5, 10, 50, 100, 250, 500), registry=r)
+        self.decision_latency = Histogram("stallwatch_decision_latency_seconds",
+                                          "Event time (`ts`) to its command produced and acked",
+                                          buckets=_LATENCY_BUCKETS, registry=r)
+        self.build = Info("stallwatch_build", "Version of the running worker", registry=r)
+        try:
+            self.build.info({"version": version("stallwatch")})
+        except PackageNotFoundError:
+            self.build.info({"version": "unknown"})
+
+    def serve(self, port: int) -> None:
+        start_http_server(port, registry=self.registry)
+
+    def count_commands(self, commands: list[Command]) -> None:
+        for command in commands:
+            if command.type == "verdict":
+                self.verdicts.labels(command.decision, command.code or "none").inc()
+            else:
+                self.stops.labels(command.code).inc()
+                fired = command.detail.get(_FIRED_COUNTER[command.code])
+                if fired is not None:
+                    self.streak_at_stop.labels(command.code).observe(fired)
+
+
+# The counter in a stop's detail that reached its threshold, per stop code.
+_FIRED_COUNTER = {"no_new_facts": "already_seen_streak", "all_refused": "all_refused_streak",
+                  "tool_failures": "consecutive_failures", "round_limit": "round",
+                  "call_budget": "executed_calls", "time_limit": "elapsed_s"}

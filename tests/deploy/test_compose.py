@@ -1,0 +1,42 @@
+"""docker-compose.yml cannot run here (no Docker engine), so it is checked as a file."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import yaml
+
+from stallwatch.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def compose() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def test_the_stack_has_the_official_kafka_image_workers_prometheus_and_grafana():
+    services = compose()["services"]
+    assert set(services) == {"kafka", "worker", "prometheus", "grafana"}
+    assert services["kafka"]["image"].startswith("apache/kafka:4.")
+    assert services["worker"]["command"] == ["stallwatch", "worker"]
+    assert services["worker"]["deploy"]["replicas"] >= 2
+
+
+def test_worker_settings_are_ones_the_worker_reads():
+    known = {f"STALLWATCH_{f.name.upper()}" for f in dataclasses.fields(Settings)}
+    env = compose()["services"]["worker"]["environment"]
+    assert set(env) <= known, set(env) - known
+    assert env["STALLWATCH_BOOTSTRAP"].split(":")[0] == "kafka"
+
+
+def test_mounted_files_and_the_build_context_exist():
+    services = compose()["services"]
+    for service in services.values():
+        for volume in service.get("volumes", []):
+            assert (ROOT / volume.split(":")[0]).exists(), volume
+    assert (ROOT / "Dockerfile").exists()
+    port = compose()["services"]["worker"]["environment"]["STALLWATCH_METRICS_PORT"]
+    scrape = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
+    assert scrape["scrape_configs"][0]["dns_sd_configs"][0]["port"] == int(port)
