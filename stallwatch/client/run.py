@@ -9,10 +9,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from stallwatch.contract.commands import Command, Stop, Verdict
+from stallwatch.contract.commands import Command, Nudge, Stop, Verdict
 from stallwatch.contract.events import Policy
 from stallwatch.engine import words
-from stallwatch.engine.canonical import fingerprint
+from stallwatch.engine.canonical import (
+    fact_fingerprints,
+    fingerprint,
+    parse_json_text,
+    split_paths,
+    without_volatile,
+)
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -30,14 +36,16 @@ class CallDecision:
 class Run:
     """One agent run. Make one with a client's `start_run`; use it from one asyncio task."""
 
-    def __init__(self, run_id: str, mode: str, policy: Policy, exempt_tools: list[str], send: Send,
+    def __init__(self, run_id: str, mode: str, policy: Policy, tools: list[dict[str, Any]], send: Send,
                  verdict_timeout_s: float) -> None:
         self.run_id = run_id
         self.mode = mode
         self.policy = policy
-        self.exempt_tools = exempt_tools
+        self.exempt_tools = [t["name"] for t in tools if t.get("repeat_exempt")]
+        self._declared = {t["name"]: t for t in tools if t.get("volatile_fields") or t.get("facts")}
         self.round = 0
         self.stop: Stop | None = None
+        self.nudges: list[Nudge] = []  # words for the model before a stop: pass them on
         self.stopped = asyncio.Event()
         self._send = send
         self._timeout = verdict_timeout_s
@@ -80,9 +88,19 @@ class Run:
             await self._event("call_result", round=self.round, call_id=call_id, tool=tool,
                               status=status, result=result)
             return
+        fields: dict[str, Any] = {}
+        spec = self._declared.get(tool)
+        if spec is not None:  # the tool's declarations apply before hashing, as in the engine
+            volatile = spec.get("volatile_fields") or []
+            facts = spec.get("facts")
+            if facts:
+                found = fact_fingerprints(tool, result, facts["path"], facts.get("key"), volatile)
+                if found is not None:
+                    fields["fact_fingerprints"] = found
+            result = without_volatile(parse_json_text(result), split_paths(volatile))
         digest, empty = fingerprint(result)
         await self._event("call_result", round=self.round, call_id=call_id, tool=tool,
-                          status=status, fingerprint=digest, empty=empty)
+                          status=status, fingerprint=digest, empty=empty, **fields)
 
     async def end(self, reason: str | None = None) -> None:
         await self._event("run_ended", reason=reason)
@@ -96,6 +114,8 @@ class Run:
             future = self._pending.get(command.call_id)
             if future is not None and not future.done():
                 future.set_result(command)
+        elif command.type == "nudge":
+            self.nudges.append(command)
         elif self.stop is None:
             self.stop = command
             self.stopped.set()
@@ -118,8 +138,7 @@ class Client:
                         parent_run_id: str | None = None, tenant: str | None = None) -> Run:
         """Publish run_started and return the run's handle. `tools` as in the contract."""
         tools = tools or []
-        run = Run(run_id, mode, Policy.model_validate(policy or {}),
-                  [t["name"] for t in tools if t.get("repeat_exempt")], self._send,
+        run = Run(run_id, mode, Policy.model_validate(policy or {}), tools, self._send,
                   self.verdict_timeout_s)
         self.runs[run_id] = run
         await self._prepare(run_id)

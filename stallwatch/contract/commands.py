@@ -13,7 +13,9 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-RefusalCode = Literal["duplicate_call", "repeated_call", "run_stopped", "budget_exhausted"]
+RefusalCode = Literal[
+    "duplicate_call", "repeated_call", "repeated_cycle", "run_stopped", "budget_exhausted"
+]
 StopCode = Literal[
     "no_new_facts", "all_refused", "tool_failures", "round_limit", "call_budget", "time_limit"
 ]
@@ -52,9 +54,23 @@ class Stop:
     detail: dict[str, Any]
 
 
-Command = Verdict | Stop
+@dataclass(kw_only=True)
+class Nudge:
+    """A word to the model before a stop: nothing new for a while. Changes no counter."""
+
+    v: Literal[1] = 1
+    type: Literal["nudge"] = "nudge"
+    command_id: str
+    run_id: str
+    caused_by: str
+    round: int
+    reason: str
+    detail: dict[str, Any]
+
+
+Command = Verdict | Stop | Nudge
 COMMAND_ADAPTER: TypeAdapter[Command] = TypeAdapter(
-    Annotated[Verdict | Stop, Field(discriminator="type")])
+    Annotated[Verdict | Stop | Nudge, Field(discriminator="type")])
 
 
 def encode_command(command: Command) -> bytes:

@@ -18,6 +18,15 @@ PositiveInt = Annotated[int, Field(ge=1)]
 Round = Annotated[int, Field(ge=0)]
 
 
+class FactsSpec(BaseModel):
+    """Where a tool's result lists its facts: the items of the list at `path`, identified by
+    the value at `key` inside each item (or, without `key`, by the item's own fingerprint)."""
+
+    model_config = _STRICT
+    path: str
+    key: str | None = None
+
+
 class ToolSpec(BaseModel):
     """A tool the run may call, with the declarations that change how its calls are judged."""
 
@@ -25,6 +34,10 @@ class ToolSpec(BaseModel):
     name: str
     repeat_exempt: bool = False
     requires_approval: bool = False
+    # Dotted paths into the result whose values change on every call (`took_ms`,
+    # `items.*.score`; `*` matches any key or list index); removed before comparison.
+    volatile_fields: list[str] = []
+    facts: FactsSpec | None = None
 
 
 class Policy(BaseModel):
@@ -37,6 +50,11 @@ class Policy(BaseModel):
     call_budget: PositiveInt | None = None
     overloaded_exempt_max: Annotated[int, Field(ge=0)] = 3
     time_limit_s: Annotated[float, Field(gt=0)] | None = None
+    # Researcher mode: a `nudge` command when the already-seen streak reaches this; null: never.
+    nudge_at: PositiveInt | None = 3
+    # Chat mode: refuse a call continuing a cycle of 2 to 4 calls (same arguments, same
+    # results) repeated this many times in a row; null: off.
+    cycle_threshold: Annotated[int, Field(ge=2)] | None = None
 
 
 class _Event(BaseModel):
@@ -86,6 +104,9 @@ class CallResult(_Event):
     result: Any = None
     fingerprint: str | None = None
     empty: bool | None = None
+    # With `fingerprint`, for a tool that declares `facts`: each item's identity, hashed by the
+    # runtime with the same function (stallwatch.engine.canonical.fact_fingerprints).
+    fact_fingerprints: list[str] | None = None
 
     @model_validator(mode="after")
     def _fingerprint_comes_with_empty(self) -> CallResult:

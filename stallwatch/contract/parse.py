@@ -89,7 +89,7 @@ def _conforms(d: dict[str, Any], kind: str) -> bool:
         return True
     if kind == "call_result":
         status, fingerprint, empty = d.get("status"), d.get("fingerprint"), d.get("empty")
-        return (type(status) is str and status in _STATUSES
+        return ("fact_fingerprints" not in d and type(status) is str and status in _STATUSES
                 and (empty is None or type(empty) is bool)
                 and (fingerprint is None or (type(fingerprint) is str and empty is not None)))
     return False  # run_started

@@ -89,3 +89,80 @@ def _is_empty(value: Any) -> bool:
         elif item:  # non-empty strings, non-zero numbers, true; None is falsy
             return False
     return True
+
+
+def without_volatile(value: Any, paths: tuple[tuple[str, ...], ...]) -> Any:
+    """The value with every field a volatile path matches removed; the input is not changed.
+
+    A path is split on dots; a `*` segment matches any key or list index. A path that matches
+    nothing changes nothing.
+    """
+    for path in paths:
+        value = _remove(value, path)
+    return value
+
+
+def _remove(value: Any, path: tuple[str, ...]) -> Any:
+    head, rest = path[0], path[1:]
+    if type(value) is dict:
+        keys = list(value) if head == "*" else [head] if head in value else []
+        if not keys:
+            return value
+        copy = dict(value)
+        for key in keys:
+            if rest:
+                copy[key] = _remove(copy[key], rest)
+            else:
+                del copy[key]
+        return copy
+    if type(value) is list:
+        if head == "*":
+            indexes = range(len(value))
+        elif head.isdigit() and int(head) < len(value):
+            indexes = range(int(head), int(head) + 1)
+        else:
+            return value
+        if not rest:
+            return [item for i, item in enumerate(value) if i not in indexes]
+        copy = list(value)
+        for i in indexes:
+            copy[i] = _remove(copy[i], rest)
+        return copy
+    return value
+
+
+def split_paths(paths: list[str]) -> tuple[tuple[str, ...], ...]:
+    return tuple(tuple(p.split(".")) for p in paths if p)
+
+
+def fact_items(value: Any, path: str) -> list | None:
+    """The list at a dotted path (no wildcards), or None when the path is missing or no list."""
+    for segment in path.split(".") if path else ():
+        if type(value) is dict and segment in value:
+            value = value[segment]
+        elif type(value) is list and segment.isdigit() and int(segment) < len(value):
+            value = value[int(segment)]
+        else:
+            return None
+    return value if type(value) is list else None
+
+
+def fact_digests(tool: str, items: list, key: str | None) -> list[bytes]:
+    """One digest per item: its identity (the value at `key`, else the whole item) under the
+    tool's name, so equal ids from two tools are two facts."""
+    prefix = b"fact\x00" + tool.encode() + b"\x00"
+    out = []
+    for item in items:
+        identity = item[key] if key is not None and type(item) is dict and key in item else item
+        out.append(xxh3_128_digest(prefix + canonical_bytes(identity)))
+    return out
+
+
+def fact_fingerprints(tool: str, result: Any, path: str, key: str | None,
+                      volatile: list[str] = ()) -> list[str] | None:
+    """What a runtime sends as `fact_fingerprints` for a tool that declares `facts`; None when
+    the result has no list at `path` (the whole-result fingerprint then decides)."""
+    if type(result) is str:
+        result = parse_json_text(result)
+    items = fact_items(without_volatile(result, split_paths(list(volatile))), path)
+    return None if items is None else [d.hex() for d in fact_digests(tool, items, key)]

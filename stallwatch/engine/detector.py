@@ -10,11 +10,21 @@ from typing import Any
 
 from xxhash import xxh3_64_intdigest, xxh3_128_digest, xxh3_128_hexdigest
 
-from stallwatch.contract.commands import Command, Stop, Verdict
+from stallwatch.contract.commands import Command, Nudge, Stop, Verdict
 from stallwatch.contract.events import Policy
 from stallwatch.engine import words
 from stallwatch.engine.admin_policy import AdminPolicy
-from stallwatch.engine.canonical import DIGEST_SIZE, call_signature, fact_digest
+from stallwatch.engine.canonical import (
+    DIGEST_SIZE,
+    call_signature,
+    canonical_bytes,
+    fact_digest,
+    fact_digests,
+    fact_items,
+    parse_json_text,
+    split_paths,
+    without_volatile,
+)
 from stallwatch.engine.state import RunState
 
 Event = dict[str, Any]
@@ -23,6 +33,8 @@ Event = dict[str, Any]
 _END_TURN_CODES = frozenset({"time_limit"})
 _FAILED = frozenset({"error", "overloaded"})
 _DEFAULT_POLICY = Policy().model_dump()
+# Chat cycles of 2 to 4 calls; the history keeps enough for the longest at its threshold.
+_CYCLE_LENGTHS = (2, 3, 4)
 
 
 class Detector:
@@ -76,6 +88,8 @@ class Detector:
             mode=event["mode"], started_ts=event["ts"], last_ts=event["ts"], **policy,
             exempt_tools=[t["name"] for t in tools if t.get("repeat_exempt")],
             approval_tools=[t["name"] for t in tools if t.get("requires_approval")],
+            tool_specs={t["name"]: {"volatile": t.get("volatile_fields") or [], "facts": t.get("facts")}
+                        for t in tools if t.get("volatile_fields") or t.get("facts")},
         )
         state.event_ids.add(xxh3_64_intdigest(event["event_id"].encode()))
         return state
@@ -125,7 +139,14 @@ class Detector:
         elif state.mode == "chat" and self._repeated_call(state, signature, exempt):
             self._refuse(state, event, tool, "repeated_call", words.repeated_call(tool, state.repeat_count),
                          out)
+        elif state.cycle_threshold is not None and state.mode == "chat" \
+                and (cycle := self._repeated_cycle(state, signature, exempt)):
+            self._remember_call(state, event, signature)
+            self._refuse(state, event, tool, "repeated_cycle",
+                         words.repeated_cycle(cycle, state.cycle_threshold), out)
         else:
+            if state.cycle_threshold is not None and state.mode == "chat":
+                self._remember_call(state, event, signature)
             if signature is not None and state.mode == "researcher":
                 state.signatures.add(signature)
             state.round_allowed += 1
@@ -151,6 +172,45 @@ class Detector:
             state.repeat_count = 1
         return not exempt and state.repeat_count >= state.loop_detect_threshold
 
+    def _repeated_cycle(self, state: RunState, signature: bytes | None, exempt: bool) -> list[str]:
+        """Chat, with `cycle_threshold`: the same 2 to 4 calls with the same results, again and
+        again. Returns the cycle's tools when this call would go round once more."""
+        if exempt or signature is None:
+            return []
+        history, times = state.chat_history, state.cycle_threshold
+        for length in _CYCLE_LENGTHS:
+            window = history[-length * times:]
+            if len(window) < length * times or window[0][0] != signature.hex():
+                continue
+            block = window[:length]
+            if len({entry[0] for entry in block}) < 2:
+                continue  # one call repeated: the back-to-back rule's case
+            if all(entry[1] is not None and entry[:2] == block[i % length][:2]
+                   for i, entry in enumerate(window)):
+                return [entry[3] for entry in block]
+        return []
+
+    def _remember_call(self, state: RunState, event: Event, signature: bytes | None) -> None:
+        state.chat_history.append([signature.hex() if signature else None, None, event["call_id"],
+                                   event["tool"]])
+        del state.chat_history[:-max(_CYCLE_LENGTHS) * (state.cycle_threshold + 1)]
+
+    def _remember_result(self, state: RunState, event: Event) -> None:
+        """Chat cycles compare results too: a poll whose answer changes is never a cycle."""
+        for entry in reversed(state.chat_history):
+            if entry[2] == event["call_id"]:
+                if "result" in event:
+                    try:
+                        content = canonical_bytes(parse_json_text(event["result"]))
+                    except ValueError:
+                        return
+                elif event.get("fingerprint") is not None:
+                    content = event["fingerprint"].encode()
+                else:
+                    return  # no content: unknown, so never part of a cycle
+                entry[1] = xxh3_128_hexdigest(event["status"].encode() + b"\x00" + content)
+                return
+
     # -- results ----------------------------------------------------------------------------
 
     def _on_result(self, state: RunState, event: Event, out: list[Command]) -> None:
@@ -162,6 +222,8 @@ class Detector:
             state.overloaded_exempted += 1
             state.executed_calls -= 1
             state.round_exempt_overloaded = True
+        if state.cycle_threshold is not None and state.mode == "chat":
+            self._remember_result(state, event)
         if state.mode == "researcher":
             current = event["round"] == state.round and state.round_open
             if current:
@@ -171,6 +233,7 @@ class Detector:
                     state.round_new_fact = True
                 else:  # a late result that is new is progress all the same
                     state.already_seen_streak = 0
+                    state.nudged = False
         if status in _FAILED:
             self._tool_failures(state, event, event["tool"], failed=True, out=out)
         elif state.failures:
@@ -181,6 +244,8 @@ class Detector:
         tool = event["tool"]
         if self._requires_approval(state, tool) or self._repeat_exempt(state, tool):
             return True
+        if state.tool_specs and tool in state.tool_specs:
+            return self._new_by_declaration(state, event, state.tool_specs[tool])
         if "result" in event:
             try:
                 digest = fact_digest(event["result"])
@@ -198,6 +263,41 @@ class Detector:
             return False
         state.fingerprints.add(digest)
         return True
+
+    def _new_by_declaration(self, state: RunState, event: Event, spec: dict) -> bool:
+        """Rule 3 for a tool that declares volatile fields or item-level facts."""
+        tool, facts = event["tool"], spec["facts"]
+        digests: list[bytes] | None = None
+        if "result" in event:
+            result = parse_json_text(event["result"])
+            if spec["volatile"]:
+                result = without_volatile(result, split_paths(spec["volatile"]))
+            items = fact_items(result, facts["path"]) if facts else None
+            try:
+                if items is not None:
+                    if not items:
+                        return True  # an empty list is an empty result
+                    digests = fact_digests(tool, items, facts.get("key"))
+                else:
+                    digest = fact_digest(result)
+                    if digest is None:
+                        return True
+                    digests = [digest]
+            except ValueError:
+                return True
+        elif event.get("fingerprint") is not None:
+            if event["empty"]:
+                return True
+            given = event.get("fact_fingerprints") if facts else None
+            digests = [_fingerprint_digest(f) for f in (given or [event["fingerprint"]])]
+        if not digests:
+            return True  # no content and no fingerprint
+        new = False
+        for digest in digests:
+            if digest not in state.fingerprints:
+                state.fingerprints.add(digest)
+                new = True
+        return new
 
     def _requires_approval(self, state: RunState, tool: str) -> bool:
         return tool in state.approval_tools or self.admin_policy.requires_approval(tool)
@@ -225,10 +325,19 @@ class Detector:
         missing_results = state.round_results < state.round_allowed
         if state.round_new_fact or missing_results:  # a call with no result counts as new
             state.already_seen_streak = 0
+            state.nudged = False
             return
         state.already_seen_streak += 1
         if state.already_seen_streak >= state.no_progress_threshold:
             self._stop(state, event, "no_new_facts", self._streaks(state), out)
+        elif state.nudge_at is not None and state.already_seen_streak >= state.nudge_at \
+                and not state.nudged:
+            state.nudged = True
+            out.append(Nudge(command_id=_command_id(event, len(out)), run_id=event["run_id"],
+                             caused_by=event["event_id"], round=state.round,
+                             reason=words.nudge(state.already_seen_streak),
+                             detail={"already_seen_streak": state.already_seen_streak,
+                                     "nudge_at": state.nudge_at}))
 
     def _all_refused(self, state: RunState, event: Event, out: list[Command]) -> None:
         """Rule 4: rounds in which every proposed call was refused."""

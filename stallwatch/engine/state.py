@@ -24,8 +24,12 @@ class RunState:
     call_budget: int | None = None
     overloaded_exempt_max: int = 3
     time_limit_s: float | None = None
+    nudge_at: int | None = 3
+    cycle_threshold: int | None = None
     exempt_tools: list[str] = field(default_factory=list)
     approval_tools: list[str] = field(default_factory=list)
+    # Tools that declare volatile fields or facts: name -> {"volatile": [...], "facts": {...}}.
+    tool_specs: dict[str, dict] = field(default_factory=dict)
     # The open round.
     round: int = 0
     round_open: bool = False
@@ -36,6 +40,7 @@ class RunState:
     round_exempt_overloaded: bool = False
     # Streaks and counts over the run.
     already_seen_streak: int = 0
+    nudged: bool = False  # a nudge went out during the current already-seen streak
     all_refused_streak: int = 0
     executed_calls: int = 0
     overloaded_exempted: int = 0
@@ -43,6 +48,9 @@ class RunState:
     failures: dict[str, int] = field(default_factory=dict)  # tool -> consecutive failures
     last_signature: bytes | None = None  # chat: the call just before
     repeat_count: int = 0  # chat: how many in a row with last_signature
+    # chat, with cycle_threshold: recent calls as [signature hex, result digest hex or None,
+    # call id, tool], bounded to the longest cycle times the threshold.
+    chat_history: list[list] = field(default_factory=list)
     signatures: set[bytes] = field(default_factory=set)  # researcher: calls allowed to run
     fingerprints: set[bytes] = field(default_factory=set)  # researcher: results seen
     event_ids: set[int] = field(default_factory=set)  # 64-bit digests, to ignore redeliveries
@@ -85,3 +93,5 @@ class RunState:
         self.failures = {}
         self.exempt_tools = []
         self.approval_tools = []
+        self.tool_specs = {}
+        self.chat_history = []

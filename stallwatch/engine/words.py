@@ -20,6 +20,18 @@ def repeated_call(tool: str, times: int) -> str:
             "something else, use a different tool or different arguments.")
 
 
+def repeated_cycle(tools: list[str], times: int) -> str:
+    cycle = " -> ".join(f"`{t}`" for t in tools)
+    return (f"Refused: the same cycle of calls ({cycle}) has come back with the same results "
+            f"{times} times in a row. Going round again will not change them: use what you have, "
+            "or do something different.")
+
+
+def nudge(streak: int) -> str:
+    return (f"Nothing new has come back for {streak} rounds: every result was one you had seen. "
+            "Change the approach, or answer from what you have.")
+
+
 def budget_exhausted(budget: int) -> str:
     return (f"Refused: the run's budget of {budget} tool calls is used up. No more tools will "
             "run; answer from what you have gathered.")

@@ -68,3 +68,15 @@ def test_replaying_the_same_log_twice_gives_identical_commands():
     loop, paging = looping_and_paging_log()
     log = b"\n".join(interleave(loop, paging)) + b"\n"
     assert replay(log, "-").stdout == replay(log, "-").stdout
+
+
+def test_replay_applies_tool_declarations_and_writes_nudges():
+    tool = {"name": "search", "facts": {"path": "items", "key": "id"}, "volatile_fields": ["took_ms"]}
+    s = RunScript("declared", tools=[tool])
+    for i in range(8):
+        items = [{"id": "a", "score": i}, {"id": "b", "score": -i}][:: 1 if i % 2 else -1]
+        s.round_of(("search", {"q": f"wording {i}"}, {"took_ms": i, "items": items}))
+    done = replay(b"\n".join(s.lines()) + b"\n", "-")
+    commands = [orjson.loads(x) for x in done.stdout.splitlines()]
+    assert [(c["type"], c["round"]) for c in commands if c["type"] != "verdict"] == [
+        ("nudge", 4), ("stop", 6)]
