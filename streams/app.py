@@ -95,8 +95,12 @@ def build_app(settings: Settings, metrics: WorkerMetrics, detector: Detector | N
         async for batch in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
             try:
                 await process(batch)
-            except BaseException:
-                cache.clear()  # states were changed in place; the table has the last good ones
+            except Exception as exc:
+                # Fail fast: a restarted agent would go on after the lost batch, while a crashed
+                # worker restarts from the committed offsets, which the state offsets make exact.
+                cache.clear()
+                log.exception("batch failed; stopping the worker")
+                await app.crash(exc)
                 raise
 
     async def process(batch: list[EventT]) -> None:

@@ -28,6 +28,7 @@ class WorkerMetrics:
         self.verdicts = Counter("stallwatch_verdicts_total", "Verdicts, by decision and code",
                                 ["decision", "code"], registry=r)
         self.stops = Counter("stallwatch_stops_total", "Stops, by code", ["code"], registry=r)
+        self.nudges = Counter("stallwatch_nudges_total", "Nudges sent before a stop", registry=r)
         self.streak_at_stop = Histogram("stallwatch_streak_length_at_stop",
                                         "The counter that fired, at the stop", ["code"],
                                         buckets=_STREAK_BUCKETS, registry=r)
@@ -54,6 +55,8 @@ class WorkerMetrics:
         for command in commands:
             if command.type == "verdict":
                 self.verdicts.labels(command.decision, command.code or "none").inc()
+            elif command.type == "nudge":
+                self.nudges.inc()
             else:
                 self.stops.labels(command.code).inc()
                 fired = command.detail.get(_FIRED_COUNTER[command.code])

@@ -90,17 +90,21 @@ async def produce(settings: Settings, lines: list[bytes], keys: list[bytes | Non
 
 
 async def collect(settings: Settings, topic: str, until: int, timeout_s: float) -> list[bytes]:
-    """Read a topic from the start until `until` records arrived or the time is up."""
+    """Read a topic from the start until `until` distinct records arrived (commands count once
+    per command id, since a crash may send one twice) or the time is up."""
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.bootstrap,
                                 auto_offset_reset="earliest", enable_auto_commit=False)
     await consumer.start()
     values: list[bytes] = []
+    distinct: set = set()
     deadline = time.monotonic() + timeout_s
     try:
-        while len(values) < until and time.monotonic() < deadline:
+        while len(distinct) < until and time.monotonic() < deadline:
             batches = await consumer.getmany(timeout_ms=500)
             for records in batches.values():
-                values.extend(r.value for r in records)
+                for r in records:
+                    values.append(r.value)
+                    distinct.add(orjson.loads(r.value).get("command_id") or (r.partition, r.offset))
     finally:
         await consumer.stop()
     return values
