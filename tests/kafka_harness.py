@@ -69,6 +69,15 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
 
+    async def ready(self, timeout_s: float = 60.0) -> None:
+        """Wait until the worker says it is ready: joined the group, tables recovered."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if "[^Worker]: Ready" in self.log_path.read_text(errors="replace"):
+                return
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"worker not ready after {timeout_s} s:\n{self.log_tail()}")
+
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 

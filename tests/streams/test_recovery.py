@@ -32,7 +32,7 @@ async def test_a_worker_killed_mid_stream_is_replaced_and_no_command_is_lost_or_
     try:
         await wait_until_serving(settings)
         second = WorkerProcess(settings, "second")
-        await asyncio.sleep(8)  # let the group rebalance the partitions over both workers
+        await second.ready()  # the group has rebalanced the partitions over both workers
         log = interleave(mixed_fleet(240))
         expected = replay_commands(log)
         producing = asyncio.create_task(produce(settings, log, pause_every=400, pause_s=0.1))
