@@ -50,7 +50,8 @@ def build_app(settings: Settings, metrics: WorkerMetrics, detector: Detector | N
         table_standby_replicas=0,
         consumer_auto_offset_reset="earliest",
         # Short sessions: a dead worker's partitions move to a live one in seconds, not ~45 s.
-        broker_session_timeout=10.0,
+        # 6 s is the broker's default group.min.session.timeout.ms.
+        broker_session_timeout=6.0,
         broker_heartbeat_interval=2.0,
         broker_commit_interval=1.0,
         producer_acks=-1,
@@ -66,7 +67,10 @@ def build_app(settings: Settings, metrics: WorkerMetrics, detector: Detector | N
         # Partition by key like the events, not by the batch's last event (batches mix partitions).
         use_partitioner=True,
         # Compacted only: retention must never delete a run's latest state (faust #651, #597).
-        extra_topic_configs={"cleanup.policy": "compact"},
+        # Short segments and an eager cleaner keep the changelog near one record per run, so a
+        # recovering worker reads little more than the live states.
+        extra_topic_configs={"cleanup.policy": "compact", "segment.ms": "600000",
+                             "min.cleanable.dirty.ratio": "0.1"},
     )
     applier = BatchApplier(detector or Detector(settings.admin_policy()), settings.events_topic)
 
