@@ -25,13 +25,18 @@ kafka-down:
 lint: setup
 	$(BIN)/ruff check .
 
-# The main job: a local broker, a worker, and a simulated fleet driven through them.
-run: setup kafka-up
-	$(BIN)/stallwatch demo
+# Runs a command with the local broker up; stops the broker afterwards only if it started it.
+with_kafka = if deploy/kafka/kafka.sh status >/dev/null 2>&1; then started=0; else started=1; \
+	deploy/kafka/kafka.sh up || exit 1; fi; $(1); rc=$$?; \
+	if [ $$started = 1 ]; then deploy/kafka/kafka.sh down; fi; exit $$rc
 
-test: setup kafka-up
+# The main job: a local broker, a worker, and a simulated fleet driven through them.
+run: setup
+	@$(call with_kafka,$(BIN)/stallwatch demo)
+
+test: setup
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q
+	@$(call with_kafka,$(BIN)/pytest -q)
 
 bench: setup kafka-up
 	$(BIN)/python benchmarks/replay_bench.py

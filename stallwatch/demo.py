@@ -50,6 +50,7 @@ async def call(out: Outcome, tool: str, args: dict, result: object) -> bool:
 
 
 async def rounds(out: Outcome, count: int, body) -> None:
+    seen_nudges = 0
     for i in range(count):
         if out.run.stop is not None:
             break
@@ -57,6 +58,9 @@ async def rounds(out: Outcome, count: int, body) -> None:
         await body(i)
         await out.run.end_round()
         await asyncio.sleep(0.05)  # the model "thinks"; the stop has time to arrive
+        for nudge in out.run.nudges[seen_nudges:]:
+            say(out.run, f"NUDGE  {nudge.reason}")
+        seen_nudges = len(out.run.nudges)
     if out.run.stop is None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(out.run.stopped.wait(), 1.0)
