@@ -38,8 +38,10 @@ test: setup
 	$(BIN)/ruff check .
 	@$(call with_kafka,$(BIN)/pytest -q)
 
-bench: setup kafka-up
+# Replay against parse-only (no broker), then the worker against a bare echo on the broker.
+bench: setup
 	$(BIN)/python benchmarks/replay_bench.py
+	@$(call with_kafka,$(BIN)/python benchmarks/kafka_bench.py)
 
 schemas: setup
 	$(BIN)/stallwatch schemas --write schemas/
