@@ -23,31 +23,32 @@ StopAction = Literal["answer_without_tools", "end_turn"]
 
 
 @dataclass(kw_only=True)
-class Verdict:
-    """The answer to one `call_proposed`: run it or not, and words for the model."""
+class _Command:
+    """What every command carries: the contract version, its id, its run, its cause."""
 
     v: Literal[1] = 1
-    type: Literal["verdict"] = "verdict"
-    command_id: str
+    command_id: str  # derived from the causing event: a command sent twice has the same id
     run_id: str
-    caused_by: str
-    call_id: str
+    caused_by: str  # the event_id of the event that caused it
     round: int
+
+
+@dataclass(kw_only=True)
+class Verdict(_Command):
+    """The answer to one `call_proposed`: run it or not, and words for the model."""
+
+    type: Literal["verdict"] = "verdict"
+    call_id: str
     decision: Literal["allow", "refuse"]
     code: RefusalCode | None
     reason: str
 
 
 @dataclass(kw_only=True)
-class Stop:
+class Stop(_Command):
     """The end of a run's tool use; at most one per run."""
 
-    v: Literal[1] = 1
     type: Literal["stop"] = "stop"
-    command_id: str
-    run_id: str
-    caused_by: str
-    round: int
     code: StopCode
     action: StopAction
     reason: str
@@ -55,15 +56,10 @@ class Stop:
 
 
 @dataclass(kw_only=True)
-class Nudge:
+class Nudge(_Command):
     """A word to the model before a stop: nothing new for a while. Changes no counter."""
 
-    v: Literal[1] = 1
     type: Literal["nudge"] = "nudge"
-    command_id: str
-    run_id: str
-    caused_by: str
-    round: int
     reason: str
     detail: dict[str, Any]
 
