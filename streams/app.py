@@ -28,6 +28,13 @@ BATCH_WITHIN_S = 0.002
 ENDED_RETENTION_S = 600.0
 
 
+def is_expired(state: RunState, now: float, idle_timeout_s: float) -> bool:
+    """An ended run's tombstone after ENDED_RETENTION_S, any other run after the idle timeout,
+    both counted from its last event's time."""
+    limit = ENDED_RETENTION_S if state.ended else idle_timeout_s
+    return now - state.last_ts > limit
+
+
 def credentials(settings: Settings) -> faust.types.auth.CredentialsT | None:
     context = ssl_context(settings)
     if settings.sasl_mechanism:
@@ -145,10 +152,11 @@ def build_app(settings: Settings, metrics: WorkerMetrics, detector: Detector | N
         """Drop abandoned runs after the idle timeout and ended runs' tombstones sooner."""
         now = time.time()
         expired = 0
-        for key, raw in list(runs.items()):
-            state = RunState.from_bytes(raw)
-            limit = ENDED_RETENTION_S if state.ended else settings.idle_timeout_s
-            if now - state.last_ts > limit:
+        for n, (key, raw) in enumerate(list(runs.items())):
+            if n % 1000 == 999:
+                await asyncio.sleep(0)  # a big table must not hold up the events for long
+            state = cache.get(key.decode()) or RunState.from_bytes(raw)
+            if is_expired(state, now, settings.idle_timeout_s):
                 del runs[key]
                 cache.pop(key.decode(), None)
                 expired += 1

@@ -25,6 +25,11 @@ class EmbeddedClient(Client):
     async def __aexit__(self, *exc: object) -> None:
         return None
 
+    def forget(self, run_id: str) -> None:
+        """Drop a finished run, its tombstone included: memory stays bounded in a long process."""
+        super().forget(run_id)
+        self.fleet.runs.pop(run_id, None)
+
     async def _send(self, event: dict[str, Any]) -> None:
         run = self.runs.get(event["run_id"])
         for command in self.fleet.handle(validate_event(event)):

@@ -21,7 +21,7 @@ class Rejected:
 
 
 class Fleet:
-    """Run states keyed by run id, in memory; ended runs keep a small tombstone until expired."""
+    """Run states keyed by run id, in memory; an ended run keeps a small tombstone."""
 
     def __init__(self, admin_policy: AdminPolicy | None = None,
                  max_event_bytes: int = MAX_EVENT_BYTES) -> None:
@@ -62,13 +62,6 @@ class Fleet:
             if state is not None:
                 runs[run_id] = state
             yield commands
-
-    def expire(self, idle_before_ts: float) -> int:
-        """Forget runs (ended or abandoned) whose last event is older than `idle_before_ts`."""
-        stale = [run_id for run_id, s in self.runs.items() if s.last_ts < idle_before_ts]
-        for run_id in stale:
-            del self.runs[run_id]
-        return len(stale)
 
 
 def reject(raw: bytes | str, error: InvalidEvent, topic: str, partition: int, offset: int) -> Rejected:
