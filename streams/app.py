@@ -79,6 +79,7 @@ def build_app(settings: Settings, metrics: WorkerMetrics, detector: Detector | N
         extra_topic_configs={"cleanup.policy": "compact", "segment.ms": "600000",
                              "min.cleanable.dirty.ratio": "0.1"},
     )
+    changelog = runs.changelog_topic.get_topic_name()
     applier = BatchApplier(detector or Detector(settings.admin_policy()), settings.events_topic)
 
     # Deserialised states of this worker's runs; the table (bytes) stays the source of truth.
@@ -129,9 +130,18 @@ def build_app(settings: Settings, metrics: WorkerMetrics, detector: Detector | N
         # Only now, with every command acknowledged, may the states reach the changelog: a crash
         # before this point replays the batch and re-sends the same command ids.
         acked = time.time()
+        # One changelog record per touched run, produced and awaited here rather than through
+        # the table's setter: Faust queues those one by one behind a 100-message buffer that
+        # stalls the stream when full. Awaiting them before the batch's events are acked keeps
+        # source offsets from being committed ahead of the states they produced.
+        writes = []
         for run_id, state in result.states.items():
-            runs[run_id.encode()] = state.to_bytes()
+            key, raw = run_id.encode(), state.to_bytes()
+            runs.data[key] = raw  # the local store only; the record below is the changelog
             cache[run_id] = state
+            writes.append(await send(changelog, key, raw, None, None, None))
+        if writes:
+            await asyncio.gather(*writes)
         observe(result, acked, len(batch), time.perf_counter() - started)
 
     def observe(result: BatchResult, acked: float, events: int, seconds: float) -> None:
