@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import struct
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -70,7 +71,7 @@ class RunState:
             if name in _DIGEST_SETS:
                 value = base64.b64encode(b"".join(sorted(value))).decode()
             elif name == "event_ids":
-                value = base64.b64encode(b"".join(k.to_bytes(8, "big") for k in value)).decode()
+                value = base64.b64encode(struct.pack(f">{len(value)}Q", *value)).decode()
             elif name == "last_signature" and value is not None:
                 value = value.hex()
             values.append(value)
@@ -86,7 +87,7 @@ class RunState:
             packed = base64.b64decode(data[name])
             data[name] = {packed[i:i + 16] for i in range(0, len(packed), 16)}
         packed = base64.b64decode(data["event_ids"])
-        data["event_ids"] = {int.from_bytes(packed[i:i + 8], "big") for i in range(0, len(packed), 8)}
+        data["event_ids"] = set(struct.unpack(f">{len(packed) // 8}Q", packed))
         if data["last_signature"] is not None:
             data["last_signature"] = bytes.fromhex(data["last_signature"])
         return cls(**data)
