@@ -1,8 +1,9 @@
-"""The `stallwatch` command line: replay, worker, demo, schemas."""
+"""The `stallwatch` command line: replay, explain, worker, demo, schemas."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from stallwatch.settings import Settings
@@ -14,6 +15,10 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("replay", help="run a recorded event log (JSON lines) through the engine")
     p.add_argument("file", help="the log, or - for standard input")
+
+    p = sub.add_parser("explain", help="one run's timeline from a recorded event log")
+    p.add_argument("run_id")
+    p.add_argument("file", help="the log (JSON lines), or - for standard input")
 
     p = sub.add_parser("schemas", help="print or write the contract's JSON Schemas")
     p.add_argument("--write", metavar="DIR", help="write one file per schema into DIR")
@@ -27,6 +32,10 @@ def main(argv: list[str] | None = None) -> int:
         from stallwatch.replay import main as replay_main
 
         return replay_main(args.file, settings.admin_policy())
+    if args.command == "explain":
+        from stallwatch.explain import main as explain_main
+
+        return explain_main(args.run_id, args.file, settings.admin_policy())
     if args.command == "schemas":
         from stallwatch.contract.schema import main as schema_main
 
@@ -43,5 +52,14 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def entry() -> int:
+    """The console script: a closed pipe (`stallwatch replay log | head`) ends quietly."""
+    try:
+        return main()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # as the Python docs advise
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

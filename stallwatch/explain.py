@@ -1,0 +1,76 @@
+"""`stallwatch explain RUN_ID FILE`: one run's timeline from a recorded event log.
+
+Replays the whole log through the embedded engine (so the run is judged exactly as the workers
+judge it) and prints, round by round, what ran, what was refused and why, whether the round
+brought a new fact, both streaks, nudges and the stop.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from typing import TextIO
+
+from stallwatch.contract.parse import InvalidEvent, parse_event
+from stallwatch.engine.admin_policy import AdminPolicy
+from stallwatch.engine.fleet import Fleet
+
+
+def explain(run_id: str, lines: Iterable[bytes], out: TextIO,
+            admin_policy: AdminPolicy | None = None) -> bool:
+    """Write the run's timeline; False when the log has no event of that run."""
+    fleet = Fleet(admin_policy)
+    calls: dict[str, str] = {}
+    seen = False
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            event = parse_event(line)
+        except InvalidEvent:
+            continue
+        commands = fleet.handle(event)
+        if event["run_id"] != run_id:
+            continue
+        seen = True
+        state = fleet.runs.get(run_id)
+        kind = event["type"]
+        if kind == "run_started":
+            out.write(f"run {run_id} ({event['mode']}), tools: "
+                      f"{', '.join(t['name'] for t in event.get('tools') or []) or 'none'}\n")
+        elif kind == "round_started":
+            out.write(f"round {event['round']}\n")
+        elif kind == "call_proposed":
+            calls[event["call_id"]] = f"{event['tool']}({_short(event.get('args'))})"
+        elif kind == "round_ended" and state is not None:
+            new = "yes" if state.round_new_fact or state.round_results < state.round_allowed else "no"
+            out.write(f"  end of round {event['round']}: {state.round_allowed} ran, "
+                      f"{state.round_proposed - state.round_allowed} refused; new fact: "
+                      f"{new if state.round_allowed else '-'}; already-seen streak "
+                      f"{state.already_seen_streak}, all-refused streak {state.all_refused_streak}\n")
+        elif kind == "run_ended":
+            out.write(f"run ended: {event.get('reason') or 'no reason given'}\n")
+        for command in commands:
+            if command.type == "verdict" and command.decision == "refuse":
+                out.write(f"  refused {calls.get(command.call_id, command.call_id)} "
+                          f"[{command.code}]: {command.reason}\n")
+            elif command.type == "nudge":
+                out.write(f"  nudge: {command.reason}\n")
+            elif command.type == "stop":
+                out.write(f"  STOP at round {command.round} [{command.code}, {command.action}] "
+                          f"{command.detail}: {command.reason}\n")
+    if not seen:
+        out.write(f"no event of run {run_id!r} in the log\n")
+    return seen
+
+
+def _short(value: object, width: int = 60) -> str:
+    text = str(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def main(run_id: str, path: str, admin_policy: AdminPolicy | None = None) -> int:
+    if path == "-":
+        return 0 if explain(run_id, sys.stdin.buffer, sys.stdout, admin_policy) else 1
+    with open(path, "rb") as source:
+        return 0 if explain(run_id, source, sys.stdout, admin_policy) else 1
