@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 export STALLWATCH_KAFKA_PORT ?= 9092
 export STALLWATCH_BOOTSTRAP ?= 127.0.0.1:$(STALLWATCH_KAFKA_PORT)
 
-.PHONY: setup run test lint kafka-up kafka-down bench schemas clean
+.PHONY: setup run test lint kafka-up kafka-down bench schemas clean prometheus
 
 $(BIN)/stallwatch: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +34,10 @@ with_kafka = if deploy/kafka/kafka.sh status >/dev/null 2>&1; then started=0; el
 run: setup
 	@$(call with_kafka,$(BIN)/stallwatch demo)
 
-test: setup
+prometheus:
+	deploy/prometheus/install.sh
+
+test: setup prometheus
 	$(BIN)/ruff check .
 	@$(call with_kafka,$(BIN)/pytest -q)
 

@@ -7,6 +7,8 @@ import logging
 import time
 
 import faust
+from aiokafka import TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from faust.types import EventT
 from stallwatch.streams.batch import BatchApplier, BatchResult, SourceMessage
 from stallwatch.streams.metrics import WorkerMetrics
@@ -14,7 +16,7 @@ from stallwatch.streams.metrics import WorkerMetrics
 from stallwatch.contract.commands import encode_command
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.state import RunState
-from stallwatch.kafka_config import ssl_context
+from stallwatch.kafka_config import aiokafka_options, ssl_context
 from stallwatch.settings import Settings
 
 log = logging.getLogger("stallwatch.worker")
@@ -172,5 +174,23 @@ def build_app(settings: Settings, metrics: WorkerMetrics, detector: Detector | N
                 expired += 1
         if expired:
             log.info("expired %d idle or ended runs", expired)
+
+    lag_admin: list[AIOKafkaAdminClient] = []
+
+    @app.timer(10.0)
+    async def report_lag_and_size() -> None:
+        """Consumer lag per assigned partition, and the fingerprints this worker holds."""
+        metrics.fingerprints.set(sum(len(state.fingerprints) for state in cache.values()))
+        assigned = [tp for tp in app.consumer.assignment() if tp.topic == settings.events_topic]
+        if not assigned:
+            return
+        if not lag_admin:
+            lag_admin.append(AIOKafkaAdminClient(**aiokafka_options(settings)))
+            await lag_admin[0].start()
+        committed = await lag_admin[0].list_consumer_group_offsets(app.conf.id)
+        ends = await app.consumer.highwaters(*assigned)
+        for tp in assigned:
+            done = committed.get(TopicPartition(tp.topic, tp.partition))
+            metrics.lag.labels(str(tp.partition)).set(ends[tp] - (done.offset if done else 0))
 
     return app

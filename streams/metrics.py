@@ -34,6 +34,12 @@ class WorkerMetrics:
                                         buckets=_STREAK_BUCKETS, registry=r)
         self.active_runs = Gauge("stallwatch_active_runs", "Runs held in this worker's tables",
                                  registry=r)
+        self.fingerprints = Gauge("stallwatch_fingerprints_held",
+                                  "Result fingerprints and fact digests held by this worker's runs",
+                                  registry=r)
+        self.lag = Gauge("stallwatch_consumer_lag",
+                         "Events not yet committed: end offset minus committed offset",
+                         ["partition"], registry=r)
         self.batch_seconds = Histogram("stallwatch_batch_processing_seconds",
                                        "Wall time to apply a batch, produce its commands and write "
                                        "its states", buckets=_LATENCY_BUCKETS, registry=r)
