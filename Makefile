@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 export STALLWATCH_KAFKA_PORT ?= 9092
 export STALLWATCH_BOOTSTRAP ?= 127.0.0.1:$(STALLWATCH_KAFKA_PORT)
 
-.PHONY: setup run test lint kafka-up kafka-down bench schemas clean prometheus
+.PHONY: setup run test lint kafka-up kafka-down bench schemas dashboards clean prometheus
 
 $(BIN)/stallwatch: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,9 @@ bench: setup
 
 schemas: setup
 	$(BIN)/stallwatch schemas --write schemas/
+
+dashboards: setup
+	$(BIN)/python deploy/grafana/build.py
 
 clean: kafka-down
 	rm -rf $(VENV) .cache/kafka-data
