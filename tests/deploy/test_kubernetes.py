@@ -1,0 +1,62 @@
+"""The Kubernetes manifests: valid against the API schemas (kubernetes-validate, offline) and
+consistent with what the worker reads and serves."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from stallwatch.settings import Settings
+
+K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
+KUBERNETES_VERSION = "1.30"
+
+
+def resources() -> list[dict]:
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    docs = []
+    for name in kustomization["resources"]:
+        docs.extend(d for d in yaml.safe_load_all((K8S / name).read_text()) if d)
+    return docs
+
+
+def of_kind(kind: str) -> dict:
+    (found,) = [d for d in resources() if d["kind"] == kind]
+    return found
+
+
+@pytest.mark.parametrize("doc", resources(), ids=lambda d: f"{d['kind']}/{d['metadata']['name']}")
+def test_each_resource_is_valid_for_the_kubernetes_api(doc):
+    kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+
+
+def test_the_worker_runs_with_its_settings_and_probes_on_its_web_port():
+    config = of_kind("ConfigMap")["data"]
+    known = {f"STALLWATCH_{f.name.upper()}" for f in dataclasses.fields(Settings)}
+    assert set(config) <= known, set(config) - known
+    pod = of_kind("Deployment")["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    assert container["command"] == ["stallwatch", "worker"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"web": int(config["STALLWATCH_WEB_PORT"]),
+                     "metrics": int(config["STALLWATCH_METRICS_PORT"])}
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"]["port"] == "web"
+    assert pod["metadata"]["annotations"]["prometheus.io/port"] == config["STALLWATCH_METRICS_PORT"]
+
+
+def test_there_are_no_more_replicas_than_partitions():
+    replicas = of_kind("Deployment")["spec"]["replicas"]
+    assert 2 <= replicas <= int(of_kind("ConfigMap")["data"]["STALLWATCH_PARTITIONS"])
+
+
+def test_the_validator_rejects_a_broken_manifest():
+    broken = of_kind("Deployment")
+    broken["spec"]["replicas"] = "two"
+    broken["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGets"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
