@@ -1,4 +1,4 @@
-"""The `stallwatch` command line: replay, explain, worker, demo, schemas."""
+"""The `stallwatch` command line: replay, explain, top, worker, demo, schemas."""
 
 from __future__ import annotations
 
@@ -23,6 +23,10 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("schemas", help="print or write the contract's JSON Schemas")
     p.add_argument("--write", metavar="DIR", help="write one file per schema into DIR")
 
+    p = sub.add_parser("top", help="live counts from the commands topic: stops, refusals per tool")
+    p.add_argument("--once", action="store_true", help="read up to the end, print once, exit")
+    p.add_argument("--from-beginning", action="store_true", help="count the whole topic")
+
     sub.add_parser("worker", help="start a stream worker (needs the [worker] extra)")
     sub.add_parser("demo", help="drive a simulated fleet through a local broker and a worker")
 
@@ -40,6 +44,10 @@ def main(argv: list[str] | None = None) -> int:
         from stallwatch.contract.schema import main as schema_main
 
         return schema_main(args.write)
+    if args.command == "top":
+        from stallwatch.top import main as top_main
+
+        return top_main(settings, args.once, args.from_beginning)
     if args.command == "worker":
         from stallwatch.streams.worker import main as worker_main
 

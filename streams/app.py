@@ -9,14 +9,15 @@ import time
 import faust
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from faust.sensors import Sensor
 from faust.types import EventT
 from stallwatch.streams.batch import BatchApplier, BatchResult, SourceMessage
-from stallwatch.streams.metrics import WorkerMetrics
 
 from stallwatch.contract.commands import encode_command
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.state import RunState
 from stallwatch.kafka_config import aiokafka_options, ssl_context
+from stallwatch.metrics import StallwatchMetrics
 from stallwatch.settings import Settings
 
 log = logging.getLogger("stallwatch.worker")
@@ -47,7 +48,19 @@ def credentials(settings: Settings) -> faust.types.auth.CredentialsT | None:
     return None
 
 
-def build_app(settings: Settings, metrics: WorkerMetrics, detector: Detector | None = None) -> faust.App:
+class RecoverySensor(Sensor):
+    """Faust reports each rebalance's start, and its end once tables are recovered: their
+    distance is the time this worker's runs went unjudged."""
+
+    def __init__(self, metrics: StallwatchMetrics, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.metrics = metrics
+
+    def on_rebalance_end(self, app: faust.App, state: dict) -> None:
+        self.metrics.recovery_seconds.observe(time.monotonic() - state["time_start"])
+
+
+def build_app(settings: Settings, metrics: StallwatchMetrics, detector: Detector | None = None) -> faust.App:
     """A worker application; `faust.Worker(app).execute_from_commandline()` runs it."""
     app = faust.App(
         f"{settings.topic_prefix}-detector",
@@ -68,6 +81,7 @@ def build_app(settings: Settings, metrics: WorkerMetrics, detector: Detector | N
         web_bind="0.0.0.0",
         web_in_thread=False,
     )
+    app.sensors.add(RecoverySensor(metrics))
     events = app.topic(settings.events_topic, key_type=bytes, value_type=bytes,
                        key_serializer="raw", value_serializer="raw", partitions=settings.partitions)
     runs = app.Table(
@@ -179,16 +193,24 @@ def build_app(settings: Settings, metrics: WorkerMetrics, detector: Detector | N
 
     @app.timer(10.0)
     async def report_lag_and_size() -> None:
-        """Consumer lag per assigned partition, and the fingerprints this worker holds."""
+        """Consumer lag per assigned partition, and the fingerprints this worker holds. A metric
+        must never take the worker down: a broker that does not answer skips this round."""
         metrics.fingerprints.set(sum(len(state.fingerprints) for state in cache.values()))
         assigned = [tp for tp in app.consumer.assignment() if tp.topic == settings.events_topic]
         if not assigned:
             return
-        if not lag_admin:
-            lag_admin.append(AIOKafkaAdminClient(**aiokafka_options(settings)))
-            await lag_admin[0].start()
-        committed = await lag_admin[0].list_consumer_group_offsets(app.conf.id)
-        ends = await app.consumer.highwaters(*assigned)
+        try:
+            if not lag_admin:
+                admin = AIOKafkaAdminClient(**aiokafka_options(settings))
+                await admin.start()
+                lag_admin.append(admin)
+            committed = await lag_admin[0].list_consumer_group_offsets(app.conf.id)
+            ends = await app.consumer.highwaters(*assigned)
+        except Exception as exc:  # the broker may be away; Faust's own clients reconnect
+            log.warning("consumer lag not measured this time: %s", exc)
+            if lag_admin:
+                await lag_admin.pop().close()
+            return
         for tp in assigned:
             done = committed.get(TopicPartition(tp.topic, tp.partition))
             metrics.lag.labels(str(tp.partition)).set(ends[tp] - (done.offset if done else 0))

@@ -7,9 +7,9 @@ import logging
 import os
 
 from stallwatch.streams.app import build_app
-from stallwatch.streams.metrics import WorkerMetrics
 from stallwatch.streams.topics import ensure_topics
 
+from stallwatch.metrics import StallwatchMetrics
 from stallwatch.settings import Settings
 
 
@@ -18,7 +18,7 @@ def main(settings: Settings) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     asyncio.run(ensure_topics(settings))
-    metrics = WorkerMetrics()
+    metrics = StallwatchMetrics()
     metrics.serve(settings.metrics_port)
     app = build_app(settings, metrics)
     level = os.environ.get("STALLWATCH_LOG_LEVEL", "WARNING")

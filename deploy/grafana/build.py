@@ -87,6 +87,9 @@ def per_worker() -> dashboard.Dashboard:
         .with_panel(series("Events skipped after a crash (already applied)", "ops",
                            query("sum by (instance) (rate(stallwatch_events_skipped_total[5m]))",
                                  "{{instance}}")))
+        .with_panel(series("Table recovery after a rebalance (last hour, max)", "s",
+                           query("histogram_quantile(1, sum by (le, instance) "
+                                 "(rate(stallwatch_table_recovery_seconds_bucket[1h])))", "{{instance}}")))
         .with_panel(series("Version", "short", query("stallwatch_build_info", "{{instance}} {{version}}")))
     )
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stallwatch.client.run import Client
 from stallwatch.contract.parse import validate_event
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.fleet import Fleet
+
+if TYPE_CHECKING:
+    from stallwatch.metrics import StallwatchMetrics
 
 
 class EmbeddedClient(Client):
@@ -15,9 +18,11 @@ class EmbeddedClient(Client):
 
     verdict_timeout_s = 1.0  # never reached: verdicts are delivered before `propose` waits
 
-    def __init__(self, admin_policy: AdminPolicy | None = None) -> None:
+    def __init__(self, admin_policy: AdminPolicy | None = None,
+                 metrics: StallwatchMetrics | None = None) -> None:
+        """`metrics`: a `stallwatch.metrics.StallwatchMetrics` to keep the workers' counters."""
         super().__init__()
-        self.fleet = Fleet(admin_policy)
+        self.fleet = Fleet(admin_policy, metrics=metrics)
 
     async def __aenter__(self) -> EmbeddedClient:
         return self

@@ -42,6 +42,7 @@ class Verdict(_Command):
     decision: Literal["allow", "refuse"]
     code: RefusalCode | None
     reason: str
+    tool: str | None = None  # addition to v1: the proposed call's tool, for operators' views
 
 
 @dataclass(kw_only=True)

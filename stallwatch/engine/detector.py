@@ -390,7 +390,7 @@ def _command_id(event: Event, index: int) -> str:
 def _verdict(out: list[Command], event: Event, decision: str, code: str | None, reason: str) -> None:
     out.append(Verdict(command_id=_command_id(event, len(out)), run_id=event["run_id"],
                        caused_by=event["event_id"], call_id=event["call_id"], round=event["round"],
-                       decision=decision, code=code, reason=reason))
+                       decision=decision, code=code, reason=reason, tool=event["tool"]))
 
 
 def _fingerprint_digest(fingerprint: str) -> bytes:

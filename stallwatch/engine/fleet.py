@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from stallwatch.contract.commands import Command, DeadLetter
 from stallwatch.contract.parse import MAX_EVENT_BYTES, InvalidEvent, parse_event
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.detector import Detector, Event
 from stallwatch.engine.state import RunState
+
+if TYPE_CHECKING:
+    from stallwatch.metrics import StallwatchMetrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,10 +28,12 @@ class Fleet:
     """Run states keyed by run id, in memory; an ended run keeps a small tombstone."""
 
     def __init__(self, admin_policy: AdminPolicy | None = None,
-                 max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+                 max_event_bytes: int = MAX_EVENT_BYTES, metrics: StallwatchMetrics | None = None) -> None:
         self.detector = Detector(admin_policy)
         self.max_event_bytes = max_event_bytes
         self.runs: dict[str, RunState] = {}
+        # The workers' counters, kept only when asked for (prometheus-client installed).
+        self.metrics = metrics
 
     def handle(self, event: Event) -> list[Command]:
         """Apply one validated event (a dict, as `parse_event` returns it)."""
@@ -35,6 +41,9 @@ class Fleet:
         state, commands = self.detector.apply(self.runs.get(run_id), event)
         if state is not None:
             self.runs[run_id] = state
+        if self.metrics is not None:
+            self.metrics.count_event(event["type"])
+            self.metrics.count_commands(commands)
         return commands
 
     def handle_raw(self, raw: bytes | str, topic: str = "-", partition: int = 0,
@@ -43,11 +52,16 @@ class Fleet:
         try:
             event = parse_event(raw, self.max_event_bytes)
         except InvalidEvent as exc:
-            return reject(raw, exc, topic, partition, offset)
+            return self._reject(raw, exc, topic, partition, offset)
         return self.handle(event)
 
     def replay(self, lines: Iterable[bytes], source: str = "-") -> Iterator[list[Command] | Rejected]:
         """`handle_raw` over a log's lines, one result per non-blank line; the hot path, so inlined."""
+        if self.metrics is not None:  # the counting path; the lean one below counts nothing
+            for offset, line in enumerate(lines):
+                if line and not line.isspace():
+                    yield self.handle_raw(line.rstrip(b"\r\n"), source, 0, offset)
+            return
         apply, runs, max_bytes = self.detector.apply, self.runs, self.max_event_bytes
         for offset, line in enumerate(lines):
             if not line or line.isspace():
@@ -55,7 +69,7 @@ class Fleet:
             try:
                 event = parse_event(line, max_bytes)
             except InvalidEvent as exc:
-                yield reject(line.rstrip(b"\r\n"), exc, source, 0, offset)
+                yield self._reject(line.rstrip(b"\r\n"), exc, source, 0, offset)
                 continue
             run_id = event["run_id"]
             state, commands = apply(runs.get(run_id), event)
@@ -63,8 +77,11 @@ class Fleet:
                 runs[run_id] = state
             yield commands
 
-
-def reject(raw: bytes | str, error: InvalidEvent, topic: str, partition: int, offset: int) -> Rejected:
-    text = raw if isinstance(raw, str) else raw.decode("utf-8", "backslashreplace")
-    letter = DeadLetter(error=str(error), raw=text, topic=topic, partition=partition, offset=offset)
-    return Rejected(letter, error.reason)
+    def _reject(self, raw: bytes | str, error: InvalidEvent, topic: str, partition: int,
+                offset: int) -> Rejected:
+        if self.metrics is not None:
+            self.metrics.dead_letters.labels(error.reason).inc()
+        text = raw if isinstance(raw, str) else raw.decode("utf-8", "backslashreplace")
+        letter = DeadLetter(error=str(error), raw=text, topic=topic, partition=partition,
+                            offset=offset)
+        return Rejected(letter, error.reason)

@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from stallwatch.streams.metrics import WorkerMetrics
+from stallwatch.metrics import StallwatchMetrics
 
 GRAFANA = Path(__file__).resolve().parents[2] / "deploy" / "grafana"
 _HISTOGRAM_SERIES = re.compile(r"_(bucket|sum|count)$")
@@ -22,7 +22,7 @@ def build_module():
 
 def exported_metrics() -> set[str]:
     names = set()
-    for family in WorkerMetrics().registry.collect():
+    for family in StallwatchMetrics().registry.collect():
         names.add(family.name)
         names.update(sample.name for sample in family.samples)
         if family.type == "histogram":

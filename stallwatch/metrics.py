@@ -1,5 +1,6 @@
-"""The worker's Prometheus metrics: base units, no per-run labels (run ids would explode
-cardinality)."""
+"""Prometheus metrics of the workers and, when asked, of the in-process engine: base units,
+no per-run labels (run ids would explode cardinality). Needs prometheus-client (the `worker`
+extra brings it)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from stallwatch.contract.commands import Command
 # Seconds: a batch is a few milliseconds of work; decisions take milliseconds to seconds.
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _STREAK_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 40)
+_RECOVERY_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
 
 
-class WorkerMetrics:
+class StallwatchMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
@@ -48,6 +50,10 @@ class WorkerMetrics:
         self.decision_latency = Histogram("stallwatch_decision_latency_seconds",
                                           "Event time (`ts`) to its command produced and acked",
                                           buckets=_LATENCY_BUCKETS, registry=r)
+        self.recovery_seconds = Histogram("stallwatch_table_recovery_seconds",
+                                          "Rebalance to ready: the hand-over and the replay of the "
+                                          "run states' changelog", buckets=_RECOVERY_BUCKETS,
+                                          registry=r)
         self.build = Info("stallwatch_build", "Version of the running worker", registry=r)
         try:
             self.build.info({"version": version("stallwatch")})
@@ -56,6 +62,9 @@ class WorkerMetrics:
 
     def serve(self, port: int) -> None:
         start_http_server(port, registry=self.registry)
+
+    def count_event(self, kind: str) -> None:
+        self.events.labels(kind).inc()
 
     def count_commands(self, commands: list[Command]) -> None:
         for command in commands:
@@ -74,3 +83,4 @@ class WorkerMetrics:
 _FIRED_COUNTER = {"no_new_facts": "already_seen_streak", "all_refused": "all_refused_streak",
                   "tool_failures": "consecutive_failures", "round_limit": "round",
                   "call_budget": "executed_calls", "time_limit": "elapsed_s"}
+

@@ -1,0 +1,106 @@
+"""`stallwatch top`: live counts from the commands topic: stops per code, refusals per tool."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TextIO
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from stallwatch.kafka_config import aiokafka_options
+from stallwatch.settings import Settings
+
+
+@dataclass
+class Tally:
+    stops: Counter = field(default_factory=Counter)  # code -> stops
+    verdicts: Counter = field(default_factory=Counter)  # (tool, decision or code) -> verdicts
+    nudges: int = 0
+    failing_tools: Counter = field(default_factory=Counter)  # tool -> tool_failures stops
+
+    def add(self, raw: bytes) -> None:
+        try:
+            command = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return
+        kind = command.get("type")
+        if kind == "stop":
+            self.stops[command.get("code")] += 1
+            if command.get("code") == "tool_failures":
+                self.failing_tools[(command.get("detail") or {}).get("tool")] += 1
+        elif kind == "verdict":
+            self.verdicts[(command.get("tool") or "?", command.get("code") or "allow")] += 1
+        elif kind == "nudge":
+            self.nudges += 1
+
+    def render(self, out: TextIO) -> None:
+        out.write(f"stops: {sum(self.stops.values())}   nudges: {self.nudges}\n")
+        for code, count in self.stops.most_common():
+            out.write(f"  {code:<16} {count:>8}\n")
+        tools = sorted({tool for tool, _ in self.verdicts})
+        codes = sorted({code for _, code in self.verdicts}, key=lambda c: (c != "allow", c))
+        out.write("verdicts per tool:\n  " + f"{'tool':<24}" + "".join(f"{c:>18}" for c in codes) + "\n")
+        for tool in sorted(tools, key=lambda t: -sum(v for (x, _), v in self.verdicts.items() if x == t)):
+            out.write(f"  {tool:<24}" + "".join(f"{self.verdicts[(tool, c)]:>18}" for c in codes) + "\n")
+        if self.failing_tools:
+            out.write("stopped for failing: " + ", ".join(
+                f"{tool} {count}" for tool, count in self.failing_tools.most_common()) + "\n")
+
+
+async def top(settings: Settings, out: TextIO, once: bool, from_beginning: bool,
+              every_s: float = 2.0) -> Tally:
+    """Read every commands partition; with `once`, read up to the current end, print, return."""
+    options = aiokafka_options(settings)
+    consumer = AIOKafkaConsumer(enable_auto_commit=False, **options)
+    await consumer.start()
+    tally = Tally()
+    try:
+        partitions = await partitions_of(settings.commands_topic, options)
+        tps = [TopicPartition(settings.commands_topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        if from_beginning:
+            await consumer.seek_to_beginning(*tps)
+        else:
+            await consumer.seek_to_end(*tps)
+        ends = await consumer.end_offsets(tps)
+        shown = time.monotonic()
+        while True:
+            batches = await consumer.getmany(timeout_ms=500)
+            for records in batches.values():
+                for record in records:
+                    tally.add(record.value)
+            if once:
+                positions = [await consumer.position(tp) for tp in tps]
+                if all(position >= ends[tp] for position, tp in zip(positions, tps, strict=True)):
+                    tally.render(out)
+                    return tally
+            elif time.monotonic() - shown >= every_s:
+                out.write("\x1b[2J\x1b[H")  # clear the terminal, like top
+                tally.render(out)
+                out.flush()
+                shown = time.monotonic()
+    finally:
+        await consumer.stop()
+
+
+async def partitions_of(topic: str, options: dict) -> set[int]:
+    """The topic's partitions, from a fresh metadata request (a consumer without a group has
+    no public way to ask)."""
+    producer = AIOKafkaProducer(**options)
+    await producer.start()
+    try:
+        return set(await producer.partitions_for(topic))
+    finally:
+        await producer.stop()
+
+
+def main(settings: Settings, once: bool, from_beginning: bool) -> int:
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(top(settings, sys.stdout, once, from_beginning))
+    return 0

@@ -1,0 +1,39 @@
+"""`stallwatch top` on the real broker: counts of a known commands topic."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from stallwatch.streams.topics import ensure_topics
+
+from tests.kafka_harness import fresh_settings, replay_commands
+from tests.streams.fleet_logs import every_rule, interleave
+
+pytestmark = pytest.mark.kafka
+
+
+async def test_top_counts_stops_per_code_and_verdicts_per_tool():
+    settings = fresh_settings(partitions=3)
+    await ensure_topics(settings)
+    commands = replay_commands(interleave(every_rule()))
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap)
+    await producer.start()
+    for raw in commands:
+        await producer.send(settings.commands_topic, raw, key=b"k" + raw[-3:])
+    await producer.stop()
+    env = {**os.environ, "STALLWATCH_BOOTSTRAP": settings.bootstrap,
+           "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix}
+    done = subprocess.run([sys.executable, "-m", "stallwatch.cli", "top", "--once", "--from-beginning"],
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "stops: 7   nudges: 1"
+    assert "  tool_failures           2" in lines
+    assert "  no_new_facts            1" in lines
+    price = next(line for line in lines if line.strip().startswith("price "))
+    assert price.split()[1:3] == ["2", "0"]  # allowed 2, no budget refusals
+    assert "stopped for failing: " in done.stdout and "price 1" in done.stdout
