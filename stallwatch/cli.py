@@ -16,9 +16,10 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("replay", help="run a recorded event log (JSON lines) through the engine")
     p.add_argument("file", help="the log, or - for standard input")
 
-    p = sub.add_parser("explain", help="one run's timeline from a recorded event log")
+    p = sub.add_parser("explain", help="one run's timeline, from a recorded log or the commands topic")
     p.add_argument("run_id")
-    p.add_argument("file", help="the log (JSON lines), or - for standard input")
+    p.add_argument("file", nargs="?", help="a recorded event log (JSON lines), or - for standard "
+                   "input; without it, the run's commands are read from the commands topic")
 
     p = sub.add_parser("schemas", help="print or write the contract's JSON Schemas")
     p.add_argument("--write", metavar="DIR", help="write one file per schema into DIR")
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "explain":
         from stallwatch.explain import main as explain_main
 
-        return explain_main(args.run_id, args.file, settings.admin_policy())
+        return explain_main(args.run_id, args.file, settings)
     if args.command == "schemas":
         from stallwatch.contract.schema import main as schema_main
 

@@ -1,19 +1,29 @@
-"""`stallwatch explain RUN_ID FILE`: one run's timeline from a recorded event log.
+"""`stallwatch explain RUN_ID [FILE]`: one run's timeline.
 
-Replays the whole log through the embedded engine (so the run is judged exactly as the workers
-judge it) and prints, round by round, what ran, what was refused and why, whether the round
-brought a new fact, both streaks, nudges and the stop.
+From a recorded event log: replays the whole log through the embedded engine (so the run is
+judged exactly as the workers judge it) and prints, round by round, what ran, what was refused
+and why, whether the round brought a new fact, both streaks, nudges and the stop.
+Without a file: reads the run's commands from the commands topic (only the partition its id
+maps to) and prints its refusals, nudges and stop, round by round.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Iterable
 from typing import TextIO
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.partitioner import DefaultPartitioner
+
+from stallwatch.contract.commands import Command, decode_command
 from stallwatch.contract.parse import InvalidEvent, parse_event
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.fleet import Fleet
+from stallwatch.kafka_config import aiokafka_options
+from stallwatch.settings import Settings
+from stallwatch.top import partitions_of
 
 
 def explain(run_id: str, lines: Iterable[bytes], out: TextIO,
@@ -51,14 +61,7 @@ def explain(run_id: str, lines: Iterable[bytes], out: TextIO,
         elif kind == "run_ended":
             out.write(f"run ended: {event.get('reason') or 'no reason given'}\n")
         for command in commands:
-            if command.type == "verdict" and command.decision == "refuse":
-                out.write(f"  refused {calls.get(command.call_id, command.call_id)} "
-                          f"[{command.code}]: {command.reason}\n")
-            elif command.type == "nudge":
-                out.write(f"  nudge: {command.reason}\n")
-            elif command.type == "stop":
-                out.write(f"  STOP at round {command.round} [{command.code}, {command.action}] "
-                          f"{command.detail}: {command.reason}\n")
+            write_command(command, out, calls)
     if not seen:
         out.write(f"no event of run {run_id!r} in the log\n")
     return seen
@@ -69,7 +72,58 @@ def _short(value: object, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def main(run_id: str, path: str, admin_policy: AdminPolicy | None = None) -> int:
+def write_command(command: Command, out: TextIO, calls: dict[str, str]) -> None:
+    if command.type == "verdict" and command.decision == "refuse":
+        out.write(f"  refused {calls.get(command.call_id) or command.tool or command.call_id} "
+                  f"[{command.code}]: {command.reason}\n")
+    elif command.type == "nudge":
+        out.write(f"  nudge: {command.reason}\n")
+    elif command.type == "stop":
+        out.write(f"  STOP at round {command.round} [{command.code}, {command.action}] "
+                  f"{command.detail}: {command.reason}\n")
+
+
+async def explain_from_topic(run_id: str, settings: Settings, out: TextIO) -> bool:
+    """The run's commands from its partition of the commands topic, read up to the end."""
+    options = aiokafka_options(settings)
+    partitions = sorted(await partitions_of(settings.commands_topic, options))
+    tp = TopicPartition(settings.commands_topic,
+                        DefaultPartitioner()(run_id.encode(), partitions, partitions))
+    consumer = AIOKafkaConsumer(enable_auto_commit=False, **options)
+    await consumer.start()
+    seen = False
+    try:
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        end = (await consumer.end_offsets([tp]))[tp]
+        round_no = None
+        while await consumer.position(tp) < end:
+            for records in (await consumer.getmany(tp, timeout_ms=1000)).values():
+                for record in records:
+                    if record.key != run_id.encode():
+                        continue
+                    command = decode_command(record.value)
+                    seen = True
+                    if command.round != round_no:
+                        round_no = command.round
+                        out.write(f"round {round_no}\n")
+                    if command.type == "verdict" and command.decision == "allow":
+                        out.write(f"  allowed {command.tool or command.call_id}\n")
+                    write_command(command, out, {})
+    finally:
+        await consumer.stop()
+    if not seen:
+        out.write(f"no command of run {run_id!r} in {settings.commands_topic}\n")
+    return seen
+
+
+def main(run_id: str, path: str | None, settings: Settings) -> int:
+    if path is None:
+        return 0 if asyncio.run(explain_from_topic(run_id, settings, sys.stdout)) else 1
+    return explain_file(run_id, path, settings.admin_policy())
+
+
+def explain_file(run_id: str, path: str, admin_policy: AdminPolicy | None = None) -> int:
     if path == "-":
         return 0 if explain(run_id, sys.stdin.buffer, sys.stdout, admin_policy) else 1
     with open(path, "rb") as source:
