@@ -45,6 +45,10 @@ class StallwatchMetrics:
         self.batch_seconds = Histogram("stallwatch_batch_processing_seconds",
                                        "Wall time to apply a batch, produce its commands and write "
                                        "its states", buckets=_LATENCY_BUCKETS, registry=r)
+        self.event_seconds = Histogram("stallwatch_event_processing_seconds",
+                                       "Wall time per event (its batch's time over its events)",
+                                       buckets=(0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001,
+                                                0.0025, 0.005, 0.01, 0.05), registry=r)
         self.batch_events = Histogram("stallwatch_batch_events", "Events per batch",
                                       buckets=(1, 5, 10, 50, 100, 250, 500), registry=r)
         self.decision_latency = Histogram("stallwatch_decision_latency_seconds",

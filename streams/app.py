@@ -170,6 +170,9 @@ def build_app(settings: Settings, metrics: StallwatchMetrics, detector: Detector
         for caused_at in result.caused_at:
             metrics.decision_latency.observe(max(0.0, acked - caused_at))
         metrics.batch_seconds.observe(seconds)
+        per_event = seconds / max(events, 1)
+        for _ in range(events):
+            metrics.event_seconds.observe(per_event)
         metrics.batch_events.observe(events)
         metrics.active_runs.set(len(runs))
 

@@ -77,6 +77,10 @@ def per_worker() -> dashboard.Dashboard:
         .with_panel(series("Batch processing time (p99)", "s",
                            query("histogram_quantile(0.99, sum by (le, instance) "
                                  "(rate(stallwatch_batch_processing_seconds_bucket[5m])))", "{{instance}}")))
+        .with_panel(series("Event processing time (p50, p99)", "s",
+                           *[query(f"histogram_quantile({q}, sum by (le, instance) "
+                                   f"(rate(stallwatch_event_processing_seconds_bucket[5m])))",
+                                   f"{{{{instance}}}} p{p}") for q, p in ((0.5, 50), (0.99, 99))]))
         .with_panel(series("Events per batch (p50)", "short",
                            query("histogram_quantile(0.5, sum by (le, instance) "
                                  "(rate(stallwatch_batch_events_bucket[5m])))", "{{instance}}")))
