@@ -4,6 +4,7 @@ command collector. No mocks: everything here talks to Apache Kafka over TCP."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import orjson
@@ -80,6 +82,18 @@ class WorkerProcess:
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+@contextlib.asynccontextmanager
+async def serving_worker(partitions: int = 4) -> AsyncIterator[tuple[Settings, WorkerProcess]]:
+    """A worker on topics of its own, answering before the body runs, stopped after it."""
+    settings = fresh_settings(partitions)
+    worker = WorkerProcess(settings)
+    try:
+        await wait_until_serving(settings)
+        yield settings, worker
+    finally:
+        worker.stop()
 
 
 async def produce(settings: Settings, lines: list[bytes], keys: list[bytes | None] | None = None,

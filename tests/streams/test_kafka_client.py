@@ -6,7 +6,7 @@ import pytest
 from stallwatch.streams.topics import ensure_topics
 
 from stallwatch.client import KafkaClient
-from tests.kafka_harness import WorkerProcess, fresh_settings, wait_until_serving
+from tests.kafka_harness import fresh_settings, serving_worker
 
 pytestmark = pytest.mark.kafka
 
@@ -14,32 +14,29 @@ DOCS = {"documents": [{"id": "a"}]}
 
 
 async def test_a_client_reads_only_the_partitions_of_its_runs_and_gets_their_commands():
-    settings = fresh_settings(partitions=8)
-    worker = WorkerProcess(settings)
-    try:
-        await wait_until_serving(settings)
-        async with KafkaClient(settings, verdict_timeout_s=20) as mine, \
-                KafkaClient(settings, verdict_timeout_s=20) as other:
-            run = await mine.start_run("client-looper", "researcher", [{"name": "search"}])
-            far = next(f"other-{i}" for i in range(100)
-                       if other.partition_for(f"other-{i}") != mine.partition_for(run.run_id))
-            other_run = await other.start_run(far, "chat", [{"name": "price"}])
-            assert {tp.partition for tp in mine._assigned} == {mine.partition_for(run.run_id)}
-            for i in range(6):
-                await run.start_round()
-                call_id, decision = await run.propose("search", {"q": f"wording {i}"})
-                assert decision.allowed and not decision.timed_out
-                await run.result(call_id, "search", "ok", DOCS)
-                await run.end_round()
-            _, decision = await other_run.propose("price", {"s": "A"})
-            assert decision.allowed and not decision.timed_out
-            await run.stopped.wait()
-            assert run.stop.code == "no_new_facts"
+    async with (
+        serving_worker(partitions=8) as (settings, _),
+        KafkaClient(settings, verdict_timeout_s=20) as mine,
+        KafkaClient(settings, verdict_timeout_s=20) as other,
+    ):
+        run = await mine.start_run("client-looper", "researcher", [{"name": "search"}])
+        far = next(f"other-{i}" for i in range(100)
+                   if other.partition_for(f"other-{i}") != mine.partition_for(run.run_id))
+        other_run = await other.start_run(far, "chat", [{"name": "price"}])
+        assert {tp.partition for tp in mine._assigned} == {mine.partition_for(run.run_id)}
+        for i in range(6):
             await run.start_round()
-            _, decision = await run.propose("search", {"q": "one more"})
-            assert (decision.allowed, decision.code) == (False, "run_stopped")
-    finally:
-        worker.stop()
+            call_id, decision = await run.propose("search", {"q": f"wording {i}"})
+            assert decision.allowed and not decision.timed_out
+            await run.result(call_id, "search", "ok", DOCS)
+            await run.end_round()
+        _, decision = await other_run.propose("price", {"s": "A"})
+        assert decision.allowed and not decision.timed_out
+        await run.stopped.wait()
+        assert run.stop.code == "no_new_facts"
+        await run.start_round()
+        _, decision = await run.propose("search", {"q": "one more"})
+        assert (decision.allowed, decision.code) == (False, "run_stopped")
 
 
 async def test_with_no_worker_a_verdict_times_out_and_fails_open():

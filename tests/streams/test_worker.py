@@ -5,25 +5,14 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from tests.kafka_harness import (
-    WorkerProcess,
-    by_run,
-    collect,
-    fresh_settings,
-    produce,
-    replay_commands,
-    wait_until_serving,
-)
+from tests.kafka_harness import by_run, collect, produce, replay_commands, serving_worker
 from tests.streams.fleet_logs import every_rule, interleave
 
 pytestmark = pytest.mark.kafka
 
 
 async def test_every_rule_end_to_end_equals_replay():
-    settings = fresh_settings()
-    worker = WorkerProcess(settings)
-    try:
-        await wait_until_serving(settings)
+    async with serving_worker() as (settings, worker):
         log = interleave(every_rule())
         expected = replay_commands(log)
         await produce(settings, log)
@@ -36,15 +25,10 @@ async def test_every_rule_end_to_end_equals_replay():
                          "failing": "tool_failures", "budget": "call_budget",
                          "limit": "round_limit", "timed": "time_limit", "chat": "tool_failures"}
         assert worker.alive()
-    finally:
-        worker.stop()
 
 
 async def test_a_burst_of_garbage_is_dead_lettered_and_other_runs_are_untouched():
-    settings = fresh_settings()
-    worker = WorkerProcess(settings)
-    try:
-        await wait_until_serving(settings)
+    async with serving_worker() as (settings, worker):
         good = interleave(every_rule())
         garbage = [b"garbage %d" % i for i in range(150)] + [
             b'{"v": 2, "type": "round_started"}', b"\xff\xfe\x00 binary",
@@ -74,5 +58,3 @@ async def test_a_burst_of_garbage_is_dead_lettered_and_other_runs_are_untouched(
                        "`round`", "is not the event's run_id"):
             assert phrase in errors
         assert worker.alive()
-    finally:
-        worker.stop()
