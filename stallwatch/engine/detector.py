@@ -289,6 +289,8 @@ class Detector:
             if event["empty"]:
                 return True
             given = event.get("fact_fingerprints") if facts else None
+            if given is not None and not given:
+                return True  # an empty item list is an empty result, as with the content
             digests = [_fingerprint_digest(f) for f in (given or [event["fingerprint"]])]
         if not digests:
             return True  # no content and no fingerprint

@@ -193,3 +193,17 @@ def test_cycles_of_three_and_the_default_off(run):
     assert run(script(3)).codes() == [None] * 7
     assert run(script(2)).codes() == [None] * 6 + ["repeated_cycle"]
     assert set(run(script(None)).codes()) == {None}
+
+
+async def test_an_empty_item_list_is_new_whether_the_result_or_only_its_fingerprint_is_sent():
+    async def loop(send_content: bool) -> list:
+        async with EmbeddedClient() as client:
+            run = await client.start_run("r", "researcher", [FACTS])
+            for r in range(8):
+                await run.start_round()
+                call_id, _ = await run.propose("search", {"q": r})
+                await run.result(call_id, "search", "ok", {"total": 0, "note": "nothing found",
+                                                           "items": []}, send_content=send_content)
+                await run.end_round()
+            return [run.stop, client.fleet.runs["r"].already_seen_streak]
+    assert await loop(True) == await loop(False) == [None, 0]
