@@ -12,13 +12,7 @@ from typing import Any
 from stallwatch.contract.commands import Command, Nudge, Stop, Verdict
 from stallwatch.contract.events import Policy
 from stallwatch.engine import words
-from stallwatch.engine.canonical import (
-    fact_fingerprints,
-    fingerprint,
-    parse_json_text,
-    split_paths,
-    without_volatile,
-)
+from stallwatch.engine.canonical import declared_view, fingerprint
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -91,13 +85,10 @@ class Run:
         fields: dict[str, Any] = {}
         spec = self._declared.get(tool)
         if spec is not None:  # the tool's declarations apply before hashing, as in the engine
-            volatile = spec.get("volatile_fields") or []
-            facts = spec.get("facts")
-            if facts:
-                found = fact_fingerprints(tool, result, facts["path"], facts.get("key"), volatile)
-                if found is not None:
-                    fields["fact_fingerprints"] = found
-            result = without_volatile(parse_json_text(result), split_paths(volatile))
+            result, items = declared_view(tool, result, spec.get("volatile_fields") or [],
+                                          spec.get("facts"))
+            if items is not None:
+                fields["fact_fingerprints"] = [d.hex() for d in items]
         digest, empty = fingerprint(result)
         await self._event("call_result", round=self.round, call_id=call_id, tool=tool,
                           status=status, fingerprint=digest, empty=empty, **fields)

@@ -158,11 +158,22 @@ def fact_digests(tool: str, items: list, key: str | None) -> list[bytes]:
     return out
 
 
+def declared_view(tool: str, result: Any, volatile: list[str],
+                  facts: dict | None) -> tuple[Any, list[bytes] | None]:
+    """A result as its tool's declarations read it, for the engine and the client alike: JSON
+    text parsed, volatile fields removed, and, when `facts` names a list, one digest per item
+    (None when there is no list at the path: the whole result then decides)."""
+    if type(result) is str:
+        result = parse_json_text(result)
+    if volatile:
+        result = without_volatile(result, split_paths(volatile))
+    items = fact_items(result, facts["path"]) if facts else None
+    return result, None if items is None else fact_digests(tool, items, facts.get("key"))
+
+
 def fact_fingerprints(tool: str, result: Any, path: str, key: str | None,
                       volatile: list[str] = ()) -> list[str] | None:
     """What a runtime sends as `fact_fingerprints` for a tool that declares `facts`; None when
     the result has no list at `path` (the whole-result fingerprint then decides)."""
-    if type(result) is str:
-        result = parse_json_text(result)
-    items = fact_items(without_volatile(result, split_paths(list(volatile))), path)
-    return None if items is None else [d.hex() for d in fact_digests(tool, items, key)]
+    _, digests = declared_view(tool, result, list(volatile), {"path": path, "key": key})
+    return None if digests is None else [d.hex() for d in digests]

@@ -18,12 +18,9 @@ from stallwatch.engine.canonical import (
     DIGEST_SIZE,
     call_signature,
     canonical_bytes,
+    declared_view,
     fact_digest,
-    fact_digests,
-    fact_items,
     parse_json_text,
-    split_paths,
-    without_volatile,
 )
 from stallwatch.engine.state import RunState
 
@@ -244,56 +241,9 @@ class Detector:
         tool = event["tool"]
         if self._requires_approval(state, tool) or self._repeat_exempt(state, tool):
             return True
-        if state.tool_specs and tool in state.tool_specs:
-            return self._new_by_declaration(state, event, state.tool_specs[tool])
-        if "result" in event:
-            try:
-                digest = fact_digest(event["result"])
-            except ValueError:
-                return True  # content that cannot be put in canonical form: lean to "new"
-            if digest is None:
-                return True  # empty
-        elif event.get("fingerprint") is not None:
-            if event["empty"]:
-                return True
-            digest = _fingerprint_digest(event["fingerprint"])
-        else:
-            return True  # no content and no fingerprint
-        if digest in state.fingerprints:
-            return False
-        state.fingerprints.add(digest)
-        return True
-
-    def _new_by_declaration(self, state: RunState, event: Event, spec: dict) -> bool:
-        """Rule 3 for a tool that declares volatile fields or item-level facts."""
-        tool, facts = event["tool"], spec["facts"]
-        digests: list[bytes] | None = None
-        if "result" in event:
-            result = parse_json_text(event["result"])
-            if spec["volatile"]:
-                result = without_volatile(result, split_paths(spec["volatile"]))
-            items = fact_items(result, facts["path"]) if facts else None
-            try:
-                if items is not None:
-                    if not items:
-                        return True  # an empty list is an empty result
-                    digests = fact_digests(tool, items, facts.get("key"))
-                else:
-                    digest = fact_digest(result)
-                    if digest is None:
-                        return True
-                    digests = [digest]
-            except ValueError:
-                return True
-        elif event.get("fingerprint") is not None:
-            if event["empty"]:
-                return True
-            given = event.get("fact_fingerprints") if facts else None
-            if given is not None and not given:
-                return True  # an empty item list is an empty result, as with the content
-            digests = [_fingerprint_digest(f) for f in (given or [event["fingerprint"]])]
-        if not digests:
-            return True  # no content and no fingerprint
+        digests = _result_digests(event, state.tool_specs.get(tool) if state.tool_specs else None)
+        if digests is None:
+            return True
         new = False
         for digest in digests:
             if digest not in state.fingerprints:
@@ -393,6 +343,31 @@ def _verdict(out: list[Command], event: Event, decision: str, code: str | None, 
     out.append(Verdict(command_id=_command_id(event, len(out)), run_id=event["run_id"],
                        caused_by=event["event_id"], call_id=event["call_id"], round=event["round"],
                        decision=decision, code=code, reason=reason, tool=event["tool"]))
+
+
+def _result_digests(event: Event, spec: dict | None) -> list[bytes] | None:
+    """The digests that identify a result's facts: the whole result's, or one per item for a
+    tool that declares facts. None when the result counts as new whatever was seen before:
+    empty, without content or fingerprint, or impossible to put in canonical form."""
+    if "result" in event:
+        try:
+            if spec is None:
+                digest = fact_digest(event["result"])
+            else:
+                view, items = declared_view(event["tool"], event["result"], spec["volatile"],
+                                            spec["facts"])
+                if items is not None:
+                    return items or None  # an empty item list is an empty result
+                digest = fact_digest(view)
+        except ValueError:
+            return None
+        return None if digest is None else [digest]
+    if event.get("fingerprint") is None or event["empty"]:
+        return None
+    given = event.get("fact_fingerprints") if spec and spec["facts"] else None
+    if given is not None:
+        return [_fingerprint_digest(f) for f in given] or None
+    return [_fingerprint_digest(event["fingerprint"])]
 
 
 def _fingerprint_digest(fingerprint: str) -> bytes:
