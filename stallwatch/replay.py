@@ -5,8 +5,6 @@ from __future__ import annotations
 import sys
 from typing import BinaryIO
 
-import orjson
-
 from stallwatch.contract.commands import encode_command
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.fleet import Fleet, Rejected
@@ -21,7 +19,7 @@ def replay(source: BinaryIO, out: BinaryIO, err: BinaryIO, name: str = "-",
     for result in fleet.replay(source, name):
         if isinstance(result, Rejected):
             rejected += 1
-            write_err(orjson.dumps(result.letter.model_dump()) + b"\n")
+            write_err(result.letter.encode() + b"\n")
         else:
             for command in result:
                 commands += 1

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import orjson
-
 from stallwatch.contract.commands import Command, DeadLetter
 from stallwatch.contract.parse import MAX_EVENT_BYTES, InvalidEvent, parse_event
 from stallwatch.engine.detector import Detector
@@ -50,9 +48,9 @@ class BatchApplier:
                     raise InvalidEvent("key_mismatch", f"message key {message.key!r} is not the "
                                        f"event's run_id {event['run_id']!r}; key events by run_id")
             except InvalidEvent as exc:
-                letter = DeadLetter(error=str(exc), raw=message.value.decode("utf-8", "backslashreplace"),
-                                    topic=self.topic, partition=message.partition, offset=message.offset)
-                result.letters.append((message.key, orjson.dumps(letter.model_dump()), exc.reason))
+                letter = DeadLetter.of(message.value, str(exc), self.topic, message.partition,
+                                       message.offset)
+                result.letters.append((message.key, letter.encode(), exc.reason))
                 continue
             run_id = event["run_id"]
             state = states[run_id] if run_id in states else load(run_id)

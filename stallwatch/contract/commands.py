@@ -89,3 +89,12 @@ class DeadLetter(BaseModel):
     topic: str
     partition: int
     offset: int
+
+    @classmethod
+    def of(cls, raw: bytes | str, error: str, topic: str, partition: int, offset: int) -> DeadLetter:
+        """The raw input kept as text; bytes that are not UTF-8 become backslash escapes."""
+        text = raw if isinstance(raw, str) else raw.decode("utf-8", "backslashreplace")
+        return cls(error=error, raw=text, topic=topic, partition=partition, offset=offset)
+
+    def encode(self) -> bytes:
+        return orjson.dumps(self.model_dump())

@@ -154,7 +154,7 @@ class Detector:
                 out: list[Command]) -> None:
         _verdict(out, event, "refuse", code, reason)
         if state.mode == "chat":  # chat rule 2: a refused call counts as a failure of its tool
-            self._tool_failures(state, event, tool, failed=True, out=out)
+            self._tool_failures(state, event, tool, out)
 
     def _duplicate_call(self, state: RunState, signature: bytes | None, exempt: bool) -> bool:
         """Researcher rule 1: the same tool and arguments as a call already allowed to run."""
@@ -232,7 +232,7 @@ class Detector:
                     state.already_seen_streak = 0
                     state.nudged = False
         if status in _FAILED:
-            self._tool_failures(state, event, event["tool"], failed=True, out=out)
+            self._tool_failures(state, event, event["tool"], out)
         elif state.failures:
             state.failures.pop(event["tool"], None)  # a success resets its tool's count
 
@@ -259,12 +259,9 @@ class Detector:
 
     # -- the stops, one per loop ----------------------------------------------------------------
 
-    def _tool_failures(self, state: RunState, event: Event, tool: str, failed: bool,
-                       out: list[Command]) -> None:
-        """Rule 5 (chat rule 2): one tool failing again and again."""
-        if not failed:
-            state.failures.pop(tool, None)
-            return
+    def _tool_failures(self, state: RunState, event: Event, tool: str, out: list[Command]) -> None:
+        """Rule 5 (chat rule 2): one tool failing again and again. A success resets its count
+        where results arrive (`_on_result`)."""
         count = state.failures[tool] = state.failures.get(tool, 0) + 1
         if count >= state.no_progress_threshold and state.stop_code is None:
             self._stop(state, event, "tool_failures", {"tool": tool, "consecutive_failures": count,

@@ -81,7 +81,4 @@ class Fleet:
                 offset: int) -> Rejected:
         if self.metrics is not None:
             self.metrics.dead_letters.labels(error.reason).inc()
-        text = raw if isinstance(raw, str) else raw.decode("utf-8", "backslashreplace")
-        letter = DeadLetter(error=str(error), raw=text, topic=topic, partition=partition,
-                            offset=offset)
-        return Rejected(letter, error.reason)
+        return Rejected(DeadLetter.of(raw, str(error), topic, partition, offset), error.reason)
