@@ -109,13 +109,11 @@ def build_app(settings: Settings, metrics: StallwatchMetrics, detector: Detector
             state = RunState.from_bytes(raw) if raw else None
         return state
 
-    @app.on_partitions_revoked.connect
-    async def forget_on_revoke(app: faust.App, revoked: object, **kwargs: object) -> None:
+    async def forget_states(app: faust.App, partitions: object, **kwargs: object) -> None:
         cache.clear()
 
-    @app.on_partitions_assigned.connect
-    async def forget_on_assign(app: faust.App, assigned: object, **kwargs: object) -> None:
-        cache.clear()
+    app.on_partitions_revoked.connect(forget_states)
+    app.on_partitions_assigned.connect(forget_states)
 
     # Concurrency 1: above it Faust can commit past an event still being processed (faust #606).
     @app.agent(events, concurrency=1)
