@@ -67,6 +67,13 @@ class WorkerProcess:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(30)
 
+    def kill_time(self) -> float:
+        """SIGKILL, returning the moment it was sent (perf_counter)."""
+        killed = time.perf_counter()
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+        return killed
+
     def stop(self) -> None:
         if self.alive():
             self.proc.terminate()
@@ -173,8 +180,10 @@ def by_run(commands: list[bytes]) -> dict[str, list[bytes]]:
     return dict(runs)
 
 
-async def wait_until_serving(settings: Settings, timeout_s: float = 90.0) -> None:
-    """Send a probe run until the worker answers: joined the group and recovered its tables."""
+async def wait_until_serving(settings: Settings, timeout_s: float = 90.0,
+                             partition: int | None = None) -> None:
+    """Send a probe run until the worker answers: joined the group and restored its states. With
+    `partition`, the probe goes to that partition of the events topic."""
     probe = f"probe-{uuid.uuid4().hex[:8]}"
     event = {"v": 1, "type": "call_proposed", "event_id": probe, "run_id": probe, "ts": 0.0,
              "round": 1, "call_id": "c", "tool": "t", "args": None}
@@ -183,10 +192,16 @@ async def wait_until_serving(settings: Settings, timeout_s: float = 90.0) -> Non
                                 enable_auto_commit=False)
     await consumer.start()
     try:
-        await produce(settings, [orjson.dumps(event)])
+        producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, acks="all")
+        await producer.start()
+        try:
+            await producer.send_and_wait(settings.events_topic, orjson.dumps(event),
+                                         key=probe.encode(), partition=partition)
+        finally:
+            await producer.stop()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            batches = await consumer.getmany(timeout_ms=500)
+            batches = await consumer.getmany(timeout_ms=200)
             if any(r.key == probe.encode() for records in batches.values() for r in records):
                 return
     finally:
