@@ -165,7 +165,7 @@ async def recovery(runs: int, standby: bool) -> tuple[float, str]:
                  "ts": time.time(), "mode": "researcher", "tools": [{"name": "search"}]}
         await producer.send(settings.events_topic, orjson.dumps(event), key=run_id.encode())
     await producer.stop()
-    await wait_until_serving(settings, timeout_s=600)  # the probe queues behind the whole fill
+    await wait_until_answering_all(settings, timeout_s=600)  # probes queue behind the whole fill
     killed = worker.kill_time()
     if survivor is None:
         worker = WorkerProcess(settings, "recover", env={"STALLWATCH_INSTANCE_ID": "bench-0"})
