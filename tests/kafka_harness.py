@@ -168,10 +168,16 @@ async def collect(settings: Settings, topic: str, until: int, timeout_s: float) 
             for records in batches.values():
                 for r in records:
                     values.append(r.value)
-                    distinct.add(orjson.loads(r.value).get("command_id") or (r.partition, r.offset))
+                    distinct.add(_identity(r.value) or (r.partition, r.offset))
     finally:
         await consumer.stop()
     return values
+
+
+def _identity(value: bytes | None) -> str | None:
+    """A command's id; None for anything else (a dead letter, a state, a tombstone)."""
+    decoded = orjson.loads(value) if value else None
+    return decoded.get("command_id") if isinstance(decoded, dict) else None
 
 
 def replay_commands(lines: list[bytes]) -> list[bytes]:
