@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import urllib.error
 import urllib.request
 
 from stallwatch.worker.health import HealthServer
 from stallwatch.worker.pipeline import Progress
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.kafka_harness import free_port
 
 
 def get(port: int, path: str) -> tuple[int, dict]:
