@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 
@@ -11,7 +12,7 @@ def imported_after(statement: str, roots: tuple[str, ...]) -> list[str]:
             f"print(sorted(m for m in sys.modules if m.split('.')[0] in {roots!r}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           check=True)
-    return eval(done.stdout)  # a printed list of module names
+    return ast.literal_eval(done.stdout)  # a printed list of module names
 
 
 def test_the_command_line_and_the_client_load_no_mcp_sdk():

@@ -100,3 +100,12 @@ async def test_tools_list_passes_through_and_instructions_carry_the_rules():
     assert [t.name for t in tools.tools] == ["search", "page", "wait_for_researchers", "fail"]
     assert tools.tools[1].input_schema["properties"]["cursor"]["type"] == "integer"
     assert instructions is not None and "wait_for_researchers" in instructions
+
+
+async def test_a_tool_that_keeps_failing_is_reported_as_errors_and_stopped():
+    async with proxy_session() as session:
+        failures = [await session.call_tool("fail", {"reason": f"attempt {i}"}) for i in range(5)]
+        after = await session.call_tool("page", {"cursor": 1})
+    assert all(f.is_error and "Error executing tool fail" in text(f) for f in failures)
+    assert after.is_error and text(after) == words.stop_reason(
+        "tool_failures", {"tool": "fail", "consecutive_failures": 5})
