@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
                                **{k: v for k, v in given.items() if v is not None})
         return proxy_main(command, options, args.kafka, settings)
     if args.command == "worker":
-        from stallwatch.streams.worker import main as worker_main
+        from stallwatch.worker.service import main as worker_main
 
         return worker_main(settings)
     if args.command == "demo":
