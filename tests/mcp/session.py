@@ -3,6 +3,7 @@ runs the docs server of this folder as its upstream."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import sys
@@ -13,13 +14,15 @@ import mcp.types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 DOCS_SERVER = Path(__file__).with_name("docs_server.py")
-# Rounds in these tests are separated by twice this; calls of one round come back to back.
-GAP_S = 0.25
+# The proxy's round gap in these tests. Rounds are separated by four times this, which leaves
+# room for a machine so loaded that a process waits its turn for a while.
+GAP_S = 0.2
 
 
 @contextlib.asynccontextmanager
-async def proxy_session(*flags: str, env: dict[str, str] | None = None) -> AsyncIterator[ClientSession]:
-    command = [sys.executable, "-m", "stallwatch.cli", "mcp-proxy", "--round-gap", str(GAP_S), *flags,
+async def proxy_session(*flags: str, env: dict[str, str] | None = None,
+                        gap_s: float = GAP_S) -> AsyncIterator[ClientSession]:
+    command = [sys.executable, "-m", "stallwatch.cli", "mcp-proxy", "--round-gap", str(gap_s), *flags,
                "--", sys.executable, str(DOCS_SERVER)]
     params = StdioServerParameters(command=command[0], args=command[1:], env={**os.environ, **(env or {})},
                                    cwd=str(DOCS_SERVER.parents[2]))
@@ -28,6 +31,11 @@ async def proxy_session(*flags: str, env: dict[str, str] | None = None) -> Async
                 ClientSession(read, write) as session:
             await session.initialize()
             yield session
+
+
+async def next_round(gap_s: float = GAP_S) -> None:
+    """What a model writing its next response looks like to the proxy: a pause past the gap."""
+    await asyncio.sleep(4 * gap_s)
 
 
 def text(result: types.CallToolResult) -> str:

@@ -6,13 +6,9 @@ import asyncio
 import json
 
 from stallwatch.engine import words
-from tests.mcp.session import GAP_S, proxy_session, text
+from tests.mcp.session import next_round, proxy_session, text
 
 NO_NEW_FACTS = words.stop_reason("no_new_facts", {"already_seen_streak": 5})
-
-
-async def next_round() -> None:
-    await asyncio.sleep(2 * GAP_S)
 
 
 async def test_a_rewording_loop_is_nudged_then_stopped_and_every_later_call_gets_the_stop():
@@ -71,9 +67,9 @@ async def test_without_the_declaration_the_same_wait_is_refused():
 async def test_calls_back_to_back_or_overlapping_form_one_round():
     """Ten rewordings with no pause, then three at once: two rounds, so the already-seen
     streak is at most 2 and nothing stops; the same calls a round apart are stopped."""
-    async with proxy_session("--exempt", "wait_*") as session:
+    async with proxy_session("--exempt", "wait_*", gap_s=1.0) as session:
         burst = [await session.call_tool("search", {"query": f"burst {i}"}) for i in range(10)]
-        await next_round()
+        await next_round(1.0)
         overlapping = await asyncio.gather(
             *(session.call_tool("search", {"query": f"together {i}"}) for i in range(3)),
             session.call_tool("wait_for_researchers", {"seconds": 0.3}))
@@ -82,12 +78,12 @@ async def test_calls_back_to_back_or_overlapping_form_one_round():
 
 
 async def test_after_a_long_pause_a_new_run_starts_and_tools_work_again():
-    async with proxy_session("--new-run-after", "1") as session:
+    async with proxy_session("--new-run-after", "3") as session:
         for i in range(7):
             await session.call_tool("search", {"query": f"wording {i}"})
             await next_round()
         stopped = await session.call_tool("search", {"query": "one more"})
-        await asyncio.sleep(1.2)
+        await asyncio.sleep(3.5)
         fresh = await session.call_tool("search", {"query": "wording 0"})  # a repeat of the old run
     assert stopped.is_error and text(stopped) == NO_NEW_FACTS
     assert not fresh.is_error and "kafka-docs" in text(fresh)

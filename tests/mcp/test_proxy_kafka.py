@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from stallwatch.engine import words
 from tests.kafka_harness import serving_worker
-from tests.mcp.session import GAP_S, proxy_session, text
+from tests.mcp.session import next_round, proxy_session, text
 
 pytestmark = pytest.mark.kafka
 
@@ -23,7 +21,7 @@ async def test_a_rewording_loop_through_kafka_is_stopped_and_a_repeat_refused(br
             repeat = await session.call_tool("search", {"query": "wording 0"})
             results = [first]
             for i in range(1, 8):
-                await asyncio.sleep(2 * GAP_S)
+                await next_round()
                 results.append(await session.call_tool("search", {"query": f"wording {i}"}))
     assert "kafka-docs" in text(first) and not first.is_error
     assert repeat.is_error and text(repeat) == words.duplicate_call("search")
