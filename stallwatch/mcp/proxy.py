@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import sys
 import time
@@ -26,6 +27,8 @@ from stallwatch.engine import words
 from stallwatch.engine.canonical import parse_json_text
 from stallwatch.mcp.rounds import DEFAULT_NEW_RUN_AFTER_S, DEFAULT_ROUND_GAP_S, Rounds
 from stallwatch.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,7 @@ class Proxy:
         self._session = uuid.uuid4().hex[:8]
         self._last_call = 0.0
         self._nudges_shown = 0
+        self._run_lock = asyncio.Lock()
 
     async def refresh_tools(self) -> None:
         """Read the upstream's whole tool list, page by page (declared when a run starts)."""
@@ -92,32 +96,56 @@ class Proxy:
         return result
 
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        run, rounds = await self._current_run()
+        name, args = params.name, params.arguments or {}
+        try:
+            run, rounds = await self._current_run()
+        except Exception:
+            return await self._unguarded(params)
         if run.stop is not None:  # known stopped: nothing to ask, nothing to forward
             return error_result(run.stop.reason)
-        name, args = params.name, params.arguments or {}
-        await rounds.call_starts()
         try:
-            call_id, decision = await run.propose(name, args)
+            try:
+                await rounds.call_starts()
+                call_id, decision = await run.propose(name, args)
+            except Exception:
+                return await self._unguarded(params)
             if not decision.allowed:
                 stopped = decision.code == "run_stopped" and run.stop is not None
                 return error_result(run.stop.reason if stopped else decision.reason)
             try:
                 result = await self.upstream.call_tool(name, params.arguments)
             except Exception:
-                await run.result(call_id, name, "error")
+                await self._report(run, call_id, name, "error", None)
                 raise
-            await run.result(call_id, name, "error" if result.is_error else "ok", result_view(result))
+            await self._report(run, call_id, name, "error" if result.is_error else "ok",
+                               result_view(result))
             return self._with_nudges(run, result)
         finally:
             rounds.call_ends()
             self._last_call = time.monotonic()
+
+    async def _unguarded(self, params: types.CallToolRequestParams) -> types.CallToolResult:
+        """stallwatch could not judge the call (the broker is away): it runs, as after a verdict
+        timeout. Failing open keeps an outage of the guard from stopping every agent."""
+        log.warning("stallwatch could not judge a call to %s; it runs unguarded", params.name,
+                    exc_info=True)
+        return await self.upstream.call_tool(params.name, params.arguments)
+
+    async def _report(self, run: Run, call_id: str, tool: str, status: str, view: Any) -> None:
+        try:
+            await run.result(call_id, tool, status, view)
+        except Exception:  # the model gets its result all the same
+            log.warning("stallwatch could not record the result of %s", tool, exc_info=True)
 
     async def close(self) -> None:
         """The client went away: end the open round and the run."""
         await self._end_run("session closed")
 
     async def _current_run(self) -> tuple[Run, Rounds]:
+        async with self._run_lock:  # overlapping first calls start one run, not two
+            return await self._current_run_locked()
+
+    async def _current_run_locked(self) -> tuple[Run, Rounds]:
         quiet = time.monotonic() - self._last_call
         if self.run is not None and self.rounds is not None and self.rounds.in_flight == 0 \
                 and quiet > self.options.new_run_after_s:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 
 from stallwatch.client.run import Run
+
+log = logging.getLogger(__name__)
 
 # A model writes its next response between two rounds, which takes longer than this; a client
 # running the calls of one response one after the other leaves gaps far shorter. Merging two
@@ -33,12 +36,13 @@ class Rounds:
         self._closer: asyncio.Task[None] | None = None
 
     async def call_starts(self) -> None:
+        """Pair every call with one `call_ends`, even when this raises."""
+        self.in_flight += 1
         async with self._lock:
             self._cancel_closer()
             if not self.open:
                 self.open = True
                 await self.run.start_round()
-            self.in_flight += 1
 
     def call_ends(self) -> None:
         self.in_flight -= 1
@@ -55,7 +59,10 @@ class Rounds:
         await asyncio.sleep(self.gap_s)
         async with self._lock:
             if self.in_flight == 0:
-                await self._end_round()
+                try:
+                    await self._end_round()
+                except Exception:  # stallwatch away: the calls go on, rounds or not
+                    log.warning("stallwatch could not end round %d", self.run.round, exc_info=True)
 
     async def _end_round(self) -> None:
         if self.open:
