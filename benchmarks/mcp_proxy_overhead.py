@@ -6,7 +6,9 @@ server directly, from a real MCP client session over stdio.
 The server is the tests' docs server; every call asks for another page, so nothing is refused.
 Prints the median and p90 per call both ways and the median difference: the proxy's own cost
 (one more process and stdio hop, the SDK's parsing, and the in-process stallwatch check).
-Wall-clock on a shared machine: indicative only.
+Then stallwatch's share alone: the proxy's call handler around an upstream that answers at
+once, in-process (rounds, proposal, fingerprint of the result). Wall-clock on a shared
+machine: indicative only.
 """
 
 from __future__ import annotations
@@ -18,7 +20,11 @@ import sys
 import time
 from pathlib import Path
 
+import mcp.types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
+
+from stallwatch.client import EmbeddedClient
+from stallwatch.mcp.proxy import Proxy, ProxyOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER = [sys.executable, str(ROOT / "tests/mcp/docs_server.py")]
@@ -43,6 +49,34 @@ async def latencies(command: list[str], calls: int) -> list[float]:
     return out
 
 
+class InstantUpstream:
+    """Stands in for the server session in the in-process figure: answers every call at once
+    with a page like the docs server's, so only the proxy's own work is timed."""
+
+    async def call_tool(self, name: str, arguments: dict) -> types.CallToolResult:
+        page = arguments["cursor"]
+        return types.CallToolResult(content=[types.TextContent(
+            text=f'{{"items": ["item-{page}-0", "item-{page}-1", "item-{page}-2"], "next": {page + 1}}}')])
+
+
+async def handler_latencies(calls: int) -> tuple[list[float], list[float]]:
+    """The proxy's call handler, and the upstream alone, per call."""
+    upstream = InstantUpstream()
+    proxy = Proxy(upstream, EmbeddedClient(), ProxyOptions(round_gap_s=5.0))  # type: ignore[arg-type]
+    handler, alone = [], []
+    for cursor in range(calls):
+        params = types.CallToolRequestParams(name="page", arguments={"cursor": cursor})
+        start = time.perf_counter()
+        await upstream.call_tool("page", {"cursor": cursor})
+        middle = time.perf_counter()
+        result = await proxy.call_tool(None, params)
+        handler.append(time.perf_counter() - middle)
+        alone.append(middle - start)
+        assert not result.is_error
+    await proxy.close()
+    return handler, alone
+
+
 def summary(times: list[float]) -> tuple[float, float]:
     ordered = sorted(times)
     return statistics.median(ordered) * 1e3, ordered[int(len(ordered) * 0.9)] * 1e3
@@ -58,6 +92,9 @@ async def main() -> None:
     print(f"direct to the server:  median {direct[0]:6.2f} ms, p90 {direct[1]:6.2f} ms")
     print(f"through mcp-proxy:     median {proxied[0]:6.2f} ms, p90 {proxied[1]:6.2f} ms")
     print(f"proxy overhead:        median {proxied[0] - direct[0]:6.2f} ms per call")
+    handler, alone = await handler_latencies(max(args.calls, 2000))
+    print(f"stallwatch's share (the proxy's handler, in-process): median "
+          f"{(statistics.median(handler) - statistics.median(alone)) * 1e6:6.1f} µs per call")
 
 
 if __name__ == "__main__":

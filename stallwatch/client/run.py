@@ -41,7 +41,8 @@ def _decision(verdict: Verdict) -> CallDecision:
 
 
 class Run:
-    """One agent run. Make one with a client's `start_run`; use it from one asyncio task."""
+    """One agent run. Make one with a client's `start_run`. Calls may be proposed from several
+    tasks at once (each awaits its own verdict); rounds are started and ended from one place."""
 
     def __init__(self, run_id: str, mode: str, policy: Policy, tools: list[dict[str, Any]], send: Send,
                  verdict_timeout_s: float, apply: Apply | None = None) -> None:
