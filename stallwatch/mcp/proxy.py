@@ -153,7 +153,7 @@ class Proxy:
         if self.run is None or self.rounds is None:
             self._runs += 1
             run_id = f"{self.options.run_prefix}-{self._session}-{self._runs}"
-            tools = [{"name": t.name, "repeat_exempt": True} if self._exempt(t.name) else {"name": t.name}
+            tools = [{"name": t.name, "repeat_exempt": True} if self.is_exempt(t.name) else {"name": t.name}
                      for t in self.tools]
             self.run = await self.client.start_run(run_id, self.options.mode, tools)
             self.rounds = Rounds(self.run, self.options.round_gap_s)
@@ -169,7 +169,8 @@ class Proxy:
         await run.end(reason)
         self.client.forget(run.run_id)
 
-    def _exempt(self, tool: str) -> bool:
+    def is_exempt(self, tool: str) -> bool:
+        """Declared `repeat_exempt` by `--exempt`; the policy file is the engine's to apply."""
         return any(fnmatchcase(tool, pattern) for pattern in self.options.exempt)
 
     def _with_nudges(self, run: Run, result: types.CallToolResult) -> types.CallToolResult:
@@ -197,7 +198,7 @@ def make_server(proxy: Proxy, upstream_info: types.InitializeResult) -> Server:
     info = upstream_info.server_info
     # Clients add a server's instructions to the system prompt: the model learns up front
     # which calls will be refused.
-    exempt = [t.name for t in proxy.tools if proxy._exempt(t.name)]
+    exempt = [t.name for t in proxy.tools if proxy.is_exempt(t.name)]
     rules = words.system_prompt(proxy.options.mode, Policy(), exempt)
     instructions = f"{upstream_info.instructions}\n\n{rules}" if upstream_info.instructions else rules
     return Server(info.name, version=info.version, title=info.title, description=info.description,

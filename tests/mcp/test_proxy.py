@@ -56,6 +56,17 @@ async def test_a_wait_declared_exempt_is_never_refused_and_never_stopped():
     assert [text(w) for w in waits] == ["still running"] * 12 and not any(w.is_error for w in waits)
 
 
+async def test_the_administrators_policy_file_exempts_a_wait_as_well(tmp_path):
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools]\nrepeat_exempt = ["wait_for_*"]\n')
+    async with proxy_session(env={"STALLWATCH_POLICY_FILE": str(policy)}) as session:
+        waits = []
+        for _ in range(7):
+            waits.append(await session.call_tool("wait_for_researchers", {}))
+            await next_round()
+    assert not any(w.is_error for w in waits)
+
+
 async def test_without_the_declaration_the_same_wait_is_refused():
     async with proxy_session() as session:
         await session.call_tool("wait_for_researchers", {})
