@@ -8,6 +8,7 @@ import contextlib
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -49,6 +50,114 @@ def frozen_broker() -> Iterator[None]:
         yield
     finally:
         os.kill(pid, signal.SIGCONT)
+
+
+# Kafka API keys a cut can wait for: it then holds that very request with everything else.
+PRODUCE, HEARTBEAT, END_TXN = 0, 12, 26
+
+
+class CuttableLink:
+    """A TCP proxy between clients and the broker's CUTTABLE listener (`deploy/kafka/kafka.sh`:
+    the broker listens on port+2 and advertises port+3, where this proxy listens). A worker
+    bootstrapped on `bootstrap` reaches the broker only through here, so `cut()` is a network
+    partition of that worker alone: nothing crosses either way, and bytes already sent are held,
+    as TCP holds them while it retransmits, until `heal()` delivers them. With `drop=True` the cut
+    also resets every open connection, as a firewall that rejects would. A connection opened during
+    a cut waits for the heal, as a SYN that is never answered. The proxy never looks inside a
+    request beyond its API key."""
+
+    def __init__(self) -> None:
+        port = int(os.environ.get("STALLWATCH_KAFKA_PORT", "9092"))
+        self.port, self.broker_port = port + 3, port + 2
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.cut_seen = asyncio.Event()  # set when a cut begins
+        self.last_heartbeat = 0.0  # monotonic time the last Heartbeat request went to the broker
+        self._open = asyncio.Event()
+        self._open.set()
+        self._cut_at: int | None = None
+        self._drop_at_cut = False
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._connections: set[asyncio.Task[None]] = set()
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> CuttableLink:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.heal()
+        assert self._server is not None
+        self._server.close()
+        for writer in list(self._writers):
+            writer.transport.abort()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+
+    def cut(self, drop: bool = False) -> None:
+        self._open.clear()
+        self.cut_seen.set()
+        if drop:
+            for writer in list(self._writers):
+                writer.transport.abort()
+
+    def cut_at(self, api_key: int, drop: bool = False) -> None:
+        """Cut as the next request of this kind arrives, holding it (or, with `drop`, losing it
+        with its connection): e.g. a commit in flight."""
+        self._cut_at, self._drop_at_cut = api_key, drop
+
+    def heal(self) -> None:
+        self._open.set()
+
+    @property
+    def is_cut(self) -> bool:
+        return not self._open.is_set()
+
+    async def _serve(self, client_reader: asyncio.StreamReader, client: asyncio.StreamWriter) -> None:
+        self._writers.add(client)
+        this = asyncio.current_task()
+        assert this is not None
+        self._connections.add(this)
+        broker: asyncio.StreamWriter | None = None
+        try:
+            await self._open.wait()
+            broker_reader, broker = await asyncio.open_connection("127.0.0.1", self.broker_port)
+            self._writers.add(broker)
+            pipes = {asyncio.create_task(self._requests(client_reader, broker)),
+                     asyncio.create_task(self._responses(broker_reader, client))}
+            # Either side closing (or a reset) ends the connection on both.
+            _, pending = await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
+            for task in pending:
+                task.cancel()
+        except OSError:
+            pass
+        finally:
+            self._connections.discard(this)
+            for writer in (client, broker):
+                if writer is not None:
+                    self._writers.discard(writer)
+                    writer.transport.abort()
+
+    async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Client to broker, a whole request at a time (size, then api key first in its header)."""
+        with contextlib.suppress(asyncio.IncompleteReadError, OSError):
+            while True:
+                head = await reader.readexactly(6)
+                size, api_key = struct.unpack(">ih", head)
+                request = head + await reader.readexactly(size - 2)
+                if api_key == self._cut_at:
+                    self._cut_at = None
+                    self.cut(self._drop_at_cut)
+                await self._open.wait()
+                if api_key == HEARTBEAT:
+                    self.last_heartbeat = time.monotonic()
+                writer.write(request)
+                await writer.drain()
+
+    async def _responses(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := await reader.read(65536):
+                await self._open.wait()
+                writer.write(chunk)
+                await writer.drain()
 
 
 def fresh_settings(partitions: int = 4) -> Settings:

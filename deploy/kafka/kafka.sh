@@ -6,6 +6,12 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 port="${STALLWATCH_KAFKA_PORT:-9092}"
 controller_port="${STALLWATCH_KAFKA_CONTROLLER_PORT:-$((port + 1))}"
+# A second listener that tests reach only through a proxy they can cut (tests/kafka_harness.py):
+# it listens on port+2 and tells clients to connect to port+3, where the proxy listens, so every
+# connection of a client bootstrapped on port+3 (metadata, fetches, transactions, heartbeats)
+# passes the proxy. Everything else uses the PLAINTEXT listener on the port itself.
+cuttable_port=$((port + 2))
+proxy_port=$((port + 3))
 cache="${STALLWATCH_KAFKA_CACHE:-$root/.cache/kafka}"
 libs="$cache/libs"
 data="$root/.cache/kafka-data/$port"
@@ -28,10 +34,10 @@ write_config() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$controller_port
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port,CUTTABLE://127.0.0.1:$cuttable_port
+advertised.listeners=PLAINTEXT://127.0.0.1:$port,CUTTABLE://127.0.0.1:$proxy_port
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,CUTTABLE:PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
 log.dirs=$data/logs
 num.partitions=1
