@@ -1,12 +1,14 @@
-"""A hostile operator's scenario on a real broker: SIGKILLs under steady load, one of them while the
-group rebalances, and every run's commands compared with a crash-free replay.
+"""A hostile operator's scenarios on a real broker, every run's commands compared with a crash-free
+replay: SIGKILLs under steady load (one while the group rebalances), and a worker cut off from the
+broker by a network partition, then healed.
 
-Shared by the test (one pass) and `benchmarks/kill_loop.py` (twenty passes in a row).
+Shared by the tests (one pass each) and `benchmarks/kill_loop.py`, `benchmarks/cutoff_loop.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -14,6 +16,9 @@ from dataclasses import dataclass, field
 import orjson
 
 from tests.kafka_harness import (
+    END_TXN,
+    PRODUCE,
+    CuttableLink,
     WorkerProcess,
     by_run,
     collect,
@@ -26,6 +31,11 @@ from tests.worker.fleet_logs import interleave, mixed_fleet
 
 # A steady 800 events/s: 80 events, then a pause of 0.1 s.
 STEADY_EVERY, STEADY_PAUSE_S = 80, 0.1
+# The workers' group session (stallwatch/worker/pipeline.py): a member silent this long is removed.
+SESSION_S = 6.0
+# A cut meant to end before the session expires ends this long before it would: room for the
+# heartbeat held by the cut to reach the broker on a loaded machine.
+HEAL_MARGIN_S = 1.5
 
 
 @dataclass
@@ -42,6 +52,11 @@ class Outcome:
     @property
     def exact(self) -> bool:
         return not self.differing and not self.doubled
+
+    def summary(self) -> str:
+        return (f"{len(self.differing)} of {self.runs} runs differ from replay (e.g. "
+                f"{self.differing[:3]}), {len(self.doubled)} command ids published twice (e.g. "
+                f"{self.doubled[:3]})")
 
 
 async def _rebalancing(worker: WorkerProcess, since: int, timeout_s: float) -> None:
@@ -93,9 +108,106 @@ async def three_kills(partitions: int = 8, runs: int = 480) -> Outcome:
     finally:
         for worker in workers:
             worker.stop()
+    _compare(outcome, expected, got)
+    outcome.seconds = time.monotonic() - begin
+    return outcome
+
+
+def _compare(outcome: Outcome, expected: dict[str, list[bytes]], got: list[bytes]) -> None:
+    """Every command id counted (none twice) and every run's commands against replay."""
     ids = Counter(orjson.loads(raw)["command_id"] for raw in got)
     outcome.doubled = [command_id for command_id, n in ids.items() if n > 1]
     runs_got = by_run(got)
     outcome.differing = [run for run in expected if runs_got.get(run) != expected[run]]
+
+
+@dataclass
+class CutOutcome(Outcome):
+    """What a cut-off scenario saw besides the commands: how long the cut lasted, whether the
+    other worker took the partitions over meanwhile, and what the cut-off worker did after."""
+
+    cut_s: float = 0.0
+    taken_over: bool = False  # B served any of A's partitions after the cut
+    zombie_exit: int | None = None  # the cut-off worker's exit status (None: still serving)
+    zombie_fenced: bool = False  # its log names the fencing (ProducerFenced)
+    zombie_log: str = ""
+
+
+def _served(worker: WorkerProcess) -> list[list[int]]:
+    """Every assignment the worker's log reports serving, in order."""
+    served = []
+    for line in worker.log_path.read_text(errors="replace").splitlines():
+        msg = json.loads(line).get("msg", "") if line.startswith("{") else ""
+        if msg.startswith("serving partitions ["):
+            served.append(json.loads(msg[len("serving partitions "):msg.index("]") + 1]))
+    return served
+
+
+async def _serving(worker: WorkerProcess, count: int, timeout_s: float) -> bool:
+    """Until the worker's latest assignment has `count` partitions."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        served = _served(worker)
+        if served and len(served[-1]) == count:
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+async def cut_off(heal_before_expiry: bool, drop: bool = False, partitions: int = 8,
+                  runs: int = 360) -> CutOutcome:
+    """Two workers under a steady load; A reaches the broker only through a `CuttableLink`.
+
+    A is cut off as one of its requests goes to the broker, and healed later, while the load
+    goes on. With `heal_before_expiry=False`, the cut holds A's transaction commit (EndTxn) and
+    lasts until B serves every partition (A's session expired, B fenced A's producers), then A
+    comes back with its old commit. With `heal_before_expiry=True`, the cut holds one of A's
+    transactional writes (Produce) mid-transaction and ends just before A's session would expire.
+    With `drop`, the cut resets A's connections and loses the request instead of holding it.
+    """
+    settings = fresh_settings(partitions)
+    log = interleave(mixed_fleet(runs))
+    expected = by_run(replay_commands(log))
+    outcome = CutOutcome(runs=len(expected))
+    begin = time.monotonic()
+    workers: list[WorkerProcess] = []
+    async with CuttableLink() as link:
+        try:
+            a = WorkerProcess(settings, "a", env={"STALLWATCH_BOOTSTRAP": link.bootstrap})
+            workers.append(a)
+            await wait_until_serving(settings)
+            b = WorkerProcess(settings, "b")
+            workers.append(b)
+            await b.ready()
+            assert await _serving(a, partitions // 2, 30), a.log_tail()  # the group settled
+            producing = asyncio.create_task(produce(settings, log, pause_every=STEADY_EVERY,
+                                                    pause_s=STEADY_PAUSE_S))
+            await asyncio.sleep(2)
+            before = len(_served(b))
+            b_partitions = set(_served(b)[-1])
+            link.cut_at(PRODUCE if heal_before_expiry else END_TXN, drop)
+            await asyncio.wait_for(link.cut_seen.wait(), 15)
+            cut = time.monotonic()
+            if heal_before_expiry:
+                heal_at = link.last_heartbeat + SESSION_S - HEAL_MARGIN_S
+                await asyncio.sleep(max(0.0, heal_at - time.monotonic()))
+            else:
+                await _serving(b, partitions, 30)
+            link.heal()
+            outcome.cut_s = time.monotonic() - cut
+            assert not producing.done(), "the log ended before the heal: make it longer"
+            await producing
+            got = await collect(settings, settings.commands_topic,
+                                sum(map(len, expected.values())) + 1, 120)
+            outcome.zombie_exit = a.proc.poll()
+            outcome.taken_over = any(set(p) - b_partitions for p in _served(b)[before:])
+        finally:
+            # Stopped from threads: the link runs on this loop, and a worker leaving the group
+            # through it must not wait on a loop blocked in `stop`.
+            await asyncio.gather(*(asyncio.to_thread(worker.stop) for worker in workers))
+    text = a.log_path.read_text(errors="replace")
+    outcome.zombie_fenced = "ProducerFenced" in text
+    outcome.zombie_log = a.log_tail(15)
+    _compare(outcome, expected, got)
     outcome.seconds = time.monotonic() - begin
     return outcome

@@ -1,4 +1,5 @@
-"""The fault matrix on a real broker: kills under load, a zombie fenced off, a hung worker."""
+"""The fault matrix on a real broker: kills under load, a worker cut off from the broker and back,
+a zombie fenced off, a hung worker."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from tests.kafka_harness import (
     replay_commands,
     wait_until_serving,
 )
-from tests.worker.faults import three_kills
+from tests.worker.faults import cut_off, three_kills
 from tests.worker.fleet_logs import interleave, mixed_fleet
 
 pytestmark = pytest.mark.kafka
@@ -29,9 +30,27 @@ pytestmark = pytest.mark.kafka
 async def test_three_kills_under_steady_load_one_during_a_rebalance_change_no_decision():
     outcome = await three_kills()
     assert len(outcome.kills) == 3
-    assert outcome.exact, (f"{len(outcome.differing)} of {outcome.runs} runs differ from replay "
-                           f"(e.g. {outcome.differing[:3]}), {len(outcome.doubled)} command ids "
-                           f"published twice (e.g. {outcome.doubled[:3]})")
+    assert outcome.exact, outcome.summary()
+
+
+async def test_a_worker_cut_off_until_its_partitions_moved_is_fenced_on_return_and_changes_no_decision():
+    # The cut holds A's commit while its session expires and B takes every partition over, which
+    # fences A's producers and aborts A's open transactions. On the heal, the old commit reaches
+    # the broker and is refused (ProducerFenced): A exits 1, as any fenced worker does (to be
+    # restarted as a new member), and nothing it did during or after the cut is published.
+    outcome = await cut_off(heal_before_expiry=False)
+    assert outcome.taken_over, outcome.zombie_log
+    assert outcome.exact, outcome.summary()
+    assert outcome.zombie_exit == 1 and outcome.zombie_fenced, outcome.zombie_log
+
+
+async def test_a_worker_cut_off_mid_transaction_and_back_before_its_session_expired_carries_on():
+    # The cut holds one of A's transactional writes, and ends before the group would remove A:
+    # the group never rebalances, A's transaction completes late, and A keeps serving.
+    outcome = await cut_off(heal_before_expiry=True)
+    assert not outcome.taken_over, outcome.zombie_log
+    assert outcome.exact, outcome.summary()
+    assert outcome.zombie_exit is None and not outcome.zombie_fenced, outcome.zombie_log
 
 
 async def test_the_broker_restarted_under_load_changes_no_decision():
