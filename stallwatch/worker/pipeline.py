@@ -119,8 +119,10 @@ class Pipeline(ConsumerRebalanceListener):
     async def stop(self) -> None:
         async with self._lock:
             await self._settle()
-            await self.consumer.stop()  # leaves the group: the partitions move at once
-            await self._close_producers(list(self.producers))
+        # Not under the lock: the consumer's stop first lets a rebalance under way finish, and
+        # its callbacks take the lock (held here, they waited for it until the stop timed out).
+        await self.consumer.stop()  # leaves the group: the partitions move at once
+        await self._close_producers(list(self.producers))
 
     async def run(self) -> None:
         """Until cancelled; any failure propagates and ends the worker.
