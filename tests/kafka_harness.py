@@ -52,7 +52,9 @@ def frozen_broker() -> Iterator[None]:
         os.kill(pid, signal.SIGCONT)
 
 
-# Kafka API keys a cut can wait for: it then holds that very request with everything else.
+# Kafka API keys the link tells apart: a cut can wait for a write or a commit of a transaction
+# (and hold that very request), and heartbeats are timed so that a cut can end before the group
+# session that they keep alive expires.
 PRODUCE, HEARTBEAT, END_TXN = 0, 12, 26
 
 
@@ -106,10 +108,6 @@ class CuttableLink:
 
     def heal(self) -> None:
         self._open.set()
-
-    @property
-    def is_cut(self) -> bool:
-        return not self._open.is_set()
 
     async def _serve(self, client_reader: asyncio.StreamReader, client: asyncio.StreamWriter) -> None:
         self._writers.add(client)
