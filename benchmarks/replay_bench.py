@@ -69,7 +69,7 @@ def state_sizes(lines: list[bytes]) -> None:
         (len(s.to_bytes()) - len(_without_fingerprints(s))) / len(s.fingerprints) for s in with_fps)
     print(f"live researcher runs            {len(live):>12,}")
     print(f"fingerprints held               {held:>12,}")
-    print(f"memory per fingerprint held     {memory / held:>12.0f} bytes (set slot + 16-byte digest)")
+    print(f"memory per fingerprint held     {memory / held:>12.0f} bytes (dict slot + 16-byte digest)")
     print(f"serialised per fingerprint      {per_fp_wire:>12.0f} bytes (in the changelog)")
     print(f"serialised run state, median    {statistics.median(serialised):>12,.0f} bytes "
           f"(p90 {serialised[len(serialised) * 9 // 10]:,}, max {serialised[-1]:,})")
@@ -77,7 +77,7 @@ def state_sizes(lines: list[bytes]) -> None:
 
 def _without_fingerprints(state) -> bytes:
     saved = state.fingerprints
-    state.fingerprints = set()
+    state.fingerprints = {}
     try:
         return state.to_bytes()
     finally:

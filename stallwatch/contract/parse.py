@@ -14,6 +14,7 @@ import orjson
 from pydantic import ValidationError
 
 from stallwatch.contract.events import CONTRACT_VERSION, EVENT_ADAPTER, EVENT_TYPES
+from stallwatch.contract.limits import MAX_DECLARATIONS_BYTES, MAX_ID_CHARS, bounded_id
 
 # Kafka's default max.message.bytes: a larger event could not have come through the topic,
 # and reading one in replay must not let a single line hold the engine's memory hostage.
@@ -33,8 +34,24 @@ class InvalidEvent(ValueError):
         self.reason = reason
 
 
-def parse_event(raw: bytes | str, max_bytes: int = MAX_EVENT_BYTES) -> dict[str, Any]:
+def parse_record(key: bytes | None, value: bytes | None,
+                 max_bytes: int = MAX_EVENT_BYTES) -> dict[str, Any]:
+    """A Kafka record of the events topic to a validated event: as `parse_event`, and its key
+    must be the event's run_id (the run's state is partitioned by it)."""
+    if key is None:
+        raise InvalidEvent("null_key", "the record has no key; key every event by its run_id")
+    event = parse_event(value, max_bytes)
+    if key != event["run_id"].encode():
+        raise InvalidEvent("key_mismatch", f"message key {_quote(key)} is not the event's run_id "
+                           f"{_quote(event['run_id'])}; key events by run_id")
+    return event
+
+
+def parse_event(raw: bytes | str | None, max_bytes: int = MAX_EVENT_BYTES) -> dict[str, Any]:
     """Parse and validate one event; raises InvalidEvent with a message naming what is wrong."""
+    if raw is None:
+        raise InvalidEvent("null_value", "the record's value is null (a tombstone); the events "
+                           "topic takes events, never deletions")
     if len(raw) > max_bytes:
         raise InvalidEvent("too_large", f"event is {len(raw):,} bytes, over the limit of "
                            f"{max_bytes:,}; send a fingerprint instead of a large result")
@@ -54,18 +71,53 @@ def validate_event(data: dict[str, Any]) -> dict[str, Any]:
     version = data.get("v")
     if version != CONTRACT_VERSION or type(version) is not int:
         raise InvalidEvent("unsupported_version",
-                           f"unsupported contract version {version!r}; this detector speaks "
+                           f"unsupported contract version {_quote(version)}; this detector speaks "
                            f"v{CONTRACT_VERSION}")
     kind = data.get("type")
     if type(kind) is not str or kind not in EVENT_TYPES:
         raise InvalidEvent("unknown_type",
-                           f"unknown event type {kind!r}; expected one of {', '.join(EVENT_TYPES)}")
+                           f"unknown event type {_quote(kind)}; expected one of {', '.join(EVENT_TYPES)}")
     if kind != "run_started" and _conforms(data, kind):
-        return data
-    try:
-        return EVENT_ADAPTER.validate_python(data).model_dump(exclude_unset=True)
-    except ValidationError as exc:
-        raise InvalidEvent("invalid_field", f"{kind} event: {_describe(exc)}") from None
+        event = data
+    else:
+        try:
+            event = EVENT_ADAPTER.validate_python(data).model_dump(exclude_unset=True)
+        except ValidationError as exc:
+            raise InvalidEvent("invalid_field", f"{kind} event: {_describe(exc)}") from None
+        if kind == "run_started":
+            _check_declarations(event)
+    if (len(event["event_id"]) > MAX_ID_CHARS or len(event["run_id"]) > MAX_ID_CHARS
+            or len(event.get("call_id") or "") > MAX_ID_CHARS or len(event.get("tool") or "") > MAX_ID_CHARS):
+        return _bounded(event)
+    return event
+
+
+def _bounded(event: dict[str, Any]) -> dict[str, Any]:
+    """An event whose ids fit in a command: a run_id too long is refused (it is also the record
+    key commands are routed by); a long event_id, call_id or tool becomes a marked digest (the
+    client maps its call ids the same way), so the call still gets its verdict."""
+    if len(event["run_id"]) > MAX_ID_CHARS:
+        raise InvalidEvent("id_too_long", f"run_id is {len(event['run_id']):,} characters, over "
+                           f"the limit of {MAX_ID_CHARS}")
+    event = dict(event)
+    for name in ("event_id", "call_id", "tool"):
+        if name in event:
+            event[name] = bounded_id(event[name])
+    return event
+
+
+def _check_declarations(event: dict[str, Any]) -> None:
+    """A run's declarations are kept in its state for the whole run: they must stay small."""
+    tools = event.get("tools") or []
+    long_name = next((t["name"] for t in tools if len(t["name"]) > MAX_ID_CHARS), None)
+    if long_name is not None:
+        raise InvalidEvent("declarations_too_large", f"a tool name is {len(long_name):,} "
+                           f"characters, over the limit of {MAX_ID_CHARS}")
+    size = len(orjson.dumps(tools))
+    if size > MAX_DECLARATIONS_BYTES:
+        raise InvalidEvent("declarations_too_large", f"the run's tool declarations take {size:,} "
+                           f"bytes, over the limit of {MAX_DECLARATIONS_BYTES:,}; declare fewer "
+                           "tools or shorter volatile fields")
 
 
 def _conforms(d: dict[str, Any], kind: str) -> bool:
@@ -101,6 +153,12 @@ def _describe(exc: ValidationError) -> str:
         where = ".".join(str(p) for p in err["loc"][1:]) or "event"
         parts.append(f"`{where}`: {err['msg']}")
     return "; ".join(parts)
+
+
+def _quote(value: object, limit: int = 80) -> str:
+    """A value from the input, quoted for an error message and cut short."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
 
 
 def _kind(value: object) -> str:

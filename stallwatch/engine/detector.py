@@ -22,7 +22,7 @@ from stallwatch.engine.canonical import (
     fact_digest,
     parse_json_text,
 )
-from stallwatch.engine.state import RunState
+from stallwatch.engine.state import MAX_CHAT_HISTORY, RunState
 
 Event = dict[str, Any]
 
@@ -51,10 +51,8 @@ class Detector:
                 # Fail open, as the client does on a timeout: no record, no grounds to refuse.
                 _verdict(out, event, "allow", None, words.unknown_run())
             return state, out
-        event_key = xxh3_64_intdigest(event["event_id"].encode())
-        if event_key in state.event_ids:
-            return state, out  # a redelivery: no further effect
-        state.event_ids.add(event_key)
+        if state.seen_event(xxh3_64_intdigest(event["event_id"].encode())):
+            return state, out  # a redelivery: no further effect, before the run's end or after
         state.last_ts = ts = event["ts"]
         if state.ended:
             if kind == "call_proposed":
@@ -88,7 +86,7 @@ class Detector:
             tool_specs={t["name"]: {"volatile": t.get("volatile_fields") or [], "facts": t.get("facts")}
                         for t in tools if t.get("volatile_fields") or t.get("facts")},
         )
-        state.event_ids.add(xxh3_64_intdigest(event["event_id"].encode()))
+        state.seen_event(xxh3_64_intdigest(event["event_id"].encode()))
         return state
 
     def _enter_round(self, state: RunState, event: Event, number: int, out: list[Command]) -> None:
@@ -145,7 +143,7 @@ class Detector:
             if state.cycle_threshold is not None and state.mode == "chat":
                 self._remember_call(state, event, signature)
             if signature is not None and state.mode == "researcher":
-                state.signatures.add(signature)
+                state.add_signature(signature)
             state.round_allowed += 1
             state.executed_calls += 1
             _verdict(out, event, "allow", None, words.ALLOWED)
@@ -190,7 +188,8 @@ class Detector:
     def _remember_call(self, state: RunState, event: Event, signature: bytes | None) -> None:
         state.chat_history.append([signature.hex() if signature else None, None, event["call_id"],
                                    event["tool"]])
-        del state.chat_history[:-max(_CYCLE_LENGTHS) * (state.cycle_threshold + 1)]
+        del state.chat_history[:-min(max(_CYCLE_LENGTHS) * (state.cycle_threshold + 1),
+                                     MAX_CHAT_HISTORY)]
 
     def _remember_result(self, state: RunState, event: Event) -> None:
         """Chat cycles compare results too: a poll whose answer changes is never a cycle."""
@@ -246,8 +245,7 @@ class Detector:
             return True
         new = False
         for digest in digests:
-            if digest not in state.fingerprints:
-                state.fingerprints.add(digest)
+            if state.add_fingerprint(digest):
                 new = True
         return new
 
@@ -262,7 +260,7 @@ class Detector:
     def _tool_failures(self, state: RunState, event: Event, tool: str, out: list[Command]) -> None:
         """Rule 5 (chat rule 2): one tool failing again and again. A success resets its count
         where results arrive (`_on_result`)."""
-        count = state.failures[tool] = state.failures.get(tool, 0) + 1
+        count = state.count_failure(tool)
         if count >= state.no_progress_threshold and state.stop_code is None:
             self._stop(state, event, "tool_failures", {"tool": tool, "consecutive_failures": count,
                                                 "threshold": state.no_progress_threshold}, out)

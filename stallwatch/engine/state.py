@@ -9,13 +9,26 @@ from typing import Any
 
 import orjson
 
-# The sets of digests are packed as one base64 string each: 16 bytes of digest cost 22
-# characters in the changelog instead of ~40 as a JSON list of hex strings.
+# The sets of digests are packed as one base64 string each, oldest first: 16 bytes of digest
+# cost 22 characters in the changelog instead of ~40 as a JSON list of hex strings.
 _DIGEST_SETS = ("signatures", "fingerprints")
 # States are stored as a JSON array of field values, in declaration order, behind this format
 # number: a third of the size of an object with field names, so the changelog is smaller and
-# recovery faster. Bump it whenever a field is added, removed or reordered.
-STATE_FORMAT = 1
+# recovery faster. Bump it whenever a field is added, removed or reordered, or its meaning changes.
+STATE_FORMAT = 2
+
+# What a run keeps is capped, so that a run of any length has a state far below the producer's
+# limit (a 96,000-event run's state passed 1 MB and crash-looped the workers). Past a cap the
+# oldest entry goes: an old call may then run once more, an old result count as new again, an
+# old tool's failure streak start over: all on the "keep going" side. Worst case, every cap
+# reached with the longest names: tests/engine/test_state.py.
+MAX_SIGNATURES = 2048  # calls allowed to run (researcher); a run of 40 rounds makes ~400
+MAX_FINGERPRINTS = 4096  # results and fact digests seen; 40 rounds of 20 new items make ~800
+MAX_FAILING_TOOLS = 32  # tools with a failure streak at once
+MAX_CHAT_HISTORY = 40  # chat calls kept for cycles: 4-call cycles up to a threshold of 9
+# Recent event ids (64-bit digests) to recognise a runtime's redelivery: a retry resends within
+# seconds, so the last 512 events of a run are plenty. Kept after run_ended.
+EVENT_WINDOW = 512
 
 
 @dataclass(slots=True)
@@ -50,15 +63,17 @@ class RunState:
     executed_calls: int = 0
     overloaded_exempted: int = 0
     extra_rounds: int = 0
-    failures: dict[str, int] = field(default_factory=dict)  # tool -> consecutive failures
+    failures: dict[str, int] = field(default_factory=dict)  # tool -> consecutive failures, oldest first
     last_signature: bytes | None = None  # chat: the call just before
     repeat_count: int = 0  # chat: how many in a row with last_signature
     # chat, with cycle_threshold: recent calls as [signature hex, result digest hex or None,
     # call id, tool], bounded to the longest cycle times the threshold.
     chat_history: list[list] = field(default_factory=list)
-    signatures: set[bytes] = field(default_factory=set)  # researcher: calls allowed to run
-    fingerprints: set[bytes] = field(default_factory=set)  # researcher: results seen
-    event_ids: set[int] = field(default_factory=set)  # 64-bit digests, to ignore redeliveries
+    # Ordered sets (dicts of None, oldest first), so the oldest entry is evicted past a cap and a
+    # state read back from bytes evicts exactly what the original would have.
+    signatures: dict[bytes, None] = field(default_factory=dict)  # researcher: calls allowed to run
+    fingerprints: dict[bytes, None] = field(default_factory=dict)  # researcher: results seen
+    event_ids: dict[int, None] = field(default_factory=dict)  # recent events' 64-bit digests
     stop_code: str | None = None
     ended: bool = False
     last_ts: float = 0.0
@@ -69,7 +84,7 @@ class RunState:
         for name in _FIELD_NAMES:
             value = getattr(self, name)
             if name in _DIGEST_SETS:
-                value = base64.b64encode(b"".join(sorted(value))).decode()
+                value = base64.b64encode(b"".join(value)).decode()
             elif name == "event_ids":
                 value = base64.b64encode(struct.pack(f">{len(value)}Q", *value)).decode()
             elif name == "last_signature" and value is not None:
@@ -85,24 +100,58 @@ class RunState:
         data = dict(zip(_FIELD_NAMES, values[1:], strict=True))
         for name in _DIGEST_SETS:
             packed = base64.b64decode(data[name])
-            data[name] = {packed[i:i + 16] for i in range(0, len(packed), 16)}
+            data[name] = dict.fromkeys(packed[i:i + 16] for i in range(0, len(packed), 16))
         packed = base64.b64decode(data["event_ids"])
-        data["event_ids"] = set(struct.unpack(f">{len(packed) // 8}Q", packed))
+        data["event_ids"] = dict.fromkeys(struct.unpack(f">{len(packed) // 8}Q", packed))
         if data["last_signature"] is not None:
             data["last_signature"] = bytes.fromhex(data["last_signature"])
         return cls(**data)
 
+    def seen_event(self, key: int) -> bool:
+        """True for an event applied already (a redelivery); otherwise remembers it."""
+        ids = self.event_ids
+        if key in ids:
+            return True
+        ids[key] = None
+        if len(ids) > EVENT_WINDOW:
+            del ids[next(iter(ids))]
+        return False
+
+    def add_signature(self, signature: bytes) -> None:
+        _add(self.signatures, signature, MAX_SIGNATURES)
+
+    def add_fingerprint(self, digest: bytes) -> bool:
+        """Remember a result's digest; True when it was not seen before (a new fact)."""
+        if digest in self.fingerprints:
+            return False
+        _add(self.fingerprints, digest, MAX_FINGERPRINTS)
+        return True
+
+    def count_failure(self, tool: str) -> int:
+        """One more failure in a row of `tool`; returns its streak."""
+        failures = self.failures
+        count = failures[tool] = failures.get(tool, 0) + 1
+        if len(failures) > MAX_FAILING_TOOLS:
+            del failures[next(iter(failures))]
+        return count
+
     def release(self) -> None:
-        """Drop everything but the tombstone facts once the run has ended."""
+        """Drop everything but the tombstone facts once the run has ended. The recent event ids
+        stay, so that an event redelivered after the end has no further effect either."""
         self.ended = True
-        self.signatures = set()
-        self.fingerprints = set()
-        self.event_ids = set()
+        self.signatures = {}
+        self.fingerprints = {}
         self.failures = {}
         self.exempt_tools = []
         self.approval_tools = []
         self.tool_specs = {}
         self.chat_history = []
+
+
+def _add(ordered: dict, key: object, cap: int) -> None:
+    ordered[key] = None
+    if len(ordered) > cap:
+        del ordered[next(iter(ordered))]
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(RunState))
