@@ -78,6 +78,9 @@ class RunState:
     ended: bool = False
     last_ts: float = 0.0
     last_offset: int = -1  # the highest source offset applied (stream workers only)
+    # This run's clock minus its partition's (stallwatch.engine.expiry.PartitionClock), set when
+    # the partition first sees the run; None in replay, where nothing expires.
+    clock_offset: float | None = None
 
     def to_bytes(self) -> bytes:
         values: list[Any] = [STATE_FORMAT]
