@@ -9,6 +9,7 @@ from importlib.metadata import PackageNotFoundError, version
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
 
 from stallwatch.contract.commands import Command
+from stallwatch.settings import Settings
 
 # Seconds: a batch is a few milliseconds of work; decisions take milliseconds to seconds.
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -64,8 +65,9 @@ class StallwatchMetrics:
         except PackageNotFoundError:
             self.build.info({"version": "unknown"})
 
-    def serve(self, port: int) -> None:
-        start_http_server(port, registry=self.registry)
+    def serve(self, port: int, addr: str = Settings.metrics_bind) -> None:
+        """Serve /metrics on `addr` (STALLWATCH_METRICS_BIND; loopback unless opened)."""
+        start_http_server(port, addr=addr, registry=self.registry)
 
     def count_event(self, kind: str) -> None:
         self.events.labels(kind).inc()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from stallwatch.engine.admin_policy import AdminPolicy
 
@@ -11,6 +12,34 @@ from stallwatch.engine.admin_policy import AdminPolicy
 def _env(name: str, default: str | None = None) -> str | None:
     value = os.environ.get(name)
     return value if value not in (None, "") else default
+
+
+def _number(name: str, default: float, kind: type, minimum: float, maximum: float | None = None) -> Any:
+    """A numeric variable; a bad value raises ValueError naming the variable."""
+    raw = _env(name)
+    if raw is None:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r}: expected {'an integer' if kind is int else 'a number'}") from None
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+        raise ValueError(f"{name}={raw!r}: must be {bound}")
+    return value
+
+
+def _flag(name: str) -> bool:
+    raw = (_env(name) or "false").lower()
+    if raw not in _FLAGS:
+        raise ValueError(f"{name}={raw!r}: expected true or false")
+    return _FLAGS[raw]
+
+
+_FLAGS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+_PORT_MAX = 65535
+# A key shorter than this is guessable: its fingerprints could be reversed like unkeyed ones.
+MIN_FINGERPRINT_KEY_CHARS = 16
 
 
 @dataclass(frozen=True)
@@ -23,8 +52,20 @@ class Settings:
     partitions: int = 8
     # Port of the worker's /metrics (Prometheus) endpoint.
     metrics_port: int = 9400
+    # Address /metrics listens on: loopback unless a deployment opens it (0.0.0.0) for its
+    # Prometheus; the metrics hold counts only, but nothing is exposed unasked.
+    metrics_bind: str = "127.0.0.1"
     # Faust's web port (health checks); one per worker process on a host.
     web_port: int = 6066
+    # Address the web UI listens on: loopback by default, since it shows the partition map
+    # (/router/); a deployment whose probes reach it from outside sets 0.0.0.0.
+    web_bind: str = "127.0.0.1"
+    # Replicas of every topic stallwatch creates and of the workers' changelogs: 3 survives a
+    # broker's loss in a 3-broker cluster; the local single broker runs with 1 (Makefile).
+    replication_factor: int = 3
+    # Replicas that must acknowledge a write (min.insync.replicas of those topics): 2 of 3
+    # means an acknowledged command or state survives one broker's loss; 1 locally.
+    min_insync_replicas: int = 2
     # TOML file of the administrator's tool policy (tools requiring approval, by name or glob).
     policy_file: str | None = None
     # Runs with no event for this long (event time) are expired, so memory stays bounded.
@@ -40,14 +81,23 @@ class Settings:
 
     @classmethod
     def from_env(cls) -> Settings:
+        replication = _number("STALLWATCH_REPLICATION_FACTOR", cls.replication_factor, int, 1)
+        min_insync = _number("STALLWATCH_MIN_INSYNC_REPLICAS", cls.min_insync_replicas, int, 1)
+        if min_insync > replication:
+            raise ValueError(f"STALLWATCH_MIN_INSYNC_REPLICAS={min_insync} is more than "
+                             f"STALLWATCH_REPLICATION_FACTOR={replication}: no write could succeed")
         return cls(
             bootstrap=_env("STALLWATCH_BOOTSTRAP", cls.bootstrap),
             topic_prefix=_env("STALLWATCH_TOPIC_PREFIX", cls.topic_prefix),
-            partitions=int(_env("STALLWATCH_PARTITIONS", str(cls.partitions))),
-            metrics_port=int(_env("STALLWATCH_METRICS_PORT", str(cls.metrics_port))),
-            web_port=int(_env("STALLWATCH_WEB_PORT", str(cls.web_port))),
+            partitions=_number("STALLWATCH_PARTITIONS", cls.partitions, int, 1),
+            metrics_port=_number("STALLWATCH_METRICS_PORT", cls.metrics_port, int, 0, _PORT_MAX),
+            metrics_bind=_env("STALLWATCH_METRICS_BIND", cls.metrics_bind),
+            web_port=_number("STALLWATCH_WEB_PORT", cls.web_port, int, 0, _PORT_MAX),
+            web_bind=_env("STALLWATCH_WEB_BIND", cls.web_bind),
+            replication_factor=replication,
+            min_insync_replicas=min_insync,
             policy_file=_env("STALLWATCH_POLICY_FILE"),
-            idle_timeout_s=float(_env("STALLWATCH_IDLE_TIMEOUT_S", str(cls.idle_timeout_s))),
+            idle_timeout_s=_number("STALLWATCH_IDLE_TIMEOUT_S", cls.idle_timeout_s, float, 1.0),
             security_protocol=_env("STALLWATCH_SECURITY_PROTOCOL", cls.security_protocol),
             sasl_mechanism=_env("STALLWATCH_SASL_MECHANISM"),
             sasl_username=_env("STALLWATCH_SASL_USERNAME"),

@@ -33,7 +33,7 @@ def kafka(command: str) -> None:
 def fresh_settings(partitions: int = 4) -> Settings:
     """Settings with a topic prefix of their own, so tests never see each other's data."""
     return Settings(bootstrap=BOOTSTRAP, topic_prefix=f"t{uuid.uuid4().hex[:10]}",
-                    partitions=partitions)
+                    partitions=partitions, replication_factor=1, min_insync_replicas=1)
 
 
 class WorkerProcess:
@@ -48,6 +48,8 @@ class WorkerProcess:
         env = {**os.environ, "STALLWATCH_BOOTSTRAP": settings.bootstrap,
                "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
                "STALLWATCH_PARTITIONS": str(settings.partitions),
+               "STALLWATCH_REPLICATION_FACTOR": str(settings.replication_factor),
+               "STALLWATCH_MIN_INSYNC_REPLICAS": str(settings.min_insync_replicas),
                "STALLWATCH_WEB_PORT": str(WorkerProcess._next_port),
                "STALLWATCH_METRICS_PORT": str(WorkerProcess._next_port + 1000),
                "STALLWATCH_LOG_LEVEL": "INFO"}
