@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stallwatch.engine.admin_policy import AdminPolicy
+from stallwatch.engine.canonical import derive_secret
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -34,6 +35,14 @@ def _flag(name: str) -> bool:
     if raw not in _FLAGS:
         raise ValueError(f"{name}={raw!r}: expected true or false")
     return _FLAGS[raw]
+
+
+def _fingerprint_key() -> str | None:
+    key = _env("STALLWATCH_FINGERPRINT_KEY")
+    if key is not None and len(key) < MIN_FINGERPRINT_KEY_CHARS:
+        raise ValueError(f"STALLWATCH_FINGERPRINT_KEY is {len(key)} characters: use at least "
+                         f"{MIN_FINGERPRINT_KEY_CHARS} (e.g. `openssl rand -hex 32`)")
+    return key
 
 
 _FLAGS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
@@ -70,6 +79,13 @@ class Settings:
     policy_file: str | None = None
     # Runs with no event for this long (event time) are expired, so memory stays bounded.
     idle_timeout_s: float = 6 * 3600.0
+    # The secret shared by runtimes and workers that keys every digest reaching Kafka or a
+    # state (result fingerprints, call signatures, fact digests), so that a fingerprint of a
+    # small value cannot be reversed by hashing guesses. Unset: unkeyed XXH3-128, as before
+    # (the risk and the rotation: docs/operations.md). At least 16 characters.
+    fingerprint_key: str | None = field(default=None, repr=False)
+    # The client sends `args_digest` in place of `args`: a call's arguments never leave it.
+    args_digest_only: bool = False
     # Kafka security, passed to the worker and the client alike.
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str | None = None
@@ -97,6 +113,8 @@ class Settings:
             replication_factor=replication,
             min_insync_replicas=min_insync,
             policy_file=_env("STALLWATCH_POLICY_FILE"),
+            fingerprint_key=_fingerprint_key(),
+            args_digest_only=_flag("STALLWATCH_ARGS_DIGEST_ONLY"),
             idle_timeout_s=_number("STALLWATCH_IDLE_TIMEOUT_S", cls.idle_timeout_s, float, 1.0),
             security_protocol=_env("STALLWATCH_SECURITY_PROTOCOL", cls.security_protocol),
             sasl_mechanism=_env("STALLWATCH_SASL_MECHANISM"),
@@ -118,6 +136,10 @@ class Settings:
     @property
     def deadletter_topic(self) -> str:
         return f"{self.topic_prefix}.deadletter"
+
+    def fingerprint_secret(self) -> bytes | None:
+        """The key of every digest, derived from `fingerprint_key`; None without one."""
+        return derive_secret(self.fingerprint_key) if self.fingerprint_key else None
 
     def admin_policy(self) -> AdminPolicy:
         return AdminPolicy.load(self.policy_file) if self.policy_file else AdminPolicy()

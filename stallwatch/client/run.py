@@ -11,10 +11,11 @@ from typing import Any
 
 from stallwatch.contract.commands import Command, Nudge, Stop, Verdict
 from stallwatch.contract.events import Policy
+from stallwatch.contract.limits import bounded_id
 from stallwatch.engine import words
-from stallwatch.engine.canonical import declared_view, fingerprint
+from stallwatch.engine.canonical import call_signature, declared_view, fingerprint
 
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+Send = Callable[[dict[str, Any]], Awaitable[bool | None]]  # False: not sent, the broker is away
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,10 @@ class Run:
     """One agent run. Make one with a client's `start_run`; use it from one asyncio task."""
 
     def __init__(self, run_id: str, mode: str, policy: Policy, tools: list[dict[str, Any]], send: Send,
-                 verdict_timeout_s: float) -> None:
+                 verdict_timeout_s: float, secret: bytes | None = None,
+                 args_digest_only: bool = False) -> None:
+        """`secret` keys the digests this run sends (shared with the workers); with
+        `args_digest_only`, a call's arguments leave the runtime only as a digest."""
         self.run_id = run_id
         self.mode = mode
         self.policy = policy
@@ -43,6 +47,8 @@ class Run:
         self.stopped = asyncio.Event()
         self._send = send
         self._timeout = verdict_timeout_s
+        self._secret = secret
+        self._args_digest_only = args_digest_only
         self._pending: dict[str, asyncio.Future[Verdict]] = {}
         self._seen_commands: set[str] = set()
         self._calls = 0
@@ -64,15 +70,19 @@ class Run:
         self._calls += 1
         call_id = call_id or f"call-{self._calls}"
         future: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
-        self._pending[call_id] = future
-        await self._event("call_proposed", round=self.round, call_id=call_id, tool=tool, args=args)
+        key = bounded_id(call_id)  # as the detector writes it into the verdict
+        self._pending[key] = future
         try:
+            if not await self._event("call_proposed", round=self.round, call_id=call_id, tool=tool,
+                                     **self._args_fields(tool, args)):
+                return call_id, CallDecision(True, None, "stallwatch cannot be reached; the call "
+                                             "is allowed.", timed_out=True)
             verdict = await asyncio.wait_for(future, self._timeout)
         except TimeoutError:
             return call_id, CallDecision(True, None, f"stallwatch gave no verdict within "
                                          f"{self._timeout:g} s; the call is allowed.", timed_out=True)
         finally:
-            self._pending.pop(call_id, None)
+            self._pending.pop(key, None)
         return call_id, CallDecision(verdict.decision == "allow", verdict.code, verdict.reason)
 
     async def result(self, call_id: str, tool: str, status: str = "ok", result: Any = None,
@@ -86,10 +96,10 @@ class Run:
         spec = self._declared.get(tool)
         if spec is not None:  # the tool's declarations apply before hashing, as in the engine
             result, items = declared_view(tool, result, spec.get("volatile_fields") or [],
-                                          spec.get("facts"))
+                                          spec.get("facts"), self._secret)
             if items is not None:
                 fields["fact_fingerprints"] = [d.hex() for d in items]
-        digest, empty = fingerprint(result)
+        digest, empty = fingerprint(result, self._secret)
         await self._event("call_result", round=self.round, call_id=call_id, tool=tool,
                           status=status, fingerprint=digest, empty=empty, **fields)
 
@@ -111,15 +121,26 @@ class Run:
             self.stop = command
             self.stopped.set()
 
-    async def _event(self, kind: str, **fields: Any) -> None:
-        await self._send({"v": 1, "type": kind, "event_id": uuid.uuid4().hex, "run_id": self.run_id,
-                          "ts": time.time(), **fields})
+    def _args_fields(self, tool: str, args: Any) -> dict[str, Any]:
+        if not self._args_digest_only:
+            return {"args": args}
+        signature = call_signature(tool, args, self._secret)
+        # Arguments without a canonical form are never a repeat: a digest of nothing else.
+        return {"args_digest": signature.hex() if signature else f"unhashable:{uuid.uuid4().hex}"}
+
+    async def _event(self, kind: str, **fields: Any) -> bool:
+        """Send one event; False when the transport could not (the broker is away)."""
+        sent = await self._send({"v": 1, "type": kind, "event_id": uuid.uuid4().hex,
+                                 "run_id": self.run_id, "ts": time.time(), **fields})
+        return sent is not False
 
 
 class Client:
     """What both clients share: starting runs and routing each command to its run."""
 
     verdict_timeout_s: float
+    fingerprint_secret: bytes | None = None  # keys the digests the runs send
+    args_digest_only: bool = False  # runs send `args_digest` in place of `args`
 
     def __init__(self) -> None:
         self.runs: dict[str, Run] = {}
@@ -130,7 +151,7 @@ class Client:
         """Publish run_started and return the run's handle. `tools` as in the contract."""
         tools = tools or []
         run = Run(run_id, mode, Policy.model_validate(policy or {}), tools, self._send,
-                  self.verdict_timeout_s)
+                  self.verdict_timeout_s, self.fingerprint_secret, self.args_digest_only)
         self.runs[run_id] = run
         await self._prepare(run_id)
         event: dict[str, Any] = {"v": 1, "type": "run_started", "event_id": uuid.uuid4().hex,
@@ -148,5 +169,6 @@ class Client:
     async def _prepare(self, run_id: str) -> None:
         """Get ready to receive the run's commands before its first event goes out."""
 
-    async def _send(self, event: dict[str, Any]) -> None:
+    async def _send(self, event: dict[str, Any]) -> bool | None:
+        """Deliver one event; False when it could not be sent (failing open)."""
         raise NotImplementedError

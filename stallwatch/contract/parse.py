@@ -138,7 +138,8 @@ def _conforms(d: dict[str, Any], kind: str) -> bool:
     if type(d.get("call_id")) is not str or type(d.get("tool")) is not str:
         return False
     if kind == "call_proposed":
-        return True
+        args_digest = d.get("args_digest")
+        return args_digest is None or type(args_digest) is str
     if kind == "call_result":
         status, fingerprint, empty = d.get("status"), d.get("fingerprint"), d.get("empty")
         return ("fact_fingerprints" not in d and type(status) is str and status in _STATUSES

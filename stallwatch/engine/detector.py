@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from xxhash import xxh3_64_intdigest, xxh3_128_digest, xxh3_128_hexdigest
+from xxhash import xxh3_64_intdigest, xxh3_128_hexdigest
 
 from stallwatch.contract.commands import Command, Nudge, Stop, Verdict
 from stallwatch.contract.events import Policy
@@ -19,6 +19,7 @@ from stallwatch.engine.canonical import (
     call_signature,
     canonical_bytes,
     declared_view,
+    digest,
     fact_digest,
     parse_json_text,
 )
@@ -37,8 +38,11 @@ _CYCLE_LENGTHS = (2, 3, 4)
 class Detector:
     """Applies the rules of contract v1 to one run's state at a time."""
 
-    def __init__(self, admin_policy: AdminPolicy | None = None) -> None:
+    def __init__(self, admin_policy: AdminPolicy | None = None, secret: bytes | None = None) -> None:
+        """`secret`: the key of every digest (`canonical.derive_secret` of
+        STALLWATCH_FINGERPRINT_KEY), shared with the runtimes; None for unkeyed digests."""
         self.admin_policy = admin_policy or AdminPolicy()
+        self.secret = secret
 
     def apply(self, state: RunState | None, event: Event) -> tuple[RunState | None, list[Command]]:
         """Apply one event. `state` is None for a run not seen yet; the state is changed in place."""
@@ -124,7 +128,10 @@ class Detector:
             reason = words.run_stopped(words.stop_reason_short(state.stop_code))
             _verdict(out, event, "refuse", "run_stopped", reason)
             return
-        signature = call_signature(tool, event.get("args"))
+        if (given := event.get("args_digest")) is not None:  # the runtime hashed its arguments
+            signature = _fingerprint_digest(given, self.secret)
+        else:
+            signature = call_signature(tool, event.get("args"), self.secret)
         exempt = self._repeat_exempt(state, tool)
         if state.call_budget is not None and state.executed_calls >= state.call_budget:
             self._refuse(state, event, tool, "budget_exhausted", words.budget_exhausted(state.call_budget),
@@ -204,7 +211,7 @@ class Detector:
                     content = event["fingerprint"].encode()
                 else:
                     return  # no content: unknown, so never part of a cycle
-                entry[1] = xxh3_128_hexdigest(event["status"].encode() + b"\x00" + content)
+                entry[1] = digest(event["status"].encode() + b"\x00" + content, self.secret).hex()
                 return
 
     # -- results ----------------------------------------------------------------------------
@@ -240,12 +247,13 @@ class Detector:
         tool = event["tool"]
         if self._requires_approval(state, tool) or self._repeat_exempt(state, tool):
             return True
-        digests = _result_digests(event, state.tool_specs.get(tool) if state.tool_specs else None)
+        digests = _result_digests(event, state.tool_specs.get(tool) if state.tool_specs else None,
+                                  self.secret)
         if digests is None:
             return True
         new = False
-        for digest in digests:
-            if state.add_fingerprint(digest):
+        for found in digests:
+            if state.add_fingerprint(found):
                 new = True
         return new
 
@@ -340,36 +348,37 @@ def _verdict(out: list[Command], event: Event, decision: str, code: str | None, 
                        decision=decision, code=code, reason=reason, tool=event["tool"]))
 
 
-def _result_digests(event: Event, spec: dict | None) -> list[bytes] | None:
+def _result_digests(event: Event, spec: dict | None, secret: bytes | None) -> list[bytes] | None:
     """The digests that identify a result's facts: the whole result's, or one per item for a
     tool that declares facts. None when the result counts as new whatever was seen before:
     empty, without content or fingerprint, or impossible to put in canonical form."""
     if "result" in event:
         try:
             if spec is None:
-                digest = fact_digest(event["result"])
+                found = fact_digest(event["result"], secret)
             else:
                 view, items = declared_view(event["tool"], event["result"], spec["volatile"],
-                                            spec["facts"])
+                                            spec["facts"], secret)
                 if items is not None:
                     return items or None  # an empty item list is an empty result
-                digest = fact_digest(view)
+                found = fact_digest(view, secret)
         except ValueError:
             return None
-        return None if digest is None else [digest]
+        return None if found is None else [found]
     if event.get("fingerprint") is None or event["empty"]:
         return None
     given = event.get("fact_fingerprints") if spec and spec["facts"] else None
     if given is not None:
-        return [_fingerprint_digest(f) for f in given] or None
-    return [_fingerprint_digest(event["fingerprint"])]
+        return [_fingerprint_digest(f, secret) for f in given] or None
+    return [_fingerprint_digest(event["fingerprint"], secret)]
 
 
-def _fingerprint_digest(fingerprint: str) -> bytes:
-    """A runtime's fingerprint as 16 bytes: ours is hex already; any other text is hashed."""
+def _fingerprint_digest(fingerprint: str, secret: bytes | None) -> bytes:
+    """A runtime's fingerprint (or args digest) as 16 bytes: ours is hex already (keyed by the
+    runtime); any other text is hashed."""
     if len(fingerprint) == 2 * DIGEST_SIZE:
         try:
             return bytes.fromhex(fingerprint)
         except ValueError:
             pass
-    return xxh3_128_digest(fingerprint.encode())
+    return digest(fingerprint.encode(), secret)
