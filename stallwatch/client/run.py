@@ -69,7 +69,9 @@ class Run:
         """Ask before running a call; returns (call_id, decision). Fails open after the timeout."""
         self._calls += 1
         call_id = call_id or f"call-{self._calls}"
-        future: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout  # sending and waiting, together
+        future: asyncio.Future[Verdict] = loop.create_future()
         key = bounded_id(call_id)  # as the detector writes it into the verdict
         self._pending[key] = future
         try:
@@ -77,7 +79,7 @@ class Run:
                                      **self._args_fields(tool, args)):
                 return call_id, CallDecision(True, None, "stallwatch cannot be reached; the call "
                                              "is allowed.", timed_out=True)
-            verdict = await asyncio.wait_for(future, self._timeout)
+            verdict = await asyncio.wait_for(future, max(deadline - loop.time(), 0.0))
         except TimeoutError:
             return call_id, CallDecision(True, None, f"stallwatch gave no verdict within "
                                          f"{self._timeout:g} s; the call is allowed.", timed_out=True)
