@@ -45,6 +45,10 @@ def test_a_small_dead_letter_keeps_its_raw_input_whole():
     assert (letter.raw, letter.raw_truncated, letter.raw_size) == ('{"v": 2}', False, 8)
 
 
+def test_a_record_keyed_by_its_run_id_is_parsed():
+    assert parse_record(b"r", event("round_started", round=1))["round"] == 1
+
+
 def test_a_tombstone_and_a_null_key_are_dead_letters_with_their_own_reasons():
     assert reason_of(None).reason == "null_value"
     assert reason_of(event("round_started", round=1), key=None).reason == "null_key"
