@@ -66,7 +66,7 @@ class StallwatchMetrics:
             self.build.info({"version": "unknown"})
 
     def serve(self, port: int, addr: str = Settings.metrics_bind) -> None:
-        """Serve /metrics on `addr` (STALLWATCH_METRICS_BIND; loopback unless opened)."""
+        """Serve /metrics on `addr` (STALLWATCH_METRICS_BIND)."""
         start_http_server(port, addr=addr, registry=self.registry)
 
     def count_event(self, kind: str) -> None:

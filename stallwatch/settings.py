@@ -61,24 +61,32 @@ class Settings:
     partitions: int = 8
     # Port of the worker's /metrics (Prometheus) endpoint.
     metrics_port: int = 9400
-    # Address /metrics listens on: loopback unless a deployment opens it (0.0.0.0) for its
-    # Prometheus; the metrics hold counts only, but nothing is exposed unasked.
-    metrics_bind: str = "127.0.0.1"
-    # Faust's web port (health checks); one per worker process on a host.
+    # The worker's health endpoints (/health/live, /health/ready); one port per worker process.
     web_port: int = 6066
-    # Address the web UI listens on: loopback by default, since it shows the partition map
-    # (/router/); a deployment whose probes reach it from outside sets 0.0.0.0.
+    # Address the health endpoints listen on: loopback unless a probe comes from elsewhere.
     web_bind: str = "127.0.0.1"
-    # Replicas of every topic stallwatch creates and of the workers' changelogs: 3 survives a
-    # broker's loss in a 3-broker cluster; the local single broker runs with 1 (Makefile).
+    # Address /metrics listens on: all interfaces by default, so that Prometheus can scrape it
+    # (the metrics hold counts only, no run ids and no content).
+    metrics_bind: str = "0.0.0.0"
+    # Replicas of every topic the worker creates, and the fewest in sync for a write to succeed:
+    # right for a 3-broker cluster (one broker may be lost with no write refused); the local
+    # single broker of `make` sets 1 and 1.
     replication_factor: int = 3
-    # Replicas that must acknowledge a write (min.insync.replicas of those topics): 2 of 3
-    # means an acknowledged command or state survives one broker's loss; 1 locally.
     min_insync_replicas: int = 2
+    # A worker whose consume loop made no progress for this long reports itself dead on
+    # /health/live, and exits after twice as long, so that its partitions move to a live worker
+    # (a hung worker otherwise holds them forever).
+    stall_timeout_s: float = 60.0
+    # Static group membership (Kafka's group.instance.id), e.g. the pod name of a StatefulSet: a
+    # worker restarted under the same id within the session timeout gets its partitions back
+    # without a rebalance of the whole group.
+    instance_id: str | None = None
     # TOML file of the administrator's tool policy (tools requiring approval, by name or glob).
     policy_file: str | None = None
     # Runs with no event for this long (event time) are expired, so memory stays bounded.
     idle_timeout_s: float = 6 * 3600.0
+    # How often (wall clock) a worker scans a partition for expired runs; the rule is event time.
+    expiry_interval_s: float = 60.0
     # The secret shared by runtimes and workers that keys every digest reaching Kafka or a
     # state (result fingerprints, call signatures, fact digests), so that a fingerprint of a
     # small value cannot be reversed by hashing guesses. Unset: unkeyed XXH3-128, as before
@@ -107,15 +115,18 @@ class Settings:
             topic_prefix=_env("STALLWATCH_TOPIC_PREFIX", cls.topic_prefix),
             partitions=_number("STALLWATCH_PARTITIONS", cls.partitions, int, 1),
             metrics_port=_number("STALLWATCH_METRICS_PORT", cls.metrics_port, int, 0, _PORT_MAX),
-            metrics_bind=_env("STALLWATCH_METRICS_BIND", cls.metrics_bind),
             web_port=_number("STALLWATCH_WEB_PORT", cls.web_port, int, 0, _PORT_MAX),
             web_bind=_env("STALLWATCH_WEB_BIND", cls.web_bind),
+            metrics_bind=_env("STALLWATCH_METRICS_BIND", cls.metrics_bind),
             replication_factor=replication,
             min_insync_replicas=min_insync,
+            stall_timeout_s=_number("STALLWATCH_STALL_TIMEOUT_S", cls.stall_timeout_s, float, 0.1),
+            instance_id=_env("STALLWATCH_INSTANCE_ID"),
             policy_file=_env("STALLWATCH_POLICY_FILE"),
+            idle_timeout_s=_number("STALLWATCH_IDLE_TIMEOUT_S", cls.idle_timeout_s, float, 1.0),
+            expiry_interval_s=_number("STALLWATCH_EXPIRY_INTERVAL_S", cls.expiry_interval_s, float, 0.1),
             fingerprint_key=_fingerprint_key(),
             args_digest_only=_flag("STALLWATCH_ARGS_DIGEST_ONLY"),
-            idle_timeout_s=_number("STALLWATCH_IDLE_TIMEOUT_S", cls.idle_timeout_s, float, 1.0),
             security_protocol=_env("STALLWATCH_SECURITY_PROTOCOL", cls.security_protocol),
             sasl_mechanism=_env("STALLWATCH_SASL_MECHANISM"),
             sasl_username=_env("STALLWATCH_SASL_USERNAME"),
@@ -136,6 +147,15 @@ class Settings:
     @property
     def deadletter_topic(self) -> str:
         return f"{self.topic_prefix}.deadletter"
+
+    @property
+    def changelog_topic(self) -> str:
+        """The run states, compacted: written in the same transactions as the commands."""
+        return f"{self.topic_prefix}.runs-changelog"
+
+    @property
+    def group_id(self) -> str:
+        return f"{self.topic_prefix}-detector"
 
     def fingerprint_secret(self) -> bytes | None:
         """The key of every digest, derived from `fingerprint_key`; None without one."""

@@ -96,7 +96,10 @@ class KafkaClient(Client):
         timeout_ms = max(int(self.verdict_timeout_s * 1000), 1000)
         self._producer = AIOKafkaProducer(acks="all", linger_ms=0, request_timeout_ms=timeout_ms,
                                           **options)
+        # read_committed: the workers publish commands in transactions; an aborted batch's
+        # commands are never seen.
         self._consumer = AIOKafkaConsumer(enable_auto_commit=False, auto_offset_reset="latest",
+                                          isolation_level="read_committed",
                                           fetch_max_wait_ms=100, **options)
         self._assigned = set()
         try:

@@ -19,13 +19,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from stallwatch.streams.topics import ensure_topics
 
 from stallwatch.client import KafkaClient
 from stallwatch.client.kafka import stop_quietly
 from stallwatch.contract.commands import encode_command
 from stallwatch.engine.fleet import Fleet, Rejected
 from stallwatch.settings import Settings
+from stallwatch.worker.topics import ensure_topics
 from tests.kafka_harness import ROOT
 
 pytestmark = pytest.mark.kafka
