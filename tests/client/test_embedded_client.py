@@ -49,3 +49,14 @@ async def test_the_system_prompt_names_the_thresholds_and_exempt_tools():
                                      policy={"loop_detect_threshold": 4, "call_budget": 9})
         text = run.system_prompt()
     assert "4 times in a row" in text and "At most 9 tool calls" in text and "wait" in text
+
+
+async def test_a_call_id_too_long_for_a_verdict_is_still_matched_to_its_call():
+    async with EmbeddedClient() as client:
+        run = await client.start_run("r4", "researcher", [{"name": "search"}])
+        await run.start_round()
+        long_id = "c" * 5_000  # the verdict carries a marked digest of it
+        _, first = await run.propose("search", {"q": 1}, call_id=long_id)
+        _, again = await run.propose("search", {"q": 1}, call_id=long_id + "2")
+    assert (first.allowed, first.timed_out) == (True, False)
+    assert (again.allowed, again.code, again.timed_out) == (False, "duplicate_call", False)
