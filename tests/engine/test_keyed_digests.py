@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hashlib import blake2b
+
 import orjson
 from xxhash import xxh3_128_digest
 
@@ -60,3 +62,12 @@ def test_the_key_changes_no_decision():
         return [orjson.dumps(c) for out in Fleet(secret=secret).replay(lines) for c in out]
 
     assert commands(SECRET) == commands(None) and any(b'"stop"' in c for c in commands(None))
+
+
+def test_the_keyed_digest_is_the_documented_construction():
+    """What docs/contract-additions.md tells runtimes in other languages to compute."""
+    key = blake2b(b"a shared secret of the fleet, 32+", digest_size=32, person=b"stallwatch-fp").digest()
+    assert key == SECRET
+    content = canonical_bytes(PIN)
+    assert fingerprint(PIN, SECRET)[0] == blake2b(xxh3_128_digest(content), key=key,
+                                                  digest_size=16).hexdigest()
