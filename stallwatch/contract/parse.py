@@ -24,6 +24,8 @@ MAX_NESTING = 1024
 
 _STATUSES = frozenset(("ok", "error", "overloaded"))
 _ROUND_ONLY = frozenset(("round_started", "round_ended"))
+# Fields copied from an event into commands and states: bounded by MAX_ID_CHARS.
+_IDS = ("event_id", "run_id", "call_id", "tool")
 
 
 class InvalidEvent(ValueError):
@@ -78,24 +80,22 @@ def validate_event(data: dict[str, Any]) -> dict[str, Any]:
         raise InvalidEvent("unknown_type",
                            f"unknown event type {_quote(kind)}; expected one of {', '.join(EVENT_TYPES)}")
     if kind != "run_started" and _conforms(data, kind):
-        event = data
-    else:
-        try:
-            event = EVENT_ADAPTER.validate_python(data).model_dump(exclude_unset=True)
-        except ValidationError as exc:
-            raise InvalidEvent("invalid_field", f"{kind} event: {_describe(exc)}") from None
-        if kind == "run_started":
-            _check_declarations(event)
-    if (len(event["event_id"]) > MAX_ID_CHARS or len(event["run_id"]) > MAX_ID_CHARS
-            or len(event.get("call_id") or "") > MAX_ID_CHARS or len(event.get("tool") or "") > MAX_ID_CHARS):
-        return _bounded(event)
-    return event
+        return data  # the quick check also confirmed that every id is short enough to copy
+    try:
+        event = EVENT_ADAPTER.validate_python(data).model_dump(exclude_unset=True)
+    except ValidationError as exc:
+        raise InvalidEvent("invalid_field", f"{kind} event: {_describe(exc)}") from None
+    if kind == "run_started":
+        _check_declarations(event)
+    return _bounded(event)
 
 
 def _bounded(event: dict[str, Any]) -> dict[str, Any]:
     """An event whose ids fit in a command: a run_id too long is refused (it is also the record
     key commands are routed by); a long event_id, call_id or tool becomes a marked digest (the
     client maps its call ids the same way), so the call still gets its verdict."""
+    if not any(len(event.get(name) or "") > MAX_ID_CHARS for name in _IDS):
+        return event
     if len(event["run_id"]) > MAX_ID_CHARS:
         raise InvalidEvent("id_too_long", f"run_id is {len(event['run_id']):,} characters, over "
                            f"the limit of {MAX_ID_CHARS}")
@@ -122,10 +122,10 @@ def _check_declarations(event: dict[str, Any]) -> None:
 
 def _conforms(d: dict[str, Any], kind: str) -> bool:
     """True only when the models would accept the event (run_started excepted: rare and nested,
-    it always goes through pydantic)."""
+    it always goes through pydantic) and none of its ids is too long to copy as is."""
     event_id, run_id, ts = d.get("event_id"), d.get("run_id"), d.get("ts")
-    if not (type(event_id) is str and event_id and type(run_id) is str and run_id
-            and (type(ts) is float or type(ts) is int)):
+    if not (type(event_id) is str and 0 < len(event_id) <= MAX_ID_CHARS and type(run_id) is str
+            and 0 < len(run_id) <= MAX_ID_CHARS and (type(ts) is float or type(ts) is int)):
         return False
     if kind == "run_ended":
         reason = d.get("reason")
@@ -135,7 +135,9 @@ def _conforms(d: dict[str, Any], kind: str) -> bool:
         return False
     if kind in _ROUND_ONLY:
         return True
-    if type(d.get("call_id")) is not str or type(d.get("tool")) is not str:
+    call_id, tool = d.get("call_id"), d.get("tool")
+    if not (type(call_id) is str and len(call_id) <= MAX_ID_CHARS and type(tool) is str
+            and len(tool) <= MAX_ID_CHARS):
         return False
     if kind == "call_proposed":
         args_digest = d.get("args_digest")

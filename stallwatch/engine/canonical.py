@@ -80,7 +80,8 @@ def call_signature(tool: str, args: Any, secret: bytes | None = None) -> bytes |
     if type(args) is str:
         args = parse_json_text(args)
     try:
-        return digest(tool.encode() + b"\x00" + orjson.dumps(args, option=_SORT), secret)
+        data = tool.encode() + b"\x00" + orjson.dumps(args, option=_SORT)
+        return xxh3_128_digest(data) if secret is None else digest(data, secret)
     except orjson.JSONEncodeError:
         return None
 
@@ -94,7 +95,8 @@ def fact_digest(result: Any, secret: bytes | None = None) -> bytes | None:
         result = parse_json_text(result)
     if _is_empty(result):
         return None
-    return digest(canonical_bytes(result), secret)
+    data = canonical_bytes(result)
+    return xxh3_128_digest(data) if secret is None else digest(data, secret)
 
 
 def fingerprint(result: Any, secret: bytes | None = None) -> tuple[str, bool]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import struct
 from dataclasses import dataclass, field, fields
+from itertools import islice
 from typing import Any
 
 import orjson
@@ -19,9 +20,10 @@ STATE_FORMAT = 2
 
 # What a run keeps is capped, so that a run of any length has a state far below the producer's
 # limit (a 96,000-event run's state passed 1 MB and crash-looped the workers). Past a cap the
-# oldest entry goes: an old call may then run once more, an old result count as new again, an
-# old tool's failure streak start over: all on the "keep going" side. Worst case, every cap
-# reached with the longest names: tests/engine/test_state.py.
+# oldest entries go (the oldest quarter of the digests, the oldest failing tool): an old call
+# may then run once more, an old result count as new again, an old tool's failure streak start
+# over: all on the "keep going" side. Worst case, every cap reached with the longest names:
+# tests/engine/test_state.py.
 MAX_SIGNATURES = 2048  # calls allowed to run (researcher); a run of 40 rounds makes ~400
 MAX_FINGERPRINTS = 4096  # results and fact digests seen; 40 rounds of 20 new items make ~800
 MAX_FAILING_TOOLS = 32  # tools with a failure streak at once
@@ -112,12 +114,9 @@ class RunState:
 
     def seen_event(self, key: int) -> bool:
         """True for an event applied already (a redelivery); otherwise remembers it."""
-        ids = self.event_ids
-        if key in ids:
+        if key in self.event_ids:
             return True
-        ids[key] = None
-        if len(ids) > EVENT_WINDOW:
-            del ids[next(iter(ids))]
+        _add(self.event_ids, key, EVENT_WINDOW)
         return False
 
     def add_signature(self, signature: bytes) -> None:
@@ -152,9 +151,13 @@ class RunState:
 
 
 def _add(ordered: dict, key: object, cap: int) -> None:
+    """Add to an ordered set; past `cap`, the oldest quarter goes at once. One by one, each
+    eviction would scan the dict's deleted slots from its start (0.8 µs an event for a window
+    of 512, measured); a quarter at a time costs a fraction of that per entry."""
     ordered[key] = None
     if len(ordered) > cap:
-        del ordered[next(iter(ordered))]
+        for old in list(islice(ordered, len(ordered) - cap * 3 // 4)):
+            del ordered[old]
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(RunState))
