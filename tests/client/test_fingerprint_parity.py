@@ -12,13 +12,17 @@ TOOLS = [{"name": "search", "facts": {"path": "items", "key": "id"}, "volatile_f
 
 
 async def drive(client: EmbeddedClient, send_content: bool, sent: list[dict]) -> list:
-    original = client._send
+    send, apply = client._send, client._apply
 
-    async def spy(event):
+    async def spy_send(event):
         sent.append(event)
-        return await original(event)
+        return await send(event)
 
-    client._send = spy
+    def spy_apply(event):  # in-process, a run's events after run_started skip the transport
+        sent.append(event)
+        return apply(event)
+
+    client._send, client._apply = spy_send, spy_apply
     run = await client.start_run("parity", "researcher", TOOLS)
     decisions = []
     for i in range(9):

@@ -12,6 +12,7 @@ from aiokafka import AIOKafkaProducer
 from tests.kafka_harness import (
     by_run,
     collect,
+    produce,
     replay_commands,
     serving_worker,
 )
@@ -92,3 +93,20 @@ async def test_poison_gets_bounded_answers_and_leaves_other_runs_untouched():
     reasons = {orjson.loads(letter)["error"] for letter in letters}
     assert any("tombstone" in r for r in reasons), reasons
     assert any("no key" in r for r in reasons), reasons
+
+
+async def test_a_run_of_100000_events_keeps_a_bounded_state_and_its_decisions():
+    long_run = RunScript("long")
+    long_run.start_round()
+    for page in range(50_000):  # every call brings a new page: nothing to stop
+        long_run.call("search", {"q": "x", "page": page}, status="ok", result={"docs": [page]})
+    lines = long_run.lines()
+    assert len(lines) > 100_000
+    async with serving_worker(partitions=1) as (settings, worker):
+        await produce(settings, lines)
+        expected = replay_commands(lines)
+        got = await collect(settings, settings.commands_topic, len(expected) + 1, 180)
+        changelog = await collect(settings, settings.changelog_topic, 10**9, 5)
+        assert worker.alive(), worker.log_tail()
+    assert by_run(got)["long"] == by_run(expected)["long"]
+    assert max(map(len, changelog)) < RECORD_LIMIT // 4, "a long run's state grew with its events"
