@@ -1,0 +1,62 @@
+"""The LangChain middleware on a real `create_agent` graph, driven by LangChain's fake chat model."""
+
+from __future__ import annotations
+
+import pytest
+
+from stallwatch.adapters.langchain import StallwatchMiddleware
+from stallwatch.client import EmbeddedClient, SyncClient
+from tests.adapters import scripts
+from tests.adapters.langchain_model import agent_for
+
+QUESTION = {"messages": [{"role": "user", "content": "How does Kafka compact a topic?"}]}
+
+
+async def run_agent(script: scripts.Script) -> tuple[scripts.Tools, str]:
+    tools = scripts.Tools()
+    async with EmbeddedClient() as client:
+        agent = agent_for(script, tools, StallwatchMiddleware(client, tools=scripts.DECLARED))
+        out = await agent.ainvoke(QUESTION, {"recursion_limit": 100})
+    return tools, out["messages"][-1].text
+
+
+async def test_a_rewording_model_is_stopped_then_answers_without_tools():
+    script = scripts.rewording()
+    tools, answer = await run_agent(script)
+    scripts.assert_stopped_then_answered(script, tools, answer)
+
+
+async def test_a_repeated_call_is_refused_with_the_words_shown_to_the_model():
+    script = scripts.repeating()
+    tools, answer = await run_agent(script)
+    scripts.assert_repeat_refused(script, tools, answer)
+
+
+async def test_a_paging_model_runs_to_the_end_untouched():
+    script = scripts.paging()
+    tools, answer = await run_agent(script)
+    scripts.assert_untouched(script, tools, "list_page", 12, answer)
+
+
+async def test_a_repeat_exempt_wait_is_never_refused():
+    script = scripts.waiting()
+    tools, answer = await run_agent(script)
+    scripts.assert_untouched(script, tools, "wait_for_researchers", 8, answer)
+
+
+def test_invoke_without_asyncio_through_the_sync_client():
+    script, tools = scripts.rewording(), scripts.Tools()
+    with SyncClient(EmbeddedClient) as client:
+        agent = agent_for(script, tools, StallwatchMiddleware(client))
+        out = agent.invoke(QUESTION, {"recursion_limit": 100})
+    scripts.assert_stopped_then_answered(script, tools, out["messages"][-1].text)
+
+
+def test_invoke_with_an_asyncio_client_says_what_to_use():
+    async def build():
+        return EmbeddedClient()
+    import asyncio
+    client = asyncio.run(build())
+    agent = agent_for(scripts.paging(), scripts.Tools(), StallwatchMiddleware(client))
+    with pytest.raises(TypeError, match="SyncClient"):
+        agent.invoke(QUESTION)
