@@ -1,0 +1,52 @@
+"""PydanticAI's own FunctionModel, each response chosen by a Script from what the model was given."""
+
+from __future__ import annotations
+
+from pydantic_ai import Agent
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from stallwatch.adapters.pydantic_ai import Stallwatch
+from tests.adapters.scripts import ANSWER, Script, Seen, Tools
+
+
+def model_for(script: Script) -> FunctionModel:
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        last = messages[-1]
+        recent = [str(p.content) for p in last.parts if isinstance(p, ToolReturnPart)] \
+            if isinstance(last, ModelRequest) else []
+        step = script.next(Seen([t.name for t in info.function_tools], info.instructions or "", recent))
+        if step is None:
+            return ModelResponse(parts=[TextPart(ANSWER)])
+        return ModelResponse(parts=[ToolCallPart(step[0], step[1], tool_call_id=f"tc-{len(script.seen)}")])
+
+    return FunctionModel(respond)
+
+
+def agent_for(script: Script, tools: Tools, capability: Stallwatch) -> Agent[None, str]:
+    agent: Agent[None, str] = Agent(model_for(script), instructions="You research questions.",
+                                    capabilities=[capability])
+
+    @agent.tool_plain
+    def search(q: str) -> str:
+        """Search documents."""
+        return tools.search(q)
+
+    @agent.tool_plain
+    def list_page(page: int) -> str:
+        """Read a page of documents."""
+        return tools.list_page(page)
+
+    @agent.tool_plain
+    def wait_for_researchers() -> str:
+        """Wait for the researchers."""
+        return tools.wait_for_researchers()
+
+    return agent

@@ -1,0 +1,54 @@
+"""The Agents SDK adapter on a real Runner, driven by the SDK's own ScriptedModel."""
+
+from __future__ import annotations
+
+from agents import Runner
+
+from stallwatch.adapters.openai_agents import StallwatchRun
+from stallwatch.client import EmbeddedClient, SyncClient
+from tests.adapters import scripts
+from tests.adapters.openai_agents_model import agent_for
+
+QUESTION = "How does Kafka compact a topic?"
+
+
+async def run_agent(script: scripts.Script) -> tuple[scripts.Tools, str]:
+    tools = scripts.Tools()
+    async with EmbeddedClient() as client:
+        watch = StallwatchRun(client, tools=scripts.DECLARED)
+        result = await Runner.run(watch.agent(agent_for(script, tools)), QUESTION, hooks=watch,
+                                  max_turns=60)
+    return tools, result.final_output
+
+
+async def test_a_rewording_model_is_stopped_then_answers_without_tools():
+    script = scripts.rewording()
+    tools, answer = await run_agent(script)
+    scripts.assert_stopped_then_answered(script, tools, answer)
+
+
+async def test_a_repeated_call_is_refused_with_the_words_shown_to_the_model():
+    script = scripts.repeating()
+    tools, answer = await run_agent(script)
+    scripts.assert_repeat_refused(script, tools, answer)
+
+
+async def test_a_paging_model_runs_to_the_end_untouched():
+    script = scripts.paging()
+    tools, answer = await run_agent(script)
+    scripts.assert_untouched(script, tools, "list_page", 12, answer)
+
+
+async def test_a_repeat_exempt_wait_is_never_refused():
+    script = scripts.waiting()
+    tools, answer = await run_agent(script)
+    scripts.assert_untouched(script, tools, "wait_for_researchers", 8, answer)
+
+
+def test_run_sync_through_the_sync_client():
+    script, tools = scripts.rewording(), scripts.Tools()
+    with SyncClient(EmbeddedClient) as client:
+        watch = StallwatchRun(client)
+        result = Runner.run_sync(watch.agent(agent_for(script, tools)), QUESTION, hooks=watch,
+                                 max_turns=60)
+    scripts.assert_stopped_then_answered(script, tools, result.final_output)

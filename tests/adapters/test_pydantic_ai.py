@@ -1,0 +1,48 @@
+"""The PydanticAI capability on a real Agent, driven by PydanticAI's own FunctionModel."""
+
+from __future__ import annotations
+
+from stallwatch.adapters.pydantic_ai import Stallwatch
+from stallwatch.client import EmbeddedClient, SyncClient
+from tests.adapters import scripts
+from tests.adapters.pydantic_ai_model import agent_for
+
+QUESTION = "How does Kafka compact a topic?"
+
+
+async def run_agent(script: scripts.Script) -> tuple[scripts.Tools, str]:
+    tools = scripts.Tools()
+    async with EmbeddedClient() as client:
+        result = await agent_for(script, tools, Stallwatch(client, tools=scripts.DECLARED)).run(QUESTION)
+    return tools, result.output
+
+
+async def test_a_rewording_model_is_stopped_then_answers_without_tools():
+    script = scripts.rewording()
+    tools, answer = await run_agent(script)
+    scripts.assert_stopped_then_answered(script, tools, answer)
+
+
+async def test_a_repeated_call_is_refused_with_the_words_shown_to_the_model():
+    script = scripts.repeating()
+    tools, answer = await run_agent(script)
+    scripts.assert_repeat_refused(script, tools, answer)
+
+
+async def test_a_paging_model_runs_to_the_end_untouched():
+    script = scripts.paging()
+    tools, answer = await run_agent(script)
+    scripts.assert_untouched(script, tools, "list_page", 12, answer)
+
+
+async def test_a_repeat_exempt_wait_is_never_refused():
+    script = scripts.waiting()
+    tools, answer = await run_agent(script)
+    scripts.assert_untouched(script, tools, "wait_for_researchers", 8, answer)
+
+
+def test_run_sync_through_the_sync_client():
+    script, tools = scripts.rewording(), scripts.Tools()
+    with SyncClient(EmbeddedClient) as client:
+        result = agent_for(script, tools, Stallwatch(client)).run_sync(QUESTION)
+    scripts.assert_stopped_then_answered(script, tools, result.output)
