@@ -11,7 +11,7 @@ export STALLWATCH_BOOTSTRAP ?= 127.0.0.1:$(STALLWATCH_KAFKA_PORT)
 $(BIN)/stallwatch: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[worker,dev]'
+	$(BIN)/pip install --quiet -e '.[worker,dev,langchain,openai-agents,pydantic-ai]'
 	touch $@
 
 setup: $(BIN)/stallwatch
