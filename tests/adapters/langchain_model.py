@@ -9,11 +9,11 @@ from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.tools import StructuredTool
+from langchain_core.tools import StructuredTool, ToolException
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from stallwatch.adapters.langchain import StallwatchMiddleware
-from tests.adapters.scripts import ANSWER, Script, Seen, Tools
+from tests.adapters.scripts import ANSWER, FetchFailed, Script, Seen, Tools
 
 
 class ScriptedChatModel(GenericFakeChatModel):
@@ -43,9 +43,17 @@ class ScriptedChatModel(GenericFakeChatModel):
 
 
 def agent_for(script: Script, tools: Tools, middleware: StallwatchMiddleware) -> Any:
+    def fetch(url: str) -> str:
+        try:
+            return tools.fetch(url)
+        except FetchFailed as exc:
+            raise ToolException(str(exc)) from exc  # LangChain's idiom: an error ToolMessage
+
     lc_tools = [StructuredTool.from_function(tools.search, name="search", description="Search documents."),
                 StructuredTool.from_function(tools.list_page, name="list_page", description="Read a page."),
                 StructuredTool.from_function(tools.wait_for_researchers, name="wait_for_researchers",
-                                             description="Wait for the researchers.")]
+                                             description="Wait for the researchers."),
+                StructuredTool.from_function(fetch, name="fetch", description="Fetch a page.",
+                                             handle_tool_error=True)]
     model = ScriptedChatModel(messages=iter(()), script=script)
     return create_agent(model, lc_tools, system_prompt="You research questions.", middleware=[middleware])

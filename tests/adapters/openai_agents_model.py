@@ -43,5 +43,9 @@ def agent_for(script: Script, tools: Tools) -> Agent[Any]:
         """Wait for the researchers."""
         return tools.wait_for_researchers()
 
+    def fetch(url: str) -> str:
+        """Fetch a page (its exception becomes the SDK's default failure text)."""
+        return tools.fetch(url)
+
     return Agent(name="researcher", instructions="You research questions.", model=model_for(script),
-                 tools=[function_tool(f) for f in (search, list_page, wait_for_researchers)])
+                 tools=[function_tool(f) for f in (search, list_page, wait_for_researchers, fetch)])

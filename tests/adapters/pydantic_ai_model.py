@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pydantic_ai import Agent
+from pydantic_ai.exceptions import ToolFailed
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -14,7 +15,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from stallwatch.adapters.pydantic_ai import Stallwatch
-from tests.adapters.scripts import ANSWER, Script, Seen, Tools
+from tests.adapters.scripts import ANSWER, FetchFailed, Script, Seen, Tools
 
 
 def model_for(script: Script) -> FunctionModel:
@@ -48,5 +49,13 @@ def agent_for(script: Script, tools: Tools, capability: Stallwatch) -> Agent[Non
     def wait_for_researchers() -> str:
         """Wait for the researchers."""
         return tools.wait_for_researchers()
+
+    @agent.tool_plain
+    def fetch(url: str) -> str:
+        """Fetch a page."""
+        try:
+            return tools.fetch(url)
+        except FetchFailed as exc:
+            raise ToolFailed(str(exc)) from exc  # PydanticAI's idiom: a failed result the model sees
 
     return agent

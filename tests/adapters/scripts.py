@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,6 +12,11 @@ from stallwatch.engine import words
 
 ANSWER = "Kafka keeps the latest value per key by compacting its log."
 STOP_WORDS = words.stop_reason("no_new_facts", {"already_seen_streak": 5})
+FAILURE_WORDS = words.stop_reason("tool_failures", {"tool": "fetch", "consecutive_failures": 5})
+TIME_WORDS = words.stop_reason("time_limit", {"time_limit_s": 0.05})
+# The run's time is up before its first search (0.2 s) has answered: the stop ends the turn.
+OUT_OF_TIME = {"time_limit_s": 0.05}
+SLOW_SEARCH_S = 0.2
 
 # The declarations every adapter test passes: the wait is its protocol, never a repeat.
 DECLARED = ({"name": "wait_for_researchers", "repeat_exempt": True},)
@@ -60,25 +66,41 @@ def paging(pages: int = 12) -> Script:
     return Script([("list_page", {"page": p}) for p in range(1, pages + 1)])
 
 
+def failing(n: int = 10) -> Script:
+    """Fetches one address after another; every fetch fails."""
+    return Script([("fetch", {"url": f"https://example.org/{i}"}) for i in range(n)])
+
+
 def waiting(times: int = 8) -> Script:
     """A lead that waits for its researchers again and again with the same arguments."""
     return Script([("wait_for_researchers", {})] * times)
 
 
-class Tools:
-    """The tools' behaviour and how often each ran."""
+class FetchFailed(Exception):
+    pass
 
-    def __init__(self) -> None:
+
+class Tools:
+    """The tools' behaviour and how often each ran. `search` takes `search_s` seconds."""
+
+    def __init__(self, search_s: float = 0.0) -> None:
         self.ran: Counter[str] = Counter()
+        self.search_s = search_s
 
     def search(self, q: str) -> str:
         self.ran["search"] += 1
+        time.sleep(self.search_s)
         return json.dumps({"documents": [{"id": "kafka-docs", "title": "Log compaction"},
                                          {"id": "faust-docs", "title": "Tables"}]})
 
     def list_page(self, page: int) -> str:
         self.ran["list_page"] += 1
         return json.dumps({"page": page, "documents": [{"id": f"doc-{page}-{i}"} for i in range(3)]})
+
+    def fetch(self, url: str) -> str:
+        """Fails every time: each framework's adapter test turns this into its failure idiom."""
+        self.ran["fetch"] += 1
+        raise FetchFailed(f"{url} did not answer")
 
     def wait_for_researchers(self) -> str:
         self.ran["wait_for_researchers"] += 1
@@ -95,6 +117,14 @@ def assert_stopped_then_answered(script: Script, tools: Tools, answer: str) -> N
     last = script.seen[-1]
     assert last.tools == [] and STOP_WORDS in last.instructions
     assert all(s.tools for s in script.seen[:-1])
+    assert answer == ANSWER
+
+
+def assert_failures_stopped(script: Script, tools: Tools, answer: str) -> None:
+    """Five failures of one tool in a row stop the run; the model answers without tools."""
+    assert tools.ran["fetch"] == 5
+    last = script.seen[-1]
+    assert last.tools == [] and FAILURE_WORDS in last.instructions
     assert answer == ANSWER
 
 

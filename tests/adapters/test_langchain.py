@@ -12,10 +12,11 @@ from tests.adapters.langchain_model import agent_for
 QUESTION = {"messages": [{"role": "user", "content": "How does Kafka compact a topic?"}]}
 
 
-async def run_agent(script: scripts.Script) -> tuple[scripts.Tools, str]:
-    tools = scripts.Tools()
+async def run_agent(script: scripts.Script, tools: scripts.Tools | None = None,
+                    policy: dict | None = None) -> tuple[scripts.Tools, str]:
+    tools = tools or scripts.Tools()
     async with EmbeddedClient() as client:
-        agent = agent_for(script, tools, StallwatchMiddleware(client, tools=scripts.DECLARED))
+        agent = agent_for(script, tools, StallwatchMiddleware(client, tools=scripts.DECLARED, policy=policy))
         out = await agent.ainvoke(QUESTION, {"recursion_limit": 100})
     return tools, out["messages"][-1].text
 
@@ -42,6 +43,19 @@ async def test_a_repeat_exempt_wait_is_never_refused():
     script = scripts.waiting()
     tools, answer = await run_agent(script)
     scripts.assert_untouched(script, tools, "wait_for_researchers", 8, answer)
+
+
+async def test_failures_of_one_tool_stop_the_run():
+    script = scripts.failing()
+    tools, answer = await run_agent(script)
+    scripts.assert_failures_stopped(script, tools, answer)
+
+
+async def test_a_stop_that_ends_the_turn_calls_the_model_no_more():
+    script = scripts.rewording()
+    tools, answer = await run_agent(script, scripts.Tools(scripts.SLOW_SEARCH_S), scripts.OUT_OF_TIME)
+    assert len(script.seen) == 1 and tools.ran["search"] == 1
+    assert answer == scripts.TIME_WORDS  # the stop's words are the agent's last message
 
 
 def test_invoke_without_asyncio_through_the_sync_client():

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from agents import Runner
 
-from stallwatch.adapters.openai_agents import StallwatchRun
+from stallwatch.adapters.openai_agents import StallwatchRun, TurnEnded
 from stallwatch.client import EmbeddedClient, SyncClient
 from tests.adapters import scripts
 from tests.adapters.openai_agents_model import agent_for
@@ -12,10 +13,11 @@ from tests.adapters.openai_agents_model import agent_for
 QUESTION = "How does Kafka compact a topic?"
 
 
-async def run_agent(script: scripts.Script) -> tuple[scripts.Tools, str]:
-    tools = scripts.Tools()
+async def run_agent(script: scripts.Script, tools: scripts.Tools | None = None,
+                    policy: dict | None = None) -> tuple[scripts.Tools, str]:
+    tools = tools or scripts.Tools()
     async with EmbeddedClient() as client:
-        watch = StallwatchRun(client, tools=scripts.DECLARED)
+        watch = StallwatchRun(client, tools=scripts.DECLARED, policy=policy)
         result = await Runner.run(watch.agent(agent_for(script, tools)), QUESTION, hooks=watch,
                                   max_turns=60)
     return tools, result.final_output
@@ -43,6 +45,20 @@ async def test_a_repeat_exempt_wait_is_never_refused():
     script = scripts.waiting()
     tools, answer = await run_agent(script)
     scripts.assert_untouched(script, tools, "wait_for_researchers", 8, answer)
+
+
+async def test_failures_of_one_tool_stop_the_run():
+    script = scripts.failing()
+    tools, answer = await run_agent(script)
+    scripts.assert_failures_stopped(script, tools, answer)
+
+
+async def test_a_stop_that_ends_the_turn_calls_the_model_no_more():
+    script = scripts.rewording()
+    with pytest.raises(TurnEnded) as ended:
+        await run_agent(script, tools := scripts.Tools(scripts.SLOW_SEARCH_S), scripts.OUT_OF_TIME)
+    assert len(script.seen) == 1 and tools.ran["search"] == 1
+    assert ended.value.stop.code == "time_limit" and str(ended.value) == scripts.TIME_WORDS
 
 
 def test_run_sync_through_the_sync_client():
