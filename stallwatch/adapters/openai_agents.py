@@ -61,6 +61,10 @@ class StallwatchRun(RunHooks[Any]):
         self._call_ids: dict[str, str] = {}  # the SDK's tool call id -> stallwatch's call id
         self._calls_open = 0  # function calls of the open round not yet refused or reported
         self._turn_ready = False  # the coming model call's round is open (or the run stopped)
+        # Tools are switched off only between rounds: the SDK checks a tool again before it runs
+        # it, and a tool disabled after the model chose it fails the run (a stop that arrives
+        # mid-round over Kafka would do that). A call made after the stop is refused instead.
+        self._tools_off = False
         self._notes: list[str] = []
         self._input = ToolInputGuardrail(self._judge_input, name="stallwatch")
         self._output = ToolOutputGuardrail(self._judge_output, name="stallwatch")
@@ -88,7 +92,7 @@ class StallwatchRun(RunHooks[Any]):
         enabled = tool.is_enabled
 
         async def is_enabled(ctx: RunContextWrapper[Any], agent: Any) -> bool:
-            if self.guard.stop is not None:
+            if self._tools_off:
                 return False  # the model answers from what it gathered
             if callable(enabled):
                 result = enabled(ctx, agent)
@@ -123,14 +127,18 @@ class StallwatchRun(RunHooks[Any]):
         self._calls_open = sum(1 for item in response.output if getattr(item, "type", None) ==
                                "function_call" and getattr(item, "name", None) in self._tool_names)
         if self._calls_open == 0:
-            await self.bridge.run(self.guard.end_round())
+            await self._close_round()
 
     async def _call_done(self) -> None:
         """The round closes when its last call is refused or reported, so that a stop it causes
         is known before the next turn's tools are chosen."""
         self._calls_open -= 1
         if self._calls_open <= 0:
-            await self.bridge.run(self.guard.end_round())
+            await self._close_round()
+
+    async def _close_round(self) -> None:
+        await self.bridge.run(self.guard.end_round())
+        self._tools_off = self.guard.stop is not None
 
     async def on_agent_end(self, context: Any, agent: Any, output: Any) -> None:
         await self.finish("answered")
