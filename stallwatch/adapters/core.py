@@ -100,6 +100,7 @@ class Guard:
         self._round_open = False
         self._nudges_shown = 0
         self._finished = False
+        self._rules = ""
 
     @property
     def stop(self) -> Stop | None:
@@ -107,7 +108,7 @@ class Guard:
 
     def rules(self) -> str:
         """The run's rules for the model's instructions ("" before the run starts or when off)."""
-        return self.run.system_prompt() if self.run is not None and self.spec.tell_rules else ""
+        return self._rules
 
     async def start(self, tool_names: Iterable[str] = ()) -> None:
         """Publish run_started once; later calls do nothing."""
@@ -115,6 +116,7 @@ class Guard:
             self.run = await self.client.start_run(self.run_id, self.spec.mode,
                                                    self.spec.tool_entries(tool_names),
                                                    self.spec.policy)
+            self._rules = self.run.system_prompt() if self.spec.tell_rules else ""
 
     async def begin_model_call(self, tool_names: Iterable[str] = ()) -> ModelTurn:
         """Before a model call: close the open round, then open this call's round unless stopped."""
