@@ -42,7 +42,7 @@ class ScriptedChatModel(GenericFakeChatModel):
         return ChatResult(generations=[ChatGeneration(message=message)])
 
 
-def agent_for(script: Script, tools: Tools, middleware: StallwatchMiddleware) -> Any:
+def agent_for(script: Script, tools: Tools, middleware: StallwatchMiddleware | None) -> Any:
     def fetch(url: str) -> str:
         try:
             return tools.fetch(url)
@@ -56,4 +56,5 @@ def agent_for(script: Script, tools: Tools, middleware: StallwatchMiddleware) ->
                 StructuredTool.from_function(fetch, name="fetch", description="Fetch a page.",
                                              handle_tool_error=True)]
     model = ScriptedChatModel(messages=iter(()), script=script)
-    return create_agent(model, lc_tools, system_prompt="You research questions.", middleware=[middleware])
+    return create_agent(model, lc_tools, system_prompt="You research questions.",
+                        middleware=[middleware] if middleware else [])

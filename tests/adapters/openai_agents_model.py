@@ -14,7 +14,7 @@ MAX_STEPS = 40  # more model calls than any script makes
 set_tracing_disabled(True)  # no trace exporter: the tests make no network call
 
 
-def model_for(script: Script) -> ScriptedModel:
+def model_for(script: Script, steps: int = MAX_STEPS) -> ScriptedModel:
     def respond(call: ModelCall) -> list[Any]:
         items = call.input if isinstance(call.input, list) else []
         recent: list[str] = []
@@ -27,10 +27,10 @@ def model_for(script: Script) -> ScriptedModel:
             return [assistant_message(ANSWER)]
         return [function_call(step[0], step[1], call_id=f"fc-{len(script.seen)}")]
 
-    return ScriptedModel([ModelStep.respond(respond) for _ in range(MAX_STEPS)])
+    return ScriptedModel([ModelStep.respond(respond) for _ in range(steps)])
 
 
-def agent_for(script: Script, tools: Tools) -> Agent[Any]:
+def agent_for(script: Script, tools: Tools, steps: int = MAX_STEPS) -> Agent[Any]:
     def search(q: str) -> str:
         """Search documents."""
         return tools.search(q)
@@ -47,5 +47,5 @@ def agent_for(script: Script, tools: Tools) -> Agent[Any]:
         """Fetch a page (its exception becomes the SDK's default failure text)."""
         return tools.fetch(url)
 
-    return Agent(name="researcher", instructions="You research questions.", model=model_for(script),
+    return Agent(name="researcher", instructions="You research questions.", model=model_for(script, steps),
                  tools=[function_tool(f) for f in (search, list_page, wait_for_researchers, fetch)])

@@ -31,9 +31,9 @@ def model_for(script: Script) -> FunctionModel:
     return FunctionModel(respond)
 
 
-def agent_for(script: Script, tools: Tools, capability: Stallwatch) -> Agent[None, str]:
+def agent_for(script: Script, tools: Tools, capability: Stallwatch | None) -> Agent[None, str]:
     agent: Agent[None, str] = Agent(model_for(script), instructions="You research questions.",
-                                    capabilities=[capability])
+                                    capabilities=[capability] if capability else [])
 
     @agent.tool_plain
     def search(q: str) -> str:

@@ -13,10 +13,10 @@ from stallwatch.engine import words
 ANSWER = "Kafka keeps the latest value per key by compacting its log."
 STOP_WORDS = words.stop_reason("no_new_facts", {"already_seen_streak": 5})
 FAILURE_WORDS = words.stop_reason("tool_failures", {"tool": "fetch", "consecutive_failures": 5})
-TIME_WORDS = words.stop_reason("time_limit", {"time_limit_s": 0.05})
-# The run's time is up before its first search (0.2 s) has answered: the stop ends the turn.
-OUT_OF_TIME = {"time_limit_s": 0.05}
-SLOW_SEARCH_S = 0.2
+TIME_WORDS = words.stop_reason("time_limit", {"time_limit_s": 0.3})
+# The run's time is up before its first search (0.6 s) has answered: the stop ends the turn.
+OUT_OF_TIME = {"time_limit_s": 0.3}
+SLOW_SEARCH_S = 0.6
 
 # The declarations every adapter test passes: the wait is its protocol, never a repeat.
 DECLARED = ({"name": "wait_for_researchers", "repeat_exempt": True},)

@@ -57,7 +57,9 @@ async def test_a_stop_that_ends_the_turn_calls_the_model_no_more():
     script = scripts.rewording()
     with pytest.raises(TurnEnded) as ended:
         await run_agent(script, tools := scripts.Tools(scripts.SLOW_SEARCH_S), scripts.OUT_OF_TIME)
-    assert len(script.seen) == 1 and tools.ran["search"] == 1
+    # (on a loaded machine the time can be up before the search is even proposed: then it is
+    # refused, and the turn ends all the same)
+    assert len(script.seen) == 1 and tools.ran["search"] <= 1
     assert ended.value.stop.code == "time_limit" and str(ended.value) == scripts.TIME_WORDS
 
 

@@ -52,7 +52,9 @@ async def test_failures_of_one_tool_stop_the_run():
 async def test_a_stop_that_ends_the_turn_calls_the_model_no_more():
     script = scripts.rewording()
     tools, answer = await run_agent(script, scripts.Tools(scripts.SLOW_SEARCH_S), scripts.OUT_OF_TIME)
-    assert len(script.seen) == 1 and tools.ran["search"] == 1
+    # (on a loaded machine the time can be up before the search is even proposed: then it is
+    # refused, and the turn ends all the same)
+    assert len(script.seen) == 1 and tools.ran["search"] <= 1
     assert answer == scripts.TIME_WORDS  # the stop's words are the run's output
 
 
