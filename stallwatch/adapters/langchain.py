@@ -31,7 +31,8 @@ class StallwatchMiddleware(AgentMiddleware[StallwatchState]):
     or not at all (`end_turn`: the stop's words are the agent's last message).
 
     `client`: an asyncio client serves `ainvoke`/`astream`; a SyncClient serves both those and
-    `invoke`/`stream`.
+    `invoke`/`stream`. A run whose agent raises is not ended (LangChain has no error hook for
+    middleware): the worker's idle timeout ends it, or `EmbeddedClient.forget` drops it.
     """
 
     state_schema = StallwatchState

@@ -12,6 +12,8 @@ from agents import (
     FunctionTool,
     RunContextWrapper,
     RunHooks,
+    Runner,
+    RunResult,
     ToolGuardrailFunctionOutput,
     ToolInputGuardrail,
     ToolInputGuardrailData,
@@ -73,8 +75,15 @@ class StallwatchRun(RunHooks[Any]):
     def stop(self) -> Stop | None:
         return self.guard.stop
 
+    async def run(self, agent: Agent[Any], input: Any, **runner_kwargs: Any) -> RunResult:
+        """`Runner.run` of the guarded agent with this run's hooks."""
+        return await Runner.run(self.agent(agent), input, hooks=self, **runner_kwargs)
+
     def agent(self, agent: Agent[Any]) -> Agent[Any]:
-        """A copy of `agent` guarded for this run (the original is left as it was)."""
+        """A copy of `agent` guarded for this run (the original is left as it was). Its function
+        tools are guarded; the tools of agents it hands off to are not."""
+        if self.guard.run is not None:
+            raise RuntimeError("a StallwatchRun serves one run: make a new one for the next")
         tools = [self._guarded(t) if isinstance(t, FunctionTool) else t for t in agent.tools]
         self._tool_names = [t.name for t in tools if isinstance(t, FunctionTool)]
         base = agent.instructions

@@ -9,10 +9,8 @@ from pydantic_ai import ModelRequestNode
 from pydantic_ai.capabilities import (
     AbstractCapability,
     AgentNode,
-    NodeResult,
     ValidatedToolArgs,
     WrapModelRequestHandler,
-    WrapNodeRunHandler,
     WrapRunHandler,
     WrapToolExecuteHandler,
 )
@@ -66,12 +64,12 @@ class Stallwatch(AbstractCapability[Any]):
             if self.guard is not None:
                 await self.bridge.run(self.guard.finish("answered"))
 
-    async def wrap_node_run(self, ctx: RunContext[Any], *, node: AgentNode[Any],
-                            handler: WrapNodeRunHandler[Any]) -> NodeResult[Any]:
+    async def before_node_run(self, ctx: RunContext[Any], *, node: AgentNode[Any]) -> AgentNode[Any]:
+        # Before the step prepares its tools, so the last round's stop is known by then; this
+        # hook (unlike wrap_node_run) also fires for the last model request of run_stream().
         if self.guard is not None and isinstance(node, ModelRequestNode):
-            # Before the step prepares its tools: the last round's stop must be known by then.
             self._turn = await self.bridge.run(self.guard.begin_model_call())
-        return await handler(node)
+        return node
 
     async def prepare_tools(self, ctx: RunContext[Any],
                             tool_defs: list[ToolDefinition]) -> list[ToolDefinition]:

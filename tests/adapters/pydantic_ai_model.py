@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator
+
 from pydantic_ai import Agent
 from pydantic_ai.exceptions import ToolFailed
 from pydantic_ai.messages import (
@@ -12,7 +15,7 @@ from pydantic_ai.messages import (
     ToolCallPart,
     ToolReturnPart,
 )
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from stallwatch.adapters.pydantic_ai import Stallwatch
 from tests.adapters.scripts import ANSWER, FetchFailed, Script, Seen, Tools
@@ -28,7 +31,16 @@ def model_for(script: Script) -> FunctionModel:
             return ModelResponse(parts=[TextPart(ANSWER)])
         return ModelResponse(parts=[ToolCallPart(step[0], step[1], tool_call_id=f"tc-{len(script.seen)}")])
 
-    return FunctionModel(respond)
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+        for part in respond(messages, info).parts:
+            if isinstance(part, TextPart):
+                yield part.content
+            else:
+                assert isinstance(part, ToolCallPart)
+                args = json.dumps(part.args)
+                yield {0: DeltaToolCall(part.tool_name, args, tool_call_id=part.tool_call_id)}
+
+    return FunctionModel(respond, stream_function=stream)
 
 
 def agent_for(script: Script, tools: Tools, capability: Stallwatch | None) -> Agent[None, str]:

@@ -70,3 +70,13 @@ def test_run_sync_through_the_sync_client():
         result = Runner.run_sync(watch.agent(agent_for(script, tools)), QUESTION, hooks=watch,
                                  max_turns=60)
     scripts.assert_stopped_then_answered(script, tools, result.final_output)
+
+
+async def test_run_guards_the_agent_and_a_run_object_serves_one_run():
+    script, tools = scripts.paging(), scripts.Tools()
+    async with EmbeddedClient() as client:
+        watch = StallwatchRun(client)
+        result = await watch.run(agent_for(script, tools), QUESTION, max_turns=60)
+        with pytest.raises(RuntimeError, match="one run"):
+            watch.agent(agent_for(scripts.paging(), tools))
+    scripts.assert_untouched(script, tools, "list_page", 12, result.final_output)

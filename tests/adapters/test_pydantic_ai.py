@@ -63,3 +63,11 @@ def test_run_sync_through_the_sync_client():
     with SyncClient(EmbeddedClient) as client:
         result = agent_for(script, tools, Stallwatch(client)).run_sync(QUESTION)
     scripts.assert_stopped_then_answered(script, tools, result.output)
+
+
+async def test_a_streamed_run_is_stopped_the_same_way():
+    script, tools = scripts.rewording(), scripts.Tools()
+    async with EmbeddedClient() as client, agent_for(script, tools, Stallwatch(client)).run_stream(
+            QUESTION) as streamed:
+        answer = await streamed.get_output()
+    scripts.assert_stopped_then_answered(script, tools, answer)
