@@ -47,6 +47,7 @@ test: setup prometheus
 # Replay against parse-only (no broker), then the worker against a bare echo on the broker.
 bench: setup
 	$(BIN)/python benchmarks/replay_bench.py
+	$(BIN)/python benchmarks/adapters_bench.py
 	@$(call with_kafka,$(BIN)/python benchmarks/kafka_bench.py)
 
 schemas: setup
