@@ -44,7 +44,8 @@ test: setup prometheus
 	$(BIN)/ruff check .
 	@$(call with_kafka,$(BIN)/pytest -q)
 
-# Replay against parse-only (no broker), then the worker against a bare echo on the broker.
+# Replay against parse-only (no broker), the adapters against their frameworks alone, then the
+# worker against a bare echo on the broker.
 bench: setup
 	$(BIN)/python benchmarks/replay_bench.py
 	$(BIN)/python benchmarks/adapters_bench.py
