@@ -44,7 +44,8 @@ class StallwatchRun(RunHooks[Any]):
     """One stallwatch run for one `Runner.run`: use a new one per run.
 
         watch = StallwatchRun(client, tools=[{"name": "wait_for_researchers", "repeat_exempt": True}])
-        result = await Runner.run(watch.agent(agent), "question", hooks=watch)
+        result = await watch.run(agent, "question")  # or, for run_sync or run_streamed:
+        result = Runner.run_sync(watch.agent(agent), "question", hooks=watch)
 
     `agent()` returns a copy of the agent whose function tools carry stallwatch's input guardrail
     (a refusal is rejected content with stallwatch's words) and output guardrail (the result's

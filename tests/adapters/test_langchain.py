@@ -76,3 +76,13 @@ def test_invoke_with_an_asyncio_client_says_what_to_use():
     agent = agent_for(scripts.paging(), scripts.Tools(), StallwatchMiddleware(client))
     with pytest.raises(TypeError, match="SyncClient"):
         agent.invoke(QUESTION)
+
+
+async def test_a_streamed_run_is_stopped_the_same_way():
+    script, tools = scripts.rewording(), scripts.Tools()
+    async with EmbeddedClient() as client:
+        agent = agent_for(script, tools, StallwatchMiddleware(client))
+        last = None
+        async for update in agent.astream(QUESTION, {"recursion_limit": 100}, stream_mode="values"):
+            last = update
+    scripts.assert_stopped_then_answered(script, tools, last["messages"][-1].text)

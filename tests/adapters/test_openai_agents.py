@@ -80,3 +80,14 @@ async def test_run_guards_the_agent_and_a_run_object_serves_one_run():
         with pytest.raises(RuntimeError, match="one run"):
             watch.agent(agent_for(scripts.paging(), tools))
     scripts.assert_untouched(script, tools, "list_page", 12, result.final_output)
+
+
+async def test_a_streamed_run_is_stopped_the_same_way():
+    script, tools = scripts.rewording(), scripts.Tools()
+    async with EmbeddedClient() as client:
+        watch = StallwatchRun(client)
+        streamed = Runner.run_streamed(watch.agent(agent_for(script, tools)), QUESTION, hooks=watch,
+                                       max_turns=60)
+        async for _ in streamed.stream_events():
+            pass
+    scripts.assert_stopped_then_answered(script, tools, streamed.final_output)
