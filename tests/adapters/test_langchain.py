@@ -69,11 +69,7 @@ def test_invoke_without_asyncio_through_the_sync_client():
 
 
 def test_invoke_with_an_asyncio_client_says_what_to_use():
-    async def build():
-        return EmbeddedClient()
-    import asyncio
-    client = asyncio.run(build())
-    agent = agent_for(scripts.paging(), scripts.Tools(), StallwatchMiddleware(client))
+    agent = agent_for(scripts.paging(), scripts.Tools(), StallwatchMiddleware(EmbeddedClient()))
     with pytest.raises(TypeError, match="SyncClient"):
         agent.invoke(QUESTION)
 
