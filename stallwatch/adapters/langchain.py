@@ -136,13 +136,22 @@ def _tool_names(request: ModelRequest) -> list[str]:
 def _shaped(request: ModelRequest, guard: Guard, turn: ModelTurn) -> ModelRequest:
     """The request with the rules and this call's words in the system message; no tools after
     a stop, so the model answers from what it gathered."""
-    text = instructions_text(request.system_prompt, guard.rules(), turn.notes)
+    extra = instructions_text(None, guard.rules(), turn.notes)
     changes: dict[str, Any] = {}
-    if text != request.system_prompt:
-        changes["system_message"] = SystemMessage(content=text)
+    if extra:
+        changes["system_message"] = _appended(request.system_message, extra)
     if not turn.tools_allowed:
         changes.update(tools=[], tool_choice=None)
     return request.override(**changes) if changes else request
+
+
+def _appended(system: SystemMessage | None, extra: str) -> SystemMessage:
+    """The system message with stallwatch's text after it; content blocks (cache markers) kept."""
+    if system is None or not system.content:
+        return SystemMessage(content=extra)
+    if isinstance(system.content, str):
+        return SystemMessage(content=f"{system.content}\n\n{extra}")
+    return SystemMessage(content=[*system.content, {"type": "text", "text": extra}])
 
 
 def _refused(request: ToolCallRequest, text: str) -> ToolMessage:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from langchain_core.messages import SystemMessage
 
-from stallwatch.adapters.langchain import StallwatchMiddleware
+from stallwatch.adapters.langchain import StallwatchMiddleware, _appended
 from stallwatch.client import EmbeddedClient, SyncClient
 from tests.adapters import scripts
 from tests.adapters.langchain_model import agent_for
@@ -82,3 +83,11 @@ async def test_a_streamed_run_is_stopped_the_same_way():
         async for update in agent.astream(QUESTION, {"recursion_limit": 100}, stream_mode="values"):
             last = update
     scripts.assert_stopped_then_answered(script, tools, last["messages"][-1].text)
+
+
+def test_the_words_follow_a_system_message_made_of_blocks():
+    blocks = [{"type": "text", "text": "You research.", "cache_control": {"type": "ephemeral"}}]
+    message = _appended(SystemMessage(content=blocks), "stallwatch: Nothing new.")
+    assert message.content == [*blocks, {"type": "text", "text": "stallwatch: Nothing new."}]
+    assert _appended(SystemMessage(content="You research."), "x").content == "You research.\n\nx"
+    assert _appended(None, "x").content == "x"
