@@ -4,10 +4,10 @@ For each framework, an agent driven by the framework's own scripted model (as in
 makes N tool calls, one per round: without any extension, with a no-op extension using the
 same hooks (what the framework charges for them), and with the stallwatch adapter. The model
 pages through a list, so every call is new: nothing is refused and nothing stops. Figures are
-per call: the run's CPU time divided by N, best of R interleaved runs. The adapter's own cost is
-"stallwatch" minus "no-op hooks"; it includes the client and the engine, whose cost alone is
-one round of the bare client (start_round, propose, result, end_round), printed first beside
-a plain call of the same tool.
+per call: a run's CPU time divided by N, over R interleaved runs. The adapter's own cost is
+"stallwatch" minus "no-op hooks" (the median over pairs of runs); it includes the client and
+the engine, whose cost alone is one round of the bare client (start_round, propose, result,
+end_round), printed first beside a plain call of the same tool.
 
     python benchmarks/adapters_bench.py [--calls 20] [--repeat 30]
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -59,15 +60,15 @@ async def best_of(repeat: int, once: Callable[[], Awaitable[None]]) -> float:
     return min([await timed(once) for _ in range(repeat)])
 
 
-async def best_of_each(repeat: int, run: Callable[[int, str], Awaitable[None]], calls: int
-                       ) -> list[float]:
-    """Best of `repeat` runs of each variant, interleaved so that the load of a shared machine
-    falls on all alike."""
+async def each_variant(repeat: int, run: Callable[[int, str], Awaitable[None]], calls: int
+                       ) -> list[list[float]]:
+    """`repeat` runs of each variant, interleaved so that the load of a shared machine falls on
+    all alike."""
     times: list[list[float]] = [[], [], []]
     for _ in range(repeat):
         for i, variant in enumerate(VARIANTS):
             times[i].append(await timed(lambda variant=variant: run(calls, variant)))
-    return [min(t) for t in times]
+    return times
 
 
 VARIANTS = ("none", "noop", "stallwatch")
@@ -206,11 +207,15 @@ async def main() -> None:
           f"{'adapter':>10}{'of which glue':>15}")
     for name, run in (("langchain", langchain_run), ("openai-agents", openai_agents_run),
                       ("pydantic-ai", pydantic_ai_run)):
-        plain, noop, guarded = await best_of_each(r, run, n)
-        print(f"{name:<16}{plain * us:12.1f}{noop * us:13.1f}{guarded * us:12.1f}"
-              f"{(guarded - noop) * us:10.1f}{(guarded - noop - client_s) * us:15.1f}")
-    print("\nadapter = stallwatch - no-op hooks; glue = adapter - bare client round")
-    print(f"\n{n} calls per run, best of {r} runs each, CPU time of this process (in process, no"
+        plain, noop, guarded = await each_variant(r, run, n)
+        # The adapter's cost: the median of the differences of runs made one after the other,
+        # which a drifting load on the machine shifts less than it shifts the minima.
+        adapter = statistics.median(g - o for g, o in zip(guarded, noop, strict=True))
+        print(f"{name:<16}{min(plain) * us:12.1f}{min(noop) * us:13.1f}{min(guarded) * us:12.1f}"
+              f"{adapter * us:10.1f}{(adapter - client_s) * us:15.1f}")
+    print("\nframework, no-op hooks, stallwatch: best run; adapter: median of (stallwatch - no-op"
+          " hooks) over paired runs; glue = adapter - bare client round")
+    print(f"\n{n} calls per run, {r} runs each, CPU time of this process (in process, no"
           " broker); a shared machine: indicative figures.")
 
 
