@@ -54,3 +54,15 @@ async def test_finish_ends_the_run_and_forgets_it():
     await guard.finish("answered")
     await guard.finish("again")  # idempotent
     assert guard.run_id.startswith("t-") and guard.run_id not in client.runs
+
+
+async def test_declarations_reach_the_engine_through_the_run_spec():
+    """Items declared as the facts: the same documents in another order, with other scores,
+    bring nothing new."""
+    spec = RunSpec(tools=({"name": "search", "facts": {"path": "documents", "key": "id"},
+                           "volatile_fields": ["documents.*.score"]},))
+    guard = Guard(EmbeddedClient(), spec)
+    results = [{"documents": [{"id": "a", "score": i}, {"id": "b", "score": -i}][:: 1 if i % 2 else -1]}
+               for i in range(6)]
+    turns = await rounds(guard, results)
+    assert turns[-1].stop is not None and turns[-1].stop.code == "no_new_facts"
