@@ -129,6 +129,7 @@ class StallwatchRun(RunHooks[Any]):
         await self._prepare_turn()  # when the instructions were not asked for
         stop = self.guard.stop
         if stop is not None and stop.action == "end_turn":
+            await self.finish("turn ended")
             raise TurnEnded(stop)
 
     async def on_llm_end(self, context: RunContextWrapper[Any], agent: Agent[Any],

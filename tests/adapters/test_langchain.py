@@ -19,6 +19,7 @@ async def run_agent(script: scripts.Script, tools: scripts.Tools | None = None,
     async with EmbeddedClient() as client:
         agent = agent_for(script, tools, StallwatchMiddleware(client, tools=scripts.DECLARED, policy=policy))
         out = await agent.ainvoke(QUESTION, {"recursion_limit": 100})
+        assert not client.runs  # the run was ended and forgotten
     return tools, out["messages"][-1].text
 
 

@@ -18,8 +18,11 @@ async def run_agent(script: scripts.Script, tools: scripts.Tools | None = None,
     tools = tools or scripts.Tools()
     async with EmbeddedClient() as client:
         watch = StallwatchRun(client, tools=scripts.DECLARED, policy=policy)
-        result = await Runner.run(watch.agent(agent_for(script, tools)), QUESTION, hooks=watch,
-                                  max_turns=60)
+        try:
+            result = await Runner.run(watch.agent(agent_for(script, tools)), QUESTION, hooks=watch,
+                                      max_turns=60)
+        finally:
+            assert not client.runs  # the run was ended and forgotten, also when the turn ended
     return tools, result.final_output
 
 

@@ -16,6 +16,7 @@ async def run_agent(script: scripts.Script, tools: scripts.Tools | None = None,
     async with EmbeddedClient() as client:
         capability = Stallwatch(client, tools=scripts.DECLARED, policy=policy)
         result = await agent_for(script, tools, capability).run(QUESTION)
+        assert not client.runs  # the run was ended and forgotten
     return tools, result.output
 
 
