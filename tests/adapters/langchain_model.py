@@ -33,12 +33,14 @@ class ScriptedChatModel(GenericFakeChatModel):
             if not isinstance(m, ToolMessage):
                 break
             recent.insert(0, m.text)
-        step = self.script.next(Seen(tools, system, recent))
-        if step is None:
+        calls = self.script.next(Seen(tools, system, recent))
+        if calls is None:
             message = AIMessage(content=ANSWER)
         else:
+            turn = len(self.script.seen)
             message = AIMessage(content="", tool_calls=[
-                {"name": step[0], "args": step[1], "id": f"tc-{len(self.script.seen)}", "type": "tool_call"}])
+                {"name": name, "args": args, "id": f"tc-{turn}-{i}", "type": "tool_call"}
+                for i, (name, args) in enumerate(calls)])
         return ChatResult(generations=[ChatGeneration(message=message)])
 
 

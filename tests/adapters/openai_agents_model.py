@@ -22,10 +22,11 @@ def model_for(script: Script, steps: int = MAX_STEPS) -> ScriptedModel:
             if not (isinstance(item, dict) and item.get("type") == "function_call_output"):
                 break
             recent.insert(0, str(item.get("output")))
-        step = script.next(Seen([t.name for t in call.tools], call.system_instructions or "", recent))
-        if step is None:
+        calls = script.next(Seen([t.name for t in call.tools], call.system_instructions or "", recent))
+        if calls is None:
             return [assistant_message(ANSWER)]
-        return [function_call(step[0], step[1], call_id=f"fc-{len(script.seen)}")]
+        turn = len(script.seen)
+        return [function_call(name, args, call_id=f"fc-{turn}-{i}") for i, (name, args) in enumerate(calls)]
 
     return ScriptedModel([ModelStep.respond(respond) for _ in range(steps)])
 

@@ -26,19 +26,21 @@ def model_for(script: Script) -> FunctionModel:
         last = messages[-1]
         recent = [str(p.content) for p in last.parts if isinstance(p, ToolReturnPart)] \
             if isinstance(last, ModelRequest) else []
-        step = script.next(Seen([t.name for t in info.function_tools], info.instructions or "", recent))
-        if step is None:
+        calls = script.next(Seen([t.name for t in info.function_tools], info.instructions or "", recent))
+        if calls is None:
             return ModelResponse(parts=[TextPart(ANSWER)])
-        return ModelResponse(parts=[ToolCallPart(step[0], step[1], tool_call_id=f"tc-{len(script.seen)}")])
+        turn = len(script.seen)
+        return ModelResponse(parts=[ToolCallPart(name, args, tool_call_id=f"tc-{turn}-{i}")
+                                    for i, (name, args) in enumerate(calls)])
 
     async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
-        for part in respond(messages, info).parts:
+        for i, part in enumerate(respond(messages, info).parts):
             if isinstance(part, TextPart):
                 yield part.content
             else:
                 assert isinstance(part, ToolCallPart)
                 args = json.dumps(part.args)
-                yield {0: DeltaToolCall(part.tool_name, args, tool_call_id=part.tool_call_id)}
+                yield {i: DeltaToolCall(part.tool_name, args, tool_call_id=part.tool_call_id)}
 
     return FunctionModel(respond, stream_function=stream)
 

@@ -31,20 +31,25 @@ class Seen:
     tool_texts: list[str]  # the tool messages since its previous call
 
 
+Call = tuple[str, dict[str, Any]]
+
+
 @dataclass
 class Script:
-    """A model that makes its planned calls while it has tools, one per turn, then answers."""
+    """A model that makes its planned calls while it has tools, then answers. Each turn is one
+    call, or a list of calls made together (parallel tool calls)."""
 
-    calls: list[tuple[str, dict[str, Any]]]
+    calls: list[Call | list[Call]]
     seen: list[Seen] = field(default_factory=list)
 
-    def next(self, seen: Seen) -> tuple[str, dict[str, Any]] | None:
-        """The call to make now, or None to answer."""
+    def next(self, seen: Seen) -> list[Call] | None:
+        """The calls to make now, or None to answer."""
         self.seen.append(seen)
         turn = len(self.seen) - 1
         if not seen.tools or turn >= len(self.calls):
             return None
-        return self.calls[turn]
+        planned = self.calls[turn]
+        return planned if isinstance(planned, list) else [planned]
 
     @property
     def tool_texts(self) -> list[str]:
@@ -59,6 +64,11 @@ def rewording(n: int = 20) -> Script:
 def repeating() -> Script:
     """Asks the very same search twice, then answers."""
     return Script([("search", {"q": "kafka compaction"})] * 2)
+
+
+def parallel_repeat() -> Script:
+    """Asks the very same search twice in one response, then answers."""
+    return Script([[("search", {"q": "kafka compaction"})] * 2])
 
 
 def paging(pages: int = 12) -> Script:

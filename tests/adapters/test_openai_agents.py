@@ -38,6 +38,12 @@ async def test_a_repeated_call_is_refused_with_the_words_shown_to_the_model():
     scripts.assert_repeat_refused(script, tools, answer)
 
 
+async def test_one_of_two_identical_parallel_calls_is_refused():
+    script = scripts.parallel_repeat()
+    tools, answer = await run_agent(script)
+    scripts.assert_repeat_refused(script, tools, answer)
+
+
 async def test_a_paging_model_runs_to_the_end_untouched():
     script = scripts.paging()
     tools, answer = await run_agent(script)
