@@ -250,3 +250,28 @@ def test_a_coder_state_round_trips_and_researcher_events_parse_the_same(run):
     assert state.call_history and RunState.from_bytes(state.to_bytes()) == state
     proposed = stall_script(1).events[2]
     assert parse_event(orjson.dumps({**proposed, "effect": "read"}))["effect"] == "read"
+
+
+def test_a_stall_reaching_the_stop_and_the_nudge_at_once_only_stops(run):
+    out = run(stall_script(4, {"stall_nudge_at": 3, "stall_stop_at": 3}))
+    assert [x.code for x in out.stops] == ["no_effect"] and nudges(out) == []
+
+
+def test_a_result_of_a_call_never_proposed_is_new_and_counts_nothing(run):
+    s = coder()
+    for n in range(8):
+        s.start_round()
+        s.add("call_result", round=s.round, call_id=f"ghost-{n}", tool="bash", status="error",
+              result="same")
+        s.end_round()
+    out = run(s)
+    assert out.stops == [] and state_of(out).call_history == {}
+
+
+def test_the_oldest_signatures_are_forgotten_beyond_the_bound(run, monkeypatch):
+    monkeypatch.setattr("stallwatch.engine.coder.MAX_CALL_HISTORY", 3)
+    s = coder()
+    for n in range(6):
+        s.round_of(("bash", {"command": f"cmd {n}"}, "x"))
+    history = state_of(run(s)).call_history
+    assert len(history) == 3
