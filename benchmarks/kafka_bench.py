@@ -28,9 +28,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from stallwatch.streams.topics import ensure_topics
-
 from benchmarks.fleet_log import fleet_events
+from stallwatch.worker.topics import ensure_topics
 from tests.kafka_harness import (
     WorkerProcess,
     fresh_settings,

@@ -20,7 +20,7 @@ from tests.kafka_harness import (
     replay_commands,
     wait_until_serving,
 )
-from tests.streams.fleet_logs import interleave, mixed_fleet
+from tests.worker.fleet_logs import interleave, mixed_fleet
 
 pytestmark = pytest.mark.kafka
 
