@@ -154,6 +154,14 @@ def test_stall_stop_at_stops_with_no_effect_and_null_turns_the_nudge_off(run):
     assert nudges(run(stall_script(6, {"stall_nudge_at": None}))) == []
 
 
+def test_a_repeat_exempt_tool_answering_the_same_after_changes_is_no_stall(run):
+    s = coder(tools=[*TOOLS, {"name": "wait_for_ci", "repeat_exempt": True}])
+    for n in range(6):
+        edit(s, n)
+        s.round_of(("wait_for_ci", {}, "pending"))
+    assert nudges(run(s)) == [] and run(s).stops == []
+
+
 def test_a_changed_result_starts_the_stall_over(run):
     s = coder()
     for n in range(8):
