@@ -34,8 +34,9 @@ class Settings:
     # single broker of `make` sets 1 and 1.
     replication_factor: int = 3
     min_insync_replicas: int = 2
-    # A worker whose consume loop made no progress for this long reports itself dead and exits,
-    # so that its partitions move to a live worker (a hung worker otherwise holds them forever).
+    # A worker whose consume loop made no progress for this long reports itself dead on
+    # /health/live, and exits after twice as long, so that its partitions move to a live worker
+    # (a hung worker otherwise holds them forever).
     stall_timeout_s: float = 60.0
     # Static group membership (Kafka's group.instance.id), e.g. the pod name of a StatefulSet: a
     # worker restarted under the same id within the session timeout gets its partitions back

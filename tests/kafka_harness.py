@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import orjson
@@ -32,30 +33,52 @@ def kafka(command: str) -> None:
     subprocess.run([str(ROOT / "deploy/kafka/kafka.sh"), command], check=True, timeout=600)
 
 
+def broker_pid() -> int:
+    """The local broker's process id, as `deploy/kafka/kafka.sh` recorded it."""
+    port = os.environ.get("STALLWATCH_KAFKA_PORT", "9092")
+    return int((ROOT / f".cache/kafka-data/{port}/kafka.pid").read_text())
+
+
+@contextlib.contextmanager
+def frozen_broker() -> Iterator[None]:
+    """The broker's process stopped (SIGSTOP): connections stay open and nothing answers, as
+    with a broker stuck in a long GC pause or a network that drops packets. Resumed after."""
+    pid = broker_pid()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
 def fresh_settings(partitions: int = 4) -> Settings:
     """Settings with a topic prefix of their own, so tests never see each other's data."""
     return Settings(bootstrap=BOOTSTRAP, topic_prefix=f"t{uuid.uuid4().hex[:10]}",
                     partitions=partitions, replication_factor=1, min_insync_replicas=1)
 
 
+def free_port() -> int:
+    """A port nothing listens on now: tests on one machine (or several suites at once) never
+    hand two workers the same web or metrics port."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 class WorkerProcess:
     """`stallwatch worker` as a child process, as an operator would run it."""
 
-    _next_port = 16100
-
     def __init__(self, settings: Settings, name: str = "w", env: dict[str, str] | None = None) -> None:
-        WorkerProcess._next_port += 1
+        self.web_port, self.metrics_port = free_port(), free_port()
         self.settings = settings
         self.log_path = Path(f"/tmp/stallwatch-{settings.topic_prefix}-{name}.log")
         env = {**os.environ, "STALLWATCH_BOOTSTRAP": settings.bootstrap,
                "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
                "STALLWATCH_PARTITIONS": str(settings.partitions),
                "STALLWATCH_REPLICATION_FACTOR": "1", "STALLWATCH_MIN_INSYNC_REPLICAS": "1",
-               "STALLWATCH_WEB_PORT": str(WorkerProcess._next_port),
-               "STALLWATCH_METRICS_PORT": str(WorkerProcess._next_port + 1000),
+               "STALLWATCH_WEB_PORT": str(self.web_port),
+               "STALLWATCH_METRICS_PORT": str(self.metrics_port),
                "STALLWATCH_LOG_LEVEL": "INFO", **(env or {})}
-        self.web_port = WorkerProcess._next_port
-        self.metrics_port = WorkerProcess._next_port + 1000
         self.proc = subprocess.Popen([sys.executable, "-m", "stallwatch.cli", "worker"], env=env,
                                      stdout=self.log_path.open("wb"), stderr=subprocess.STDOUT)
 
@@ -66,6 +89,13 @@ class WorkerProcess:
         """SIGKILL: no clean shutdown, no flush, no commit."""
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(30)
+
+    def kill_time(self) -> float:
+        """SIGKILL, returning the moment it was sent (perf_counter)."""
+        killed = time.perf_counter()
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+        return killed
 
     def stop(self) -> None:
         if self.alive():
@@ -143,10 +173,16 @@ async def collect(settings: Settings, topic: str, until: int, timeout_s: float) 
             for records in batches.values():
                 for r in records:
                     values.append(r.value)
-                    distinct.add(orjson.loads(r.value).get("command_id") or (r.partition, r.offset))
+                    distinct.add(_identity(r.value) or (r.partition, r.offset))
     finally:
         await consumer.stop()
     return values
+
+
+def _identity(value: bytes | None) -> str | None:
+    """A command's id; None for anything else (a dead letter, a state, a tombstone)."""
+    decoded = orjson.loads(value) if value else None
+    return decoded.get("command_id") if isinstance(decoded, dict) else None
 
 
 def replay_commands(lines: list[bytes]) -> list[bytes]:
@@ -173,8 +209,10 @@ def by_run(commands: list[bytes]) -> dict[str, list[bytes]]:
     return dict(runs)
 
 
-async def wait_until_serving(settings: Settings, timeout_s: float = 90.0) -> None:
-    """Send a probe run until the worker answers: joined the group and recovered its tables."""
+async def wait_until_serving(settings: Settings, timeout_s: float = 90.0,
+                             partition: int | None = None) -> None:
+    """Send a probe run until the worker answers: joined the group and restored its states. With
+    `partition`, the probe goes to that partition of the events topic."""
     probe = f"probe-{uuid.uuid4().hex[:8]}"
     event = {"v": 1, "type": "call_proposed", "event_id": probe, "run_id": probe, "ts": 0.0,
              "round": 1, "call_id": "c", "tool": "t", "args": None}
@@ -183,10 +221,16 @@ async def wait_until_serving(settings: Settings, timeout_s: float = 90.0) -> Non
                                 enable_auto_commit=False)
     await consumer.start()
     try:
-        await produce(settings, [orjson.dumps(event)])
+        producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, acks="all")
+        await producer.start()
+        try:
+            await producer.send_and_wait(settings.events_topic, orjson.dumps(event),
+                                         key=probe.encode(), partition=partition)
+        finally:
+            await producer.stop()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            batches = await consumer.getmany(timeout_ms=500)
+            batches = await consumer.getmany(timeout_ms=200)
             if any(r.key == probe.encode() for records in batches.values() for r in records):
                 return
     finally:

@@ -56,14 +56,17 @@ class HealthServer:
 
 def start_watchdog(progress: Progress, stall_timeout_s: float) -> threading.Thread:
     """A thread, so that it fires even when the event loop itself is blocked: a worker with no
-    progress for the stall timeout exits, and its partitions move to a live worker."""
+    progress for twice the stall timeout exits, and its partitions move to a live worker. Twice:
+    an orchestrator probing /health/live sees the stall first and restarts the worker its own way;
+    the watchdog is the backstop where nothing probes."""
 
     def watch() -> None:
         while True:
             time.sleep(min(1.0, stall_timeout_s / 4))
             stalled = time.monotonic() - progress.beat
-            if stalled > stall_timeout_s:
-                log.critical("no progress for %.1f s (limit %.1f s); exiting", stalled, stall_timeout_s)
+            if stalled > 2 * stall_timeout_s:
+                log.critical("no progress for %.1f s (stall timeout %.1f s); exiting", stalled,
+                             stall_timeout_s)
                 logging.shutdown()
                 os._exit(STALLED_EXIT_CODE)
 
