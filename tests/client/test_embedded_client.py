@@ -27,13 +27,13 @@ async def test_a_rewording_researcher_is_refused_then_stopped():
 async def test_only_a_fingerprint_leaves_the_runtime_by_default():
     sent = []
     async with EmbeddedClient() as client:
-        original = client._send
+        original = client._apply  # what the run hands to the engine, event by event
 
-        async def spy(event):
+        def spy(event):
             sent.append(event)
-            await original(event)
+            return original(event)
 
-        client._send = spy
+        client._apply = spy
         run = await client.start_run("r2", "researcher", [{"name": "search"}])
         await run.start_round()
         call_id, _ = await run.propose("search", {"q": "secret"})
