@@ -12,7 +12,7 @@ from typing import Any, get_args
 
 from stallwatch.contract.commands import Command, Nudge, Stop, Verdict
 from stallwatch.contract.envelope import envelope
-from stallwatch.contract.events import Policy, Status
+from stallwatch.contract.events import Effect, Policy, Status
 from stallwatch.engine import words
 from stallwatch.engine.canonical import declared_view, fingerprint
 from stallwatch.engine.masks import effective_patterns
@@ -21,6 +21,7 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 # An in-process transport: applies an event at once and returns the commands it caused.
 Apply = Callable[[dict[str, Any]], list[Command]]
 _STATUSES = frozenset(get_args(Status))
+_EFFECTS = frozenset(get_args(Effect))
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,8 @@ class Run:
         call_id = call_id or f"call-{self._calls}"
         if type(tool) is not str or type(call_id) is not str:
             raise TypeError(f"tool and call_id must be strings, not {tool!r} and {call_id!r}")
+        if effect is not None and effect not in _EFFECTS:  # in-process events skip validation
+            raise ValueError(f"effect must be one of {sorted(_EFFECTS)}, not {effect!r}")
         event = self._envelope | {"type": "call_proposed", "event_id": self.next_event_id(),
                                   "ts": time.time(), "round": self.round, "call_id": call_id,
                                   "tool": tool, "args": args}

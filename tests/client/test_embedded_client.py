@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from stallwatch.client import EmbeddedClient
 from stallwatch.engine.canonical import fingerprint
 
@@ -78,3 +80,11 @@ async def test_a_coding_agent_through_the_client_decides_as_when_results_are_sen
     codes, nudges = hashed
     assert set(codes) == {None}
     assert [n["call"] for n in nudges] == ["python repro.py"]
+
+
+async def test_an_effect_outside_the_contract_is_refused_by_the_client():
+    async with EmbeddedClient() as client:
+        run = await client.start_run("c3", "coder", [{"name": "bash"}])
+        await run.start_round()
+        with pytest.raises(ValueError, match="effect must be one of"):
+            await run.propose("bash", {"command": "ls"}, effect="READ")
