@@ -11,15 +11,18 @@ from dataclasses import dataclass
 from typing import Any, get_args
 
 from stallwatch.contract.commands import Command, Nudge, Stop, Verdict
-from stallwatch.contract.events import Policy, Status
+from stallwatch.contract.envelope import envelope
+from stallwatch.contract.events import Effect, Policy, Status
 from stallwatch.contract.limits import MAX_ID_CHARS, bounded_id
 from stallwatch.engine import words
 from stallwatch.engine.canonical import call_signature, declared_view, fingerprint
+from stallwatch.engine.masks import effective_patterns
 
 Send = Callable[[dict[str, Any]], Awaitable[bool | None]]  # False: not sent, the broker is away
 # An in-process transport: applies an event at once and returns the commands it caused.
 Apply = Callable[[dict[str, Any]], list[Command]]
 _STATUSES = frozenset(get_args(Status))
+_EFFECTS = frozenset(get_args(Effect))
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,9 @@ class Run:
         self.mode = mode
         self.policy = policy
         self.exempt_tools = [t["name"] for t in tools if t.get("repeat_exempt")]
-        self._declared = {t["name"]: t for t in tools if t.get("volatile_fields") or t.get("facts")}
+        self._declared = {t["name"]: t for t in tools if t.get("volatile_fields") or t.get("facts")
+                          or t.get("volatile_patterns") is not None}
+        self._default_patterns = effective_patterns(mode, None)  # for tools that declare none
         self.round = 0
         self.stop: Stop | None = None
         self.nudges: list[Nudge] = []  # words for the model before a stop: pass them on
@@ -76,6 +81,9 @@ class Run:
         # runtime from having its new events dropped as redeliveries of the old ones.
         self._id_prefix = uuid.uuid4().hex[:16] + "-"
         self._event_numbers = itertools.count(1)
+        # This run's envelope as the contract builds it (`envelope`); each event copies it and
+        # stamps its type, id and time: a call per event would add ~2 µs to every guarded call.
+        self._envelope = envelope("", run_id, "", 0.0)
 
     def system_prompt(self) -> str:
         """Text to append to the model's system prompt: which calls will be refused, and why."""
@@ -83,8 +91,8 @@ class Run:
 
     async def start_round(self) -> int:
         self.round += 1
-        event = {"v": 1, "type": "round_started", "event_id": self.next_event_id(),
-                 "run_id": self.run_id, "ts": time.time(), "round": self.round}
+        event = self._envelope | {"type": "round_started", "event_id": self.next_event_id(),
+                                  "ts": time.time(), "round": self.round}
         if self._apply is None:
             await self._send(event)
         else:
@@ -92,24 +100,31 @@ class Run:
         return self.round
 
     async def end_round(self) -> None:
-        event = {"v": 1, "type": "round_ended", "event_id": self.next_event_id(),
-                 "run_id": self.run_id, "ts": time.time(), "round": self.round}
+        event = self._envelope | {"type": "round_ended", "event_id": self.next_event_id(),
+                                  "ts": time.time(), "round": self.round}
         if self._apply is None:
             await self._send(event)
         else:
             self._take(self._apply(event))
 
-    async def propose(self, tool: str, args: Any, call_id: str | None = None) -> tuple[str, CallDecision]:
-        """Ask before running a call; returns (call_id, decision). Fails open after the timeout."""
+    async def propose(self, tool: str, args: Any, call_id: str | None = None,
+                      effect: str | None = None) -> tuple[str, CallDecision]:
+        """Ask before running a call; returns (call_id, decision). Fails open after the timeout.
+        `effect` (coder mode): "read", "write" or "unknown" for this call, overriding its tool's."""
         self._calls += 1
         call_id = call_id or f"call-{self._calls}"
         if type(tool) is not str or type(call_id) is not str:
             raise TypeError(f"tool and call_id must be strings, not {tool!r} and {call_id!r}")
+        if effect is not None and effect not in _EFFECTS:  # in-process events skip validation
+            raise ValueError(f"effect must be one of {sorted(_EFFECTS)}, not {effect!r}")
         # Ids too long for a verdict travel as the marked digest the detector would make of them.
-        event = {"v": 1, "type": "call_proposed", "event_id": self.next_event_id(),
-                 "run_id": self.run_id, "ts": time.time(), "round": self.round,
-                 "call_id": call_id if len(call_id) <= MAX_ID_CHARS else bounded_id(call_id),
-                 "tool": tool if len(tool) <= MAX_ID_CHARS else bounded_id(tool), "args": args}
+        event = self._envelope | {"type": "call_proposed", "event_id": self.next_event_id(),
+                                  "ts": time.time(), "round": self.round,
+                                  "call_id": call_id if len(call_id) <= MAX_ID_CHARS else bounded_id(call_id),
+                                  "tool": tool if len(tool) <= MAX_ID_CHARS else bounded_id(tool),
+                                  "args": args}
+        if effect is not None:
+            event["effect"] = effect
         if self._args_digest_only:
             signature = call_signature(tool, event.pop("args"), self._secret)
             # Arguments without a canonical form are never a repeat: a digest of nothing else.
@@ -155,17 +170,21 @@ class Run:
         if type(tool) is not str or type(call_id) is not str or status not in _STATUSES:
             raise ValueError(f"a result needs string tool and call_id and a status among "
                              f"{sorted(_STATUSES)}; got {tool!r}, {call_id!r}, {status!r}")
-        event = {"v": 1, "type": "call_result", "event_id": self.next_event_id(), "run_id": self.run_id,
-                 "ts": time.time(), "round": self.round,
-                 "call_id": call_id if len(call_id) <= MAX_ID_CHARS else bounded_id(call_id),
-                 "tool": tool if len(tool) <= MAX_ID_CHARS else bounded_id(tool), "status": status}
+        event = self._envelope | {"type": "call_result", "event_id": self.next_event_id(),
+                                  "ts": time.time(), "round": self.round,
+                                  "call_id": call_id if len(call_id) <= MAX_ID_CHARS else bounded_id(call_id),
+                                  "tool": tool if len(tool) <= MAX_ID_CHARS else bounded_id(tool),
+                                  "status": status}
         if send_content:
             event["result"] = result
         else:
             spec = self._declared.get(tool)
-            if spec is not None:  # the tool's declarations apply before hashing, as in the engine
+            patterns = self._default_patterns if spec is None else \
+                effective_patterns(self.mode, spec.get("volatile_patterns"))
+            if spec is not None or patterns:  # declarations apply before hashing, as in the engine
+                spec = spec or {}
                 result, items = declared_view(tool, result, spec.get("volatile_fields") or [],
-                                              spec.get("facts"), self._secret)
+                                              spec.get("facts"), patterns, self._secret)
                 if items is not None:
                     event["fact_fingerprints"] = [d.hex() for d in items]
             event["fingerprint"], event["empty"] = fingerprint(result, self._secret)
@@ -177,8 +196,7 @@ class Run:
     async def end(self, reason: str | None = None) -> None:
         if reason is not None and type(reason) is not str:
             raise TypeError(f"reason must be a string, not {reason!r}")
-        event = {"v": 1, "type": "run_ended", "event_id": self.next_event_id(),
-                 "run_id": self.run_id, "ts": time.time(), "reason": reason}
+        event = envelope("run_ended", self.run_id, self.next_event_id(), reason=reason)
         if self._apply is None:
             await self._send(event)
         else:
@@ -223,16 +241,13 @@ class Client:
                         parent_run_id: str | None = None, tenant: str | None = None) -> Run:
         """Publish run_started and return the run's handle. `tools` as in the contract."""
         tools = tools or []
-        run = Run(run_id, mode, Policy.model_validate(policy or {}), tools, self._send,
+        run = Run(run_id, mode, Policy.for_mode(mode, policy), tools, self._send,
                   self.verdict_timeout_s, self._apply, self.fingerprint_secret, self.args_digest_only)
         self.runs[run_id] = run
         await self._prepare(run_id)
-        event: dict[str, Any] = {"v": 1, "type": "run_started", "event_id": run.next_event_id(),
-                                 "run_id": run_id, "ts": time.time(), "mode": mode, "tools": tools}
-        for name, value in (("policy", policy), ("parent_run_id", parent_run_id), ("tenant", tenant)):
-            if value is not None:
-                event[name] = value
-        await self._send(event)
+        optional = {"policy": policy, "parent_run_id": parent_run_id, "tenant": tenant}
+        await self._send(envelope("run_started", run_id, run.next_event_id(), mode=mode, tools=tools,
+                                  **{k: v for k, v in optional.items() if v is not None}))
         return run
 
     def forget(self, run_id: str) -> None:

@@ -15,13 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from xxhash import xxh3_128_hexdigest
 
 from stallwatch.contract.limits import DEADLETTER_ERROR_CHARS, DEADLETTER_RAW_BYTES
+from stallwatch.contract.stop_codes import STOP_CODES
 
 RefusalCode = Literal[
     "duplicate_call", "repeated_call", "repeated_cycle", "run_stopped", "budget_exhausted"
 ]
-StopCode = Literal[
-    "no_new_facts", "all_refused", "tool_failures", "round_limit", "call_budget", "time_limit"
-]
+StopCode = Literal[STOP_CODES]  # type: ignore[valid-type]  # the registry lists them
 StopAction = Literal["answer_without_tools", "end_turn"]
 
 

@@ -11,8 +11,10 @@ PRODUCER_MAX_BYTES = 1_000_000
 # of the producer's limit, margin for the key, the headers and the batch framing.
 MAX_RECORD_BYTES = PRODUCER_MAX_BYTES // 2
 # Ids and names copied from an event into a command or a state (run_id, event_id, call_id,
-# tool): longer ones would let one event make every verdict of its run oversized.
-MAX_ID_CHARS = 256
+# tool): longer ones would let one event make every verdict of its run oversized, and a state
+# holding many of them too large. Real ones are far shorter (uuids, the models' call ids and
+# tool names are under 64 characters).
+MAX_ID_CHARS = 128
 # What a bounded id keeps of the original, for an operator reading the command.
 _ID_PREFIX_CHARS = 64
 _ID_MARK = "…#"

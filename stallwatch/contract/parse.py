@@ -26,6 +26,7 @@ _STATUSES = frozenset(("ok", "error", "overloaded"))
 _ROUND_ONLY = frozenset(("round_started", "round_ended"))
 # Fields copied from an event into commands and states: bounded by MAX_ID_CHARS.
 _IDS = ("event_id", "run_id", "call_id", "tool")
+_EFFECTS = frozenset(("read", "write", "unknown"))
 
 
 class InvalidEvent(ValueError):
@@ -140,8 +141,9 @@ def _conforms(d: dict[str, Any], kind: str) -> bool:
             and len(tool) <= MAX_ID_CHARS):
         return False
     if kind == "call_proposed":
-        args_digest = d.get("args_digest")
-        return args_digest is None or type(args_digest) is str
+        args_digest, effect = d.get("args_digest"), d.get("effect")
+        return ((args_digest is None or type(args_digest) is str)
+                and (effect is None or (type(effect) is str and effect in _EFFECTS)))
     if kind == "call_result":
         status, fingerprint, empty = d.get("status"), d.get("fingerprint"), d.get("empty")
         return ("fact_fingerprints" not in d and type(status) is str and status in _STATUSES

@@ -9,6 +9,8 @@ from typing import Any
 import orjson
 from xxhash import xxh3_128_digest
 
+from stallwatch.engine.masks import mask_strings
+
 # 16 bytes (128 bits, XXH3-128) makes an accidental collision between two results of one
 # run unthinkable while keeping each fingerprint held in a run's state small.
 DIGEST_SIZE = 16
@@ -169,37 +171,52 @@ def split_paths(paths: list[str]) -> tuple[tuple[str, ...], ...]:
     return tuple(tuple(p.split(".")) for p in paths if p)
 
 
-def fact_items(value: Any, path: str) -> list | None:
-    """The list at a dotted path (no wildcards), or None when the path is missing or no list."""
+_MISSING = object()
+
+
+def _at_path(value: Any, path: str) -> Any:
+    """The value at a dotted path (no wildcards; a digit segment indexes a list), or _MISSING."""
     for segment in path.split(".") if path else ():
         if type(value) is dict and segment in value:
             value = value[segment]
         elif type(value) is list and segment.isdigit() and int(segment) < len(value):
             value = value[int(segment)]
         else:
-            return None
+            return _MISSING
+    return value
+
+
+def fact_items(value: Any, path: str) -> list | None:
+    """The list at a dotted path (no wildcards), or None when the path is missing or no list."""
+    value = _at_path(value, path)
     return value if type(value) is list else None
 
 
 def fact_digests(tool: str, items: list, key: str | None,
                  secret: bytes | None = None) -> list[bytes]:
-    """One digest per item: its identity (the value at `key`, else the whole item) under the
-    tool's name, so equal ids from two tools are two facts."""
+    """One digest per item: its identity (the value at the dotted path `key`, else the whole
+    item) under the tool's name, so equal ids from two tools are two facts."""
     prefix = b"fact\x00" + tool.encode() + b"\x00"
     out = []
     for item in items:
-        identity = item[key] if key is not None and type(item) is dict and key in item else item
+        identity = item if key is None else _at_path(item, key)
+        if identity is _MISSING:
+            identity = item
         out.append(digest(prefix + canonical_bytes(identity), secret))
     return out
 
 
 def declared_view(tool: str, result: Any, volatile: list[str], facts: dict | None,
+                  patterns: tuple[str, ...] = (),
                   secret: bytes | None = None) -> tuple[Any, list[bytes] | None]:
     """A result as its tool's declarations read it, for the engine and the client alike: JSON
-    text parsed, volatile fields removed, and, when `facts` names a list, one digest per item
-    (None when there is no list at the path: the whole result then decides)."""
+    text parsed, volatile patterns masked in its strings, volatile fields removed, and, when
+    `facts` names a list, one digest per item (None when there is no list at the path: the
+    whole result then decides). Raises ValueError for a result that cannot be compared."""
     if type(result) is str:
         result = parse_json_text(result)
+    if patterns:
+        result = mask_strings(result, patterns)
     if volatile:
         result = without_volatile(result, split_paths(volatile))
     items = fact_items(result, facts["path"]) if facts else None
@@ -207,8 +224,10 @@ def declared_view(tool: str, result: Any, volatile: list[str], facts: dict | Non
 
 
 def fact_fingerprints(tool: str, result: Any, path: str, key: str | None,
-                      volatile: list[str] = (), secret: bytes | None = None) -> list[str] | None:
+                      volatile: list[str] = (), patterns: tuple[str, ...] = (),
+                      secret: bytes | None = None) -> list[str] | None:
     """What a runtime sends as `fact_fingerprints` for a tool that declares `facts`; None when
     the result has no list at `path` (the whole-result fingerprint then decides)."""
-    _, digests = declared_view(tool, result, list(volatile), {"path": path, "key": key}, secret)
+    _, digests = declared_view(tool, result, list(volatile), {"path": path, "key": key}, patterns,
+                               secret)
     return None if digests is None else [d.hex() for d in digests]

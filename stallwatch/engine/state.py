@@ -10,20 +10,22 @@ from typing import Any
 
 import orjson
 
+from stallwatch.contract.policy import V1_DEFAULTS
+
 # The sets of digests are packed as one base64 string each, oldest first: 16 bytes of digest
 # cost 22 characters in the changelog instead of ~40 as a JSON list of hex strings.
 _DIGEST_SETS = ("signatures", "fingerprints")
 # States are stored as a JSON array of field values, in declaration order, behind this format
 # number: a third of the size of an object with field names, so the changelog is smaller and
 # recovery faster. Bump it whenever a field is added, removed or reordered, or its meaning changes.
-STATE_FORMAT = 2
+STATE_FORMAT = 3
 
 # What a run keeps is capped, so that a run of any length has a state far below the producer's
 # limit (a 96,000-event run's state passed 1 MB and crash-looped the workers). Past a cap the
 # oldest entries go (the oldest quarter of the digests, the oldest failing tool): an old call
 # may then run once more, an old result count as new again, an old tool's failure streak start
 # over: all on the "keep going" side. Worst case, every cap reached with the longest names:
-# tests/engine/test_state.py.
+# tests/engine/test_state.py. (Coder mode's own caps are in stallwatch/engine/coder.py.)
 MAX_SIGNATURES = 2048  # calls allowed to run (researcher); a run of 40 rounds makes ~400
 MAX_FINGERPRINTS = 4096  # results and fact digests seen; 40 rounds of 20 new items make ~800
 MAX_FAILING_TOOLS = 32  # tools with a failure streak at once
@@ -37,18 +39,21 @@ EVENT_WINDOW = 512
 class RunState:
     mode: str
     started_ts: float
-    # The run's effective policy.
-    no_progress_threshold: int = 5
-    loop_detect_threshold: int = 3
-    max_rounds: int = 40
-    call_budget: int | None = None
-    overloaded_exempt_max: int = 3
-    time_limit_s: float | None = None
-    nudge_at: int | None = 3
-    cycle_threshold: int | None = None
+    # The run's effective policy (the detector fills every field from the mode's defaults).
+    no_progress_threshold: int = V1_DEFAULTS["no_progress_threshold"]
+    loop_detect_threshold: int = V1_DEFAULTS["loop_detect_threshold"]
+    max_rounds: int = V1_DEFAULTS["max_rounds"]
+    call_budget: int | None = V1_DEFAULTS["call_budget"]
+    overloaded_exempt_max: int = V1_DEFAULTS["overloaded_exempt_max"]
+    time_limit_s: float | None = V1_DEFAULTS["time_limit_s"]
+    nudge_at: int | None = V1_DEFAULTS["nudge_at"]
+    cycle_threshold: int | None = V1_DEFAULTS["cycle_threshold"]
+    stall_nudge_at: int | None = V1_DEFAULTS["stall_nudge_at"]
+    stall_stop_at: int | None = V1_DEFAULTS["stall_stop_at"]
     exempt_tools: list[str] = field(default_factory=list)
     approval_tools: list[str] = field(default_factory=list)
-    # Tools that declare volatile fields or facts: name -> {"volatile": [...], "facts": {...}}.
+    # Tools that declare volatile fields, facts or patterns: name -> {"volatile": [...],
+    # "facts": {...}}, plus "patterns": [...] when the tool lists its own volatile patterns.
     tool_specs: dict[str, dict] = field(default_factory=dict)
     # The open round.
     round: int = 0
@@ -65,16 +70,29 @@ class RunState:
     executed_calls: int = 0
     overloaded_exempted: int = 0
     extra_rounds: int = 0
-    failures: dict[str, int] = field(default_factory=dict)  # tool -> consecutive failures, oldest first
+    failures: dict[str, int] = field(default_factory=dict)  # tool -> consecutive failures
     last_signature: bytes | None = None  # chat: the call just before
     repeat_count: int = 0  # chat: how many in a row with last_signature
     # chat, with cycle_threshold: recent calls as [signature hex, result digest hex or None,
     # call id, tool], bounded to the longest cycle times the threshold.
     chat_history: list[list] = field(default_factory=list)
-    # Ordered sets (dicts of None, oldest first), so the oldest entry is evicted past a cap and a
-    # state read back from bytes evicts exactly what the original would have.
-    signatures: dict[bytes, None] = field(default_factory=dict)  # researcher: calls allowed to run
-    fingerprints: dict[bytes, None] = field(default_factory=dict)  # researcher: results seen
+    # coder: the tools' declared effects (tool -> "read" or "write"; others are "unknown"), and
+    # the workspace version, advanced by every allowed call whose effect is not "read".
+    tool_effects: dict[str, str] = field(default_factory=dict)
+    workspace_version: int = 0
+    # coder: calls allowed and not yet answered: call id -> [signature hex or None, effect,
+    # workspace version when allowed, a short label naming the call for the model].
+    open_calls: dict[str, list] = field(default_factory=dict)
+    # coder: per call signature (hex), oldest first: [last outcome digest hex or None, runs in a
+    # row with that outcome and changes between them, workspace version after its last run,
+    # failures in a row with nothing else changing the workspace].
+    call_history: dict[str, list] = field(default_factory=dict)
+    # Ordered sets (dicts of None, oldest first), so that the oldest entries are evicted past a
+    # cap and a state read back from bytes evicts exactly what the original would have.
+    # researcher: calls allowed to run; coder: reads allowed at the current workspace version.
+    signatures: dict[bytes, None] = field(default_factory=dict)
+    # researcher and coder: results seen (coder: each under its call's signature).
+    fingerprints: dict[bytes, None] = field(default_factory=dict)
     event_ids: dict[int, None] = field(default_factory=dict)  # recent events' 64-bit digests
     stop_code: str | None = None
     ended: bool = False
@@ -148,6 +166,9 @@ class RunState:
         self.approval_tools = []
         self.tool_specs = {}
         self.chat_history = []
+        self.tool_effects = {}
+        self.open_calls = {}
+        self.call_history = {}
 
 
 def _add(ordered: dict, key: object, cap: int) -> None:

@@ -7,6 +7,7 @@ import pytest
 
 from stallwatch.contract.limits import MAX_DECLARATIONS_BYTES, MAX_ID_CHARS, MAX_RECORD_BYTES
 from stallwatch.contract.parse import parse_event
+from stallwatch.engine.coder import LABEL_CHARS, MAX_CALL_HISTORY, MAX_OPEN_CALLS
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.fleet import Fleet
 from stallwatch.engine.state import (
@@ -105,6 +106,11 @@ def test_a_state_with_every_cap_reached_stays_under_the_record_limit():
         state.seen_event(10**6 + i)
     assert (len(state.signatures), len(state.fingerprints), len(state.event_ids)) == (
         MAX_SIGNATURES, MAX_FINGERPRINTS, EVENT_WINDOW)
+    # Coder mode's own bounded bookkeeping, full too, with the longest labels.
+    label = "\x01" * LABEL_CHARS
+    state.open_calls = {f"{i:04}{name[4:]}": ["0" * 32, "unknown", 10**9, label]
+                        for i in range(MAX_OPEN_CALLS)}
+    state.call_history = {f"{i:032x}": ["0" * 32, 10**9, 10**9, 10**9] for i in range(MAX_CALL_HISTORY)}
     assert len(state.to_bytes()) < MAX_RECORD_BYTES
 
 
