@@ -9,6 +9,7 @@ from importlib.metadata import PackageNotFoundError, version
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
 
 from stallwatch.contract.commands import Command
+from stallwatch.contract.stop_codes import STOPS
 
 # Seconds: a batch is a few milliseconds of work; decisions take milliseconds to seconds.
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -78,13 +79,7 @@ class StallwatchMetrics:
                 self.nudges.inc()
             else:
                 self.stops.labels(command.code).inc()
-                fired = command.detail.get(_FIRED_COUNTER[command.code])
+                fired = command.detail.get(STOPS[command.code].fired)
                 if fired is not None:
                     self.streak_at_stop.labels(command.code).observe(fired)
-
-
-# The counter in a stop's detail that reached its threshold, per stop code.
-_FIRED_COUNTER = {"no_new_facts": "already_seen_streak", "all_refused": "all_refused_streak",
-                  "tool_failures": "consecutive_failures", "round_limit": "round",
-                  "call_budget": "executed_calls", "time_limit": "elapsed_s"}
 

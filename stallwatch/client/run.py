@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from stallwatch.contract.commands import Command, Nudge, Stop, Verdict
+from stallwatch.contract.envelope import envelope
 from stallwatch.contract.events import Policy
 from stallwatch.engine import words
 from stallwatch.engine.canonical import declared_view, fingerprint
@@ -112,8 +111,7 @@ class Run:
             self.stopped.set()
 
     async def _event(self, kind: str, **fields: Any) -> None:
-        await self._send({"v": 1, "type": kind, "event_id": uuid.uuid4().hex, "run_id": self.run_id,
-                          "ts": time.time(), **fields})
+        await self._send(envelope(kind, self.run_id, **fields))
 
 
 class Client:
@@ -129,16 +127,13 @@ class Client:
                         parent_run_id: str | None = None, tenant: str | None = None) -> Run:
         """Publish run_started and return the run's handle. `tools` as in the contract."""
         tools = tools or []
-        run = Run(run_id, mode, Policy.model_validate(policy or {}), tools, self._send,
+        run = Run(run_id, mode, Policy.for_mode(mode, policy), tools, self._send,
                   self.verdict_timeout_s)
         self.runs[run_id] = run
         await self._prepare(run_id)
-        event: dict[str, Any] = {"v": 1, "type": "run_started", "event_id": uuid.uuid4().hex,
-                                 "run_id": run_id, "ts": time.time(), "mode": mode, "tools": tools}
-        for name, value in (("policy", policy), ("parent_run_id", parent_run_id), ("tenant", tenant)):
-            if value is not None:
-                event[name] = value
-        await self._send(event)
+        optional = {"policy": policy, "parent_run_id": parent_run_id, "tenant": tenant}
+        await self._send(envelope("run_started", run_id, mode=mode, tools=tools,
+                                  **{k: v for k, v in optional.items() if v is not None}))
         return run
 
     def forget(self, run_id: str) -> None:

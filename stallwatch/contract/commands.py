@@ -13,12 +13,12 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from stallwatch.contract.stop_codes import STOP_CODES
+
 RefusalCode = Literal[
     "duplicate_call", "repeated_call", "repeated_cycle", "run_stopped", "budget_exhausted"
 ]
-StopCode = Literal[
-    "no_new_facts", "all_refused", "tool_failures", "round_limit", "call_budget", "time_limit"
-]
+StopCode = Literal[STOP_CODES]  # type: ignore[valid-type]  # the registry lists them
 StopAction = Literal["answer_without_tools", "end_turn"]
 
 

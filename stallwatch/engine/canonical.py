@@ -135,25 +135,36 @@ def split_paths(paths: list[str]) -> tuple[tuple[str, ...], ...]:
     return tuple(tuple(p.split(".")) for p in paths if p)
 
 
-def fact_items(value: Any, path: str) -> list | None:
-    """The list at a dotted path (no wildcards), or None when the path is missing or no list."""
+_MISSING = object()
+
+
+def _at_path(value: Any, path: str) -> Any:
+    """The value at a dotted path (no wildcards; a digit segment indexes a list), or _MISSING."""
     for segment in path.split(".") if path else ():
         if type(value) is dict and segment in value:
             value = value[segment]
         elif type(value) is list and segment.isdigit() and int(segment) < len(value):
             value = value[int(segment)]
         else:
-            return None
+            return _MISSING
+    return value
+
+
+def fact_items(value: Any, path: str) -> list | None:
+    """The list at a dotted path (no wildcards), or None when the path is missing or no list."""
+    value = _at_path(value, path)
     return value if type(value) is list else None
 
 
 def fact_digests(tool: str, items: list, key: str | None) -> list[bytes]:
-    """One digest per item: its identity (the value at `key`, else the whole item) under the
-    tool's name, so equal ids from two tools are two facts."""
+    """One digest per item: its identity (the value at the dotted path `key`, else the whole
+    item) under the tool's name, so equal ids from two tools are two facts."""
     prefix = b"fact\x00" + tool.encode() + b"\x00"
     out = []
     for item in items:
-        identity = item[key] if key is not None and type(item) is dict and key in item else item
+        identity = item if key is None else _at_path(item, key)
+        if identity is _MISSING:
+            identity = item
         out.append(xxh3_128_digest(prefix + canonical_bytes(identity)))
     return out
 

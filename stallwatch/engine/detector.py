@@ -11,7 +11,8 @@ from typing import Any
 from xxhash import xxh3_64_intdigest, xxh3_128_digest, xxh3_128_hexdigest
 
 from stallwatch.contract.commands import Command, Nudge, Stop, Verdict
-from stallwatch.contract.events import Policy
+from stallwatch.contract.policy import policy_defaults
+from stallwatch.contract.stop_codes import STOPS
 from stallwatch.engine import words
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.canonical import (
@@ -26,10 +27,7 @@ from stallwatch.engine.state import RunState
 
 Event = dict[str, Any]
 
-# Stops after which the model writes its answer without tools; the rest end the turn at once.
-_END_TURN_CODES = frozenset({"time_limit"})
 _FAILED = frozenset({"error", "overloaded"})
-_DEFAULT_POLICY = Policy().model_dump()
 # Chat cycles of 2 to 4 calls; the history keeps enough for the longest at its threshold.
 _CYCLE_LENGTHS = (2, 3, 4)
 
@@ -79,7 +77,7 @@ class Detector:
     # -- run and round lifecycle ------------------------------------------------------------
 
     def _start(self, event: Event) -> RunState:
-        policy = {**_DEFAULT_POLICY, **(event.get("policy") or {})}  # validated by the parser
+        policy = {**policy_defaults(event["mode"]), **(event.get("policy") or {})}  # validated by the parser
         tools = event.get("tools") or []
         state = RunState(
             mode=event["mode"], started_ts=event["ts"], last_ts=event["ts"], **policy,
@@ -278,7 +276,7 @@ class Detector:
             return
         state.already_seen_streak += 1
         if state.already_seen_streak >= state.no_progress_threshold:
-            self._stop(state, event, "no_new_facts", self._streaks(state), out)
+            self._stop(state, event, "no_new_facts", self._streaks(state), out, closing=True)
         elif state.nudge_at is not None and state.already_seen_streak >= state.nudge_at \
                 and not state.nudged:
             state.nudged = True
@@ -295,21 +293,21 @@ class Detector:
         elif state.round_proposed > 0:
             state.all_refused_streak += 1
             if state.all_refused_streak >= state.no_progress_threshold:
-                self._stop(state, event, "all_refused", self._streaks(state), out)
+                self._stop(state, event, "all_refused", self._streaks(state), out, closing=True)
 
     def _call_budget(self, state: RunState, event: Event, out: list[Command]) -> None:
         """Rule 7: the executed-call count reached the budget during this round."""
         if state.stop_code is None and state.call_budget is not None \
                 and state.executed_calls >= state.call_budget:
             self._stop(state, event, "call_budget", {"executed_calls": state.executed_calls,
-                                              "call_budget": state.call_budget}, out)
+                                              "call_budget": state.call_budget}, out, closing=True)
 
     def _round_limit(self, state: RunState, event: Event, out: list[Command]) -> None:
         """Rule 8: the end of round `max_rounds`, as grown by exempted overloaded calls."""
         limit = state.max_rounds + state.extra_rounds
         if state.stop_code is None and state.round >= limit:
             self._stop(state, event, "round_limit", {"round": state.round, "max_rounds": limit,
-                                              "extra_rounds": state.extra_rounds}, out)
+                                              "extra_rounds": state.extra_rounds}, out, closing=True)
 
     def _time_limit(self, state: RunState, event: Event, ts: float, out: list[Command]) -> None:
         """Rule 8: the first event more than `time_limit_s` after run_started, by event time."""
@@ -323,11 +321,13 @@ class Detector:
                 "threshold": state.no_progress_threshold, "round": state.round}
 
     def _stop(self, state: RunState, event: Event, code: str, detail: dict,
-              out: list[Command]) -> None:
+              out: list[Command], closing: bool = False) -> None:
+        """`closing`: a stop at the close of the open round carries that round; any other stop
+        carries the round of the event that caused it (round 6's round_started says 6)."""
         state.stop_code = code
-        action = "end_turn" if code in _END_TURN_CODES else "answer_without_tools"
+        round_no = state.round if closing else event.get("round", state.round)
         out.append(Stop(command_id=_command_id(event, len(out)), run_id=event["run_id"],
-                        caused_by=event["event_id"], round=state.round, code=code, action=action,
+                        caused_by=event["event_id"], round=round_no, code=code, action=STOPS[code].action,
                         reason=words.stop_reason(code, detail), detail=detail))
 
 

@@ -9,28 +9,32 @@ from typing import Any
 
 import orjson
 
+from stallwatch.contract.policy import V1_DEFAULTS
+
 # The sets of digests are packed as one base64 string each: 16 bytes of digest cost 22
 # characters in the changelog instead of ~40 as a JSON list of hex strings.
 _DIGEST_SETS = ("signatures", "fingerprints")
 # States are stored as a JSON array of field values, in declaration order, behind this format
 # number: a third of the size of an object with field names, so the changelog is smaller and
 # recovery faster. Bump it whenever a field is added, removed or reordered.
-STATE_FORMAT = 1
+STATE_FORMAT = 2
 
 
 @dataclass(slots=True)
 class RunState:
     mode: str
     started_ts: float
-    # The run's effective policy.
-    no_progress_threshold: int = 5
-    loop_detect_threshold: int = 3
-    max_rounds: int = 40
-    call_budget: int | None = None
-    overloaded_exempt_max: int = 3
-    time_limit_s: float | None = None
-    nudge_at: int | None = 3
-    cycle_threshold: int | None = None
+    # The run's effective policy (the detector fills every field from the mode's defaults).
+    no_progress_threshold: int = V1_DEFAULTS["no_progress_threshold"]
+    loop_detect_threshold: int = V1_DEFAULTS["loop_detect_threshold"]
+    max_rounds: int = V1_DEFAULTS["max_rounds"]
+    call_budget: int | None = V1_DEFAULTS["call_budget"]
+    overloaded_exempt_max: int = V1_DEFAULTS["overloaded_exempt_max"]
+    time_limit_s: float | None = V1_DEFAULTS["time_limit_s"]
+    nudge_at: int | None = V1_DEFAULTS["nudge_at"]
+    cycle_threshold: int | None = V1_DEFAULTS["cycle_threshold"]
+    stall_nudge_at: int | None = V1_DEFAULTS["stall_nudge_at"]
+    stall_stop_at: int | None = V1_DEFAULTS["stall_stop_at"]
     exempt_tools: list[str] = field(default_factory=list)
     approval_tools: list[str] = field(default_factory=list)
     # Tools that declare volatile fields or facts: name -> {"volatile": [...], "facts": {...}}.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from stallwatch.contract.events import Policy
+from stallwatch.contract.stop_codes import ANSWER, STOPS, stop_words
 
 ALLOWED = "Allowed."
 
@@ -45,29 +46,8 @@ def unknown_run() -> str:
     return ("Allowed: stallwatch has no record of this run's start, so it cannot judge this call.")
 
 
-_ANSWER = "Answer now from what you have gathered; say plainly what is still unknown."
-
-
 def stop_reason(code: str, detail: dict) -> str:
-    if code == "no_new_facts":
-        return (f"Stopped: the last {detail['already_seen_streak']} rounds brought nothing new; "
-                f"every result had been seen before. Tools are removed. {_ANSWER}")
-    if code == "all_refused":
-        return (f"Stopped: in each of the last {detail['all_refused_streak']} rounds every call "
-                f"was refused. Tools are removed. {_ANSWER}")
-    if code == "tool_failures":
-        return (f"Stopped: `{detail['tool']}` failed {detail['consecutive_failures']} times in a "
-                f"row. Tools are removed. {_ANSWER} Mention that `{detail['tool']}` was failing.")
-    if code == "round_limit":
-        return (f"Stopped: the run reached its limit of {detail['max_rounds']} rounds. Tools are "
-                f"removed. {_ANSWER}")
-    if code == "call_budget":
-        return (f"Stopped: the run used its budget of {detail['call_budget']} tool calls. Tools "
-                f"are removed. {_ANSWER}")
-    if code == "time_limit":
-        return (f"Stopped: the run passed its time limit of {detail['time_limit_s']:g} s. End the "
-                "turn now with what you have.")
-    raise ValueError(f"no words for stop code {code!r}")
+    return stop_words(code, detail)
 
 
 def system_prompt(mode: str, policy: Policy, exempt_tools: Iterable[str] = ()) -> str:
@@ -102,16 +82,6 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-_SHORT = {
-    "no_new_facts": "Recent rounds brought nothing new.",
-    "all_refused": "Every call of recent rounds was refused.",
-    "tool_failures": "A tool kept failing.",
-    "round_limit": "The round limit was reached.",
-    "call_budget": "The call budget is used up.",
-    "time_limit": "The time limit passed.",
-}
-
-
 def stop_reason_short(code: str) -> str:
     """One sentence for the refusals that follow a stop; the stop itself said the rest."""
-    return f"{_SHORT[code]} {_ANSWER}"
+    return f"{STOPS[code].short} {ANSWER}"
