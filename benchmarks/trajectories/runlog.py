@@ -6,6 +6,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from stallwatch.contract.envelope import envelope as contract_envelope
+
 Effect = Literal["read", "write", "unknown"]
 Status = Literal["ok", "error"]
 
@@ -48,8 +50,7 @@ class Trajectory:
 
 def envelope(run_id: str, seq: int, kind: str, **fields: Any) -> dict[str, Any]:
     """A contract v1 event of this run; `seq` makes event ids unique and orders event time."""
-    return {"v": 1, "type": kind, "event_id": f"{run_id}:{seq}", "run_id": run_id,
-            "ts": 1_700_000_000.0 + seq * _TICK, **fields}
+    return contract_envelope(kind, run_id, f"{run_id}:{seq}", 1_700_000_000.0 + seq * _TICK, **fields)
 
 
 def run_started(traj: Trajectory, mode: str) -> dict[str, Any]:
