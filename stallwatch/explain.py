@@ -21,6 +21,7 @@ from stallwatch.contract.commands import Command, decode_command
 from stallwatch.contract.parse import InvalidEvent, parse_event
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.fleet import Fleet
+from stallwatch.engine.state import RunState
 from stallwatch.kafka_config import aiokafka_options
 from stallwatch.settings import Settings
 from stallwatch.top import partitions_of
@@ -57,7 +58,8 @@ def explain(run_id: str, lines: Iterable[bytes], out: TextIO,
             out.write(f"  end of round {event['round']}: {state.round_allowed} ran, "
                       f"{state.round_proposed - state.round_allowed} refused; new fact: "
                       f"{new if state.round_allowed else '-'}; already-seen streak "
-                      f"{state.already_seen_streak}, all-refused streak {state.all_refused_streak}\n")
+                      f"{state.already_seen_streak}, all-refused streak {state.all_refused_streak}"
+                      f"{_workspace(state)}\n")
         elif kind == "run_ended":
             out.write(f"run ended: {event.get('reason') or 'no reason given'}\n")
         for command in commands:
@@ -65,6 +67,15 @@ def explain(run_id: str, lines: Iterable[bytes], out: TextIO,
     if not seen:
         out.write(f"no event of run {run_id!r} in the log\n")
     return seen
+
+
+def _workspace(state: RunState) -> str:
+    """Coder runs: where the workspace stands and which calls are stalled (same result after
+    changes)."""
+    if state.mode != "coder":
+        return ""
+    stalled = sum(1 for entry in state.call_history.values() if entry[1] >= 2)
+    return f"; workspace version {state.workspace_version}, stalled calls {stalled}"
 
 
 def _short(value: object, width: int = 60) -> str:
@@ -77,7 +88,8 @@ def write_command(command: Command, out: TextIO, calls: dict[str, str]) -> None:
         out.write(f"  refused {calls.get(command.call_id) or command.tool or command.call_id} "
                   f"[{command.code}]: {command.reason}\n")
     elif command.type == "nudge":
-        out.write(f"  nudge: {command.reason}\n")
+        kind = "stall nudge" if "same_result_runs" in command.detail else "nudge"
+        out.write(f"  {kind}: {command.reason}\n")
     elif command.type == "stop":
         out.write(f"  STOP at round {command.round} [{command.code}, {command.action}] "
                   f"{command.detail}: {command.reason}\n")

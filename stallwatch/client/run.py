@@ -12,6 +12,7 @@ from stallwatch.contract.envelope import envelope
 from stallwatch.contract.events import Policy
 from stallwatch.engine import words
 from stallwatch.engine.canonical import declared_view, fingerprint
+from stallwatch.engine.masks import effective_patterns
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -35,7 +36,8 @@ class Run:
         self.mode = mode
         self.policy = policy
         self.exempt_tools = [t["name"] for t in tools if t.get("repeat_exempt")]
-        self._declared = {t["name"]: t for t in tools if t.get("volatile_fields") or t.get("facts")}
+        self._declared = {t["name"]: t for t in tools if t.get("volatile_fields") or t.get("facts")
+                          or t.get("volatile_patterns") is not None}
         self.round = 0
         self.stop: Stop | None = None
         self.nudges: list[Nudge] = []  # words for the model before a stop: pass them on
@@ -58,13 +60,17 @@ class Run:
     async def end_round(self) -> None:
         await self._event("round_ended", round=self.round)
 
-    async def propose(self, tool: str, args: Any, call_id: str | None = None) -> tuple[str, CallDecision]:
-        """Ask before running a call; returns (call_id, decision). Fails open after the timeout."""
+    async def propose(self, tool: str, args: Any, call_id: str | None = None,
+                      effect: str | None = None) -> tuple[str, CallDecision]:
+        """Ask before running a call; returns (call_id, decision). Fails open after the timeout.
+        `effect` (coder mode): "read", "write" or "unknown" for this call, overriding its tool's."""
         self._calls += 1
         call_id = call_id or f"call-{self._calls}"
         future: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
         self._pending[call_id] = future
-        await self._event("call_proposed", round=self.round, call_id=call_id, tool=tool, args=args)
+        optional = {"effect": effect} if effect is not None else {}
+        await self._event("call_proposed", round=self.round, call_id=call_id, tool=tool, args=args,
+                          **optional)
         try:
             verdict = await asyncio.wait_for(future, self._timeout)
         except TimeoutError:
@@ -82,10 +88,11 @@ class Run:
                               status=status, result=result)
             return
         fields: dict[str, Any] = {}
-        spec = self._declared.get(tool)
-        if spec is not None:  # the tool's declarations apply before hashing, as in the engine
+        spec = self._declared.get(tool) or {}
+        patterns = effective_patterns(self.mode, spec.get("volatile_patterns"))
+        if spec or patterns:  # the tool's declarations apply before hashing, as in the engine
             result, items = declared_view(tool, result, spec.get("volatile_fields") or [],
-                                          spec.get("facts"))
+                                          spec.get("facts"), patterns)
             if items is not None:
                 fields["fact_fingerprints"] = [d.hex() for d in items]
         digest, empty = fingerprint(result)

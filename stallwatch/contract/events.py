@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
@@ -13,8 +14,13 @@ CONTRACT_VERSION = 1
 # Strict about what the rules read (types, `v`, required fields); extra fields are ignored so
 # that newer runtimes can add fields without older workers dead-lettering their events.
 _STRICT = ConfigDict(extra="ignore", strict=True, frozen=True)
+# Bounds on a tool's volatile patterns: every string of every result is matched against them.
+MAX_PATTERNS = 32
+MAX_PATTERN_CHARS = 500
 
-Mode = Literal["researcher", "chat"]
+Mode = Literal["researcher", "chat", "coder"]
+# What a call does to the agent's workspace (coder mode); `unknown` is treated as a change.
+Effect = Literal["read", "write", "unknown"]
 Status = Literal["ok", "error", "overloaded"]
 PositiveInt = Annotated[int, Field(ge=1)]
 Round = Annotated[int, Field(ge=0)]
@@ -40,6 +46,23 @@ class ToolSpec(BaseModel):
     # `items.*.score`; `*` matches any key or list index); removed before comparison.
     volatile_fields: list[str] = []
     facts: FactsSpec | None = None
+    # Coder mode: what the tool's calls do to the workspace; null: the mode's default (unknown).
+    effect: Effect | None = None
+    # Regular expressions masked in the result's strings before comparison (durations, memory
+    # addresses); null: the mode's default set (coder mode has one), [] for none.
+    volatile_patterns: Annotated[list[Annotated[str, Field(max_length=MAX_PATTERN_CHARS)]],
+                                 Field(max_length=MAX_PATTERNS)] | None = None
+
+    @field_validator("volatile_patterns")
+    @classmethod
+    def _patterns_compile(cls, value: list[str] | None) -> list[str] | None:
+        for pattern in value or ():
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"volatile pattern {pattern!r} is not a regular expression: {exc}") \
+                    from None
+        return value
 
 
 class Policy(BaseModel):
@@ -108,6 +131,8 @@ class CallProposed(_Event):
     call_id: str
     tool: str
     args: Any = None
+    # Coder mode: this call's effect, overriding its tool's (an editor's `view` command reads).
+    effect: Effect | None = None
 
 
 class CallResult(_Event):

@@ -23,6 +23,7 @@ MAX_NESTING = 1024
 
 _STATUSES = frozenset(("ok", "error", "overloaded"))
 _ROUND_ONLY = frozenset(("round_started", "round_ended"))
+_EFFECTS = frozenset(("read", "write", "unknown"))
 
 
 class InvalidEvent(ValueError):
@@ -86,7 +87,8 @@ def _conforms(d: dict[str, Any], kind: str) -> bool:
     if type(d.get("call_id")) is not str or type(d.get("tool")) is not str:
         return False
     if kind == "call_proposed":
-        return True
+        effect = d.get("effect")
+        return effect is None or (type(effect) is str and effect in _EFFECTS)
     if kind == "call_result":
         status, fingerprint, empty = d.get("status"), d.get("fingerprint"), d.get("empty")
         return ("fact_fingerprints" not in d and type(status) is str and status in _STATUSES

@@ -54,6 +54,13 @@ STOPS: dict[str, StopKind] = {
         "Stopped: the run passed its time limit of {time_limit_s:g} s. End the turn now with what "
         "you have.",
         "The time limit passed."),
+    "no_effect": StopKind(
+        "answer_without_tools", "same_result_runs",
+        ("call", "tool", "same_result_runs", "stall_stop_at", "workspace_version"),
+        "Stopped: the last {same_result_runs} runs of `{call}` gave the same result, with changes "
+        "made between them: the changes are not having an effect. Tools are removed. {answer}",
+        "Changes kept having no effect on a call's result.",
+        subject=("call", "stopped for changes without effect")),
 }
 
 STOP_CODES = tuple(STOPS)

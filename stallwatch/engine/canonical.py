@@ -7,6 +7,8 @@ from typing import Any
 import orjson
 from xxhash import xxh3_128_digest
 
+from stallwatch.engine.masks import mask_strings
+
 # 16 bytes (128 bits, XXH3-128) makes an accidental collision between two results of one
 # run unthinkable while keeping each fingerprint held in a run's state small.
 DIGEST_SIZE = 16
@@ -169,13 +171,16 @@ def fact_digests(tool: str, items: list, key: str | None) -> list[bytes]:
     return out
 
 
-def declared_view(tool: str, result: Any, volatile: list[str],
-                  facts: dict | None) -> tuple[Any, list[bytes] | None]:
+def declared_view(tool: str, result: Any, volatile: list[str], facts: dict | None,
+                  patterns: tuple[str, ...] = ()) -> tuple[Any, list[bytes] | None]:
     """A result as its tool's declarations read it, for the engine and the client alike: JSON
-    text parsed, volatile fields removed, and, when `facts` names a list, one digest per item
-    (None when there is no list at the path: the whole result then decides)."""
+    text parsed, volatile patterns masked in its strings, volatile fields removed, and, when
+    `facts` names a list, one digest per item (None when there is no list at the path: the
+    whole result then decides). Raises ValueError for a result that cannot be compared."""
     if type(result) is str:
         result = parse_json_text(result)
+    if patterns:
+        result = mask_strings(result, patterns)
     if volatile:
         result = without_volatile(result, split_paths(volatile))
     items = fact_items(result, facts["path"]) if facts else None
@@ -183,8 +188,8 @@ def declared_view(tool: str, result: Any, volatile: list[str],
 
 
 def fact_fingerprints(tool: str, result: Any, path: str, key: str | None,
-                      volatile: list[str] = ()) -> list[str] | None:
+                      volatile: list[str] = (), patterns: tuple[str, ...] = ()) -> list[str] | None:
     """What a runtime sends as `fact_fingerprints` for a tool that declares `facts`; None when
     the result has no list at `path` (the whole-result fingerprint then decides)."""
-    _, digests = declared_view(tool, result, list(volatile), {"path": path, "key": key})
+    _, digests = declared_view(tool, result, list(volatile), {"path": path, "key": key}, patterns)
     return None if digests is None else [d.hex() for d in digests]

@@ -13,7 +13,7 @@ from xxhash import xxh3_64_intdigest, xxh3_128_digest, xxh3_128_hexdigest
 from stallwatch.contract.commands import Command, Nudge, Stop, Verdict
 from stallwatch.contract.policy import policy_defaults
 from stallwatch.contract.stop_codes import STOPS
-from stallwatch.engine import words
+from stallwatch.engine import coder, words
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.canonical import (
     DIGEST_SIZE,
@@ -21,8 +21,10 @@ from stallwatch.engine.canonical import (
     canonical_bytes,
     declared_view,
     fact_digest,
+    fingerprint,
     parse_json_text,
 )
+from stallwatch.engine.masks import effective_patterns
 from stallwatch.engine.state import RunState
 
 Event = dict[str, Any]
@@ -83,9 +85,13 @@ class Detector:
             mode=event["mode"], started_ts=event["ts"], last_ts=event["ts"], **policy,
             exempt_tools=[t["name"] for t in tools if t.get("repeat_exempt")],
             approval_tools=[t["name"] for t in tools if t.get("requires_approval")],
-            tool_specs={t["name"]: {"volatile": t.get("volatile_fields") or [], "facts": t.get("facts")}
-                        for t in tools if t.get("volatile_fields") or t.get("facts")},
+            tool_specs={t["name"]: _tool_spec(t) for t in tools
+                        if t.get("volatile_fields") or t.get("facts")
+                        or t.get("volatile_patterns") is not None},
         )
+        if state.mode == "coder":
+            state.tool_effects = {t["name"]: t["effect"] for t in tools
+                                  if t.get("effect") in ("read", "write")}
         state.event_ids.add(xxh3_64_intdigest(event["event_id"].encode()))
         return state
 
@@ -108,7 +114,7 @@ class Detector:
             state.extra_rounds += 1
         if state.stop_code is not None:
             return
-        if state.mode == "researcher":
+        if state.mode != "chat":  # researcher and coder
             self._all_refused(state, event, out)
             self._no_new_facts(state, event, out)
         self._call_budget(state, event, out)
@@ -131,6 +137,9 @@ class Detector:
                          out)
         elif state.mode == "researcher" and self._duplicate_call(state, signature, exempt):
             self._refuse(state, event, tool, "duplicate_call", words.duplicate_call(tool), out)
+        elif state.mode == "coder" and coder.is_duplicate(
+                state, signature, effect := coder.effect_of(state, event), exempt):
+            self._refuse(state, event, tool, "duplicate_call", words.duplicate_read(tool), out)
         elif state.mode == "chat" and self._repeated_call(state, signature, exempt):
             self._refuse(state, event, tool, "repeated_call", words.repeated_call(tool, state.repeat_count),
                          out)
@@ -144,6 +153,8 @@ class Detector:
                 self._remember_call(state, event, signature)
             if signature is not None and state.mode == "researcher":
                 state.signatures.add(signature)
+            elif state.mode == "coder":
+                coder.allow(state, event, signature, effect)
             state.round_allowed += 1
             state.executed_calls += 1
             _verdict(out, event, "allow", None, words.ALLOWED)
@@ -217,6 +228,9 @@ class Detector:
             state.overloaded_exempted += 1
             state.executed_calls -= 1
             state.round_exempt_overloaded = True
+        if state.mode == "coder":
+            self._on_coder_result(state, event, out)
+            return
         if state.cycle_threshold is not None and state.mode == "chat":
             self._remember_result(state, event)
         if state.mode == "researcher":
@@ -233,6 +247,44 @@ class Detector:
             self._tool_failures(state, event, event["tool"], out)
         elif state.failures:
             state.failures.pop(event["tool"], None)  # a success resets its tool's count
+
+    def _on_coder_result(self, state: RunState, event: Event, out: list[Command]) -> None:
+        """Coder mode: new facts per call signature, failures of one call while nothing else
+        changes, and stalls: one call's same result after changes made between its runs."""
+        tool = event["tool"]
+        current = event["round"] == state.round and state.round_open
+        if current:
+            state.round_results += 1
+        spec = state.tool_specs.get(tool)
+        patterns = effective_patterns("coder", spec.get("patterns") if spec else None)
+        whole, facts, itemised = _coder_digests(event, spec, patterns)
+        always_new = self._requires_approval(state, tool) or self._repeat_exempt(state, tool)
+        judged = coder.on_result(state, event, whole, facts, itemised, always_new)
+        if judged is None or judged.new_fact:
+            if current:
+                state.round_new_fact = True
+            else:  # a late result that is new is progress all the same
+                state.already_seen_streak = 0
+                state.nudged = False
+        if judged is None:
+            return
+        if judged.failures >= state.no_progress_threshold:
+            self._stop(state, event, "tool_failures", {
+                "tool": tool, "consecutive_failures": judged.failures,
+                "threshold": state.no_progress_threshold, "call": judged.label}, out)
+        elif judged.stall_runs and state.stall_stop_at is not None \
+                and judged.stall_runs >= state.stall_stop_at:
+            self._stop(state, event, "no_effect", {
+                "call": judged.label, "tool": tool, "same_result_runs": judged.stall_runs,
+                "stall_stop_at": state.stall_stop_at}, out)
+        elif judged.stall_runs and judged.stall_runs == state.stall_nudge_at:
+            out.append(Nudge(command_id=_command_id(event, len(out)), run_id=event["run_id"],
+                             caused_by=event["event_id"], round=event["round"],
+                             reason=words.stall(judged.label, judged.stall_runs),
+                             detail={"call": judged.label, "tool": tool,
+                                     "same_result_runs": judged.stall_runs,
+                                     "stall_nudge_at": state.stall_nudge_at,
+                                     "workspace_version": state.workspace_version}))
 
     def _brings_new_fact(self, state: RunState, event: Event) -> bool:
         """Rule 3: unseen results are new, and so is anything empty, content-less or approved."""
@@ -325,6 +377,8 @@ class Detector:
         """`closing`: a stop at the close of the open round carries that round; any other stop
         carries the round of the event that caused it (round 6's round_started says 6)."""
         state.stop_code = code
+        if state.mode == "coder":  # where the workspace stood, for explain, top and metrics
+            detail["workspace_version"] = state.workspace_version
         round_no = state.round if closing else event.get("round", state.round)
         out.append(Stop(command_id=_command_id(event, len(out)), run_id=event["run_id"],
                         caused_by=event["event_id"], round=round_no, code=code, action=STOPS[code].action,
@@ -352,7 +406,7 @@ def _result_digests(event: Event, spec: dict | None) -> list[bytes] | None:
                 digest = fact_digest(event["result"])
             else:
                 view, items = declared_view(event["tool"], event["result"], spec["volatile"],
-                                            spec["facts"])
+                                            spec["facts"], tuple(spec.get("patterns") or ()))
                 if items is not None:
                     return items or None  # an empty item list is an empty result
                 digest = fact_digest(view)
@@ -365,6 +419,41 @@ def _result_digests(event: Event, spec: dict | None) -> list[bytes] | None:
     if given is not None:
         return [_fingerprint_digest(f) for f in given] or None
     return [_fingerprint_digest(event["fingerprint"])]
+
+
+def _tool_spec(tool: dict) -> dict:
+    """What the engine keeps of a tool's declarations (`patterns` only when it declares some)."""
+    spec = {"volatile": tool.get("volatile_fields") or [], "facts": tool.get("facts")}
+    if tool.get("volatile_patterns") is not None:
+        spec["patterns"] = tool["volatile_patterns"]
+    return spec
+
+
+def _coder_digests(event: Event, spec: dict | None,
+                   patterns: tuple[str, ...]) -> tuple[bytes | None, list[bytes] | None, bool]:
+    """Coder mode: (the whole result's digest, None without content or comparison; its fact
+    digests, None when it counts as new whatever was seen; whether those are a list's items)."""
+    facts = spec["facts"] if spec else None
+    if "result" in event:
+        try:
+            view, items = declared_view(event["tool"], event["result"],
+                                        spec["volatile"] if spec else [], facts, patterns)
+            digest, empty = fingerprint(view)
+        except ValueError:
+            return None, None, False
+        whole = bytes.fromhex(digest)
+        if items is not None:
+            return whole, items or None, True
+        return whole, None if empty else [whole], False
+    if event.get("fingerprint") is None:
+        return None, None, False
+    whole = _fingerprint_digest(event["fingerprint"])
+    if event["empty"]:
+        return whole, None, False
+    given = event.get("fact_fingerprints") if facts else None
+    if given is not None:
+        return whole, [_fingerprint_digest(f) for f in given] or None, True
+    return whole, [whole], False
 
 
 def _fingerprint_digest(fingerprint: str) -> bytes:

@@ -60,8 +60,21 @@ class RunState:
     # chat, with cycle_threshold: recent calls as [signature hex, result digest hex or None,
     # call id, tool], bounded to the longest cycle times the threshold.
     chat_history: list[list] = field(default_factory=list)
-    signatures: set[bytes] = field(default_factory=set)  # researcher: calls allowed to run
-    fingerprints: set[bytes] = field(default_factory=set)  # researcher: results seen
+    # coder: the tools' declared effects (tool -> "read" or "write"; others are "unknown"), and
+    # the workspace version, advanced by every allowed call whose effect is not "read".
+    tool_effects: dict[str, str] = field(default_factory=dict)
+    workspace_version: int = 0
+    # coder: calls allowed and not yet answered: call id -> [signature hex or None, effect,
+    # workspace version when allowed, a short label naming the call for the model].
+    open_calls: dict[str, list] = field(default_factory=dict)
+    # coder: per call signature (hex), oldest first: [last outcome digest hex or None, runs in a
+    # row with that outcome and changes between them, workspace version after its last run,
+    # failures in a row with nothing else changing the workspace].
+    call_history: dict[str, list] = field(default_factory=dict)
+    # researcher: calls allowed to run; coder: reads allowed at the current workspace version.
+    signatures: set[bytes] = field(default_factory=set)
+    # researcher and coder: results seen (coder: each under its call's signature).
+    fingerprints: set[bytes] = field(default_factory=set)
     event_ids: set[int] = field(default_factory=set)  # 64-bit digests, to ignore redeliveries
     stop_code: str | None = None
     ended: bool = False
@@ -107,6 +120,9 @@ class RunState:
         self.approval_tools = []
         self.tool_specs = {}
         self.chat_history = []
+        self.tool_effects = {}
+        self.open_calls = {}
+        self.call_history = {}
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(RunState))

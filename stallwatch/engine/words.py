@@ -15,6 +15,18 @@ def duplicate_call(tool: str) -> str:
             "Use that result, or change the arguments or the approach.")
 
 
+def duplicate_read(tool: str) -> str:
+    return (f"Refused: this exact call to `{tool}` already ran since the workspace last changed; "
+            "its result is above and would be the same. Use that result, or change something "
+            "first.")
+
+
+def stall(call: str, runs: int) -> str:
+    return (f"The last {runs} runs of `{call}` gave the same result although changes were made "
+            "between them: your last changes did not change what it shows. Look again at why "
+            "before changing more, or try another approach.")
+
+
 def repeated_call(tool: str, times: int) -> str:
     return (f"Refused: this is the {_ordinal(times)} identical call to `{tool}` in a row. You "
             "already have this result in the conversation: use that value. If you need "
@@ -62,10 +74,24 @@ def system_prompt(mode: str, policy: Policy, exempt_tools: Iterable[str] = ()) -
                      "answer from what you have gathered. Change the approach, not the wording.")
         lines.append(f"- After {policy.no_progress_threshold} rounds in a row where every call "
                      "is refused, tools are removed as well.")
+    elif mode == "coder":
+        lines.append("- A call that only reads, with exactly the same tool and arguments as one "
+                     "that ran since the last change, is refused: its result is above.")
+        lines.append(f"- After {policy.no_progress_threshold} rounds in a row that bring back "
+                     "only results you have already seen, tools are removed and you must "
+                     "answer from what you have.")
+        if policy.stall_nudge_at is not None:
+            lines.append(f"- When a command gives the same result {policy.stall_nudge_at} times "
+                         "in a row although you changed things between, you will be told.")
     else:
         lines.append(f"- Calling the same tool with the same arguments {policy.loop_detect_threshold}"
                      " times in a row is refused: use the result you already have.")
-    lines.append(f"- A tool that fails {policy.no_progress_threshold} times in a row ends tool use.")
+    if mode == "coder":
+        lines.append(f"- The same call failing {policy.no_progress_threshold} times in a row, "
+                     "with nothing else changed between, ends tool use.")
+    else:
+        lines.append(f"- A tool that fails {policy.no_progress_threshold} times in a row ends "
+                     "tool use.")
     lines.append(f"- At most {policy.max_rounds} rounds of tool use.")
     if policy.call_budget is not None:
         lines.append(f"- At most {policy.call_budget} tool calls in all.")

@@ -49,3 +49,32 @@ async def test_the_system_prompt_names_the_thresholds_and_exempt_tools():
                                      policy={"loop_detect_threshold": 4, "call_budget": 9})
         text = run.system_prompt()
     assert "4 times in a row" in text and "At most 9 tool calls" in text and "wait" in text
+
+
+async def test_a_coding_agent_through_the_client_decides_as_when_results_are_sent():
+    """Fingerprints hashed in the runtime (durations masked there too) give the decisions the
+    engine gives when it sees the results: a stall nudge, re-reads allowed after edits."""
+    async def agent(send_content: bool) -> tuple[list, list]:
+        async with EmbeddedClient() as client:
+            run = await client.start_run("c1", "coder", [{"name": "bash"}, {"name": "editor"}])
+            codes = []
+            for n in range(4):
+                await run.start_round()
+                for tool, args, effect, out in (
+                        ("editor", {"command": "str_replace", "path": "a.py", "new": f"v{n}"}, None,
+                         "The file a.py has been edited."),
+                        ("editor", {"command": "view", "path": "a.py"}, "read", f"v{n}"),
+                        ("bash", {"command": "python repro.py"}, None,
+                         f"Error: still broken (took 0.0{n}s)")):
+                    call_id, decision = await run.propose(tool, args, effect=effect)
+                    codes.append(decision.code)
+                    if decision.allowed:
+                        await run.result(call_id, tool, "ok", out, send_content=send_content)
+                await run.end_round()
+            assert "with nothing else changed between, ends tool use" in run.system_prompt()
+            return codes, [n.detail for n in run.nudges]
+    hashed, sent = await agent(False), await agent(True)
+    assert hashed == sent
+    codes, nudges = hashed
+    assert set(codes) == {None}
+    assert [n["call"] for n in nudges] == ["python repro.py"]

@@ -20,6 +20,7 @@ field_values = {
     "tool": st.text(max_size=3) | anything, "status": statuses, "args": anything,
     "result": anything, "fingerprint": st.text(max_size=4) | anything, "empty": anything,
     "reason": anything,
+    "effect": st.sampled_from(["read", "write", "unknown", "READ", ""]) | anything,
 }
 kinds = st.sampled_from(["round_started", "round_ended", "call_proposed", "call_result",
                          "run_ended", "run_started"])

@@ -36,8 +36,12 @@ def stops_of_every_code() -> list:
     late.round_of(("search", {"q": 1}, {"n": 1}))
     late.ts += 10
     late.start_round()
+    stalled = RunScript("stalled", "coder", tools=[{"name": "bash"}], policy={"stall_stop_at": 3})
+    for i in range(4):
+        stalled.round_of(("bash", {"command": f"sed -i s/{i}/x/ a.py"}, ""),
+                         ("bash", {"command": "pytest"}, "1 failed"))
     fleet = Fleet()
-    return [c for s in (seen, refused, failing, limited, budget, late)
+    return [c for s in (seen, refused, failing, limited, budget, late, stalled)
             for c in Outcome(fleet, s).commands if c.type == "stop"]
 
 
