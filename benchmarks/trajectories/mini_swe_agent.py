@@ -1,7 +1,8 @@
 """mini-swe-agent trajectories (`trajectory_format: mini-swe-agent-1`) as neutral runs.
 
 A shell-only agent: each assistant message is one model step holding one ```bash block;
-the next user message is the observation, `<returncode>N</returncode>` then the output. A
+the next user message is the observation, `<returncode>N</returncode>` then the output (in
+`<output>` tags, which the result leaves out; a long output keeps its head and tail tags). A
 step without exactly one block gets a format error instead and runs nothing (a round with no
 call); a command that timed out is an error; the last observation is the submitted diff.
 """
@@ -20,6 +21,9 @@ TOOLS = [{"name": "bash", "effect": "unknown"}]
 _ACTION = re.compile(r"```bash\s*\n(.*?)\n```", re.DOTALL)
 _RETURNCODE = re.compile(r"\A<returncode>(-?\d+)</returncode>\n?")
 _TIMEOUT = "The last command <command>"
+# The agent wraps what the command printed in `<output>` tags; the result is what it printed,
+# so a silent command (`sed -i`, a heredoc into a file) has an empty result, as a runtime sees it.
+_WRAPPED = re.compile(r"\A<output>\n?(.*)</output>\s*\Z", re.DOTALL)
 
 
 def convert(traj: dict[str, Any], run_id: str, resolved: bool) -> Trajectory:
@@ -46,6 +50,9 @@ def _call(command: str, observation: str) -> Call:
     if match:
         status = "ok" if match.group(1) == "0" else "error"
         output = observation[match.end():]
+        wrapped = _WRAPPED.match(output)
+        if wrapped:
+            output = wrapped.group(1)
     else:  # a timeout message, or the submitted diff that ends the run
         status = "error" if observation.startswith(_TIMEOUT) else "ok"
         output = observation

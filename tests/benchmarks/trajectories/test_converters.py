@@ -11,7 +11,7 @@ def test_mini_steps_become_bash_calls_with_status_from_the_return_code():
     assert len(traj.steps) == 14 and len(calls) == 14
     assert calls[0].tool == "bash" and calls[0].args == {"command": "grep -rn 'def parse' src/"}
     assert [c.status for c in calls[3:6]] == ["error", "ok", "error"]
-    assert calls[3].output.startswith("<output>\nTraceback")
+    assert calls[3].output.startswith("Traceback") and calls[2].output == ""  # tags unwrapped
     assert [c.effect for c in calls[:6]] == ["read", "read", "unknown", "unknown", "unknown", "unknown"]
 
 
