@@ -2,6 +2,7 @@
 what it would have done to them.
 
     python -m benchmarks.trajectories.measure [--mode coder|researcher] [--data DIR] [--details]
+                                              [--policy stall_stop_at=5 ...]
 
 Figures: runs (resolved by SWE-bench), stops in resolved and in unresolved runs (by code),
 refusals (by code) and how many withheld an output that differed from the last executed run
@@ -15,6 +16,7 @@ no observation content is printed).
 from __future__ import annotations
 
 import argparse
+import json
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -76,15 +78,18 @@ def main() -> None:
     parser.add_argument("--mode", choices=["coder", "researcher"], default="coder")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--details", action="store_true")
+    parser.add_argument("--policy", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="policy overrides, values as JSON (stall_stop_at=5, nudge_at=null)")
     args = parser.parse_args()
+    policy = {key: json.loads(value) for key, value in (item.split("=", 1) for item in args.policy)}
     runs = load_runs(args.data)
     if not runs:
         raise SystemExit(f"no trajectories under {args.data}: see benchmarks/trajectories/README.md")
     by_framework: dict[str, list[Outcome]] = defaultdict(list)
     fleet = Fleet()
     for traj in runs:
-        by_framework[traj.framework].append(replay(traj, args.mode, fleet))
-    print(f"mode {args.mode}, {len(runs)} runs from {args.data}")
+        by_framework[traj.framework].append(replay(traj, args.mode, fleet, policy))
+    print(f"mode {args.mode}, policy overrides {policy or 'none'}, {len(runs)} runs from {args.data}")
     for framework, outcomes in by_framework.items():
         summarise(framework, outcomes, args.details)
 

@@ -9,6 +9,7 @@ stop round are the steps stallwatch would have saved.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
@@ -64,8 +65,10 @@ class Outcome:
         return self.stop_round is not None and self.stop_round < loop.start_round + LOOP_STOP_WITHIN
 
 
-def replay(traj: Trajectory, mode: str, fleet: Fleet | None = None) -> Outcome:
-    """Feeds the run to `fleet` (a fresh one by default) and collects what the engine decided."""
+def replay(traj: Trajectory, mode: str, fleet: Fleet | None = None,
+           policy: dict[str, Any] | None = None) -> Outcome:
+    """Feeds the run to `fleet` (a fresh one by default), with `policy` overriding the mode's
+    defaults, and collects what the engine decided."""
     fleet = fleet or Fleet()
     out = Outcome(traj, loops=find_loops(traj))
     seq = 0
@@ -83,7 +86,7 @@ def replay(traj: Trajectory, mode: str, fleet: Fleet | None = None) -> Outcome:
                 out.nudges.append(command.round)
         return commands
 
-    send(run_started(traj, mode))
+    send(run_started(traj, mode, policy))
     last_seen: dict[bytes | None, tuple[str, str]] = {}  # signature -> (status, output) last run
     for number, step in enumerate(traj.steps, 1):
         if out.stop_round is not None:

@@ -53,11 +53,12 @@ def envelope(run_id: str, seq: int, kind: str, **fields: Any) -> dict[str, Any]:
     return contract_envelope(kind, run_id, f"{run_id}:{seq}", 1_700_000_000.0 + seq * _TICK, **fields)
 
 
-def run_started(traj: Trajectory, mode: str) -> dict[str, Any]:
-    """The run's first event. Coder mode declares each tool's effect; other modes drop it."""
+def run_started(traj: Trajectory, mode: str, policy: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The run's first event. Coder mode declares each tool's effect; other modes drop it.
+    `policy` overrides the mode's defaults (the round limit is the agent's own step limit)."""
     tools = traj.tools if mode == "coder" else [{"name": t["name"]} for t in traj.tools]
     return envelope(traj.run_id, 0, "run_started", mode=mode, tools=tools,
-                    policy={"max_rounds": max(traj.step_limit, len(traj.steps) + 1)})
+                    policy={"max_rounds": max(traj.step_limit, len(traj.steps) + 1), **(policy or {})})
 
 
 def call_proposed(run_id: str, seq: int, number: int, call_id: str, call: Call, mode: str

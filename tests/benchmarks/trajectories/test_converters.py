@@ -50,3 +50,10 @@ def test_effects_are_declared_in_coder_mode_only():
     traj = codeact.convert_openhands(EDITOR_LOOP)
     assert run_started(traj, "coder")["tools"][0] == {"name": "execute_bash", "effect": "unknown"}
     assert run_started(traj, "researcher")["tools"][0] == {"name": "execute_bash"}
+
+
+def test_round_limit_is_the_agents_own_and_policy_overrides_apply():
+    traj = codeact.convert_openhands(EDITOR_LOOP)
+    assert run_started(traj, "coder")["policy"] == {"max_rounds": 250}
+    assert run_started(traj, "coder", {"stall_stop_at": 5})["policy"] == {"max_rounds": 250,
+                                                                          "stall_stop_at": 5}
