@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return top_main(settings, args.once, args.from_beginning)
     if args.command == "worker":
-        from stallwatch.streams.worker import main as worker_main
+        from stallwatch.worker.service import main as worker_main
 
         return worker_main(settings)
     if args.command == "demo":

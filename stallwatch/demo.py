@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from stallwatch.client import KafkaClient, Run
 from stallwatch.settings import Settings
-from stallwatch.streams.topics import ensure_topics
+from stallwatch.worker.topics import ensure_topics
 
 TOOLS = [{"name": "search"}, {"name": "fetch_page"}, {"name": "get_price"},
          {"name": "wait_for_researchers", "repeat_exempt": True}]

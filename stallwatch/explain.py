@@ -101,7 +101,7 @@ async def explain_from_topic(run_id: str, settings: Settings, out: TextIO) -> bo
     partitions = sorted(await partitions_of(settings.commands_topic, options))
     tp = TopicPartition(settings.commands_topic,
                         DefaultPartitioner()(run_id.encode(), partitions, partitions))
-    consumer = AIOKafkaConsumer(enable_auto_commit=False, **options)
+    consumer = AIOKafkaConsumer(enable_auto_commit=False, isolation_level="read_committed", **options)
     await consumer.start()
     seen = False
     try:

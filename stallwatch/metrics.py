@@ -75,8 +75,8 @@ class StallwatchMetrics:
         except PackageNotFoundError:
             self.build.info({"version": "unknown"})
 
-    def serve(self, port: int) -> None:
-        start_http_server(port, registry=self.registry)
+    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+        start_http_server(port, addr=addr, registry=self.registry)
 
     def count_event(self, kind: str) -> None:
         self.events.labels(kind).inc()

@@ -84,7 +84,7 @@ async def top(settings: Settings, out: TextIO, once: bool, from_beginning: bool,
               every_s: float = 2.0) -> Tally:
     """Read every commands partition; with `once`, read up to the current end, print, return."""
     options = aiokafka_options(settings)
-    consumer = AIOKafkaConsumer(enable_auto_commit=False, **options)
+    consumer = AIOKafkaConsumer(enable_auto_commit=False, isolation_level="read_committed", **options)
     await consumer.start()
     tally = Tally()
     try:

@@ -10,9 +10,11 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import orjson
@@ -30,10 +32,28 @@ def kafka(command: str) -> None:
     subprocess.run([str(ROOT / "deploy/kafka/kafka.sh"), command], check=True, timeout=600)
 
 
+def broker_pid() -> int:
+    """The local broker's process id, as `deploy/kafka/kafka.sh` recorded it."""
+    port = os.environ.get("STALLWATCH_KAFKA_PORT", "9092")
+    return int((ROOT / f".cache/kafka-data/{port}/kafka.pid").read_text())
+
+
+@contextlib.contextmanager
+def frozen_broker() -> Iterator[None]:
+    """The broker's process stopped (SIGSTOP): connections stay open and nothing answers, as
+    with a broker stuck in a long GC pause or a network that drops packets. Resumed after."""
+    pid = broker_pid()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
 def fresh_settings(partitions: int = 4) -> Settings:
     """Settings with a topic prefix of their own, so tests never see each other's data."""
     return Settings(bootstrap=BOOTSTRAP, topic_prefix=f"t{uuid.uuid4().hex[:10]}",
-                    partitions=partitions)
+                    partitions=partitions, replication_factor=1, min_insync_replicas=1)
 
 
 class WorkerProcess:
@@ -41,16 +61,18 @@ class WorkerProcess:
 
     _next_port = 16100
 
-    def __init__(self, settings: Settings, name: str = "w") -> None:
+    def __init__(self, settings: Settings, name: str = "w", env: dict[str, str] | None = None) -> None:
         WorkerProcess._next_port += 1
         self.settings = settings
         self.log_path = Path(f"/tmp/stallwatch-{settings.topic_prefix}-{name}.log")
         env = {**os.environ, "STALLWATCH_BOOTSTRAP": settings.bootstrap,
                "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
                "STALLWATCH_PARTITIONS": str(settings.partitions),
+               "STALLWATCH_REPLICATION_FACTOR": "1", "STALLWATCH_MIN_INSYNC_REPLICAS": "1",
                "STALLWATCH_WEB_PORT": str(WorkerProcess._next_port),
                "STALLWATCH_METRICS_PORT": str(WorkerProcess._next_port + 1000),
-               "STALLWATCH_LOG_LEVEL": "INFO"}
+               "STALLWATCH_LOG_LEVEL": "INFO", **(env or {})}
+        self.web_port = WorkerProcess._next_port
         self.metrics_port = WorkerProcess._next_port + 1000
         self.proc = subprocess.Popen([sys.executable, "-m", "stallwatch.cli", "worker"], env=env,
                                      stdout=self.log_path.open("wb"), stderr=subprocess.STDOUT)
@@ -63,6 +85,13 @@ class WorkerProcess:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(30)
 
+    def kill_time(self) -> float:
+        """SIGKILL, returning the moment it was sent (perf_counter)."""
+        killed = time.perf_counter()
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+        return killed
+
     def stop(self) -> None:
         if self.alive():
             self.proc.terminate()
@@ -71,12 +100,24 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
 
+    def health(self, path: str = "/health/ready") -> int:
+        """The HTTP status of one of the worker's health endpoints (0 when nothing answers)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.web_port}{path}", timeout=2) as r:
+                return r.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except OSError:
+            return 0
+
     async def ready(self, timeout_s: float = 60.0) -> None:
-        """Wait until the worker says it is ready: joined the group, tables recovered."""
+        """Wait until the worker says it is ready: joined the group, its partitions restored."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if "[^Worker]: Ready" in self.log_path.read_text(errors="replace"):
+            if await asyncio.to_thread(self.health) == 200:
                 return
+            if not self.alive():
+                break
             await asyncio.sleep(0.2)
         raise AssertionError(f"worker not ready after {timeout_s} s:\n{self.log_tail()}")
 
@@ -115,7 +156,7 @@ async def produce(settings: Settings, lines: list[bytes], keys: list[bytes | Non
 async def collect(settings: Settings, topic: str, until: int, timeout_s: float) -> list[bytes]:
     """Read a topic from the start until `until` distinct records arrived (commands count once
     per command id, since a crash may send one twice) or the time is up."""
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.bootstrap,
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.bootstrap, isolation_level="read_committed",
                                 auto_offset_reset="earliest", enable_auto_commit=False)
     await consumer.start()
     values: list[bytes] = []
@@ -157,19 +198,28 @@ def by_run(commands: list[bytes]) -> dict[str, list[bytes]]:
     return dict(runs)
 
 
-async def wait_until_serving(settings: Settings, timeout_s: float = 90.0) -> None:
-    """Send a probe run until the worker answers: joined the group and recovered its tables."""
+async def wait_until_serving(settings: Settings, timeout_s: float = 90.0,
+                             partition: int | None = None) -> None:
+    """Send a probe run until the worker answers: joined the group and restored its states. With
+    `partition`, the probe goes to that partition of the events topic."""
     probe = f"probe-{uuid.uuid4().hex[:8]}"
     event = {"v": 1, "type": "call_proposed", "event_id": probe, "run_id": probe, "ts": 0.0,
              "round": 1, "call_id": "c", "tool": "t", "args": None}
     consumer = AIOKafkaConsumer(settings.commands_topic, bootstrap_servers=settings.bootstrap,
-                                auto_offset_reset="earliest", enable_auto_commit=False)
+                                isolation_level="read_committed", auto_offset_reset="earliest",
+                                enable_auto_commit=False)
     await consumer.start()
     try:
-        await produce(settings, [orjson.dumps(event)])
+        producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, acks="all")
+        await producer.start()
+        try:
+            await producer.send_and_wait(settings.events_topic, orjson.dumps(event),
+                                         key=probe.encode(), partition=partition)
+        finally:
+            await producer.stop()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            batches = await consumer.getmany(timeout_ms=500)
+            batches = await consumer.getmany(timeout_ms=200)
             if any(r.key == probe.encode() for records in batches.values() for r in records):
                 return
     finally:

@@ -38,6 +38,7 @@ class KafkaClient(Client):
         options = aiokafka_options(self.settings)
         self._producer = AIOKafkaProducer(acks="all", linger_ms=0, **options)
         self._consumer = AIOKafkaConsumer(enable_auto_commit=False, auto_offset_reset="latest",
+                                          isolation_level="read_committed",
                                           fetch_max_wait_ms=100, **options)
         self._partitioner = DefaultPartitioner()
         self._partitions: list[int] = []

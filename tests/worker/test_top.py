@@ -8,10 +8,10 @@ import sys
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from stallwatch.streams.topics import ensure_topics
 
+from stallwatch.worker.topics import ensure_topics
 from tests.kafka_harness import fresh_settings, replay_commands
-from tests.streams.fleet_logs import every_rule, interleave
+from tests.worker.fleet_logs import every_rule, interleave
 
 pytestmark = pytest.mark.kafka
 

@@ -1,4 +1,4 @@
-"""One batch of source messages applied to run states: pure, so it is tested without a broker."""
+"""One partition's batch of source messages applied to run states: pure, tested without a broker."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from stallwatch.engine.state import RunState
 @dataclass(frozen=True, slots=True)
 class SourceMessage:
     key: bytes | None
-    value: bytes
+    value: bytes | None  # None is a tombstone
     partition: int
     offset: int
 
@@ -26,11 +26,12 @@ class BatchResult:
     letters: list[tuple[bytes | None, bytes, str]] = field(default_factory=list)  # key, letter, reason
     states: dict[str, RunState] = field(default_factory=dict)  # every run the batch touched
     events_by_type: dict[str, int] = field(default_factory=dict)
-    skipped: int = 0  # at or below a run's last applied offset: already applied before a crash
+    skipped: int = 0  # at or below a run's last applied offset
+    newest_ts: float = 0.0  # the newest event time in the batch: the partition's clock
 
 
 class BatchApplier:
-    """Applies events in order, skipping what a run's state says was applied already."""
+    """Applies a partition's events in offset order; bad input becomes a dead letter."""
 
     def __init__(self, detector: Detector, topic: str, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         self.detector = detector
@@ -39,26 +40,28 @@ class BatchApplier:
 
     def apply(self, messages: list[SourceMessage],
               load: Callable[[str], RunState | None]) -> BatchResult:
+        """`load` gives a run's stored state; the states the batch touched are in the result."""
         result = BatchResult()
         states = result.states
         for message in messages:
             try:
-                event = parse_event(message.value, self.max_event_bytes)
-                if message.key is not None and message.key != event["run_id"].encode():
-                    raise InvalidEvent("key_mismatch", f"message key {message.key!r} is not the "
-                                       f"event's run_id {event['run_id']!r}; key events by run_id")
+                event = self._parse(message)
             except InvalidEvent as exc:
-                letter = DeadLetter.of(message.value, str(exc), self.topic, message.partition,
+                raw = message.value if message.value is not None else b""
+                letter = DeadLetter.of(raw, str(exc), self.topic, message.partition,
                                        message.offset)
                 result.letters.append((message.key, letter.encode(), exc.reason))
                 continue
             run_id = event["run_id"]
             state = states[run_id] if run_id in states else load(run_id)
+            # Offsets and states are committed in one transaction, so this never fires; if that
+            # invariant were ever broken, applying an event twice is the worse outcome.
             if state is not None and message.offset <= state.last_offset:
                 result.skipped += 1
                 continue
             kind = event["type"]
             result.events_by_type[kind] = result.events_by_type.get(kind, 0) + 1
+            result.newest_ts = max(result.newest_ts, event["ts"])
             state, commands = self.detector.apply(state, event)
             result.commands.extend(commands)
             result.caused_at.extend([event["ts"]] * len(commands))
@@ -66,3 +69,16 @@ class BatchApplier:
                 state.last_offset = message.offset
                 states[run_id] = state
         return result
+
+    def _parse(self, message: SourceMessage) -> dict:
+        if message.value is None:
+            raise InvalidEvent("null_value", "the message has no value (a tombstone); events are "
+                                             "never deleted, send a run_ended event instead")
+        if message.key is None:
+            raise InvalidEvent("null_key", "the message has no key; key every event by its run_id, "
+                                           "so that a run's events share one partition")
+        event = parse_event(message.value, self.max_event_bytes)
+        if message.key != event["run_id"].encode():
+            raise InvalidEvent("key_mismatch", f"the message key is not the event's run_id "
+                                               f"{event['run_id']!r}; key events by run_id")
+        return event

@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from tests.kafka_harness import by_run, collect, produce, replay_commands, serving_worker
-from tests.streams.fleet_logs import every_rule, interleave
+from tests.worker.fleet_logs import every_rule, interleave
 
 pytestmark = pytest.mark.kafka
 

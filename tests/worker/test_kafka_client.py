@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from stallwatch.streams.topics import ensure_topics
 
 from stallwatch.client import KafkaClient
+from stallwatch.worker.topics import ensure_topics
 from tests.kafka_harness import fresh_settings, serving_worker
 
 pytestmark = pytest.mark.kafka

@@ -1,0 +1,243 @@
+"""Consume, apply, produce, commit: each partition's batch is one Kafka transaction.
+
+The invariant, in one place: a batch's commands, dead letters, changed run states (changelog)
+and the input offset after it are written in ONE transaction of the partition's own producer.
+Either all of it is visible to read-committed readers, or none of it is and the batch is read
+again from the last committed offset. Nothing is acknowledged that was not applied and
+published, and no decision is published twice.
+
+Fencing: each input partition has its own transactional id. A worker taking a partition over
+starts a producer with that id, which aborts the previous owner's open transaction and makes
+any later write of that owner fail, so a worker that was cut off and comes back cannot publish
+over its successor. Any failure of a transaction crashes the worker (see `service`): the process
+restarts from the committed state instead of going on past a lost batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+
+import aiokafka.producer.sender
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.structs import ConsumerRecord
+
+from stallwatch.contract.commands import encode_command
+from stallwatch.engine.detector import Detector
+from stallwatch.engine.expiry import is_expired
+from stallwatch.kafka_config import aiokafka_options
+from stallwatch.metrics import StallwatchMetrics
+from stallwatch.settings import Settings
+from stallwatch.worker.batch import BatchApplier, BatchResult, SourceMessage
+from stallwatch.worker.store import RunStore
+
+log = logging.getLogger(__name__)
+
+# Records taken per fetch, over all partitions: a transaction's fixed cost (about five round
+# trips) is shared by up to this many events.
+FETCH_MAX_RECORDS = 4000
+# How long an empty fetch waits; also the longest the loop goes without a heartbeat of progress.
+FETCH_TIMEOUT_MS = 100
+# The broker answers a fetch as soon as one record is there, or after this: keeps a lone
+# event's decision fast without spinning on empty fetches.
+FETCH_MAX_WAIT_MS = 20
+# An ended run's state is kept this long (event time) so that late calls are refused, not allowed.
+ENDED_RETENTION_S = 600.0
+# A new transaction's first write is refused (CONCURRENT_TRANSACTIONS) until the broker has written
+# the previous one's commit markers, and aiokafka retries after a fixed 20 ms: measured, that was
+# 23 ms of every back-to-back transaction. The markers take ~1-5 ms on a local broker.
+aiokafka.producer.sender.BACKOFF_OVERRIDE = 0.002
+# Other retries of the transactional producer (coordinator moves, the same refusal later in a
+# transaction) back off this long.
+RETRY_BACKOFF_MS = 10
+# A transaction's coordinator aborts it when its producer goes silent this long: a worker that
+# dies mid-batch holds back its partitions' read-committed readers at most this long (a
+# successor's fencing aborts it sooner).
+TRANSACTION_TIMEOUT_MS = 15_000
+
+
+@dataclass
+class Progress:
+    """When the loop last completed an iteration, and whether the worker can answer yet."""
+
+    beat: float = 0.0
+    restoring: bool = True
+
+    def tick(self) -> None:
+        self.beat = time.monotonic()
+
+
+class Pipeline(ConsumerRebalanceListener):
+    """The consume loop of one worker process, with a transactional producer per partition."""
+
+    def __init__(self, settings: Settings, metrics: StallwatchMetrics, detector: Detector) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.applier = BatchApplier(detector, settings.events_topic)
+        self.store = RunStore()
+        self.progress = Progress()
+        self.producers: dict[int, AIOKafkaProducer] = {}
+        self._expired_at: dict[int, float] = {}
+        # Held while a batch is applied and committed, and while partitions change hands: a
+        # partition is never given up with its batch half done.
+        self._lock = asyncio.Lock()
+        # Bumped at every assignment: records fetched before it may predate the new positions.
+        self._generation = 0
+        self.consumer = AIOKafkaConsumer(
+            group_id=settings.group_id, group_instance_id=settings.instance_id,
+            enable_auto_commit=False, auto_offset_reset="earliest",
+            isolation_level="read_committed", fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+            max_poll_records=FETCH_MAX_RECORDS,
+            # Short sessions: a dead worker's partitions move to a live one in seconds. 6 s is the
+            # broker's default group.min.session.timeout.ms.
+            session_timeout_ms=6000, heartbeat_interval_ms=2000,
+            **aiokafka_options(settings))
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.consumer.subscribe([self.settings.events_topic], listener=self)
+        await self.consumer.start()
+        self.progress.tick()
+
+    async def stop(self) -> None:
+        async with self._lock:
+            await self.consumer.stop()  # leaves the group: the partitions move at once
+            await self._close_producers(list(self.producers))
+
+    async def run(self) -> None:
+        """Until cancelled; any failure propagates and ends the worker."""
+        while True:
+            generation = self._generation
+            batches = await self.consumer.getmany(timeout_ms=FETCH_TIMEOUT_MS)
+            async with self._lock:
+                owned = {tp: records for tp, records in batches.items() if self.store.owns(tp.partition)}
+                if generation != self._generation:
+                    # Partitions changed hands while this batch was fetched: read it again from
+                    # its first record, in the new assignment's order of things.
+                    for tp, records in owned.items():
+                        self.consumer.seek(tp, records[0].offset)
+                elif owned:
+                    await asyncio.gather(*(self._commit_batch(tp, records)
+                                           for tp, records in owned.items()))
+            self.progress.tick()
+
+    # -- one partition's batch ---------------------------------------------------------------
+
+    async def _commit_batch(self, tp: TopicPartition, records: list[ConsumerRecord]) -> None:
+        started = time.perf_counter()
+        partition = tp.partition
+        messages = [SourceMessage(r.key, r.value, partition, r.offset) for r in records]
+        result = self.applier.apply(messages, lambda run_id: self.store.load(partition, run_id))
+        self.store.newest_ts[partition] = max(self.store.newest_ts[partition], result.newest_ts)
+        expired = self._expired_runs(partition)
+        producer = self.producers[partition]
+        settings = self.settings
+        async with producer.transaction():
+            sent = [await producer.send(settings.commands_topic, encode_command(c),
+                                        key=c.run_id.encode(), partition=partition)
+                    for c in result.commands]
+            sent += [await producer.send(settings.deadletter_topic, letter, key=key, partition=partition)
+                     for key, letter, _ in result.letters]
+            sent += [await producer.send(settings.changelog_topic, state.to_bytes(),
+                                         key=run_id.encode(), partition=partition)
+                     for run_id, state in result.states.items()]
+            sent += [await producer.send(settings.changelog_topic, None, key=run_id.encode(),
+                                         partition=partition) for run_id in expired]
+            # The offsets' round trips overlap the records' acknowledgements; the commit that
+            # follows happens only when all of them succeeded.
+            await asyncio.gather(*sent, producer.send_offsets_to_transaction(
+                {tp: records[-1].offset + 1}, settings.group_id))
+        # Committed: only now does the store take the batch's states.
+        for run_id, state in result.states.items():
+            self.store.put(partition, run_id, state)
+        for run_id in expired:
+            self.store.delete(partition, run_id)
+        self._observe(tp, records, result, time.perf_counter() - started)
+
+    def _expired_runs(self, partition: int) -> list[str]:
+        """Runs idle (or ended) too long by the partition's event time, scanned once an interval."""
+        now = time.monotonic()
+        if now - self._expired_at.setdefault(partition, now) < self.settings.expiry_interval_s:
+            return []
+        self._expired_at[partition] = now
+        newest = self.store.newest_ts[partition]
+        expired = [run_id for run_id, state in self.store.states(partition)
+                   if is_expired(state, newest, self.settings.idle_timeout_s, ENDED_RETENTION_S)]
+        if expired:
+            log.info("expiring %d idle or ended runs of partition %d", len(expired), partition)
+        return expired
+
+    def _observe(self, tp: TopicPartition, records: list[ConsumerRecord], result: BatchResult,
+                 seconds: float) -> None:
+        metrics = self.metrics
+        committed = time.time()
+        for kind, count in result.events_by_type.items():
+            metrics.events.labels(kind).inc(count)
+        for _, _, reason in result.letters:
+            metrics.dead_letters.labels(reason).inc()
+        metrics.skipped.inc(result.skipped)
+        metrics.count_commands(result.commands)
+        for caused_at in result.caused_at:
+            metrics.decision_latency.observe(max(0.0, committed - caused_at))
+        metrics.batch_seconds.observe(seconds)
+        per_event = seconds / len(records)
+        for _ in records:
+            metrics.event_seconds.observe(per_event)
+        metrics.batch_events.observe(len(records))
+        highwater = self.consumer.highwater(tp)
+        if highwater is not None:
+            metrics.lag.labels(str(tp.partition)).set(max(0, highwater - records[-1].offset - 1))
+
+    # -- partitions changing hands -----------------------------------------------------------
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        # Waits for the batch in flight to commit. The partitions' producers and states are kept:
+        # most come back in the assignment that follows, and one that went to another worker
+        # was fenced by it, so nothing stale can be published from here.
+        async with self._lock:
+            self._generation += 1
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        async with self._lock:
+            self._generation += 1
+            owned = {tp.partition for tp in assigned}
+            lost = [p for p in self.producers if p not in owned]
+            await self._close_producers(lost)
+            for partition in lost:
+                self.store.drop(partition)
+                self._expired_at.pop(partition, None)
+                with contextlib.suppress(KeyError):
+                    self.metrics.lag.remove(str(partition))
+            new = sorted(owned - set(self.producers))
+            self.progress.restoring = True
+            # Fence first: starting the producer aborts the previous owner's open transaction, so
+            # the changelog read next is final and no zombie can write after it.
+            for partition in new:
+                self.producers[partition] = await self._start_producer(partition)
+            if new:
+                seconds = await self.store.restore(self.settings, new, self.progress.tick)
+                self.metrics.recovery_seconds.observe(seconds)
+            self.metrics.active_runs.set(len(self.store))
+            self.progress.restoring = False
+            self.progress.tick()
+            log.info("serving partitions %s (restored %s)", sorted(owned), new)
+
+    async def _start_producer(self, partition: int) -> AIOKafkaProducer:
+        producer = AIOKafkaProducer(
+            transactional_id=f"{self.settings.group_id}-{self.settings.events_topic}-{partition}",
+            transaction_timeout_ms=TRANSACTION_TIMEOUT_MS, linger_ms=0,
+            retry_backoff_ms=RETRY_BACKOFF_MS,
+            **aiokafka_options(self.settings))
+        await producer.start()
+        return producer
+
+    async def _close_producers(self, partitions: list[int]) -> None:
+        for partition in partitions:
+            producer = self.producers.pop(partition, None)
+            if producer is not None:
+                with contextlib.suppress(Exception):  # a fenced producer may refuse to close cleanly
+                    await producer.stop()

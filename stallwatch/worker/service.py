@@ -1,0 +1,66 @@
+"""`stallwatch worker`: create the topics, serve until SIGTERM, exit non-zero on any failure."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+
+from stallwatch.engine.detector import Detector
+from stallwatch.metrics import StallwatchMetrics
+from stallwatch.settings import Settings
+from stallwatch.worker.health import HealthServer, start_watchdog
+from stallwatch.worker.pipeline import Pipeline
+from stallwatch.worker.topics import ensure_topics
+
+log = logging.getLogger("stallwatch.worker")
+
+# A clean stop (leave the group, close the producers) gets this long; a stuck one is cut short,
+# which is safe: everything committed is in Kafka, everything else is read again.
+STOP_TIMEOUT_S = 10.0
+
+
+def main(settings: Settings) -> int:
+    logging.basicConfig(level=os.environ.get("STALLWATCH_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    return asyncio.run(serve(settings))
+
+
+async def serve(settings: Settings, metrics: StallwatchMetrics | None = None) -> int:
+    """Run one worker until SIGTERM/SIGINT (exit 0) or a failure (exit 1)."""
+    await ensure_topics(settings)
+    metrics = metrics or StallwatchMetrics()
+    metrics.serve(settings.metrics_port, settings.metrics_bind)
+    pipeline = Pipeline(settings, metrics, Detector(settings.admin_policy()))
+    health = HealthServer(pipeline.progress, settings.stall_timeout_s, settings.web_bind,
+                          settings.web_port)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+    await health.start()
+    await pipeline.start()
+    start_watchdog(pipeline.progress, settings.stall_timeout_s)
+    log.info("worker ready: group %s, topic %s", settings.group_id, settings.events_topic)
+    consuming = asyncio.create_task(pipeline.run(), name="stallwatch-pipeline")
+    stop_requested = asyncio.create_task(stopping.wait())
+    await asyncio.wait({consuming, stop_requested}, return_when=asyncio.FIRST_COMPLETED)
+    code = 0
+    if consuming.done():
+        log.critical("the pipeline failed; exiting so that the batch is read again",
+                     exc_info=consuming.exception())
+        code = 1
+    else:
+        consuming.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await consuming
+    stop_requested.cancel()
+    try:
+        await asyncio.wait_for(pipeline.stop(), STOP_TIMEOUT_S)
+    except Exception:
+        log.warning("the worker did not stop cleanly within %.0f s", STOP_TIMEOUT_S, exc_info=True)
+    await health.stop()
+    log.info("worker stopped (exit %d)", code)
+    return code

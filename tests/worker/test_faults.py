@@ -1,0 +1,101 @@
+"""The fault matrix on a real broker: kills under load, a zombie fenced off, a hung worker."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from stallwatch.worker.health import STALLED_EXIT_CODE
+from tests.kafka_harness import (
+    WorkerProcess,
+    by_run,
+    collect,
+    fresh_settings,
+    frozen_broker,
+    kafka,
+    produce,
+    replay_commands,
+    wait_until_serving,
+)
+from tests.worker.faults import three_kills
+from tests.worker.fleet_logs import interleave, mixed_fleet
+
+pytestmark = pytest.mark.kafka
+
+
+async def test_three_kills_under_steady_load_one_during_a_rebalance_change_no_decision():
+    outcome = await three_kills()
+    assert len(outcome.kills) == 3
+    assert outcome.exact, (f"{len(outcome.differing)} of {outcome.runs} runs differ from replay "
+                           f"(e.g. {outcome.differing[:3]}), {len(outcome.doubled)} command ids "
+                           f"published twice (e.g. {outcome.doubled[:3]})")
+
+
+async def test_the_broker_restarted_under_load_changes_no_decision():
+    settings = fresh_settings(partitions=4)
+    worker = WorkerProcess(settings)
+    try:
+        await wait_until_serving(settings)
+        log = interleave(mixed_fleet(120))
+        producing = asyncio.create_task(produce(settings, log, pause_every=80, pause_s=0.1))
+        await asyncio.sleep(2)
+        await asyncio.to_thread(kafka, "down")
+        await asyncio.to_thread(kafka, "up")
+        await producing
+        expected = by_run(replay_commands(log))
+        got = await collect(settings, settings.commands_topic, sum(map(len, expected.values())) + 1, 120)
+        assert {run: by_run(got).get(run) for run in expected} == expected
+        assert worker.alive(), worker.log_tail()
+    finally:
+        worker.stop()
+
+
+async def test_a_worker_fenced_by_a_successor_exits_non_zero_and_loses_nothing():
+    settings = fresh_settings(partitions=1)
+    worker = WorkerProcess(settings, "zombie")
+    successor = None
+    try:
+        await wait_until_serving(settings)
+        # What a worker taking partition 0 over does first: a producer under its transactional id.
+        fencer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap,
+                                  transactional_id=f"{settings.group_id}-{settings.events_topic}-0")
+        await fencer.start()
+        await fencer.stop()
+        log = interleave(mixed_fleet(3))
+        await produce(settings, log)
+        code = await asyncio.to_thread(worker.proc.wait, 30)
+        assert code == 1, worker.log_tail()
+        assert "the pipeline failed" in worker.log_path.read_text()
+        successor = WorkerProcess(settings, "successor")
+        expected = by_run(replay_commands(log))
+        got = await collect(settings, settings.commands_topic, sum(map(len, expected.values())) + 1, 60)
+        assert {run: by_run(got).get(run) for run in expected} == expected
+    finally:
+        worker.stop()
+        if successor is not None:
+            successor.stop()
+
+
+async def test_a_hung_worker_reports_itself_dead_then_exits():
+    settings = fresh_settings(partitions=2)
+    worker = WorkerProcess(settings, "hung", env={"STALLWATCH_STALL_TIMEOUT_S": "3"})
+    try:
+        await wait_until_serving(settings)
+        assert worker.health("/health/live") == 200
+        producing = asyncio.create_task(produce(settings, interleave(mixed_fleet(60)),
+                                                pause_every=20, pause_s=0.02))
+        await asyncio.sleep(1)
+        statuses = []
+        with frozen_broker():  # a transaction in flight now waits on a broker that never answers
+            deadline = time.monotonic() + 15
+            while worker.alive() and time.monotonic() < deadline:
+                statuses.append(await asyncio.to_thread(worker.health, "/health/live"))
+                await asyncio.sleep(0.5)
+        assert 503 in statuses, statuses
+        assert worker.proc.wait(10) == STALLED_EXIT_CODE, worker.log_tail()
+        producing.cancel()
+    finally:
+        worker.stop()
