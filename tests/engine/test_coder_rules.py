@@ -275,3 +275,17 @@ def test_the_oldest_signatures_are_forgotten_beyond_the_bound(run, monkeypatch):
         s.round_of(("bash", {"command": f"cmd {n}"}, "x"))
     history = state_of(run(s)).call_history
     assert len(history) == 3
+
+
+def test_the_same_call_with_the_same_result_five_times_in_a_row_is_stopped_within_six_rounds(run):
+    """The issue's target for true loops, for an ok result, an error, and a read."""
+    for tool, status in (("bash", "ok"), ("bash", "error"), ("view", "ok")):
+        s = coder()
+        for n in range(3):  # healthy work first
+            edit(s, n)
+        for _ in range(10):
+            s.start_round()
+            s.call(tool, {"command": "cat setup.cfg"}, status=status, result="[metadata]")
+            s.end_round()
+        out = run(s)
+        assert len(out.stops) == 1 and out.stops[0].round <= 3 + 6, (tool, status, stops(out))
