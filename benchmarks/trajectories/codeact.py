@@ -8,7 +8,8 @@ is the tool message (or the next user message) answering it.
 
 Status: `error` when a bash observation reports a non-zero exit code or a timeout, or when an
 observation opens with the editor's `ERROR:`; `ok` otherwise. Effects: the editor's `view`
-reads, its other commands write; a bash command reads only by `shell.shell_effect`'s rule.
+reads, its other commands write; a bash command reads only by `shell.shell_effect`'s rule for
+a persistent shell (both keep one shell session for the whole run).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import re
 from typing import Any
 
 from benchmarks.trajectories.runlog import Call, Effect, Trajectory
-from benchmarks.trajectories.shell import shell_effect
+from benchmarks.trajectories.shell import persistent_shell_tool, shell_effect
 
 _EXIT_CODE = re.compile(r"\[Command finished with exit code (-?\d+)\]")
 _TIMED_OUT = ("[Command timed out", "command timed out")
@@ -30,7 +31,8 @@ _EDITOR = "str_replace_editor"
 
 def tools(names: list[str]) -> list[dict[str, Any]]:
     """The run's tools; each call declares its own effect, so the tool default is unknown."""
-    return [{"name": name, "effect": "unknown"} for name in names]
+    return [persistent_shell_tool(name) if name in _BASH_TOOLS else {"name": name, "effect": "unknown"}
+            for name in names]
 
 
 def convert_openhands(record: dict[str, Any], framework: str = "openhands") -> Trajectory:
@@ -92,7 +94,7 @@ def _effect(tool: str, args: dict[str, Any]) -> Effect:
     if tool == _EDITOR:
         return "read" if args.get("command") == "view" else "write"
     if tool in _BASH_TOOLS:
-        return shell_effect(str(args.get("command", "")))
+        return shell_effect(str(args.get("command", "")), persistent=True)
     return "unknown"
 
 

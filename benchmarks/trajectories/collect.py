@@ -17,6 +17,10 @@ from pathlib import Path
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / "data" / "trajectories"
 _MINI = "swebench_results/20251118_gemini-3-pro-74pct/trajs"
 _ADP = "datasets"
+_MSB = "evaluation/java/verified/20240825_SWE-agent_"
+_MSB_COMMIT = "89888f1604001fcd80b0799a37af42a1bfebfd8f"
+# The four runs SWE-bench evaluated whole (the gpt-4o-mini run's results cover 1 of 91).
+_MSB_MODELS = ("deepseek-chat-v2", "deepseek-coder-v2", "doubao-pro-128k", "gpt-4o-2024-05-13")
 # (repository, commit, path or folder in it, where it goes under the data folder)
 SOURCES = [
     ("gruckion/mini-swe-agent", "d12a71affd95403b036b2bdbd827349b77bfffb9", _MINI, "mini-swe-agent"),
@@ -27,6 +31,9 @@ SOURCES = [
      f"{_ADP}/swe-gym_openhands_sampled_trajectories/sample_raw.json", "openhands/swe-gym-sampled.json.gz"),
     ("zhu-yiqi/agent-data-protocol", "df5b5adc3b61adbe0a0cc250d56a781cbffc867e",
      f"{_ADP}/swe-smith/sample_raw.json", "swe-agent/swe-smith.json.gz"),
+    *[(repo, _MSB_COMMIT, f"{_MSB}{model}/{path}", f"swe-agent-2024/{model}/{dest}")
+      for repo in ("multi-swe-bench/experiments",) for model in _MSB_MODELS
+      for path, dest in (("trajs", "trajs"), ("results/results.json", "results.json"))],
 ]
 
 
@@ -50,7 +57,7 @@ def collect(mirrors: Path, out: Path) -> int:
             written += 1
             continue
         listing = _git(repo_dir, "ls-tree", "-r", "--name-only", commit, path).decode().splitlines()
-        for name in (n for n in listing if n.endswith(".traj.json")):
+        for name in (n for n in listing if n.endswith((".traj.json", ".traj"))):
             _write(_git(repo_dir, "show", f"{commit}:{name}"), out / dest / (Path(name).name + ".gz"))
             written += 1
     return written

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from benchmarks.trajectories import codeact, mini_swe_agent
+from benchmarks.trajectories import codeact, mini_swe_agent, swe_agent
 from benchmarks.trajectories.collect import DEFAULT_DATA
 from benchmarks.trajectories.runlog import Trajectory
 
@@ -29,11 +29,21 @@ def mini_runs(folder: Path) -> Iterator[Trajectory]:
         yield mini_swe_agent.convert(read_json(path), instance, instance in resolved)
 
 
+def swe_agent_runs(folder: Path) -> Iterator[Trajectory]:
+    """SWE-agent runs of one model, resolved as the evaluation's results.json says."""
+    resolved = set(read_json(folder / "results.json")["resolved"])
+    for path in sorted((folder / "trajs").glob("*.traj.gz")):
+        instance = path.name.removesuffix(".traj.gz")
+        yield swe_agent.convert(read_json(path), f"{folder.name}/{instance}", instance in resolved)
+
+
 def load_runs(data: Path = DEFAULT_DATA) -> list[Trajectory]:
     """All runs found under `data` (missing folders are skipped)."""
     runs: list[Trajectory] = []
     if (data / "mini-swe-agent").is_dir():
         runs.extend(mini_runs(data / "mini-swe-agent"))
+    for folder in sorted((data / "swe-agent-2024").glob("*/")):
+        runs.extend(swe_agent_runs(folder))
     for path in sorted((data / "openhands").glob("*.json.gz")):
         runs.extend(codeact.convert_openhands(record) for record in read_json(path))
     for path in sorted((data / "swe-agent").glob("*.json.gz")):

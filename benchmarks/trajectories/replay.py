@@ -2,8 +2,9 @@
 
 A refused call did not run: its recorded observation is withheld (no call_result), and the
 refusal is checked against the last executed run of the same call (did the withheld output
-differ from what the model had already seen?). The run ends at its stop: the rounds after the
-stop round are the steps stallwatch would have saved.
+differ from what the model had already seen? compared as text, so any difference counts).
+The run ends at its stop: the rounds after the stop round are the steps stallwatch would have
+saved.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from benchmarks.trajectories.runlog import (
 )
 from stallwatch.engine.canonical import call_signature
 from stallwatch.engine.fleet import Fleet, Rejected
+from stallwatch.engine.masks import DEFAULT_VOLATILE_PATTERNS, effective_patterns, mask_strings
 
 # A loop, for the check: the same call with the same result (or error) this many times in a row.
 LOOP_LENGTH = 5
@@ -112,11 +114,14 @@ def replay(traj: Trajectory, mode: str, fleet: Fleet | None = None,
 
 
 def find_loops(traj: Trajectory) -> list[Loop]:
-    """Runs of LOOP_LENGTH or more consecutive calls with the same signature and result."""
+    """Runs of LOOP_LENGTH or more consecutive calls with the same signature and result, results
+    compared as coder mode compares them (the tool's volatile patterns masked): a failure that
+    differs only in a shell's line counter is the same failure."""
+    patterns = {t["name"]: effective_patterns("coder", t.get("volatile_patterns")) for t in traj.tools}
     loops: list[Loop] = []
     streak: list[tuple[int, Call]] = []
     for number, call in traj.calls:
-        if streak and _same(streak[-1][1], call):
+        if streak and _same(streak[-1][1], call, patterns.get(call.tool, DEFAULT_VOLATILE_PATTERNS)):
             streak.append((number, call))
             continue
         if len(streak) >= LOOP_LENGTH:
@@ -127,6 +132,7 @@ def find_loops(traj: Trajectory) -> list[Loop]:
     return loops
 
 
-def _same(a: Call, b: Call) -> bool:
-    return (a.status, a.output) == (b.status, b.output) and \
+def _same(a: Call, b: Call, patterns: tuple[str, ...]) -> bool:
+    return a.status == b.status and \
+        mask_strings(a.output, patterns) == mask_strings(b.output, patterns) and \
         call_signature(a.tool, a.args) == call_signature(b.tool, b.args)

@@ -4,7 +4,10 @@ The rule: a command reads when every part of it (split at `&&`, `||`, `;`, `|`, 
 runs a program from READ_ONLY, with none of that program's writing options, and nothing is
 redirected into a file. Anything else (running code or tests, installs, `sed -i`, heredocs,
 command substitution, a line that does not parse) is `unknown`: coder mode never refuses an
-unknown-effect call as a duplicate, so every doubt leans toward "keep going".
+unknown-effect call as a duplicate, so every doubt leans toward "keep going". In a persistent
+shell (one session for the whole run, as in OpenHands and SWE-agent) `cd` changes what later
+commands see, so there a command with a `cd` is `unknown` too; mini-swe-agent runs every
+command in a fresh shell, where `cd` only matters inside the command.
 """
 
 from __future__ import annotations
@@ -12,6 +15,12 @@ from __future__ import annotations
 import shlex
 
 from benchmarks.trajectories.runlog import Effect
+from stallwatch.engine.masks import DEFAULT_VOLATILE_PATTERNS
+
+# A persistent bash session numbers the lines it has read: `/bin/bash: line 62215: javac:
+# command not found` changes on every run, so without this mask the same failure of the same
+# command looks like a new result each time.
+SESSION_LINE = r"bash: line \d+:"
 
 # Programs that read files or print state and never change the workspace (with the
 # exceptions in _WRITING_OPTIONS). Declaring a writer here would let a re-run after its
@@ -38,8 +47,9 @@ _SEPARATORS = frozenset({"&&", "||", ";", "|", "&", "(", ")", ";;", "|&"})
 _HARMLESS_TARGETS = frozenset({"/dev/null", "&1", "&2", "1", "2"})
 
 
-def shell_effect(command: str) -> Effect:
-    """`read` when the whole command only reads (see the module docstring), else `unknown`."""
+def shell_effect(command: str, persistent: bool = False) -> Effect:
+    """`read` when the whole command only reads (see the module docstring), else `unknown`.
+    `persistent`: the shell session outlives the command, so a `cd` changes the session."""
     if "$(" in command or "`" in command or "<<" in command:
         return "unknown"
     try:
@@ -47,6 +57,8 @@ def shell_effect(command: str) -> Effect:
         lexer.whitespace_split = True
         tokens = list(lexer)
     except ValueError:  # unbalanced quotes: cannot tell
+        return "unknown"
+    if persistent and "cd" in tokens:
         return "unknown"
     segment: list[str] = []
     for i, token in enumerate(tokens):
@@ -82,3 +94,10 @@ def _reads(words: list[str]) -> bool:
         return bool(rest) and _reads(rest)
     writing = _WRITING_OPTIONS.get(program, ())
     return not any(a == opt or a.startswith(opt) for a in args for opt in writing)
+
+
+def persistent_shell_tool(name: str) -> dict[str, object]:
+    """A shell tool with one session for the whole run, as coder mode's run_started declares
+    it: effect per call, and the session's line numbers masked besides coder's default set."""
+    return {"name": name, "effect": "unknown",
+            "volatile_patterns": [*DEFAULT_VOLATILE_PATTERNS, SESSION_LINE]}

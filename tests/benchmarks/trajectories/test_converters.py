@@ -1,7 +1,9 @@
 """The converters read steps, calls, statuses and effects out of both recorded formats."""
 
-from benchmarks.trajectories import codeact, mini_swe_agent
+from benchmarks.trajectories import codeact, mini_swe_agent, swe_agent
 from benchmarks.trajectories.runlog import run_started
+from benchmarks.trajectories.shell import SESSION_LINE
+from stallwatch.engine.masks import DEFAULT_VOLATILE_PATTERNS
 from tests.benchmarks.trajectories.authored import EDITOR_LOOP, RESOLVED_EDIT_CYCLE, STALL
 
 
@@ -48,7 +50,10 @@ def test_function_text_calls_are_parsed():
 
 def test_effects_are_declared_in_coder_mode_only():
     traj = codeact.convert_openhands(EDITOR_LOOP)
-    assert run_started(traj, "coder")["tools"][0] == {"name": "execute_bash", "effect": "unknown"}
+    bash = run_started(traj, "coder")["tools"][0]
+    assert (bash["name"], bash["effect"]) == ("execute_bash", "unknown")
+    assert SESSION_LINE in bash["volatile_patterns"]  # besides coder's default set
+    assert set(DEFAULT_VOLATILE_PATTERNS) <= set(bash["volatile_patterns"])
     assert run_started(traj, "researcher")["tools"][0] == {"name": "execute_bash"}
 
 
@@ -57,3 +62,20 @@ def test_round_limit_is_the_agents_own_and_policy_overrides_apply():
     assert run_started(traj, "coder")["policy"] == {"max_rounds": 250}
     assert run_started(traj, "coder", {"stall_stop_at": 5})["policy"] == {"max_rounds": 250,
                                                                           "stall_stop_at": 5}
+
+
+def test_swe_agent_actions_become_calls_named_by_command():
+    traj = swe_agent.convert({"trajectory": [
+        {"action": "find_file \"Parser.java\"\n", "observation": "Found 1 matches"},
+        {"action": "open src/Parser.java", "observation": "[File: src/Parser.java (90 lines total)]"},
+        {"action": "edit 3:3\n    return x;\nend_of_edit", "observation":
+            "Your proposed edit has introduced new syntax error(s). Please read this error message"},
+        {"action": "javac Parser.java", "observation": "/bin/bash: line 12: javac: command not found"},
+        {"action": "cd src", "observation": ""},
+        {"action": "exit_cost", "observation": "Exited (autosubmitted)"},
+    ]}, "run", resolved=False)
+    calls = [call for _, call in traj.calls]
+    assert len(traj.steps) == 5  # the framework's own exit is no model step
+    assert [c.tool for c in calls] == ["find_file", "open", "edit", "bash", "bash"]
+    assert [c.effect for c in calls] == ["read", "unknown", "write", "unknown", "unknown"]
+    assert [c.status for c in calls] == ["ok", "ok", "error", "error", "ok"]

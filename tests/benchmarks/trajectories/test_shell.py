@@ -35,3 +35,9 @@ def test_reading_commands_read(command):
 ])
 def test_commands_that_may_write_are_unknown(command):
     assert shell_effect(command) == "unknown"
+
+
+def test_cd_changes_a_persistent_session():
+    assert shell_effect("cd src && ls") == "read"  # a fresh shell per command: cd stays inside
+    assert shell_effect("cd src && ls", persistent=True) == "unknown"
+    assert shell_effect("ls src", persistent=True) == "read"
