@@ -5,6 +5,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 export STALLWATCH_KAFKA_PORT ?= 9092
 export STALLWATCH_BOOTSTRAP ?= 127.0.0.1:$(STALLWATCH_KAFKA_PORT)
+# The local broker is a single node: one replica of each topic (a cluster keeps the defaults, 3 and 2).
+export STALLWATCH_REPLICATION_FACTOR ?= 1
+export STALLWATCH_MIN_INSYNC_REPLICAS ?= 1
 
 .PHONY: setup run test lint kafka-up kafka-down bench schemas dashboards clean prometheus
 

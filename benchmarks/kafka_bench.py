@@ -165,7 +165,7 @@ async def recovery(runs: int, standby: bool) -> tuple[float, str]:
                  "ts": time.time(), "mode": "researcher", "tools": [{"name": "search"}]}
         await producer.send(settings.events_topic, orjson.dumps(event), key=run_id.encode())
     await producer.stop()
-    await wait_until_serving(settings, timeout_s=600)  # the probe queues behind the whole fill
+    await wait_until_answering_all(settings, timeout_s=600)  # probes queue behind the whole fill
     killed = worker.kill_time()
     if survivor is None:
         worker = WorkerProcess(settings, "recover", env={"STALLWATCH_INSTANCE_ID": "bench-0"})
@@ -210,27 +210,34 @@ async def main() -> None:
           f"load: {args.runs} runs, {args.rate:g} calls/s for {args.seconds:g} s; "
           f"log: {len(log):,} events of {args.log_runs} runs -> {commands:,} commands")
     results = {}
-    for name in ("echo", "worker"):
+    for name in ("echo", "worker", "2 workers"):
         settings = fresh_settings(partitions=4)
         await ensure_topics(settings)
+        services: list = []
         if name == "echo":
-            service = Echo(settings)
+            services.append(Echo(settings))
             await asyncio.sleep(3)
         else:
-            service = WorkerProcess(settings, "bench")
+            services.append(WorkerProcess(settings, "bench"))
             await wait_until_serving(settings)
+            if name == "2 workers":
+                services.append(WorkerProcess(settings, "bench2"))
+                await services[-1].ready()
+                await asyncio.sleep(2)  # the group has settled on two members
         try:
             took = await latency(settings, args.runs, args.rate, args.seconds)
             rate = await throughput(settings, log, len(log) if name == "echo" else commands)
         finally:
-            service.stop()
+            for service in services:
+                service.stop()
         results[name] = (quantile(took, 0.5) * 1e3, quantile(took, 0.99) * 1e3, len(took), rate)
         p50, p99, n, eps = results[name]
-        print(f"{name:<7} latency p50 {p50:6.1f} ms  p99 {p99:6.1f} ms  ({n:,} verdicts)   "
-              f"throughput {eps:9,.0f} events/s")
+        print(f"{name:<9} latency p50 {p50:6.1f} ms  p99 {p99:6.1f} ms  ({n:,} verdicts)   "
+              f"throughput {eps:9,.0f} events/s", flush=True)
     (_, e99, _, e_eps), (_, w99, _, w_eps) = results["echo"], results["worker"]
     print(f"worker/echo: p99 latency {w99 / e99:.2f}x (target <= 1.5), "
-          f"throughput {w_eps / e_eps:.2f}x (target >= 0.5)")
+          f"throughput {w_eps / e_eps:.2f}x (target >= 0.5); two workers / one: "
+          f"{results['2 workers'][3] / w_eps:.2f}x throughput on this machine's 2 cores")
     if args.recovery_runs:
         await report_recovery(args.recovery_runs)
 

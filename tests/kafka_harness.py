@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -56,24 +57,28 @@ def fresh_settings(partitions: int = 4) -> Settings:
                     partitions=partitions, replication_factor=1, min_insync_replicas=1)
 
 
+def free_port() -> int:
+    """A port nothing listens on now: tests on one machine (or several suites at once) never
+    hand two workers the same web or metrics port."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 class WorkerProcess:
     """`stallwatch worker` as a child process, as an operator would run it."""
 
-    _next_port = 16100
-
     def __init__(self, settings: Settings, name: str = "w", env: dict[str, str] | None = None) -> None:
-        WorkerProcess._next_port += 1
+        self.web_port, self.metrics_port = free_port(), free_port()
         self.settings = settings
         self.log_path = Path(f"/tmp/stallwatch-{settings.topic_prefix}-{name}.log")
         env = {**os.environ, "STALLWATCH_BOOTSTRAP": settings.bootstrap,
                "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
                "STALLWATCH_PARTITIONS": str(settings.partitions),
                "STALLWATCH_REPLICATION_FACTOR": "1", "STALLWATCH_MIN_INSYNC_REPLICAS": "1",
-               "STALLWATCH_WEB_PORT": str(WorkerProcess._next_port),
-               "STALLWATCH_METRICS_PORT": str(WorkerProcess._next_port + 1000),
+               "STALLWATCH_WEB_PORT": str(self.web_port),
+               "STALLWATCH_METRICS_PORT": str(self.metrics_port),
                "STALLWATCH_LOG_LEVEL": "INFO", **(env or {})}
-        self.web_port = WorkerProcess._next_port
-        self.metrics_port = WorkerProcess._next_port + 1000
         self.proc = subprocess.Popen([sys.executable, "-m", "stallwatch.cli", "worker"], env=env,
                                      stdout=self.log_path.open("wb"), stderr=subprocess.STDOUT)
 
@@ -168,10 +173,16 @@ async def collect(settings: Settings, topic: str, until: int, timeout_s: float) 
             for records in batches.values():
                 for r in records:
                     values.append(r.value)
-                    distinct.add(orjson.loads(r.value).get("command_id") or (r.partition, r.offset))
+                    distinct.add(_identity(r.value) or (r.partition, r.offset))
     finally:
         await consumer.stop()
     return values
+
+
+def _identity(value: bytes | None) -> str | None:
+    """A command's id; None for anything else (a dead letter, a state, a tombstone)."""
+    decoded = orjson.loads(value) if value else None
+    return decoded.get("command_id") if isinstance(decoded, dict) else None
 
 
 def replay_commands(lines: list[bytes]) -> list[bytes]:

@@ -86,6 +86,9 @@ class Pipeline(ConsumerRebalanceListener):
         self._lock = asyncio.Lock()
         # Bumped at every assignment: records fetched before it may predate the new positions.
         self._generation = 0
+        # An error inside a rebalance callback, which aiokafka would only log: the loop raises it,
+        # since a partition assigned but not restored would be held and never served.
+        self._failure: BaseException | None = None
         self.consumer = AIOKafkaConsumer(
             group_id=settings.group_id, group_instance_id=settings.instance_id,
             enable_auto_commit=False, auto_offset_reset="earliest",
@@ -113,6 +116,8 @@ class Pipeline(ConsumerRebalanceListener):
         while True:
             generation = self._generation
             batches = await self.consumer.getmany(timeout_ms=FETCH_TIMEOUT_MS)
+            if self._failure is not None:
+                raise self._failure
             async with self._lock:
                 owned = {tp: records for tp, records in batches.items() if self.store.owns(tp.partition)}
                 if generation != self._generation:
@@ -167,6 +172,7 @@ class Pipeline(ConsumerRebalanceListener):
         newest = self.store.newest_ts[partition]
         expired = [run_id for run_id, state in self.store.states(partition)
                    if is_expired(state, newest, self.settings.idle_timeout_s, ENDED_RETENTION_S)]
+        self.metrics.fingerprints.set(sum(len(state.fingerprints) for state in self.store.decoded()))
         if expired:
             log.info("expiring %d idle or ended runs of partition %d", len(expired), partition)
         return expired
@@ -188,6 +194,7 @@ class Pipeline(ConsumerRebalanceListener):
         for _ in records:
             metrics.event_seconds.observe(per_event)
         metrics.batch_events.observe(len(records))
+        metrics.active_runs.set(len(self.store))
         highwater = self.consumer.highwater(tp)
         if highwater is not None:
             metrics.lag.labels(str(tp.partition)).set(max(0, highwater - records[-1].offset - 1))
@@ -202,6 +209,13 @@ class Pipeline(ConsumerRebalanceListener):
             self._generation += 1
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        try:
+            await self._take_over(assigned)
+        except Exception as exc:
+            self._failure = exc
+            raise
+
+    async def _take_over(self, assigned: list[TopicPartition]) -> None:
         async with self._lock:
             self._generation += 1
             owned = {tp.partition for tp in assigned}

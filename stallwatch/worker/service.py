@@ -7,6 +7,9 @@ import contextlib
 import logging
 import os
 import signal
+import sys
+
+import orjson
 
 from stallwatch.engine.detector import Detector
 from stallwatch.metrics import StallwatchMetrics
@@ -22,9 +25,31 @@ log = logging.getLogger("stallwatch.worker")
 STOP_TIMEOUT_S = 10.0
 
 
+class JsonLines(logging.Formatter):
+    """One JSON object a line (time, level, logger, message, exception): what log pipelines parse."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {"ts": round(record.created, 3), "level": record.levelname, "logger": record.name,
+                 "msg": record.getMessage()}
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry).decode()
+
+
+def configure_logging() -> None:
+    """STALLWATCH_LOG_LEVEL (INFO) and STALLWATCH_LOG_FORMAT: `json` (the default when stderr is not
+    a terminal) or `text`. Messages name runs and partitions, never tool results."""
+    handler = logging.StreamHandler()
+    default = "text" if sys.stderr.isatty() else "json"
+    if os.environ.get("STALLWATCH_LOG_FORMAT", default) == "json":
+        handler.setFormatter(JsonLines())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    logging.basicConfig(level=os.environ.get("STALLWATCH_LOG_LEVEL", "INFO"), handlers=[handler])
+
+
 def main(settings: Settings) -> int:
-    logging.basicConfig(level=os.environ.get("STALLWATCH_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging()
     return asyncio.run(serve(settings))
 
 

@@ -46,6 +46,11 @@ def test_the_worker_runs_with_its_settings_and_probes_on_its_web_port():
                      "metrics": int(config["STALLWATCH_METRICS_PORT"])}
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"]["port"] == "web"
+    # Liveness is the consume loop's progress, not an open port; readiness the restored states.
+    assert container["livenessProbe"]["httpGet"]["path"] == "/health/live"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/health/ready"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["STALLWATCH_INSTANCE_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert pod["metadata"]["annotations"]["prometheus.io/port"] == config["STALLWATCH_METRICS_PORT"]
 
 
