@@ -19,6 +19,7 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from stallwatch.contract.commands import Command, decode_command
 from stallwatch.contract.parse import InvalidEvent, parse_event
+from stallwatch.contract.stop_codes import STOPS
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.fleet import Fleet
 from stallwatch.engine.state import RunState
@@ -91,8 +92,10 @@ def write_command(command: Command, out: TextIO, calls: dict[str, str]) -> None:
         kind = "stall nudge" if "same_result_runs" in command.detail else "nudge"
         out.write(f"  {kind}: {command.reason}\n")
     elif command.type == "stop":
+        kind = STOPS.get(command.code)
+        fired = f"{kind.fired} {command.detail.get(kind.fired)}; " if kind is not None else ""
         out.write(f"  STOP at round {command.round} [{command.code}, {command.action}] "
-                  f"{command.detail}: {command.reason}\n")
+                  f"{fired}{command.detail}: {command.reason}\n")
 
 
 async def explain_from_topic(run_id: str, settings: Settings, out: TextIO) -> bool:

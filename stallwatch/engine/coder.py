@@ -88,8 +88,8 @@ def on_result(state: RunState, event: Event, whole: bytes | None, facts: list[by
         event["status"].encode() + b"\x00" + whole)
     entry = past or [None, 0, version, 0]
     stall_runs = 0
-    if outcome is None:
-        entry[1] = 0  # no content: cannot tell, so no stall
+    if outcome is None or always_new:
+        entry[1] = 0  # no content, or new by declaration (a wait): never a stall
     elif past is None or outcome != past[0]:
         entry[1] = 1
     elif changed:  # the same result again after changes: a stall grows

@@ -432,24 +432,24 @@ def _tool_spec(tool: dict) -> dict:
 def _coder_digests(event: Event, spec: dict | None,
                    patterns: tuple[str, ...]) -> tuple[bytes | None, list[bytes] | None, bool]:
     """Coder mode: (the whole result's digest, None without content or comparison; its fact
-    digests, None when it counts as new whatever was seen; whether those are a list's items)."""
+    digests, None when it counts as new whatever was seen; whether those are a list's items).
+    Unlike v1, an empty whole result is a fact like any other: it is held under its call's
+    signature, so only the same command printing nothing again is already seen."""
     facts = spec["facts"] if spec else None
     if "result" in event:
         try:
             view, items = declared_view(event["tool"], event["result"],
                                         spec["volatile"] if spec else [], facts, patterns)
-            digest, empty = fingerprint(view)
+            digest, _ = fingerprint(view)
         except ValueError:
             return None, None, False
         whole = bytes.fromhex(digest)
         if items is not None:
             return whole, items or None, True
-        return whole, None if empty else [whole], False
+        return whole, [whole], False  # empty too: a command printing nothing again is a repeat
     if event.get("fingerprint") is None:
         return None, None, False
     whole = _fingerprint_digest(event["fingerprint"])
-    if event["empty"]:
-        return whole, None, False
     given = event.get("fact_fingerprints") if facts else None
     if given is not None:
         return whole, [_fingerprint_digest(f) for f in given] or None, True

@@ -16,6 +16,8 @@ DEFAULT_VOLATILE_PATTERNS = (
     r"\b0x[0-9a-fA-F]{6,16}\b",
     # ISO 8601 timestamps: `2024-05-01T12:00:03.123Z`, `2024-05-01 12:00:03+02:00`
     r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?",
+    # a shell's own input line counter: `/bin/bash: line 62215: javac: command not found`
+    r"(?<=bash: line )\d+",
 )
 # What a match becomes: equal after masking means equal but for volatile text.
 MASK = "<volatile>"

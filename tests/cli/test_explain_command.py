@@ -52,4 +52,4 @@ def test_a_coder_timeline_shows_workspace_versions_stalls_and_the_new_stop():
     assert "workspace version 2, stalled calls 0" in text
     assert "workspace version 6, stalled calls 1" in text
     assert "  stall nudge: The last 3 runs of `python repro.py` gave the same result" in text
-    assert "STOP at round 4 [no_effect, answer_without_tools]" in text
+    assert "STOP at round 4 [no_effect, answer_without_tools] same_result_runs 4; {" in text

@@ -112,6 +112,19 @@ def test_the_same_call_returning_the_same_result_is_already_seen(run):
     assert out.stops[0].detail["workspace_version"] == 6
 
 
+def test_a_command_printing_nothing_again_and_again_is_already_seen(run):
+    s = coder()
+    edit(s, 0)
+    s.round_of(("bash", REPRO, ""))
+    for _ in range(10):  # recorded: the same script, printing nothing, 24 times in a row
+        s.round_of(("bash", REPRO, ""))
+    assert stops(run(s)) == [("no_new_facts", 7)]
+    first = coder()
+    for n in range(8):  # other commands printing nothing: each a first run, new
+        first.round_of(("bash", {"command": f"touch f{n}"}, ""))
+    assert stops(run(first)) == []
+
+
 def test_the_same_text_from_another_command_is_a_new_fact(run):
     s = coder()
     for n in range(8):  # reads with new arguments, all answering the same: each is new
@@ -152,6 +165,14 @@ def test_stall_stop_at_stops_with_no_effect_and_null_turns_the_nudge_off(run):
     assert out.stops[0].detail["call"] == "python reproduce.py"
     assert "the changes are not having an effect" in out.stops[0].reason
     assert nudges(run(stall_script(6, {"stall_nudge_at": None}))) == []
+
+
+def test_a_repeat_exempt_tool_answering_the_same_after_changes_is_no_stall(run):
+    s = coder(tools=[*TOOLS, {"name": "wait_for_ci", "repeat_exempt": True}])
+    for n in range(6):
+        edit(s, n)
+        s.round_of(("wait_for_ci", {}, "pending"))
+    assert nudges(run(s)) == [] and run(s).stops == []
 
 
 def test_a_changed_result_starts_the_stall_over(run):
@@ -200,7 +221,7 @@ def test_different_commands_failing_do_not_add_up_and_a_success_resets(run):
     same = coder()
     for n in range(10):
         same.start_round()
-        same.call("bash", {"command": "flaky"}, status="ok" if n % 4 == 3 else "error", result=n % 2)
+        same.call("bash", {"command": "flaky"}, status="ok" if n % 4 == 3 else "error", result=n)
         same.end_round()
     assert run(s).stops == [] and run(same).stops == []
 
@@ -209,9 +230,11 @@ def test_different_commands_failing_do_not_add_up_and_a_success_resets(run):
 
 def test_the_default_set_masks_durations_addresses_and_timestamps():
     text = ("1 failed in 0.05s; took 12 ms; <Foo object at 0x7f3a2c1b9d60>; "
-            "at 2024-05-01T12:00:03.123Z")
+            "at 2024-05-01T12:00:03.123Z; /bin/bash: line 62215: javac: command not found; "
+            'File "a.py", line 7')
     masked = mask_strings({"out": [text]}, DEFAULT_VOLATILE_PATTERNS)["out"][0]
-    assert masked == f"1 failed in {MASK}; took {MASK}; <Foo object at {MASK}>; at {MASK}"
+    assert masked == (f"1 failed in {MASK}; took {MASK}; <Foo object at {MASK}>; at {MASK}; "
+                      f"/bin/bash: line {MASK}: javac: command not found; " 'File "a.py", line 7')
 
 
 def test_a_test_run_differing_only_in_its_duration_is_a_stall_unless_the_tool_lists_its_own(run):
