@@ -19,7 +19,7 @@ import re
 from typing import Any
 
 from benchmarks.trajectories.runlog import Call, Effect, Trajectory
-from benchmarks.trajectories.shell import persistent_shell_tool, shell_effect
+from benchmarks.trajectories.shell import shell_effect
 
 _EXIT_CODE = re.compile(r"\[Command finished with exit code (-?\d+)\]")
 _TIMED_OUT = ("[Command timed out", "command timed out")
@@ -31,8 +31,7 @@ _EDITOR = "str_replace_editor"
 
 def tools(names: list[str]) -> list[dict[str, Any]]:
     """The run's tools; each call declares its own effect, so the tool default is unknown."""
-    return [persistent_shell_tool(name) if name in _BASH_TOOLS else {"name": name, "effect": "unknown"}
-            for name in names]
+    return [{"name": name, "effect": "unknown"} for name in names]
 
 
 def convert_openhands(record: dict[str, Any], framework: str = "openhands") -> Trajectory:

@@ -56,7 +56,7 @@ def envelope(run_id: str, seq: int, kind: str, **fields: Any) -> dict[str, Any]:
 def run_started(traj: Trajectory, mode: str, policy: dict[str, Any] | None = None) -> dict[str, Any]:
     """The run's first event. Coder mode declares each tool's effect; other modes drop it.
     `policy` overrides the mode's defaults (the round limit is the agent's own step limit)."""
-    # Effects and masks are coder mode's declarations; other modes get the tool names alone.
+    # Effects are coder mode's declarations; other modes get the tool names alone.
     tools = traj.tools if mode == "coder" else [{"name": t["name"]} for t in traj.tools]
     return envelope(traj.run_id, 0, "run_started", mode=mode, tools=tools,
                     policy={"max_rounds": max(traj.step_limit, len(traj.steps) + 1), **(policy or {})})

@@ -15,12 +15,6 @@ from __future__ import annotations
 import shlex
 
 from benchmarks.trajectories.runlog import Effect
-from stallwatch.engine.masks import DEFAULT_VOLATILE_PATTERNS
-
-# A persistent bash session numbers the lines it has read: `/bin/bash: line 62215: javac:
-# command not found` changes on every run, so without this mask the same failure of the same
-# command looks like a new result each time.
-SESSION_LINE = r"bash: line \d+:"
 
 # Programs that read files or print state and never change the workspace (with the
 # exceptions in _WRITING_OPTIONS). Declaring a writer here would let a re-run after its
@@ -94,10 +88,3 @@ def _reads(words: list[str]) -> bool:
         return bool(rest) and _reads(rest)
     writing = _WRITING_OPTIONS.get(program, ())
     return not any(a == opt or a.startswith(opt) for a in args for opt in writing)
-
-
-def persistent_shell_tool(name: str) -> dict[str, object]:
-    """A shell tool with one session for the whole run, as coder mode's run_started declares
-    it: effect per call, and the session's line numbers masked besides coder's default set."""
-    return {"name": name, "effect": "unknown",
-            "volatile_patterns": [*DEFAULT_VOLATILE_PATTERNS, SESSION_LINE]}

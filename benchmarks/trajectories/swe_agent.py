@@ -22,7 +22,7 @@ import shlex
 from typing import Any
 
 from benchmarks.trajectories.runlog import Call, Effect, Trajectory
-from benchmarks.trajectories.shell import persistent_shell_tool, shell_effect
+from benchmarks.trajectories.shell import shell_effect
 
 FRAMEWORK = "swe-agent-2024"
 _READS = frozenset({"search_dir", "find_file"})
@@ -38,8 +38,8 @@ _FRAMEWORK_EXITS = re.compile(r"\Aexit_\w+\Z")
 
 def convert(traj: dict[str, Any], run_id: str, resolved: bool) -> Trajectory:
     """One SWE-agent trajectory; `resolved` comes from the evaluation's results beside it."""
-    tools = [{"name": name, "effect": "unknown"} for name in sorted(_COMMANDS)]
-    out = Trajectory(FRAMEWORK, run_id, resolved, [*tools, persistent_shell_tool("bash")])
+    out = Trajectory(FRAMEWORK, run_id, resolved,
+                     [{"name": name, "effect": "unknown"} for name in (*sorted(_COMMANDS), "bash")])
     for entry in traj["trajectory"]:
         action = (entry.get("action") or "").strip()
         if _FRAMEWORK_EXITS.match(action):

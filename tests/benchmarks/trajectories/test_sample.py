@@ -60,12 +60,10 @@ def test_refusals_withholding_changed_output_stay_under_one_percent(outcomes):
     assert refusals and len(changed) <= 0.01 * len(refusals)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 9 finding: swe-agent doubao-pro-128k/fasterxml__jackson-databind-4048 runs "
-    "`python replicate_bug.py` 24 times in a row from round 6, empty output each time, nothing "
-    "else run between: an unknown-effect call is never refused and an empty result always "
-    "counts as new, so coder mode never stops it"))
 def test_every_loop_is_stopped_within_six_rounds(outcomes):
-    missed = [(o.traj.run_id, loop.start_round) for o in outcomes for loop in o.loops
-              if not o.stopped_in_time(loop)]
-    assert missed == []
+    """Among them doubao-pro-128k/fasterxml__jackson-databind-4048: `python replicate_bug.py`
+    24 times in a row, printing nothing, with nothing else run between (stopped in round 10 by
+    no_new_facts since a silent repeat counts as already seen)."""
+    loops = [(o, loop) for o in outcomes for loop in o.loops]
+    missed = [(o.traj.run_id, loop.start_round) for o, loop in loops if not o.stopped_in_time(loop)]
+    assert len(loops) == 24 and missed == []
