@@ -4,7 +4,8 @@ what it would have done to them.
     python -m benchmarks.trajectories.measure [--mode coder|researcher] [--data DIR] [--details]
                                               [--policy stall_stop_at=5 ...]
 
-Figures: runs (resolved by SWE-bench), stops in resolved and in unresolved runs (by code),
+Figures: runs (resolved by SWE-bench), stops in resolved and in unresolved runs (by code; for
+resolved runs, how many stops cut off nothing new: every later call repeats an earlier one),
 refusals (by code) and how many withheld an output that differed from the last executed run
 of the same call, nudges, and the loop check: every run of the same call with the same result
 or error LOOP_LENGTH or more times in a row must be stopped within LOOP_STOP_WITHIN rounds of
@@ -48,7 +49,9 @@ def summarise(framework: str, outcomes: list[Outcome], details: bool) -> None:
     loop_runs = {id(o): o for o, _ in loops}
     share = f"{100 * len(changed) / len(refusals):.1f}%" if refusals else "-"
     print(f"\n{framework}: {len(outcomes)} runs ({len(resolved)} resolved)")
-    print(f"  stops in resolved runs      {sum(stops_ok.values()):5}   {_codes(stops_ok)}")
+    harmless = sum(1 for o in resolved if o.stop_code and o.new_after_stop == 0)
+    print(f"  stops in resolved runs      {sum(stops_ok.values()):5}   {_codes(stops_ok)}"
+          f"{f'; {harmless} with nothing new after the stop' if stops_ok else ''}")
     print(f"  stops in unresolved runs    {sum(stops_bad.values()):5}   {_codes(stops_bad)}")
     print(f"  refusals                    {len(refusals):5}   {_codes(Counter(r.code for _, r in refusals))}")
     print(f"  refusals, output changed    {len(changed):5}   ({share} of refusals)")
@@ -63,8 +66,8 @@ def summarise(framework: str, outcomes: list[Outcome], details: bool) -> None:
     for o in outcomes:
         if o.stop_code:
             state = "resolved" if o.traj.resolved else "unresolved"
-            print(f"    stop {o.stop_code} at round {o.stop_round}/{len(o.traj.steps)} ({state}) "
-                  f"{o.traj.run_id}")
+            print(f"    stop {o.stop_code} at round {o.stop_round}/{len(o.traj.steps)} ({state}, "
+                  f"{o.new_after_stop} new calls after it) {o.traj.run_id}")
     for o, r in changed:
         print(f"    changed-output refusal {r.code} round {r.round} {o.traj.run_id}  {_short(r.call)}")
     for o, loop in loops:

@@ -63,6 +63,23 @@ class Outcome:
         """Recorded rounds after the stop round: what the agent would not have spent."""
         return 0 if self.stop_round is None else max(0, len(self.traj.steps) - self.stop_round)
 
+    @property
+    def new_after_stop(self) -> int:
+        """Recorded calls after the stop round that were not a repeat, with the same result, of a
+        call made up to the stop: 0 means the stop cut off nothing the run had not seen."""
+        if self.stop_round is None:
+            return 0
+        seen: set[tuple] = set()
+        new = 0
+        for number, call in self.traj.calls:
+            key = (call_signature(call.tool, call.args), call.status,
+                   mask_strings(call.output, DEFAULT_VOLATILE_PATTERNS))
+            if number <= self.stop_round:
+                seen.add(key)
+            elif key not in seen:
+                new += 1
+        return new
+
     def stopped_in_time(self, loop: Loop) -> bool:
         return self.stop_round is not None and self.stop_round < loop.start_round + LOOP_STOP_WITHIN
 

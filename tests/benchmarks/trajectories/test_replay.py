@@ -55,6 +55,7 @@ def test_coder_stops_the_editor_loop_within_six_rounds():
     assert out.stop_code == "tool_failures"
     assert out.stopped_in_time(loop) and out.stop_round < EDITOR_LOOP_START + LOOP_STOP_WITHIN
     assert out.steps_saved == len(out.traj.steps) - out.stop_round > 0
+    assert out.new_after_stop == 1  # the same failing edit again, then only `finish` is new
 
 
 def test_coder_nudges_once_on_the_stall_and_refuses_nothing():

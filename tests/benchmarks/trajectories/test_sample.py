@@ -54,6 +54,13 @@ def test_no_resolved_run_is_stopped(outcomes):
     assert stopped == []
 
 
+def test_stops_in_resolved_runs_cut_off_nothing_new(outcomes):
+    """The weaker form that holds: where coder mode stops a resolved run, every later recorded
+    call repeats one made before the stop, with the same result."""
+    stopped = [o for o in outcomes if o.traj.resolved and o.stop_code]
+    assert [o.new_after_stop for o in stopped] == [0] * len(stopped)
+
+
 def test_refusals_withholding_changed_output_stay_under_one_percent(outcomes):
     refusals = [r for o in outcomes for r in o.refusals]
     changed = [r for r in refusals if r.changed]
