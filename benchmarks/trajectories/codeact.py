@@ -1,16 +1,15 @@
-"""CodeAct-style trajectories (a bash tool and a file editor) as neutral runs.
+"""CodeAct-style trajectories (a bash tool and a file editor) as neutral runs."""
 
-Two recorded shapes of the same tools: OpenHands' chat messages with OpenAI `tool_calls`
-(`execute_bash`, `str_replace_editor`, `finish`; the SWE-Gym sampled trajectories), and
-SWE-agent's function calls written as text (`<function=bash>`, `<parameter=command>`; the
-SWE-smith trajectories). Each assistant message is one model step; each call's observation
-is the tool message (or the next user message) answering it.
-
-Status: `error` when a bash observation reports a non-zero exit code or a timeout, or when an
-observation opens with the editor's `ERROR:`; `ok` otherwise. Effects: the editor's `view`
-reads, its other commands write; a bash command reads only by `shell.shell_effect`'s rule for
-a persistent shell (both keep one shell session for the whole run).
-"""
+# Two recorded shapes of the same tools: OpenHands' chat messages with OpenAI `tool_calls`
+# (`execute_bash`, `str_replace_editor`, `finish`; the SWE-Gym sampled trajectories), and
+# SWE-agent's function calls written as text (`<function=bash>`, `<parameter=command>`; the
+# SWE-smith trajectories). Each assistant message is one model step; each call's observation
+# is the tool message (or the next user message) answering it.
+#
+# Status: `error` when a bash observation reports a non-zero exit code or a timeout, or when an
+# observation opens with the editor's `ERROR:`; `ok` otherwise. Effects: the editor's `view`
+# reads, its other commands write; a bash command reads only by `shell.shell_effect`'s rule for
+# a persistent shell (both keep one shell session for the whole run).
 
 from __future__ import annotations
 

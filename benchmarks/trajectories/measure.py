@@ -1,5 +1,4 @@
-"""Replays the stored SWE-bench trajectories through the engine and prints, per framework,
-what it would have done to them.
+"""Replays the stored SWE-bench trajectories through the engine; prints its decisions per framework.
 
     python -m benchmarks.trajectories.measure [--mode coder|researcher] [--data DIR] [--details]
                                               [--policy stall_stop_at=5 ...]

@@ -1,11 +1,10 @@
-"""mini-swe-agent trajectories (`trajectory_format: mini-swe-agent-1`) as neutral runs.
+"""mini-swe-agent trajectories (`trajectory_format: mini-swe-agent-1`) as neutral runs."""
 
-A shell-only agent: each assistant message is one model step holding one ```bash block;
-the next user message is the observation, `<returncode>N</returncode>` then the output (in
-`<output>` tags, which the result leaves out; a long output keeps its head and tail tags). A
-step without exactly one block gets a format error instead and runs nothing (a round with no
-call); a command that timed out is an error; the last observation is the submitted diff.
-"""
+# A shell-only agent: each assistant message is one model step holding one ```bash block;
+# the next user message is the observation, `<returncode>N</returncode>` then the output (in
+# `<output>` tags, which the result leaves out; a long output keeps its head and tail tags). A
+# step without exactly one block gets a format error instead and runs nothing (a round with no
+# call); a command that timed out is an error; the last observation is the submitted diff.
 
 from __future__ import annotations
 

@@ -1,11 +1,10 @@
-"""Replays one recorded run through the engine, call by call, as a runtime would have sent it.
+"""Replays one recorded run through the engine, call by call, as a runtime would have sent it."""
 
-A refused call did not run: its recorded observation is withheld (no call_result), and the
-refusal is checked against the last executed run of the same call (did the withheld output
-differ from what the model had already seen? compared as text, so any difference counts).
-The run ends at its stop: the rounds after the stop round are the steps stallwatch would have
-saved.
-"""
+# A refused call did not run: its recorded observation is withheld (no call_result), and the
+# refusal is checked against the last executed run of the same call (did the withheld output
+# differ from what the model had already seen? compared as text, so any difference counts).
+# The run ends at its stop: the rounds after the stop round are the steps stallwatch would have
+# saved.
 
 from __future__ import annotations
 

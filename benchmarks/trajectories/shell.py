@@ -1,14 +1,13 @@
-"""Which shell commands only read the workspace: the effect a converter declares for them.
+"""Which shell commands only read the workspace: the effect a converter declares for them."""
 
-The rule: a command reads when every part of it (split at `&&`, `||`, `;`, `|`, `&`, newlines)
-runs a program from READ_ONLY, with none of that program's writing options, and nothing is
-redirected into a file. Anything else (running code or tests, installs, `sed -i`, heredocs,
-command substitution, a line that does not parse) is `unknown`: coder mode never refuses an
-unknown-effect call as a duplicate, so every doubt leans toward "keep going". In a persistent
-shell (one session for the whole run, as in OpenHands and SWE-agent) `cd` changes what later
-commands see, so there a command with a `cd` is `unknown` too; mini-swe-agent runs every
-command in a fresh shell, where `cd` only matters inside the command.
-"""
+# The rule: a command reads when every part of it (split at `&&`, `||`, `;`, `|`, `&`, newlines)
+# runs a program from READ_ONLY, with none of that program's writing options, and nothing is
+# redirected into a file. Anything else (running code or tests, installs, `sed -i`, heredocs,
+# command substitution, a line that does not parse) is `unknown`: coder mode never refuses an
+# unknown-effect call as a duplicate, so every doubt leans toward "keep going". In a persistent
+# shell (one session for the whole run, as in OpenHands and SWE-agent) `cd` changes what later
+# commands see, so there a command with a `cd` is `unknown` too; mini-swe-agent runs every
+# command in a fresh shell, where `cd` only matters inside the command.
 
 from __future__ import annotations
 

@@ -1,19 +1,18 @@
-"""SWE-agent `.traj` files (the 2024 agent-computer interface) as neutral runs.
+"""SWE-agent `.traj` files (the 2024 agent-computer interface) as neutral runs."""
 
-Each `trajectory` entry is one model step with one action: one of SWE-agent's own commands
-(`open`, `goto`, `scroll_down`, `edit 10:12 ... end_of_edit`, `create`, `search_dir`,
-`find_file`, `submit`, ...) or any shell command, run in one shell session for the whole run.
-The call's tool is the command's name (`bash` for a shell command) and its argument the
-action text. Entries the framework wrote itself (`exit_cost`, `exit_format`, ...: the run
-ended on a limit) are not model steps and are left out.
-
-Effects: `search_dir`, `find_file` and `search_file` with a file read; `create` and `edit`
-write; `open`, `goto` and `scroll_*` move the editor's window (what later edits and scrolls
-act on), so they are `unknown`, as is `submit`; a shell command follows `shell.shell_effect`
-for a persistent shell. SWE-agent records no exit codes: status is `error` when the
-observation carries one of the error texts in _ERROR (command not found, a shell syntax error,
-a missing file, a usage line, an edit rejected for its syntax, a compiler or runtime error).
-"""
+# Each `trajectory` entry is one model step with one action: one of SWE-agent's own commands
+# (`open`, `goto`, `scroll_down`, `edit 10:12 ... end_of_edit`, `create`, `search_dir`,
+# `find_file`, `submit`, ...) or any shell command, run in one shell session for the whole run.
+# The call's tool is the command's name (`bash` for a shell command) and its argument the
+# action text. Entries the framework wrote itself (`exit_cost`, `exit_format`, ...: the run
+# ended on a limit) are not model steps and are left out.
+#
+# Effects: `search_dir`, `find_file` and `search_file` with a file read; `create` and `edit`
+# write; `open`, `goto` and `scroll_*` move the editor's window (what later edits and scrolls
+# act on), so they are `unknown`, as is `submit`; a shell command follows `shell.shell_effect`
+# for a persistent shell. SWE-agent records no exit codes: status is `error` when the
+# observation carries one of the error texts in _ERROR (command not found, a shell syntax error,
+# a missing file, a usage line, an edit rejected for its syntax, a compiler or runtime error).
 
 from __future__ import annotations
 

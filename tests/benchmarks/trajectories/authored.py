@@ -1,10 +1,9 @@
-"""Small trajectories written for the tests, in the two recorded formats the converters read.
+"""Small trajectories written for the tests, in the two recorded formats the converters read."""
 
-They are authored here (not copied from the public sample, which stays out of the repository)
-and shaped like what the sample and issue 9 show: an edit, test, re-read cycle that ends
-resolved; an editor call missing a required parameter, repeated with the same error; a
-reproduction script printing the same error after each of several edits.
-"""
+# They are authored here (not copied from the public sample, which stays out of the repository)
+# and shaped like what the sample and issue 9 show: an edit, test, re-read cycle that ends
+# resolved; an editor call missing a required parameter, repeated with the same error; a
+# reproduction script printing the same error after each of several edits.
 
 from __future__ import annotations
 

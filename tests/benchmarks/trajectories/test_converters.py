@@ -1,4 +1,4 @@
-"""The converters read steps, calls, statuses and effects out of both recorded formats."""
+"""The converters read steps, calls, statuses and effects out of each recorded format."""
 
 from benchmarks.trajectories import codeact, mini_swe_agent, swe_agent
 from benchmarks.trajectories.runlog import run_started

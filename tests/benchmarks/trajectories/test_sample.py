@@ -1,5 +1,6 @@
-"""Behaviour pinned on the stored public sample, and the issue's targets over all of it, in
-coder mode. Skipped when the sample has not been collected (benchmarks/trajectories/README.md)."""
+"""Behaviour pinned on the stored public sample, and the issue's targets over all of it."""
+
+# Coder mode. Skipped when the sample has not been collected (benchmarks/trajectories/README.md).
 
 import pytest
 
