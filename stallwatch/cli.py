@@ -1,4 +1,4 @@
-"""The `stallwatch` command line: replay, explain, top, worker, demo, schemas."""
+"""The `stallwatch` command line: replay, explain, top, worker, demo, schemas, mcp-proxy."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from stallwatch.mcp.rounds import DEFAULT_NEW_RUN_AFTER_S, DEFAULT_ROUND_GAP_S
 from stallwatch.settings import Settings
 
 
@@ -28,6 +29,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--once", action="store_true", help="read up to the end, print once, exit")
     p.add_argument("--from-beginning", action="store_true", help="count the whole topic")
 
+    p = sub.add_parser("mcp-proxy", help="serve stdio MCP in front of a server, proposing every "
+                       "tool call first (needs the [mcp] extra)",
+                       usage="stallwatch mcp-proxy [options] -- SERVER_COMMAND [ARG ...]")
+    p.add_argument("--mode", default="researcher", help="the runs' mode: researcher, chat or "
+                   "coder (default researcher)")
+    p.add_argument("--exempt", action="append", default=[], metavar="GLOB",
+                   help="tools declared repeat_exempt (waits, polls); may be repeated")
+    p.add_argument("--kafka", action="store_true", help="judge through Kafka and a running worker "
+                   "instead of in-process")
+    p.add_argument("--round-gap", type=float, metavar="SECONDS",
+                   help="a round ends after this long with no call in flight "
+                   f"(default {DEFAULT_ROUND_GAP_S:g})")
+    p.add_argument("--new-run-after", type=float, metavar="SECONDS",
+                   help="a pause this long with no call starts a new run "
+                   f"(default {DEFAULT_NEW_RUN_AFTER_S:g})")
+    p.add_argument("server", nargs=argparse.REMAINDER, help="the MCP server's command, after --")
+
     sub.add_parser("worker", help="start a stream worker (needs the [worker] extra)")
     sub.add_parser("demo", help="drive a simulated fleet through a local broker and a worker")
 
@@ -49,6 +67,15 @@ def main(argv: list[str] | None = None) -> int:
         from stallwatch.top import main as top_main
 
         return top_main(settings, args.once, args.from_beginning)
+    if args.command == "mcp-proxy":
+        from stallwatch.mcp.proxy import ProxyOptions
+        from stallwatch.mcp.proxy import main as proxy_main
+
+        command = args.server[1:] if args.server[:1] == ["--"] else args.server
+        given = {"round_gap_s": args.round_gap, "new_run_after_s": args.new_run_after}
+        options = ProxyOptions(mode=args.mode, exempt=tuple(args.exempt),
+                               **{k: v for k, v in given.items() if v is not None})
+        return proxy_main(command, options, args.kafka, settings)
     if args.command == "worker":
         from stallwatch.worker.service import main as worker_main
 

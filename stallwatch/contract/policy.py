@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 MODES = ("researcher", "chat", "coder")
@@ -24,11 +26,13 @@ _TABLE: dict[str, tuple[Any, Any, Any]] = {
 }
 
 
-def policy_defaults(mode: str) -> dict[str, Any]:
-    """Every policy field's default in `mode` (an unknown mode gets researcher's, v1's own)."""
-    column = MODES.index(mode) if mode in MODES else 0
-    return {name: values[column] for name, values in _TABLE.items()}
-
-
+# Each mode's column, built once (read-only): a run's start only copies it.
+_BY_MODE = {mode: MappingProxyType({name: values[column] for name, values in _TABLE.items()})
+            for column, mode in enumerate(MODES)}
 # Contract v1's defaults: what a `Policy` holds for a field nobody set.
-V1_DEFAULTS = policy_defaults("researcher")
+V1_DEFAULTS = _BY_MODE["researcher"]
+
+
+def policy_defaults(mode: str) -> Mapping[str, Any]:
+    """Every policy field's default in `mode` (an unknown mode gets researcher's, v1's own)."""
+    return _BY_MODE.get(mode, V1_DEFAULTS)

@@ -37,7 +37,8 @@ class RunState:
     stall_stop_at: int | None = V1_DEFAULTS["stall_stop_at"]
     exempt_tools: list[str] = field(default_factory=list)
     approval_tools: list[str] = field(default_factory=list)
-    # Tools that declare volatile fields or facts: name -> {"volatile": [...], "facts": {...}}.
+    # Tools that declare volatile fields, facts or patterns: name -> {"volatile": [...],
+    # "facts": {...}}, plus "patterns": [...] when the tool lists its own volatile patterns.
     tool_specs: dict[str, dict] = field(default_factory=dict)
     # The open round.
     round: int = 0

@@ -28,9 +28,6 @@ class HealthServer:
         self.host, self.port = host, port
         self._runner: web.AppRunner | None = None
 
-    def stalled_for(self) -> float:
-        return time.monotonic() - self.progress.beat
-
     async def start(self) -> None:
         app = web.Application()
         app.router.add_get("/health/live", self._live)
@@ -44,7 +41,7 @@ class HealthServer:
             await self._runner.cleanup()
 
     async def _live(self, request: web.Request) -> web.Response:
-        stalled = self.stalled_for()
+        stalled = self.progress.stalled_for()
         ok = stalled < self.stall_timeout_s
         return web.json_response({"live": ok, "seconds_since_progress": round(stalled, 3)},
                                  status=200 if ok else 503)
@@ -63,7 +60,7 @@ def start_watchdog(progress: Progress, stall_timeout_s: float) -> threading.Thre
     def watch() -> None:
         while True:
             time.sleep(min(1.0, stall_timeout_s / 4))
-            stalled = time.monotonic() - progress.beat
+            stalled = progress.stalled_for()
             if stalled > 2 * stall_timeout_s:
                 log.critical("no progress for %.1f s (stall timeout %.1f s); exiting", stalled,
                              stall_timeout_s)

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiokafka.producer.sender
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
@@ -41,9 +41,10 @@ log = logging.getLogger(__name__)
 FETCH_MAX_RECORDS = 4000
 # How long an empty fetch waits; also the longest the loop goes without a heartbeat of progress.
 FETCH_TIMEOUT_MS = 100
-# The broker answers a fetch as soon as one record is there, or after this: keeps a lone
-# event's decision fast without spinning on empty fetches.
-FETCH_MAX_WAIT_MS = 20
+# The broker answers a fetch as soon as one record is there, or after this. A partition resumed
+# after its transaction joins the next fetch request, which waits for the one in flight: so this
+# bounds how long a resumed partition's waiting events sit on the broker.
+FETCH_MAX_WAIT_MS = 5
 # An ended run's state is kept this long (event time) so that late calls are refused, not allowed.
 ENDED_RETENTION_S = 600.0
 # A new transaction's first write is refused (CONCURRENT_TRANSACTIONS) until the broker has written
@@ -61,13 +62,21 @@ TRANSACTION_TIMEOUT_MS = 15_000
 
 @dataclass
 class Progress:
-    """When the loop last completed an iteration, and whether the worker can answer yet."""
+    """When the loop last went round, when each batch in flight began, and whether the worker
+    can answer yet."""
 
     beat: float = 0.0
     restoring: bool = True
+    batches_since: dict[int, float] = field(default_factory=dict)  # partition -> start of its batch
 
     def tick(self) -> None:
         self.beat = time.monotonic()
+
+    def stalled_for(self) -> float:
+        """Seconds since the oldest sign of progress: a loop that goes round while one
+        partition's batch hangs is stalled all the same."""
+        oldest = min([self.beat, *self.batches_since.values()])
+        return time.monotonic() - oldest
 
 
 class Pipeline(ConsumerRebalanceListener):
@@ -81,11 +90,12 @@ class Pipeline(ConsumerRebalanceListener):
         self.progress = Progress()
         self.producers: dict[int, AIOKafkaProducer] = {}
         self._expired_at: dict[int, float] = {}
-        # Held while a batch is applied and committed, and while partitions change hands: a
-        # partition is never given up with its batch half done.
+        # Held while batches are handed out and while partitions change hands; a rebalance first
+        # waits for the batches in flight, so a partition is never given up half done.
         self._lock = asyncio.Lock()
         # Bumped at every assignment: records fetched before it may predate the new positions.
         self._generation = 0
+        self._in_flight: dict[int, asyncio.Task[None]] = {}  # partition -> its batch's task
         # An error inside a rebalance callback, which aiokafka would only log: the loop raises it,
         # since a partition assigned but not restored would be held and never served.
         self._failure: BaseException | None = None
@@ -108,11 +118,16 @@ class Pipeline(ConsumerRebalanceListener):
 
     async def stop(self) -> None:
         async with self._lock:
+            await self._settle()
             await self.consumer.stop()  # leaves the group: the partitions move at once
             await self._close_producers(list(self.producers))
 
     async def run(self) -> None:
-        """Until cancelled; any failure propagates and ends the worker."""
+        """Until cancelled; any failure propagates and ends the worker.
+
+        Each partition has at most one batch in flight, as its own task, and is paused meanwhile:
+        a partition's events wait only for its own previous transaction, never for another's.
+        """
         while True:
             generation = self._generation
             batches = await self.consumer.getmany(timeout_ms=FETCH_TIMEOUT_MS)
@@ -125,10 +140,35 @@ class Pipeline(ConsumerRebalanceListener):
                     # its first record, in the new assignment's order of things.
                     for tp, records in owned.items():
                         self.consumer.seek(tp, records[0].offset)
-                elif owned:
-                    await asyncio.gather(*(self._commit_batch(tp, records)
-                                           for tp, records in owned.items()))
+                else:
+                    for tp, records in owned.items():
+                        if tp.partition in self._in_flight:  # fetched just before its pause
+                            self.consumer.seek(tp, records[0].offset)
+                        else:
+                            self._dispatch(tp, records)
             self.progress.tick()
+
+    def _dispatch(self, tp: TopicPartition, records: list[ConsumerRecord]) -> None:
+        self.consumer.pause(tp)
+        self.progress.batches_since[tp.partition] = time.monotonic()
+        task = asyncio.create_task(self._commit_batch(tp, records), name=f"batch-{tp.partition}")
+        self._in_flight[tp.partition] = task
+        task.add_done_callback(lambda done: self._batch_done(tp, done))
+
+    def _batch_done(self, tp: TopicPartition, task: asyncio.Task[None]) -> None:
+        if self._in_flight.get(tp.partition) is task:
+            del self._in_flight[tp.partition]
+            self.progress.batches_since.pop(tp.partition, None)
+        if task.cancelled() or task.exception() is not None:
+            self._failure = self._failure or task.exception() or asyncio.CancelledError()
+            return
+        if tp in self.consumer.assignment():
+            self.consumer.resume(tp)
+
+    async def _settle(self) -> None:
+        """Wait for every batch in flight to commit (or fail: the loop then raises)."""
+        if self._in_flight:
+            await asyncio.gather(*self._in_flight.values(), return_exceptions=True)
 
     # -- one partition's batch ---------------------------------------------------------------
 
@@ -202,11 +242,12 @@ class Pipeline(ConsumerRebalanceListener):
     # -- partitions changing hands -----------------------------------------------------------
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        # Waits for the batch in flight to commit. The partitions' producers and states are kept:
-        # most come back in the assignment that follows, and one that went to another worker
-        # was fenced by it, so nothing stale can be published from here.
+        # Waits for the batches in flight to commit. The partitions' producers and states are
+        # kept: most come back in the assignment that follows, and one that went to another
+        # worker was fenced by it, so nothing stale can be published from here.
         async with self._lock:
             self._generation += 1
+            await self._settle()
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         try:
@@ -218,6 +259,7 @@ class Pipeline(ConsumerRebalanceListener):
     async def _take_over(self, assigned: list[TopicPartition]) -> None:
         async with self._lock:
             self._generation += 1
+            await self._settle()
             owned = {tp.partition for tp in assigned}
             lost = [p for p in self.producers if p not in owned]
             await self._close_producers(lost)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from stallwatch.client import EmbeddedClient
 from stallwatch.engine.canonical import fingerprint
 
@@ -27,13 +29,13 @@ async def test_a_rewording_researcher_is_refused_then_stopped():
 async def test_only_a_fingerprint_leaves_the_runtime_by_default():
     sent = []
     async with EmbeddedClient() as client:
-        original = client._send
+        original = client._apply  # what the run hands to the engine, event by event
 
-        async def spy(event):
+        def spy(event):
             sent.append(event)
-            await original(event)
+            return original(event)
 
-        client._send = spy
+        client._apply = spy
         run = await client.start_run("r2", "researcher", [{"name": "search"}])
         await run.start_round()
         call_id, _ = await run.propose("search", {"q": "secret"})
@@ -78,3 +80,11 @@ async def test_a_coding_agent_through_the_client_decides_as_when_results_are_sen
     codes, nudges = hashed
     assert set(codes) == {None}
     assert [n["call"] for n in nudges] == ["python repro.py"]
+
+
+async def test_an_effect_outside_the_contract_is_refused_by_the_client():
+    async with EmbeddedClient() as client:
+        run = await client.start_run("c3", "coder", [{"name": "bash"}])
+        await run.start_round()
+        with pytest.raises(ValueError, match="effect must be one of"):
+            await run.propose("bash", {"command": "ls"}, effect="READ")
