@@ -14,7 +14,12 @@ import gzip
 import subprocess
 from pathlib import Path
 
-DEFAULT_DATA = Path(__file__).resolve().parents[1] / "data" / "trajectories"
+_ROOT = Path(__file__).resolve().parents[2]
+# Where the sample is read from: the steering repository's shared/trajectories/ (laid beside every
+# clone, CI's included) once it holds the sample, else the gitignored copy `collect` writes. Data
+# brought from public repositories may not be committed to this repository itself.
+_SHARED = _ROOT.parent / "shared" / "trajectories"
+DEFAULT_DATA = _SHARED if _SHARED.is_dir() else _ROOT / "benchmarks" / "data" / "trajectories"
 _MINI = "swebench_results/20251118_gemini-3-pro-74pct/trajs"
 _ADP = "datasets"
 _MSB = "evaluation/java/verified/20240825_SWE-agent_"
@@ -66,7 +71,7 @@ def collect(mirrors: Path, out: Path) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mirrors", type=Path, required=True)
-    parser.add_argument("--out", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--out", type=Path, default=_ROOT / "benchmarks" / "data" / "trajectories")
     args = parser.parse_args()
     print(f"wrote {collect(args.mirrors, args.out)} files under {args.out}")
 
