@@ -14,7 +14,7 @@ export STALLWATCH_MIN_INSYNC_REPLICAS ?= 1
 $(BIN)/stallwatch: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[worker,dev,mcp]'
+	$(BIN)/pip install --quiet -e '.[worker,dev,mcp,langchain,openai-agents,pydantic-ai]'
 	touch $@
 
 setup: $(BIN)/stallwatch
@@ -44,9 +44,11 @@ test: setup prometheus
 	$(BIN)/ruff check .
 	@$(call with_kafka,$(BIN)/pytest -q)
 
-# Replay against parse-only (no broker), then the worker against a bare echo on the broker.
+# Replay against parse-only (no broker), the adapters against their frameworks alone, then the
+# worker against a bare echo on the broker.
 bench: setup
 	$(BIN)/python benchmarks/replay_bench.py
+	$(BIN)/python benchmarks/adapters_bench.py
 	@$(call with_kafka,$(BIN)/python benchmarks/kafka_bench.py)
 
 schemas: setup

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import orjson
 
+from stallwatch.contract.envelope import envelope
+
 WORDS = (
     "kafka", "stream", "table", "changelog", "partition", "offset", "replica", "broker", "consumer",
     "producer", "agent", "loop", "tool", "search", "result", "fact", "round", "budget", "detector",
@@ -59,8 +61,8 @@ class Run:
     def add(self, kind: str, **fields) -> None:
         self.n += 1
         self.ts += 0.7
-        self.events.append({"v": 1, "type": kind, "event_id": f"{self.run_id}:{self.n}",
-                            "run_id": self.run_id, "ts": round(self.ts, 3), **fields})
+        self.events.append(envelope(kind, self.run_id, f"{self.run_id}:{self.n}", round(self.ts, 3),
+                                    **fields))
 
     def round_of(self, calls: list[tuple[str, dict, str, object]]) -> None:
         self.round += 1

@@ -19,17 +19,19 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from stallwatch.contract.commands import Command, decode_command
 from stallwatch.contract.parse import InvalidEvent, parse_event
+from stallwatch.contract.stop_codes import STOPS
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.fleet import Fleet
+from stallwatch.engine.state import RunState
 from stallwatch.kafka_config import aiokafka_options
 from stallwatch.settings import Settings
 from stallwatch.top import partitions_of
 
 
 def explain(run_id: str, lines: Iterable[bytes], out: TextIO,
-            admin_policy: AdminPolicy | None = None) -> bool:
+            admin_policy: AdminPolicy | None = None, secret: bytes | None = None) -> bool:
     """Write the run's timeline; False when the log has no event of that run."""
-    fleet = Fleet(admin_policy)
+    fleet = Fleet(admin_policy, secret=secret)
     calls: dict[str, str] = {}
     seen = False
     for line in lines:
@@ -57,7 +59,8 @@ def explain(run_id: str, lines: Iterable[bytes], out: TextIO,
             out.write(f"  end of round {event['round']}: {state.round_allowed} ran, "
                       f"{state.round_proposed - state.round_allowed} refused; new fact: "
                       f"{new if state.round_allowed else '-'}; already-seen streak "
-                      f"{state.already_seen_streak}, all-refused streak {state.all_refused_streak}\n")
+                      f"{state.already_seen_streak}, all-refused streak {state.all_refused_streak}"
+                      f"{_workspace(state)}\n")
         elif kind == "run_ended":
             out.write(f"run ended: {event.get('reason') or 'no reason given'}\n")
         for command in commands:
@@ -65,6 +68,15 @@ def explain(run_id: str, lines: Iterable[bytes], out: TextIO,
     if not seen:
         out.write(f"no event of run {run_id!r} in the log\n")
     return seen
+
+
+def _workspace(state: RunState) -> str:
+    """Coder runs: where the workspace stands and which calls are stalled (same result after
+    changes)."""
+    if state.mode != "coder":
+        return ""
+    stalled = sum(1 for entry in state.call_history.values() if entry[1] >= 2)
+    return f"; workspace version {state.workspace_version}, stalled calls {stalled}"
 
 
 def _short(value: object, width: int = 60) -> str:
@@ -77,10 +89,13 @@ def write_command(command: Command, out: TextIO, calls: dict[str, str]) -> None:
         out.write(f"  refused {calls.get(command.call_id) or command.tool or command.call_id} "
                   f"[{command.code}]: {command.reason}\n")
     elif command.type == "nudge":
-        out.write(f"  nudge: {command.reason}\n")
+        kind = "stall nudge" if "same_result_runs" in command.detail else "nudge"
+        out.write(f"  {kind}: {command.reason}\n")
     elif command.type == "stop":
+        kind = STOPS.get(command.code)
+        fired = f"{kind.fired} {command.detail.get(kind.fired)}; " if kind is not None else ""
         out.write(f"  STOP at round {command.round} [{command.code}, {command.action}] "
-                  f"{command.detail}: {command.reason}\n")
+                  f"{fired}{command.detail}: {command.reason}\n")
 
 
 async def explain_from_topic(run_id: str, settings: Settings, out: TextIO) -> bool:
@@ -120,11 +135,12 @@ async def explain_from_topic(run_id: str, settings: Settings, out: TextIO) -> bo
 def main(run_id: str, path: str | None, settings: Settings) -> int:
     if path is None:
         return 0 if asyncio.run(explain_from_topic(run_id, settings, sys.stdout)) else 1
-    return explain_file(run_id, path, settings.admin_policy())
+    return explain_file(run_id, path, settings.admin_policy(), settings.fingerprint_secret())
 
 
-def explain_file(run_id: str, path: str, admin_policy: AdminPolicy | None = None) -> int:
+def explain_file(run_id: str, path: str, admin_policy: AdminPolicy | None = None,
+                 secret: bytes | None = None) -> int:
     if path == "-":
-        return 0 if explain(run_id, sys.stdin.buffer, sys.stdout, admin_policy) else 1
+        return 0 if explain(run_id, sys.stdin.buffer, sys.stdout, admin_policy, secret) else 1
     with open(path, "rb") as source:
-        return 0 if explain(run_id, source, sys.stdout, admin_policy) else 1
+        return 0 if explain(run_id, source, sys.stdout, admin_policy, secret) else 1

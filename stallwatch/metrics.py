@@ -9,10 +9,14 @@ from importlib.metadata import PackageNotFoundError, version
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
 
 from stallwatch.contract.commands import Command
+from stallwatch.contract.stop_codes import STOPS
+from stallwatch.settings import Settings
 
 # Seconds: a batch is a few milliseconds of work; decisions take milliseconds to seconds.
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _STREAK_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 40)
+# Changes a coding agent made before its stop: a handful to a few hundred.
+_VERSION_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500)
 _RECOVERY_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
 
 
@@ -31,6 +35,14 @@ class StallwatchMetrics:
                                 ["decision", "code"], registry=r)
         self.stops = Counter("stallwatch_stops_total", "Stops, by code", ["code"], registry=r)
         self.nudges = Counter("stallwatch_nudges_total", "Nudges sent before a stop", registry=r)
+        self.stall_nudges = Counter("stallwatch_stall_nudges_total",
+                                    "Coder mode: nudges naming a call whose result stayed the same "
+                                    "across changes (also counted in stallwatch_nudges_total)",
+                                    registry=r)
+        self.workspace_version_at_stop = Histogram(
+            "stallwatch_workspace_version_at_stop",
+            "Coder mode: changes made to the workspace before the stop", ["code"],
+            buckets=_VERSION_BUCKETS, registry=r)
         self.streak_at_stop = Histogram("stallwatch_streak_length_at_stop",
                                         "The counter that fired, at the stop", ["code"],
                                         buckets=_STREAK_BUCKETS, registry=r)
@@ -64,7 +76,8 @@ class StallwatchMetrics:
         except PackageNotFoundError:
             self.build.info({"version": "unknown"})
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+    def serve(self, port: int, addr: str = Settings.metrics_bind) -> None:
+        """Serve /metrics on `addr` (STALLWATCH_METRICS_BIND)."""
         start_http_server(port, addr=addr, registry=self.registry)
 
     def count_event(self, kind: str) -> None:
@@ -76,15 +89,14 @@ class StallwatchMetrics:
                 self.verdicts.labels(command.decision, command.code or "none").inc()
             elif command.type == "nudge":
                 self.nudges.inc()
+                if "same_result_runs" in command.detail:
+                    self.stall_nudges.inc()
             else:
                 self.stops.labels(command.code).inc()
-                fired = command.detail.get(_FIRED_COUNTER[command.code])
+                fired = command.detail.get(STOPS[command.code].fired)
                 if fired is not None:
                     self.streak_at_stop.labels(command.code).observe(fired)
-
-
-# The counter in a stop's detail that reached its threshold, per stop code.
-_FIRED_COUNTER = {"no_new_facts": "already_seen_streak", "all_refused": "all_refused_streak",
-                  "tool_failures": "consecutive_failures", "round_limit": "round",
-                  "call_budget": "executed_calls", "time_limit": "elapsed_s"}
+                version = command.detail.get("workspace_version")
+                if version is not None:
+                    self.workspace_version_at_stop.labels(command.code).observe(version)
 

@@ -13,6 +13,7 @@ from typing import TextIO
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from stallwatch.contract.stop_codes import STOPS
 from stallwatch.kafka_config import aiokafka_options
 from stallwatch.settings import Settings
 
@@ -22,7 +23,11 @@ class Tally:
     stops: Counter = field(default_factory=Counter)  # code -> stops
     verdicts: Counter = field(default_factory=Counter)  # (tool, decision or code) -> verdicts
     nudges: int = 0
-    failing_tools: Counter = field(default_factory=Counter)  # tool -> tool_failures stops
+    stall_nudges: int = 0  # coder mode: a call's same result across changes
+    # coder mode: workspace version at a stop -> stops (a Counter: a live top runs for days)
+    workspace_versions: Counter = field(default_factory=Counter)
+    # stop code -> what its stops name (a failing tool, a stalled call) -> stops
+    subjects: dict[str, Counter] = field(default_factory=dict)
 
     def add(self, raw: bytes) -> None:
         try:
@@ -31,13 +36,21 @@ class Tally:
             return
         kind = command.get("type")
         if kind == "stop":
-            self.stops[command.get("code")] += 1
-            if command.get("code") == "tool_failures":
-                self.failing_tools[(command.get("detail") or {}).get("tool")] += 1
+            code = command.get("code")
+            self.stops[code] += 1
+            kind = STOPS.get(code)
+            if kind is not None and kind.subject is not None:
+                named = (command.get("detail") or {}).get(kind.subject[0])
+                self.subjects.setdefault(code, Counter())[named] += 1
+            version = (command.get("detail") or {}).get("workspace_version")
+            if type(version) is int:
+                self.workspace_versions[version] += 1
         elif kind == "verdict":
             self.verdicts[(command.get("tool") or "?", command.get("code") or "allow")] += 1
         elif kind == "nudge":
             self.nudges += 1
+            if "same_result_runs" in (command.get("detail") or {}):
+                self.stall_nudges += 1
 
     def render(self, out: TextIO) -> None:
         out.write(f"stops: {sum(self.stops.values())}   nudges: {self.nudges}\n")
@@ -48,9 +61,23 @@ class Tally:
         out.write("verdicts per tool:\n  " + f"{'tool':<24}" + "".join(f"{c:>18}" for c in codes) + "\n")
         for tool in sorted(tools, key=lambda t: -sum(v for (x, _), v in self.verdicts.items() if x == t)):
             out.write(f"  {tool:<24}" + "".join(f"{self.verdicts[(tool, c)]:>18}" for c in codes) + "\n")
-        if self.failing_tools:
-            out.write("stopped for failing: " + ", ".join(
-                f"{tool} {count}" for tool, count in self.failing_tools.most_common()) + "\n")
+        for code, named in self.subjects.items():
+            out.write(f"{STOPS[code].subject[1]}: " + ", ".join(
+                f"{name} {count}" for name, count in named.most_common()) + "\n")
+        if self.stall_nudges or self.workspace_versions:
+            out.write(f"coder runs: {self.stall_nudges} stall nudges; workspace version at stop: "
+                      f"{_median(self.workspace_versions)}, max "
+                      f"{max(self.workspace_versions, default='-')}\n")
+
+
+def _median(counts: Counter) -> int | str:
+    """The median of values counted in a Counter (value -> how many)."""
+    total, seen = sum(counts.values()), 0
+    for value in sorted(counts):
+        seen += counts[value]
+        if 2 * seen >= total:
+            return value
+    return "-"
 
 
 async def top(settings: Settings, out: TextIO, once: bool, from_beginning: bool,

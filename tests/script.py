@@ -6,6 +6,8 @@ from typing import Any
 
 import orjson
 
+from stallwatch.contract.envelope import envelope
+
 
 class RunScript:
     """Writes the events of one run as dicts, with unique event ids and increasing `ts`."""
@@ -23,8 +25,7 @@ class RunScript:
         self.add("run_started", **extra)
 
     def add(self, kind: str, **fields: Any) -> dict[str, Any]:
-        event = {"v": 1, "type": kind, "event_id": f"{self.run_id}/{len(self.events)}",
-                 "run_id": self.run_id, "ts": self.ts, **fields}
+        event = envelope(kind, self.run_id, f"{self.run_id}/{len(self.events)}", self.ts, **fields)
         self.events.append(event)
         self.ts += 0.5
         return event

@@ -53,3 +53,18 @@ def test_the_in_process_engine_keeps_the_same_counters_when_asked():
     # Without metrics, the same commands come out of the lean path.
     lean = [c for r in Fleet().replay(lines) if not isinstance(r, Rejected) for c in r]
     assert lean == commands
+
+
+def test_coder_stall_nudges_and_workspace_versions_at_stops_are_counted():
+    m = StallwatchMetrics()
+    base = {"command_id": "c", "run_id": "r", "caused_by": "e", "round": 3}
+    m.count_commands([
+        Nudge(**base, reason="...", detail={"call": "pytest", "same_result_runs": 3}),
+        Stop(**base, code="no_effect", action="answer_without_tools", reason="...",
+             detail={"call": "pytest", "same_result_runs": 4, "workspace_version": 12}),
+    ])
+    assert value(m, "stallwatch_nudges_total") == 1
+    assert value(m, "stallwatch_stall_nudges_total") == 1
+    assert value(m, "stallwatch_stops_total", code="no_effect") == 1
+    assert value(m, "stallwatch_streak_length_at_stop_sum", code="no_effect") == 4
+    assert value(m, "stallwatch_workspace_version_at_stop_sum", code="no_effect") == 12

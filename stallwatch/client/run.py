@@ -11,14 +11,18 @@ from dataclasses import dataclass
 from typing import Any, get_args
 
 from stallwatch.contract.commands import Command, Nudge, Stop, Verdict
-from stallwatch.contract.events import Policy, Status
+from stallwatch.contract.envelope import envelope
+from stallwatch.contract.events import Effect, Policy, Status
+from stallwatch.contract.limits import MAX_ID_CHARS, bounded_id
 from stallwatch.engine import words
-from stallwatch.engine.canonical import declared_view, fingerprint
+from stallwatch.engine.canonical import call_signature, declared_view, fingerprint
+from stallwatch.engine.masks import effective_patterns
 
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+Send = Callable[[dict[str, Any]], Awaitable[bool | None]]  # False: not sent, the broker is away
 # An in-process transport: applies an event at once and returns the commands it caused.
 Apply = Callable[[dict[str, Any]], list[Command]]
 _STATUSES = frozenset(get_args(Status))
+_EFFECTS = frozenset(get_args(Effect))
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,8 @@ class CallDecision:
 
 
 _ALLOWED = CallDecision(True, None, words.ALLOWED)  # most calls: made once, not once per call
+_UNREACHABLE = CallDecision(True, None, "stallwatch cannot be reached; the call is allowed.",
+                            timed_out=True)
 
 
 def _decision(verdict: Verdict) -> CallDecision:
@@ -45,12 +51,17 @@ class Run:
     tasks at once (each awaits its own verdict); rounds are started and ended from one place."""
 
     def __init__(self, run_id: str, mode: str, policy: Policy, tools: list[dict[str, Any]], send: Send,
-                 verdict_timeout_s: float, apply: Apply | None = None) -> None:
+                 verdict_timeout_s: float, apply: Apply | None = None, secret: bytes | None = None,
+                 args_digest_only: bool = False) -> None:
+        """`secret` keys the digests this run sends (shared with the workers); with
+        `args_digest_only`, a call's arguments leave the runtime only as a digest."""
         self.run_id = run_id
         self.mode = mode
         self.policy = policy
         self.exempt_tools = [t["name"] for t in tools if t.get("repeat_exempt")]
-        self._declared = {t["name"]: t for t in tools if t.get("volatile_fields") or t.get("facts")}
+        self._declared = {t["name"]: t for t in tools if t.get("volatile_fields") or t.get("facts")
+                          or t.get("volatile_patterns") is not None}
+        self._default_patterns = effective_patterns(mode, None)  # for tools that declare none
         self.round = 0
         self.stop: Stop | None = None
         self.nudges: list[Nudge] = []  # words for the model before a stop: pass them on
@@ -60,6 +71,8 @@ class Run:
         # coroutine and each future is a sizeable share of the ~10 µs a call may cost there.
         self._apply = apply
         self._timeout = verdict_timeout_s
+        self._secret = secret
+        self._args_digest_only = args_digest_only
         self._pending: dict[str, asyncio.Future[Verdict]] = {}
         self._seen_commands: set[str] = set()
         self._calls = 0
@@ -68,6 +81,9 @@ class Run:
         # runtime from having its new events dropped as redeliveries of the old ones.
         self._id_prefix = uuid.uuid4().hex[:16] + "-"
         self._event_numbers = itertools.count(1)
+        # This run's envelope as the contract builds it (`envelope`); each event copies it and
+        # stamps its type, id and time: a call per event would add ~2 µs to every guarded call.
+        self._envelope = envelope("", run_id, "", 0.0)
 
     def system_prompt(self) -> str:
         """Text to append to the model's system prompt: which calls will be refused, and why."""
@@ -75,8 +91,8 @@ class Run:
 
     async def start_round(self) -> int:
         self.round += 1
-        event = {"v": 1, "type": "round_started", "event_id": self.next_event_id(),
-                 "run_id": self.run_id, "ts": time.time(), "round": self.round}
+        event = self._envelope | {"type": "round_started", "event_id": self.next_event_id(),
+                                  "ts": time.time(), "round": self.round}
         if self._apply is None:
             await self._send(event)
         else:
@@ -84,44 +100,65 @@ class Run:
         return self.round
 
     async def end_round(self) -> None:
-        event = {"v": 1, "type": "round_ended", "event_id": self.next_event_id(),
-                 "run_id": self.run_id, "ts": time.time(), "round": self.round}
+        event = self._envelope | {"type": "round_ended", "event_id": self.next_event_id(),
+                                  "ts": time.time(), "round": self.round}
         if self._apply is None:
             await self._send(event)
         else:
             self._take(self._apply(event))
 
-    async def propose(self, tool: str, args: Any, call_id: str | None = None) -> tuple[str, CallDecision]:
-        """Ask before running a call; returns (call_id, decision). Fails open after the timeout."""
+    async def propose(self, tool: str, args: Any, call_id: str | None = None,
+                      effect: str | None = None) -> tuple[str, CallDecision]:
+        """Ask before running a call; returns (call_id, decision). Fails open after the timeout.
+        `effect` (coder mode): "read", "write" or "unknown" for this call, overriding its tool's."""
         self._calls += 1
         call_id = call_id or f"call-{self._calls}"
         if type(tool) is not str or type(call_id) is not str:
             raise TypeError(f"tool and call_id must be strings, not {tool!r} and {call_id!r}")
-        event = {"v": 1, "type": "call_proposed", "event_id": self.next_event_id(),
-                 "run_id": self.run_id, "ts": time.time(), "round": self.round,
-                 "call_id": call_id, "tool": tool, "args": args}
+        if effect is not None and effect not in _EFFECTS:  # in-process events skip validation
+            raise ValueError(f"effect must be one of {sorted(_EFFECTS)}, not {effect!r}")
+        # Ids too long for a verdict travel as the marked digest the detector would make of them.
+        event = self._envelope | {"type": "call_proposed", "event_id": self.next_event_id(),
+                                  "ts": time.time(), "round": self.round,
+                                  "call_id": call_id if len(call_id) <= MAX_ID_CHARS else bounded_id(call_id),
+                                  "tool": tool if len(tool) <= MAX_ID_CHARS else bounded_id(tool),
+                                  "args": args}
+        if effect is not None:
+            event["effect"] = effect
+        if self._args_digest_only:
+            signature = call_signature(tool, event.pop("args"), self._secret)
+            # Arguments without a canonical form are never a repeat: a digest of nothing else.
+            event["args_digest"] = signature.hex() if signature else f"unhashable:{uuid.uuid4().hex}"
         if self._apply is not None:
             verdict = None
             for command in self._apply(event):
-                if command.type == "verdict" and command.call_id == call_id:
+                if command.type == "verdict" and command.call_id == event["call_id"]:
                     verdict = command
                 else:
                     self.deliver(command)
         else:
             verdict = await self._await_verdict(event)
+            if verdict is _UNREACHABLE:
+                return call_id, _UNREACHABLE
         if verdict is None:
             return call_id, CallDecision(True, None, f"stallwatch gave no verdict within "
                                          f"{self._timeout:g} s; the call is allowed.", timed_out=True)
         return call_id, _decision(verdict)
 
-    async def _await_verdict(self, event: dict[str, Any]) -> Verdict | None:
-        """Send a call_proposed and wait for its verdict; None after the timeout."""
+    async def _await_verdict(self, event: dict[str, Any]) -> Verdict | CallDecision | None:
+        """Send a call_proposed and wait for its verdict: None after the timeout (sending and
+        waiting together), _UNREACHABLE at once when the transport could not send it."""
         call_id = event["call_id"]
-        future: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout
+        future: asyncio.Future[Verdict] = loop.create_future()
         self._pending[call_id] = future
         try:
-            await self._send(event)
-            return future.result() if future.done() else await asyncio.wait_for(future, self._timeout)
+            if await self._send(event) is False:
+                return _UNREACHABLE
+            if future.done():
+                return future.result()
+            return await asyncio.wait_for(future, max(deadline - loop.time(), 0.0))
         except TimeoutError:
             return None
         finally:
@@ -133,19 +170,24 @@ class Run:
         if type(tool) is not str or type(call_id) is not str or status not in _STATUSES:
             raise ValueError(f"a result needs string tool and call_id and a status among "
                              f"{sorted(_STATUSES)}; got {tool!r}, {call_id!r}, {status!r}")
-        event = {"v": 1, "type": "call_result", "event_id": self.next_event_id(), "run_id": self.run_id,
-                 "ts": time.time(), "round": self.round, "call_id": call_id, "tool": tool,
-                 "status": status}
+        event = self._envelope | {"type": "call_result", "event_id": self.next_event_id(),
+                                  "ts": time.time(), "round": self.round,
+                                  "call_id": call_id if len(call_id) <= MAX_ID_CHARS else bounded_id(call_id),
+                                  "tool": tool if len(tool) <= MAX_ID_CHARS else bounded_id(tool),
+                                  "status": status}
         if send_content:
             event["result"] = result
         else:
             spec = self._declared.get(tool)
-            if spec is not None:  # the tool's declarations apply before hashing, as in the engine
+            patterns = self._default_patterns if spec is None else \
+                effective_patterns(self.mode, spec.get("volatile_patterns"))
+            if spec is not None or patterns:  # declarations apply before hashing, as in the engine
+                spec = spec or {}
                 result, items = declared_view(tool, result, spec.get("volatile_fields") or [],
-                                              spec.get("facts"))
+                                              spec.get("facts"), patterns, self._secret)
                 if items is not None:
                     event["fact_fingerprints"] = [d.hex() for d in items]
-            event["fingerprint"], event["empty"] = fingerprint(result)
+            event["fingerprint"], event["empty"] = fingerprint(result, self._secret)
         if self._apply is None:
             await self._send(event)
         else:
@@ -154,8 +196,7 @@ class Run:
     async def end(self, reason: str | None = None) -> None:
         if reason is not None and type(reason) is not str:
             raise TypeError(f"reason must be a string, not {reason!r}")
-        event = {"v": 1, "type": "run_ended", "event_id": self.next_event_id(),
-                 "run_id": self.run_id, "ts": time.time(), "reason": reason}
+        event = envelope("run_ended", self.run_id, self.next_event_id(), reason=reason)
         if self._apply is None:
             await self._send(event)
         else:
@@ -189,6 +230,8 @@ class Client:
 
     verdict_timeout_s: float
     _apply: Apply | None = None  # set by in-process clients
+    fingerprint_secret: bytes | None = None  # keys the digests the runs send
+    args_digest_only: bool = False  # runs send `args_digest` in place of `args`
 
     def __init__(self) -> None:
         self.runs: dict[str, Run] = {}
@@ -198,16 +241,13 @@ class Client:
                         parent_run_id: str | None = None, tenant: str | None = None) -> Run:
         """Publish run_started and return the run's handle. `tools` as in the contract."""
         tools = tools or []
-        run = Run(run_id, mode, Policy.model_validate(policy or {}), tools, self._send,
-                  self.verdict_timeout_s, self._apply)
+        run = Run(run_id, mode, Policy.for_mode(mode, policy), tools, self._send,
+                  self.verdict_timeout_s, self._apply, self.fingerprint_secret, self.args_digest_only)
         self.runs[run_id] = run
         await self._prepare(run_id)
-        event: dict[str, Any] = {"v": 1, "type": "run_started", "event_id": run.next_event_id(),
-                                 "run_id": run_id, "ts": time.time(), "mode": mode, "tools": tools}
-        for name, value in (("policy", policy), ("parent_run_id", parent_run_id), ("tenant", tenant)):
-            if value is not None:
-                event[name] = value
-        await self._send(event)
+        optional = {"policy": policy, "parent_run_id": parent_run_id, "tenant": tenant}
+        await self._send(envelope("run_started", run_id, run.next_event_id(), mode=mode, tools=tools,
+                                  **{k: v for k, v in optional.items() if v is not None}))
         return run
 
     def forget(self, run_id: str) -> None:
@@ -217,5 +257,6 @@ class Client:
     async def _prepare(self, run_id: str) -> None:
         """Get ready to receive the run's commands before its first event goes out."""
 
-    async def _send(self, event: dict[str, Any]) -> None:
+    async def _send(self, event: dict[str, Any]) -> bool | None:
+        """Deliver one event; False when it could not be sent (failing open)."""
         raise NotImplementedError

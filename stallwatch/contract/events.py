@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+
+from stallwatch.contract.policy import V1_DEFAULTS, policy_defaults
 
 CONTRACT_VERSION = 1
 
 # Strict about what the rules read (types, `v`, required fields); extra fields are ignored so
 # that newer runtimes can add fields without older workers dead-lettering their events.
 _STRICT = ConfigDict(extra="ignore", strict=True, frozen=True)
+# Bounds on a tool's volatile patterns: every string of every result is matched against them.
+MAX_PATTERNS = 32
+MAX_PATTERN_CHARS = 500
 
-Mode = Literal["researcher", "chat"]
+Mode = Literal["researcher", "chat", "coder"]
+# What a call does to the agent's workspace (coder mode); `unknown` is treated as a change.
+Effect = Literal["read", "write", "unknown"]
 Status = Literal["ok", "error", "overloaded"]
 PositiveInt = Annotated[int, Field(ge=1)]
 Round = Annotated[int, Field(ge=0)]
@@ -38,23 +46,53 @@ class ToolSpec(BaseModel):
     # `items.*.score`; `*` matches any key or list index); removed before comparison.
     volatile_fields: list[str] = []
     facts: FactsSpec | None = None
+    # Coder mode: what the tool's calls do to the workspace; null: the mode's default (unknown).
+    effect: Effect | None = None
+    # Regular expressions masked in the result's strings before comparison (durations, memory
+    # addresses); null: the mode's default set (coder mode has one), [] for none.
+    volatile_patterns: Annotated[list[Annotated[str, Field(max_length=MAX_PATTERN_CHARS)]],
+                                 Field(max_length=MAX_PATTERNS)] | None = None
+
+    @field_validator("volatile_patterns")
+    @classmethod
+    def _patterns_compile(cls, value: list[str] | None) -> list[str] | None:
+        for pattern in value or ():
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"volatile pattern {pattern!r} is not a regular expression: {exc}") \
+                    from None
+        return value
 
 
 class Policy(BaseModel):
-    """Per-run overrides of the detection thresholds; `None` in an optional limit means no limit."""
+    """Per-run overrides of the detection thresholds; `None` in an optional limit means no limit.
+    A field's default is contract v1's; a run of another mode takes that mode's defaults
+    (`for_mode`) for the fields it does not set. Both come from `stallwatch.contract.policy`."""
 
     model_config = _STRICT
-    no_progress_threshold: PositiveInt = 5
-    loop_detect_threshold: Annotated[int, Field(ge=2)] = 3
-    max_rounds: PositiveInt = 40
-    call_budget: PositiveInt | None = None
-    overloaded_exempt_max: Annotated[int, Field(ge=0)] = 3
-    time_limit_s: Annotated[float, Field(gt=0)] | None = None
-    # Researcher mode: a `nudge` command when the already-seen streak reaches this; null: never.
-    nudge_at: PositiveInt | None = 3
+    no_progress_threshold: PositiveInt = V1_DEFAULTS["no_progress_threshold"]
+    loop_detect_threshold: Annotated[int, Field(ge=2)] = V1_DEFAULTS["loop_detect_threshold"]
+    max_rounds: PositiveInt = V1_DEFAULTS["max_rounds"]
+    call_budget: PositiveInt | None = V1_DEFAULTS["call_budget"]
+    overloaded_exempt_max: Annotated[int, Field(ge=0)] = V1_DEFAULTS["overloaded_exempt_max"]
+    time_limit_s: Annotated[float, Field(gt=0)] | None = V1_DEFAULTS["time_limit_s"]
+    # Researcher and coder modes: a `nudge` command when the already-seen streak reaches this;
+    # null: never.
+    nudge_at: PositiveInt | None = V1_DEFAULTS["nudge_at"]
     # Chat mode: refuse a call continuing a cycle of 2 to 4 calls (same arguments, same
     # results) repeated this many times in a row; null: off.
-    cycle_threshold: Annotated[int, Field(ge=2)] | None = None
+    cycle_threshold: Annotated[int, Field(ge=2)] | None = V1_DEFAULTS["cycle_threshold"]
+    # Coder mode: one `nudge` naming a call that returned the same result this many runs in a
+    # row with changes in between (default 3 in coder mode); null: never.
+    stall_nudge_at: Annotated[int, Field(ge=2)] | None = V1_DEFAULTS["stall_nudge_at"]
+    # Coder mode: stop with `no_effect` at this many such runs; null (the default): never.
+    stall_stop_at: Annotated[int, Field(ge=2)] | None = V1_DEFAULTS["stall_stop_at"]
+
+    @classmethod
+    def for_mode(cls, mode: str, overrides: dict[str, Any] | None = None) -> Policy:
+        """The effective policy of a run: the mode's defaults, then the run's own overrides."""
+        return cls.model_validate({**policy_defaults(mode), **(overrides or {})})
 
 
 class _Event(BaseModel):
@@ -93,6 +131,12 @@ class CallProposed(_Event):
     call_id: str
     tool: str
     args: Any = None
+    # Addition to v1: in place of `args`, so that arguments never leave the runtime: the call
+    # signature's 32 hex digits as `stallwatch.engine.canonical.call_signature` computes them
+    # (keyed with the shared secret). When both are sent, `args_digest` decides.
+    args_digest: str | None = None
+    # Coder mode: this call's effect, overriding its tool's (an editor's `view` command reads).
+    effect: Effect | None = None
 
 
 class CallResult(_Event):

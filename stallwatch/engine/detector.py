@@ -8,28 +8,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from xxhash import xxh3_64_intdigest, xxh3_128_digest, xxh3_128_hexdigest
+from xxhash import xxh3_64_intdigest, xxh3_128_hexdigest
 
 from stallwatch.contract.commands import Command, Nudge, Stop, Verdict
-from stallwatch.contract.events import Policy
-from stallwatch.engine import words
+from stallwatch.contract.policy import policy_defaults
+from stallwatch.contract.stop_codes import STOPS
+from stallwatch.engine import coder, words
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.canonical import (
     DIGEST_SIZE,
     call_signature,
     canonical_bytes,
     declared_view,
+    digest,
     fact_digest,
+    fingerprint,
     parse_json_text,
 )
-from stallwatch.engine.state import RunState
+from stallwatch.engine.masks import effective_patterns
+from stallwatch.engine.state import MAX_CHAT_HISTORY, RunState
 
 Event = dict[str, Any]
 
-# Stops after which the model writes its answer without tools; the rest end the turn at once.
-_END_TURN_CODES = frozenset({"time_limit"})
 _FAILED = frozenset({"error", "overloaded"})
-_DEFAULT_POLICY = Policy().model_dump()
 # Chat cycles of 2 to 4 calls; the history keeps enough for the longest at its threshold.
 _CYCLE_LENGTHS = (2, 3, 4)
 
@@ -37,8 +38,11 @@ _CYCLE_LENGTHS = (2, 3, 4)
 class Detector:
     """Applies the rules of contract v1 to one run's state at a time."""
 
-    def __init__(self, admin_policy: AdminPolicy | None = None) -> None:
+    def __init__(self, admin_policy: AdminPolicy | None = None, secret: bytes | None = None) -> None:
+        """`secret`: the key of every digest (`canonical.derive_secret` of
+        STALLWATCH_FINGERPRINT_KEY), shared with the runtimes; None for unkeyed digests."""
         self.admin_policy = admin_policy or AdminPolicy()
+        self.secret = secret
 
     def apply(self, state: RunState | None, event: Event) -> tuple[RunState | None, list[Command]]:
         """Apply one event. `state` is None for a run not seen yet; the state is changed in place."""
@@ -51,10 +55,8 @@ class Detector:
                 # Fail open, as the client does on a timeout: no record, no grounds to refuse.
                 _verdict(out, event, "allow", None, words.unknown_run())
             return state, out
-        event_key = xxh3_64_intdigest(event["event_id"].encode())
-        if event_key in state.event_ids:
-            return state, out  # a redelivery: no further effect
-        state.event_ids.add(event_key)
+        if state.seen_event(xxh3_64_intdigest(event["event_id"].encode())):
+            return state, out  # a redelivery: no further effect, before the run's end or after
         state.last_ts = ts = event["ts"]
         if state.ended:
             if kind == "call_proposed":
@@ -79,16 +81,20 @@ class Detector:
     # -- run and round lifecycle ------------------------------------------------------------
 
     def _start(self, event: Event) -> RunState:
-        policy = {**_DEFAULT_POLICY, **(event.get("policy") or {})}  # validated by the parser
+        policy = {**policy_defaults(event["mode"]), **(event.get("policy") or {})}  # validated by the parser
         tools = event.get("tools") or []
         state = RunState(
             mode=event["mode"], started_ts=event["ts"], last_ts=event["ts"], **policy,
             exempt_tools=[t["name"] for t in tools if t.get("repeat_exempt")],
             approval_tools=[t["name"] for t in tools if t.get("requires_approval")],
-            tool_specs={t["name"]: {"volatile": t.get("volatile_fields") or [], "facts": t.get("facts")}
-                        for t in tools if t.get("volatile_fields") or t.get("facts")},
+            tool_specs={t["name"]: _tool_spec(t) for t in tools
+                        if t.get("volatile_fields") or t.get("facts")
+                        or t.get("volatile_patterns") is not None},
         )
-        state.event_ids.add(xxh3_64_intdigest(event["event_id"].encode()))
+        if state.mode == "coder":
+            state.tool_effects = {t["name"]: t["effect"] for t in tools
+                                  if t.get("effect") in ("read", "write")}
+        state.seen_event(xxh3_64_intdigest(event["event_id"].encode()))
         return state
 
     def _enter_round(self, state: RunState, event: Event, number: int, out: list[Command]) -> None:
@@ -110,7 +116,7 @@ class Detector:
             state.extra_rounds += 1
         if state.stop_code is not None:
             return
-        if state.mode == "researcher":
+        if state.mode != "chat":  # researcher and coder
             self._all_refused(state, event, out)
             self._no_new_facts(state, event, out)
         self._call_budget(state, event, out)
@@ -126,13 +132,19 @@ class Detector:
             reason = words.run_stopped(words.stop_reason_short(state.stop_code))
             _verdict(out, event, "refuse", "run_stopped", reason)
             return
-        signature = call_signature(tool, event.get("args"))
+        if (given := event.get("args_digest")) is not None:  # the runtime hashed its arguments
+            signature = _fingerprint_digest(given, self.secret)
+        else:
+            signature = call_signature(tool, event.get("args"), self.secret)
         exempt = self._repeat_exempt(state, tool)
         if state.call_budget is not None and state.executed_calls >= state.call_budget:
             self._refuse(state, event, tool, "budget_exhausted", words.budget_exhausted(state.call_budget),
                          out)
         elif state.mode == "researcher" and self._duplicate_call(state, signature, exempt):
             self._refuse(state, event, tool, "duplicate_call", words.duplicate_call(tool), out)
+        elif state.mode == "coder" and coder.is_duplicate(
+                state, signature, effect := coder.effect_of(state, event), exempt):
+            self._refuse(state, event, tool, "duplicate_call", words.duplicate_read(tool), out)
         elif state.mode == "chat" and self._repeated_call(state, signature, exempt):
             self._refuse(state, event, tool, "repeated_call", words.repeated_call(tool, state.repeat_count),
                          out)
@@ -145,7 +157,9 @@ class Detector:
             if state.cycle_threshold is not None and state.mode == "chat":
                 self._remember_call(state, event, signature)
             if signature is not None and state.mode == "researcher":
-                state.signatures.add(signature)
+                state.add_signature(signature)
+            elif state.mode == "coder":
+                coder.allow(state, event, signature, effect)
             state.round_allowed += 1
             state.executed_calls += 1
             _verdict(out, event, "allow", None, words.ALLOWED)
@@ -190,7 +204,8 @@ class Detector:
     def _remember_call(self, state: RunState, event: Event, signature: bytes | None) -> None:
         state.chat_history.append([signature.hex() if signature else None, None, event["call_id"],
                                    event["tool"]])
-        del state.chat_history[:-max(_CYCLE_LENGTHS) * (state.cycle_threshold + 1)]
+        del state.chat_history[:-min(max(_CYCLE_LENGTHS) * (state.cycle_threshold + 1),
+                                     MAX_CHAT_HISTORY)]
 
     def _remember_result(self, state: RunState, event: Event) -> None:
         """Chat cycles compare results too: a poll whose answer changes is never a cycle."""
@@ -205,7 +220,7 @@ class Detector:
                     content = event["fingerprint"].encode()
                 else:
                     return  # no content: unknown, so never part of a cycle
-                entry[1] = xxh3_128_hexdigest(event["status"].encode() + b"\x00" + content)
+                entry[1] = digest(event["status"].encode() + b"\x00" + content, self.secret).hex()
                 return
 
     # -- results ----------------------------------------------------------------------------
@@ -219,6 +234,9 @@ class Detector:
             state.overloaded_exempted += 1
             state.executed_calls -= 1
             state.round_exempt_overloaded = True
+        if state.mode == "coder":
+            self._on_coder_result(state, event, out)
+            return
         if state.cycle_threshold is not None and state.mode == "chat":
             self._remember_result(state, event)
         if state.mode == "researcher":
@@ -236,18 +254,56 @@ class Detector:
         elif state.failures:
             state.failures.pop(event["tool"], None)  # a success resets its tool's count
 
+    def _on_coder_result(self, state: RunState, event: Event, out: list[Command]) -> None:
+        """Coder mode: new facts per call signature, failures of one call while nothing else
+        changes, and stalls: one call's same result after changes made between its runs."""
+        tool = event["tool"]
+        current = event["round"] == state.round and state.round_open
+        if current:
+            state.round_results += 1
+        spec = state.tool_specs.get(tool)
+        patterns = effective_patterns("coder", spec.get("patterns") if spec else None)
+        whole, facts, itemised = _coder_digests(event, spec, patterns, self.secret)
+        always_new = self._requires_approval(state, tool) or self._repeat_exempt(state, tool)
+        judged = coder.on_result(state, event, whole, facts, itemised, always_new)
+        if judged is None or judged.new_fact:
+            if current:
+                state.round_new_fact = True
+            else:  # a late result that is new is progress all the same
+                state.already_seen_streak = 0
+                state.nudged = False
+        if judged is None:
+            return
+        if judged.failures >= state.no_progress_threshold:
+            self._stop(state, event, "tool_failures", {
+                "tool": tool, "consecutive_failures": judged.failures,
+                "threshold": state.no_progress_threshold, "call": judged.label}, out)
+        elif judged.stall_runs and state.stall_stop_at is not None \
+                and judged.stall_runs >= state.stall_stop_at:
+            self._stop(state, event, "no_effect", {
+                "call": judged.label, "tool": tool, "same_result_runs": judged.stall_runs,
+                "stall_stop_at": state.stall_stop_at}, out)
+        elif judged.stall_runs and judged.stall_runs == state.stall_nudge_at:
+            out.append(Nudge(command_id=_command_id(event, len(out)), run_id=event["run_id"],
+                             caused_by=event["event_id"], round=event["round"],
+                             reason=words.stall(judged.label, judged.stall_runs),
+                             detail={"call": judged.label, "tool": tool,
+                                     "same_result_runs": judged.stall_runs,
+                                     "stall_nudge_at": state.stall_nudge_at,
+                                     "workspace_version": state.workspace_version}))
+
     def _brings_new_fact(self, state: RunState, event: Event) -> bool:
         """Rule 3: unseen results are new, and so is anything empty, content-less or approved."""
         tool = event["tool"]
         if self._requires_approval(state, tool) or self._repeat_exempt(state, tool):
             return True
-        digests = _result_digests(event, state.tool_specs.get(tool) if state.tool_specs else None)
+        digests = _result_digests(event, state.tool_specs.get(tool) if state.tool_specs else None,
+                                  self.secret)
         if digests is None:
             return True
         new = False
-        for digest in digests:
-            if digest not in state.fingerprints:
-                state.fingerprints.add(digest)
+        for found in digests:
+            if state.add_fingerprint(found):
                 new = True
         return new
 
@@ -262,7 +318,7 @@ class Detector:
     def _tool_failures(self, state: RunState, event: Event, tool: str, out: list[Command]) -> None:
         """Rule 5 (chat rule 2): one tool failing again and again. A success resets its count
         where results arrive (`_on_result`)."""
-        count = state.failures[tool] = state.failures.get(tool, 0) + 1
+        count = state.count_failure(tool)
         if count >= state.no_progress_threshold and state.stop_code is None:
             self._stop(state, event, "tool_failures", {"tool": tool, "consecutive_failures": count,
                                                 "threshold": state.no_progress_threshold}, out)
@@ -278,7 +334,7 @@ class Detector:
             return
         state.already_seen_streak += 1
         if state.already_seen_streak >= state.no_progress_threshold:
-            self._stop(state, event, "no_new_facts", self._streaks(state), out)
+            self._stop(state, event, "no_new_facts", self._streaks(state), out, closing=True)
         elif state.nudge_at is not None and state.already_seen_streak >= state.nudge_at \
                 and not state.nudged:
             state.nudged = True
@@ -295,21 +351,21 @@ class Detector:
         elif state.round_proposed > 0:
             state.all_refused_streak += 1
             if state.all_refused_streak >= state.no_progress_threshold:
-                self._stop(state, event, "all_refused", self._streaks(state), out)
+                self._stop(state, event, "all_refused", self._streaks(state), out, closing=True)
 
     def _call_budget(self, state: RunState, event: Event, out: list[Command]) -> None:
         """Rule 7: the executed-call count reached the budget during this round."""
         if state.stop_code is None and state.call_budget is not None \
                 and state.executed_calls >= state.call_budget:
             self._stop(state, event, "call_budget", {"executed_calls": state.executed_calls,
-                                              "call_budget": state.call_budget}, out)
+                                              "call_budget": state.call_budget}, out, closing=True)
 
     def _round_limit(self, state: RunState, event: Event, out: list[Command]) -> None:
         """Rule 8: the end of round `max_rounds`, as grown by exempted overloaded calls."""
         limit = state.max_rounds + state.extra_rounds
         if state.stop_code is None and state.round >= limit:
             self._stop(state, event, "round_limit", {"round": state.round, "max_rounds": limit,
-                                              "extra_rounds": state.extra_rounds}, out)
+                                              "extra_rounds": state.extra_rounds}, out, closing=True)
 
     def _time_limit(self, state: RunState, event: Event, ts: float, out: list[Command]) -> None:
         """Rule 8: the first event more than `time_limit_s` after run_started, by event time."""
@@ -323,11 +379,15 @@ class Detector:
                 "threshold": state.no_progress_threshold, "round": state.round}
 
     def _stop(self, state: RunState, event: Event, code: str, detail: dict,
-              out: list[Command]) -> None:
+              out: list[Command], closing: bool = False) -> None:
+        """`closing`: a stop at the close of the open round carries that round; any other stop
+        carries the round of the event that caused it (round 6's round_started says 6)."""
         state.stop_code = code
-        action = "end_turn" if code in _END_TURN_CODES else "answer_without_tools"
+        if state.mode == "coder":  # where the workspace stood, for explain, top and metrics
+            detail["workspace_version"] = state.workspace_version
+        round_no = state.round if closing else event.get("round", state.round)
         out.append(Stop(command_id=_command_id(event, len(out)), run_id=event["run_id"],
-                        caused_by=event["event_id"], round=state.round, code=code, action=action,
+                        caused_by=event["event_id"], round=round_no, code=code, action=STOPS[code].action,
                         reason=words.stop_reason(code, detail), detail=detail))
 
 
@@ -342,36 +402,72 @@ def _verdict(out: list[Command], event: Event, decision: str, code: str | None, 
                        decision=decision, code=code, reason=reason, tool=event["tool"]))
 
 
-def _result_digests(event: Event, spec: dict | None) -> list[bytes] | None:
+def _result_digests(event: Event, spec: dict | None, secret: bytes | None) -> list[bytes] | None:
     """The digests that identify a result's facts: the whole result's, or one per item for a
     tool that declares facts. None when the result counts as new whatever was seen before:
     empty, without content or fingerprint, or impossible to put in canonical form."""
     if "result" in event:
         try:
             if spec is None:
-                digest = fact_digest(event["result"])
+                found = fact_digest(event["result"], secret)
             else:
                 view, items = declared_view(event["tool"], event["result"], spec["volatile"],
-                                            spec["facts"])
+                                            spec["facts"], tuple(spec.get("patterns") or ()), secret)
                 if items is not None:
                     return items or None  # an empty item list is an empty result
-                digest = fact_digest(view)
+                found = fact_digest(view, secret)
         except ValueError:
             return None
-        return None if digest is None else [digest]
+        return None if found is None else [found]
     if event.get("fingerprint") is None or event["empty"]:
         return None
     given = event.get("fact_fingerprints") if spec and spec["facts"] else None
     if given is not None:
-        return [_fingerprint_digest(f) for f in given] or None
-    return [_fingerprint_digest(event["fingerprint"])]
+        return [_fingerprint_digest(f, secret) for f in given] or None
+    return [_fingerprint_digest(event["fingerprint"], secret)]
 
 
-def _fingerprint_digest(fingerprint: str) -> bytes:
-    """A runtime's fingerprint as 16 bytes: ours is hex already; any other text is hashed."""
+def _tool_spec(tool: dict) -> dict:
+    """What the engine keeps of a tool's declarations (`patterns` only when it declares some)."""
+    spec = {"volatile": tool.get("volatile_fields") or [], "facts": tool.get("facts")}
+    if tool.get("volatile_patterns") is not None:
+        spec["patterns"] = tool["volatile_patterns"]
+    return spec
+
+
+def _coder_digests(event: Event, spec: dict | None, patterns: tuple[str, ...],
+                   secret: bytes | None) -> tuple[bytes | None, list[bytes] | None, bool]:
+    """Coder mode: (the whole result's digest, None without content or comparison; its fact
+    digests, None when it counts as new whatever was seen; whether those are a list's items).
+    Unlike v1, an empty whole result is a fact like any other: it is held under its call's
+    signature, so only the same command printing nothing again is already seen."""
+    facts = spec["facts"] if spec else None
+    if "result" in event:
+        try:
+            view, items = declared_view(event["tool"], event["result"],
+                                        spec["volatile"] if spec else [], facts, patterns, secret)
+            hexdigest, _ = fingerprint(view, secret)
+        except ValueError:
+            return None, None, False
+        whole = bytes.fromhex(hexdigest)
+        if items is not None:
+            return whole, items or None, True
+        return whole, [whole], False  # empty too: a command printing nothing again is a repeat
+    if event.get("fingerprint") is None:
+        return None, None, False
+    whole = _fingerprint_digest(event["fingerprint"], secret)
+    given = event.get("fact_fingerprints") if facts else None
+    if given is not None:
+        return whole, [_fingerprint_digest(f, secret) for f in given] or None, True
+    return whole, [whole], False
+
+
+def _fingerprint_digest(fingerprint: str, secret: bytes | None) -> bytes:
+    """A runtime's fingerprint (or args digest) as 16 bytes: ours is hex already (keyed by the
+    runtime); any other text is hashed."""
     if len(fingerprint) == 2 * DIGEST_SIZE:
         try:
             return bytes.fromhex(fingerprint)
         except ValueError:
             pass
-    return xxh3_128_digest(fingerprint.encode())
+    return digest(fingerprint.encode(), secret)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from stallwatch.contract.events import Policy
+from stallwatch.contract.stop_codes import ANSWER, STOPS, stop_words
 
 ALLOWED = "Allowed."
 
@@ -12,6 +13,18 @@ ALLOWED = "Allowed."
 def duplicate_call(tool: str) -> str:
     return (f"Refused: this exact call to `{tool}` already ran in this run; its result is above. "
             "Use that result, or change the arguments or the approach.")
+
+
+def duplicate_read(tool: str) -> str:
+    return (f"Refused: this exact call to `{tool}` already ran since the workspace last changed; "
+            "its result is above and would be the same. Use that result, or change something "
+            "first.")
+
+
+def stall(call: str, runs: int) -> str:
+    return (f"The last {runs} runs of `{call}` gave the same result although changes were made "
+            "between them: your last changes did not change what it shows. Look again at why "
+            "before changing more, or try another approach.")
 
 
 def repeated_call(tool: str, times: int) -> str:
@@ -45,29 +58,8 @@ def unknown_run() -> str:
     return ("Allowed: stallwatch has no record of this run's start, so it cannot judge this call.")
 
 
-_ANSWER = "Answer now from what you have gathered; say plainly what is still unknown."
-
-
 def stop_reason(code: str, detail: dict) -> str:
-    if code == "no_new_facts":
-        return (f"Stopped: the last {detail['already_seen_streak']} rounds brought nothing new; "
-                f"every result had been seen before. Tools are removed. {_ANSWER}")
-    if code == "all_refused":
-        return (f"Stopped: in each of the last {detail['all_refused_streak']} rounds every call "
-                f"was refused. Tools are removed. {_ANSWER}")
-    if code == "tool_failures":
-        return (f"Stopped: `{detail['tool']}` failed {detail['consecutive_failures']} times in a "
-                f"row. Tools are removed. {_ANSWER} Mention that `{detail['tool']}` was failing.")
-    if code == "round_limit":
-        return (f"Stopped: the run reached its limit of {detail['max_rounds']} rounds. Tools are "
-                f"removed. {_ANSWER}")
-    if code == "call_budget":
-        return (f"Stopped: the run used its budget of {detail['call_budget']} tool calls. Tools "
-                f"are removed. {_ANSWER}")
-    if code == "time_limit":
-        return (f"Stopped: the run passed its time limit of {detail['time_limit_s']:g} s. End the "
-                "turn now with what you have.")
-    raise ValueError(f"no words for stop code {code!r}")
+    return stop_words(code, detail)
 
 
 def system_prompt(mode: str, policy: Policy, exempt_tools: Iterable[str] = ()) -> str:
@@ -82,10 +74,24 @@ def system_prompt(mode: str, policy: Policy, exempt_tools: Iterable[str] = ()) -
                      "answer from what you have gathered. Change the approach, not the wording.")
         lines.append(f"- After {policy.no_progress_threshold} rounds in a row where every call "
                      "is refused, tools are removed as well.")
+    elif mode == "coder":
+        lines.append("- A call that only reads, with exactly the same tool and arguments as one "
+                     "that ran since the last change, is refused: its result is above.")
+        lines.append(f"- After {policy.no_progress_threshold} rounds in a row that bring back "
+                     "only results you have already seen, tools are removed and you must "
+                     "answer from what you have.")
+        if policy.stall_nudge_at is not None:
+            lines.append(f"- When a command gives the same result {policy.stall_nudge_at} times "
+                         "in a row although you changed things between, you will be told.")
     else:
         lines.append(f"- Calling the same tool with the same arguments {policy.loop_detect_threshold}"
                      " times in a row is refused: use the result you already have.")
-    lines.append(f"- A tool that fails {policy.no_progress_threshold} times in a row ends tool use.")
+    if mode == "coder":
+        lines.append(f"- The same call failing {policy.no_progress_threshold} times in a row, "
+                     "with nothing else changed between, ends tool use.")
+    else:
+        lines.append(f"- A tool that fails {policy.no_progress_threshold} times in a row ends "
+                     "tool use.")
     lines.append(f"- At most {policy.max_rounds} rounds of tool use.")
     if policy.call_budget is not None:
         lines.append(f"- At most {policy.call_budget} tool calls in all.")
@@ -102,16 +108,6 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-_SHORT = {
-    "no_new_facts": "Recent rounds brought nothing new.",
-    "all_refused": "Every call of recent rounds was refused.",
-    "tool_failures": "A tool kept failing.",
-    "round_limit": "The round limit was reached.",
-    "call_budget": "The call budget is used up.",
-    "time_limit": "The time limit passed.",
-}
-
-
 def stop_reason_short(code: str) -> str:
     """One sentence for the refusals that follow a stop; the stop itself said the rest."""
-    return f"{_SHORT[code]} {_ANSWER}"
+    return f"{STOPS[code].short} {ANSWER}"

@@ -21,6 +21,7 @@ from mcp.server.stdio import stdio_server
 
 from stallwatch.client import EmbeddedClient, KafkaClient
 from stallwatch.client.run import Client, Run
+from stallwatch.contract.envelope import envelope
 from stallwatch.contract.events import Policy
 from stallwatch.contract.parse import InvalidEvent, validate_event
 from stallwatch.engine import words
@@ -199,7 +200,7 @@ def make_server(proxy: Proxy, upstream_info: types.InitializeResult) -> Server:
     # Clients add a server's instructions to the system prompt: the model learns up front
     # which calls will be refused.
     exempt = [t.name for t in proxy.tools if proxy.is_exempt(t.name)]
-    rules = words.system_prompt(proxy.options.mode, Policy(), exempt)
+    rules = words.system_prompt(proxy.options.mode, Policy.for_mode(proxy.options.mode), exempt)
     instructions = f"{upstream_info.instructions}\n\n{rules}" if upstream_info.instructions else rules
     return Server(info.name, version=info.version, title=info.title, description=info.description,
                   instructions=instructions, **handlers)
@@ -234,8 +235,7 @@ def main(command: list[str], options: ProxyOptions, use_kafka: bool, settings: S
     if not command:
         print("stallwatch mcp-proxy: name the server to run after --", file=sys.stderr)
         return 2
-    probe = {"v": 1, "type": "run_started", "event_id": "probe", "run_id": "probe", "ts": 0.0,
-             "mode": options.mode, "tools": []}
+    probe = envelope("run_started", "probe", "probe", 0.0, mode=options.mode, tools=[])
     try:  # the contract decides which modes exist; say so now, not at the first call
         validate_event(probe)
     except InvalidEvent as exc:

@@ -38,3 +38,18 @@ def test_an_unknown_run_says_so():
     out = io.StringIO()
     assert not explain("ghost", RunScript("real").lines(), out)
     assert "no event of run 'ghost'" in out.getvalue()
+
+
+def test_a_coder_timeline_shows_workspace_versions_stalls_and_the_new_stop():
+    s = RunScript("coding", "coder", tools=[{"name": "bash"}], policy={"stall_stop_at": 4})
+    for n in range(4):
+        s.round_of(("bash", {"command": f"sed -i s/{n}/x/ a.py"}, ""),
+                   ("bash", {"command": "python repro.py"}, "Error"))
+    out = io.StringIO()
+    assert explain("coding", s.lines(), out)
+    text = out.getvalue()
+    assert "end of round 1: 2 ran, 0 refused; new fact: yes" in text
+    assert "workspace version 2, stalled calls 0" in text
+    assert "workspace version 6, stalled calls 1" in text
+    assert "  stall nudge: The last 3 runs of `python repro.py` gave the same result" in text
+    assert "STOP at round 4 [no_effect, answer_without_tools] same_result_runs 4; {" in text

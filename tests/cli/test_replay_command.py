@@ -7,6 +7,7 @@ import sys
 
 import orjson
 
+from stallwatch.contract.envelope import envelope
 from tests.script import RunScript
 
 
@@ -46,9 +47,8 @@ def test_garbage_does_not_stop_replay_or_change_other_runs(tmp_path):
     clean = replay(b"\n".join(interleave(loop, paging)) + b"\n", "-")
     bad = [b"garbage", b'{"v": 2, "type": "round_started"}',
            b'{"v":1,"type":"meteor_strike","event_id":"x","run_id":"pager","ts":1}',
-           orjson.dumps({"v": 1, "type": "call_result", "event_id": "big", "run_id": "pager",
-                         "ts": 1, "round": 1, "call_id": "c", "tool": "search", "status": "ok",
-                         "result": "x" * 5_000_000}),
+           orjson.dumps(envelope("call_result", "pager", "big", 1, round=1, call_id="c",
+                                 tool="search", status="ok", result="x" * 5_000_000)),
            b'{"v":1,"type":"call_result","result":' + b"[" * 3000 + b"]" * 3000 + b"}",
            b"\xff\xfe binary \x00"]
     dirty = interleave(loop, bad, paging)
@@ -59,7 +59,9 @@ def test_garbage_does_not_stop_replay_or_change_other_runs(tmp_path):
     assert done.stdout == clean.stdout  # the same commands, byte for byte
     letters = [orjson.loads(x) for x in done.stderr.splitlines()]
     assert len(letters) == len(bad)
-    assert {tuple(sorted(x)) for x in letters} == {("error", "offset", "partition", "raw", "topic")}
+    assert {tuple(sorted(x)) for x in letters} == {("error", "offset", "partition", "raw",
+                                                   "raw_digest", "raw_size", "raw_truncated", "topic")}
+    assert letters[3]["raw_truncated"] and letters[3]["raw_size"] == len(bad[3])
     assert [x["offset"] for x in letters] == [dirty.index(b) for b in bad]
     assert "over the limit" in letters[3]["error"] and "deeper than 1024" in letters[4]["error"]
 

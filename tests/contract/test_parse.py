@@ -5,10 +5,11 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from stallwatch.contract.envelope import envelope
 from stallwatch.contract.parse import InvalidEvent, parse_event
 
-GOOD = {"v": 1, "type": "call_proposed", "event_id": "e1", "run_id": "r1", "ts": 1.5, "round": 1,
-        "call_id": "c1", "tool": "search", "args": {"q": "x"}}
+GOOD = envelope("call_proposed", "r1", "e1", 1.5, round=1, call_id="c1", tool="search",
+                args={"q": "x"})
 
 
 def error_of(raw: bytes) -> InvalidEvent:
@@ -45,8 +46,8 @@ def test_a_call_result_with_a_fingerprint_needs_empty_beside_it():
 
 
 def test_bad_policy_values_are_rejected_by_field():
-    raw = orjson.dumps({"v": 1, "type": "run_started", "event_id": "e", "run_id": "r", "ts": 0,
-                        "mode": "researcher", "policy": {"no_progress_threshold": 0}})
+    raw = orjson.dumps(envelope("run_started", "r", "e", 0, mode="researcher",
+                                policy={"no_progress_threshold": 0}))
     assert "policy.no_progress_threshold" in str(error_of(raw))
 
 
@@ -62,8 +63,8 @@ def test_a_result_present_as_null_differs_from_no_result():
 
 
 def test_run_started_is_validated_in_full():
-    raw = {"v": 1, "type": "run_started", "event_id": "e", "run_id": "r", "ts": 0, "mode": "chat",
-           "tools": [{"name": "wait", "repeat_exempt": True}], "policy": {"max_rounds": 9}}
+    raw = envelope("run_started", "r", "e", 0, mode="chat",
+                   tools=[{"name": "wait", "repeat_exempt": True}], policy={"max_rounds": 9})
     event = parse_event(orjson.dumps(raw))
     assert event["tools"][0]["repeat_exempt"] is True and event["policy"]["max_rounds"] == 9
     assert "`mode`: Input should be" in str(error_of(orjson.dumps({**raw, "mode": "bad"})))

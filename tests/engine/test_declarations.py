@@ -207,3 +207,16 @@ async def test_an_empty_item_list_is_new_whether_the_result_or_only_its_fingerpr
                 await run.end_round()
             return [run.stop, client.fleet.runs["r"].already_seen_streak]
     assert await loop(True) == await loop(False) == [None, 0]
+
+
+def test_a_facts_key_is_a_dotted_path_like_the_facts_path(run):
+    tools = [{"name": "search", "facts": {"path": "data.hits", "key": "doc.id"}}]
+    s = RunScript(tools=tools)
+    for r in range(8):  # the same documents, other scores and titles: already seen
+        s.round_of(("search", {"q": r}, {"data": {"hits": [
+            {"doc": {"id": "a", "title": f"t{r}"}, "score": r}]}}))
+    assert stops(run(s)) == [("no_new_facts", 6)]
+    paging = RunScript(tools=tools)
+    for r in range(8):
+        paging.round_of(("search", {"q": r}, {"data": {"hits": [{"doc": {"id": f"p{r}"}}]}}))
+    assert stops(run(paging)) == []

@@ -50,3 +50,23 @@ def test_replaying_the_same_log_twice_gives_identical_commands(runs):
         assert len(stops) <= 1
         if stops:
             assert {c.code for c in mine[stops[0] + 1:]} <= {"run_stopped"}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rounds, st.sampled_from([None, "read", "write"]))
+def test_coder_runs_replay_the_same_and_answer_every_call_once(plan, effect):
+    s = RunScript("coder-run", "coder", tools=[{"name": "search", "effect": effect}, {"name": "fetch"},
+                                               {"name": "wait", "repeat_exempt": True}],
+                  policy={"max_rounds": 10, "stall_nudge_at": 2, "stall_stop_at": 3})
+    for calls in plan:
+        s.start_round()
+        for tool, arg, status, result in calls:
+            s.call(tool, {"a": arg}, status=status, result={"r": result} if result else [])
+        s.end_round()
+    lines = s.lines()
+    first = [encode_command(c) for result in Fleet().replay(lines) for c in result]
+    assert first == [encode_command(c) for result in Fleet().replay(lines) for c in result]
+    commands = [c for result in Fleet().replay(lines) for c in result]
+    proposed = [e["call_id"] for e in s.events if e["type"] == "call_proposed"]
+    assert [c.call_id for c in commands if c.type == "verdict"] == proposed
+    assert sum(c.type == "stop" for c in commands) <= 1

@@ -139,7 +139,7 @@ def test_zero_results_of_any_shape_count_as_new(run):
             s.round_of(("search", {"q": f"{i}-{j}"}, empty))
     out = run(s)
     assert out.stops == []
-    assert out.fleet.runs["run-1"].fingerprints == set()
+    assert out.fleet.runs["run-1"].fingerprints == {}
 
 
 def test_a_locally_hashed_empty_result_is_new(run):
@@ -360,3 +360,12 @@ def test_round_ended_skipped_by_the_runtime_is_closed_by_the_next_round(run):
     s.start_round()
     out = run(s)
     assert [(x.code, x.round) for x in out.stops] == [("no_new_facts", 6)]
+
+
+def test_a_time_limit_stop_at_a_rounds_start_carries_that_round(run):
+    s = RunScript(policy={"time_limit_s": 10})
+    for i in range(5):
+        s.round_of(("search", {"q": i}, {"n": i}))
+    s.ts += 20
+    s.start_round()  # round 6's round_started is the late event
+    assert [(x.code, x.round) for x in run(s).stops] == [("time_limit", 6)]

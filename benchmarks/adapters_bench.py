@@ -1,0 +1,225 @@
+"""The framework adapters' overhead per tool call, in process (EmbeddedClient). Prints figures.
+
+For each framework, an agent driven by the framework's own scripted model (as in the tests)
+makes N tool calls, one per round: without any extension, with a no-op extension using the
+same hooks (what the framework charges for them), and with the stallwatch adapter. The model
+pages through a list, so every call is new: nothing is refused and nothing stops. Figures are
+per call: a run's CPU time divided by N, over R interleaved runs. The adapter's own cost is
+"stallwatch" minus "no-op hooks" (the median over pairs of runs); it includes the client and
+the engine, whose cost alone is one round of the bare client (start_round, propose, result,
+end_round), printed first beside a plain call of the same tool.
+
+    python benchmarks/adapters_bench.py [--calls 20] [--repeat 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import dataclasses
+from typing import Any
+
+from agents import (
+    Agent,
+    RunHooks,
+    Runner,
+    ToolGuardrailFunctionOutput,
+    ToolInputGuardrail,
+    ToolOutputGuardrail,
+)
+from langchain.agents.middleware import AgentMiddleware
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.usage import UsageLimits
+
+from stallwatch.adapters.langchain import StallwatchMiddleware, StallwatchState
+from stallwatch.adapters.openai_agents import StallwatchRun
+from stallwatch.adapters.pydantic_ai import Stallwatch
+from stallwatch.client import EmbeddedClient
+from tests.adapters import langchain_model, openai_agents_model, pydantic_ai_model, scripts
+
+# Rounds beyond the default limit of 40: the benchmark's runs must never be stopped.
+POLICY = {"max_rounds": 1_000_000}
+
+
+async def timed(once: Callable[[], Awaitable[None]]) -> float:
+    """CPU time of this process: what other processes on a shared machine do is not counted."""
+    start = time.process_time()
+    await once()
+    return time.process_time() - start
+
+
+async def best_of(repeat: int, once: Callable[[], Awaitable[None]]) -> float:
+    return min([await timed(once) for _ in range(repeat)])
+
+
+async def each_variant(repeat: int, run: Callable[[int, str], Awaitable[None]], calls: int
+                       ) -> list[list[float]]:
+    """`repeat` runs of each variant, interleaved so that the load of a shared machine falls on
+    all alike."""
+    times: list[list[float]] = [[], [], []]
+    for _ in range(repeat):
+        for i, variant in enumerate(VARIANTS):
+            times[i].append(await timed(lambda variant=variant: run(calls, variant)))
+    return times
+
+
+VARIANTS = ("none", "noop", "stallwatch")
+
+
+# -- no-op extensions with the adapters' hooks -----------------------------------------------------
+
+class NoopMiddleware(AgentMiddleware):
+    state_schema = StallwatchState
+
+    async def abefore_agent(self, state: Any, runtime: Any) -> dict[str, Any]:
+        return {"stallwatch_run_id": "noop"}
+
+    async def aafter_agent(self, state: Any, runtime: Any) -> None:
+        return None
+
+    async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+        return await handler(request)
+
+    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+        return await handler(request)
+
+
+class NoopHooks(RunHooks[Any]):
+    async def on_llm_start(self, *args: Any) -> None:
+        return None
+
+    async def on_llm_end(self, *args: Any) -> None:
+        return None
+
+    async def on_agent_end(self, *args: Any) -> None:
+        return None
+
+
+def noop_agent(agent: Agent[Any]) -> Agent[Any]:
+    allow = ToolGuardrailFunctionOutput.allow()
+    guard_in = ToolInputGuardrail(lambda data: allow, name="noop")
+    guard_out = ToolOutputGuardrail(lambda data: allow, name="noop")
+
+    async def enabled(ctx: Any, agent: Any) -> bool:
+        return True
+
+    async def instructions(ctx: Any, agent: Any) -> str:
+        return base
+
+    base = agent.instructions
+    tools = [dataclasses.replace(t, is_enabled=enabled, tool_input_guardrails=[guard_in],
+                                 tool_output_guardrails=[guard_out]) for t in agent.tools]
+    return agent.clone(tools=tools, instructions=instructions)
+
+
+class NoopCapability(AbstractCapability[Any]):
+    def get_instructions(self) -> Any:
+        return lambda ctx: ""
+
+    async def wrap_run(self, ctx: Any, *, handler: Any) -> Any:
+        return await handler()
+
+    async def wrap_node_run(self, ctx: Any, *, node: Any, handler: Any) -> Any:
+        return await handler(node)
+
+    async def prepare_tools(self, ctx: Any, tool_defs: Any) -> Any:
+        return tool_defs
+
+    async def wrap_model_request(self, ctx: Any, *, request_context: Any, handler: Any) -> Any:
+        return await handler(request_context)
+
+    async def wrap_tool_execute(self, ctx: Any, *, call: Any, tool_def: Any, args: Any, handler: Any) -> Any:
+        return await handler(args)
+
+
+async def langchain_run(calls: int, variant: str) -> None:
+    script, tools = scripts.paging(calls), scripts.Tools()
+    async with EmbeddedClient() as client:
+        middleware = {"none": None, "noop": NoopMiddleware(),
+                      "stallwatch": StallwatchMiddleware(client, policy=POLICY)}[variant]
+        agent = langchain_model.agent_for(script, tools, middleware)
+        await agent.ainvoke({"messages": [{"role": "user", "content": "go"}]},
+                            {"recursion_limit": 3 * calls + 10})
+    assert tools.ran["list_page"] == calls
+
+
+async def openai_agents_run(calls: int, variant: str) -> None:
+    script, tools = scripts.paging(calls), scripts.Tools()
+    agent = openai_agents_model.agent_for(script, tools, steps=calls + 1)
+    async with EmbeddedClient() as client:
+        if variant == "stallwatch":
+            watch = StallwatchRun(client, policy=POLICY)
+            await Runner.run(watch.agent(agent), "go", hooks=watch, max_turns=calls + 5)
+        elif variant == "noop":
+            await Runner.run(noop_agent(agent), "go", hooks=NoopHooks(), max_turns=calls + 5)
+        else:
+            await Runner.run(agent, "go", max_turns=calls + 5)
+    assert tools.ran["list_page"] == calls
+
+
+async def pydantic_ai_run(calls: int, variant: str) -> None:
+    script, tools = scripts.paging(calls), scripts.Tools()
+    async with EmbeddedClient() as client:
+        capability = {"none": None, "noop": NoopCapability(),
+                      "stallwatch": Stallwatch(client, policy=POLICY)}[variant]
+        await pydantic_ai_model.agent_for(script, tools, capability).run(
+            "go", usage_limits=UsageLimits(request_limit=calls + 5))
+    assert tools.ran["list_page"] == calls
+
+
+async def bare_client_round(calls: int) -> None:
+    tools = scripts.Tools()
+    async with EmbeddedClient() as client:
+        run = await client.start_run("bench", "researcher", [{"name": "list_page"}], POLICY)
+        for page in range(1, calls + 1):
+            await run.start_round()
+            call_id, _ = await run.propose("list_page", {"page": page})
+            await run.result(call_id, "list_page", "ok", tools.list_page(page))
+            await run.end_round()
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # Short runs: every framework's cost per model call grows with the history, which would
+    # bury the adapter's cost in the framework's.
+    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=30)
+    args = parser.parse_args()
+    n, r = args.calls, args.repeat
+    us = 1e6 / n
+
+    tools = scripts.Tools()
+    plain_calls = 10_000  # enough calls for the clock: a single one takes a few µs
+    start = time.process_time()
+    for page in range(plain_calls):
+        tools.list_page(page)
+    plain_us = (time.process_time() - start) * 1e6 / plain_calls
+    print(f"plain call of the tool:                 {plain_us:8.1f} µs")
+    client_s = await best_of(r, lambda: bare_client_round(n))
+    print(f"bare EmbeddedClient, one round, 1 call: {client_s * us:8.1f} µs\n")
+    print(f"{'µs per call':<16}{'framework':>12}{'no-op hooks':>13}{'stallwatch':>12}"
+          f"{'adapter':>10}{'of which glue':>15}")
+    for name, run in (("langchain", langchain_run), ("openai-agents", openai_agents_run),
+                      ("pydantic-ai", pydantic_ai_run)):
+        plain, noop, guarded = await each_variant(r, run, n)
+        # The adapter's cost: the median of the differences of runs made one after the other,
+        # which a drifting load on the machine shifts less than it shifts the minima.
+        adapter = statistics.median(g - o for g, o in zip(guarded, noop, strict=True))
+        print(f"{name:<16}{min(plain) * us:12.1f}{min(noop) * us:13.1f}{min(guarded) * us:12.1f}"
+              f"{adapter * us:10.1f}{(adapter - client_s) * us:15.1f}")
+    print("\nframework, no-op hooks, stallwatch: best run; adapter: median of (stallwatch - no-op"
+          " hooks) over paired runs; glue = adapter - bare client round")
+    print(f"\n{n} calls per run, {r} runs each, CPU time of this process (in process, no"
+          " broker); a shared machine: indicative figures.")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

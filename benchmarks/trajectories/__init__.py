@@ -1,0 +1,1 @@
+"""Public SWE-bench agent trajectories, converted to stallwatch events and replayed."""

@@ -1,0 +1,89 @@
+"""Which shell commands only read the workspace: the effect a converter declares for them."""
+
+# The rule: a command reads when every part of it (split at `&&`, `||`, `;`, `|`, `&`, newlines)
+# runs a program from READ_ONLY, with none of that program's writing options, and nothing is
+# redirected into a file. Anything else (running code or tests, installs, `sed -i`, heredocs,
+# command substitution, a line that does not parse) is `unknown`: coder mode never refuses an
+# unknown-effect call as a duplicate, so every doubt leans toward "keep going". In a persistent
+# shell (one session for the whole run, as in OpenHands and SWE-agent) `cd` changes what later
+# commands see, so there a command with a `cd` is `unknown` too; mini-swe-agent runs every
+# command in a fresh shell, where `cd` only matters inside the command.
+
+from __future__ import annotations
+
+import shlex
+
+from benchmarks.trajectories.runlog import Effect
+
+# Programs that read files or print state and never change the workspace (with the
+# exceptions in _WRITING_OPTIONS). Declaring a writer here would let a re-run after its
+# own change be refused as a duplicate, so the list stays short and plain.
+READ_ONLY = frozenset({
+    "cat", "ls", "grep", "egrep", "fgrep", "rg", "find", "head", "tail", "sed", "nl", "wc", "pwd",
+    "echo", "printf", "tree", "file", "stat", "which", "type", "du", "diff", "cmp", "awk", "sort",
+    "uniq", "cut", "tr", "column", "realpath", "dirname", "basename", "printenv", "true", "cd",
+    "xxd", "od", "hexdump", "jq", "test", "[", "git", "xargs",
+})
+# Options that make an otherwise reading program write (in place edits, find's actions,
+# sort's output file): such a call is `unknown`.
+_WRITING_OPTIONS = {
+    "sed": ("-i", "--in-place"),
+    "awk": ("-i", "inplace"),
+    "find": ("-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprintf", "-fls"),
+    "sort": ("-o", "--output"),
+}
+# git subcommands that only read the repository.
+_GIT_READS = frozenset({"diff", "status", "log", "show", "grep", "blame", "ls-files", "rev-parse",
+                        "shortlog", "describe", "cat-file", "ls-tree"})
+_SEPARATORS = frozenset({"&&", "||", ";", "|", "&", "(", ")", ";;", "|&"})
+# Redirection targets that write nothing to the workspace.
+_HARMLESS_TARGETS = frozenset({"/dev/null", "&1", "&2", "1", "2"})
+
+
+def shell_effect(command: str, persistent: bool = False) -> Effect:
+    """`read` when the whole command only reads (see the module docstring), else `unknown`.
+    `persistent`: the shell session outlives the command, so a `cd` changes the session."""
+    if "$(" in command or "`" in command or "<<" in command:
+        return "unknown"
+    try:
+        lexer = shlex.shlex(command.replace("\n", " ; "), posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        tokens = list(lexer)
+    except ValueError:  # unbalanced quotes: cannot tell
+        return "unknown"
+    if persistent and "cd" in tokens:
+        return "unknown"
+    segment: list[str] = []
+    for i, token in enumerate(tokens):
+        if token in _SEPARATORS:
+            if not _reads(segment):
+                return "unknown"
+            segment = []
+        elif token.startswith(">") or token in ("&>", "&>>"):
+            target = tokens[i + 1] if i + 1 < len(tokens) else ""
+            if target not in _HARMLESS_TARGETS and not (token == ">&" and target.isdigit()):
+                return "unknown"
+            segment.append("\x00")  # marks the redirection so its target is not an argument
+        else:
+            segment.append(token)
+    return "read" if _reads(segment) else "unknown"
+
+
+def _reads(words: list[str]) -> bool:
+    """One simple command: a reading program with no writing option. Empty parts read."""
+    words = [w for w in words if w != "\x00"]
+    while words and "=" in words[0] and not words[0].startswith("="):
+        words = words[1:]  # VAR=value prefixes
+    if not words:
+        return True
+    program, args = words[0].rsplit("/", 1)[-1], words[1:]
+    if program not in READ_ONLY:
+        return False
+    if program == "git":
+        sub = next((a for a in args if not a.startswith("-")), "")
+        return sub in _GIT_READS
+    if program == "xargs":
+        rest = [a for a in args if not a.startswith("-")]
+        return bool(rest) and _reads(rest)
+    writing = _WRITING_OPTIONS.get(program, ())
+    return not any(a == opt or a.startswith(opt) for a in args for opt in writing)

@@ -1,0 +1,1 @@
+"""Framework adapters: each module (`stallwatch.adapters.langchain`, ...) imports only its framework."""

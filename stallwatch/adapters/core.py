@@ -1,0 +1,183 @@
+"""What every framework adapter does with a run: rounds, proposals, results, nudges and the stop."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Coroutine, Iterable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from pydantic_core import to_jsonable_python
+
+from stallwatch.client.run import CallDecision, Client, Run
+from stallwatch.client.sync import SyncClient
+from stallwatch.contract.commands import Stop
+
+T = TypeVar("T")
+
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """How an adapter starts its runs: the mode, the tools' declarations, the policy.
+
+    `tools` are contract tool entries (`{"name": ..., "repeat_exempt": True}`, `volatile_fields`,
+    `facts`) for the tools that declare something; every other tool is listed by name only.
+    """
+
+    mode: str = "researcher"
+    tools: tuple[dict[str, Any], ...] = ()
+    policy: dict[str, Any] | None = None
+    run_id_prefix: str = "run"
+    tell_rules: bool = True  # append the run's rules to the model's instructions
+
+    def tool_entries(self, names: Iterable[str]) -> list[dict[str, Any]]:
+        declared = {t["name"]: t for t in self.tools}
+        return [*self.tools, *({"name": n} for n in dict.fromkeys(names) if n not in declared)]
+
+    def new_run_id(self) -> str:
+        return f"{self.run_id_prefix}-{uuid.uuid4().hex[:16]}"
+
+
+class Bridge:
+    """How a framework's hooks reach the client: on its own loop, or through a SyncClient's."""
+
+    def __init__(self, client: Client | SyncClient) -> None:
+        self.client = client
+        self.sync = client if isinstance(client, SyncClient) else None
+
+    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """From an async hook: the SyncClient's loop is another loop, so wait on its future."""
+        if self.sync is None:
+            return await coro
+        return await asyncio.wrap_future(self.sync.submit(coro))
+
+    def run_blocking(self, coro: Coroutine[Any, Any, T]) -> T:
+        """From a sync hook (a framework invoked without asyncio): needs a SyncClient."""
+        if self.sync is None:
+            coro.close()
+            raise TypeError("a synchronous agent call needs stallwatch.client.SyncClient; "
+                            "an asyncio client serves only the framework's async calls")
+        return self.sync.call(coro)
+
+    @property
+    def async_client(self) -> Client:
+        return self.sync.client if self.sync is not None else self.client  # type: ignore[return-value]
+
+
+@dataclass
+class ModelTurn:
+    """What the next model call may do, and the words it gets from stallwatch."""
+
+    stop: Stop | None
+    notes: list[str] = field(default_factory=list)  # nudges, then the stop's reason
+
+    @property
+    def tools_allowed(self) -> bool:
+        return self.stop is None
+
+    @property
+    def end_turn(self) -> bool:
+        """The stop ends the turn: the model is not called again."""
+        return self.stop is not None and self.stop.action == "end_turn"
+
+
+class Guard:
+    """One agent run seen through a framework's hooks. Its coroutines run on the client's loop.
+
+    A round is one model call plus the tool calls in its response: it opens when the model is
+    called and closes when the next model call begins (or an adapter knows every call is done),
+    or when the run finishes.
+    """
+
+    def __init__(self, client: Client, spec: RunSpec, run_id: str | None = None) -> None:
+        self.client = client
+        self.spec = spec
+        self.run_id = run_id or spec.new_run_id()
+        self.run: Run | None = None
+        self._round_open = False
+        self._nudges_shown = 0
+        self._finished = False
+        self._rules = ""
+
+    @property
+    def stop(self) -> Stop | None:
+        return self.run.stop if self.run is not None else None
+
+    def rules(self) -> str:
+        """The run's rules for the model's instructions ("" before the run starts or when off)."""
+        return self._rules
+
+    async def start(self, tool_names: Iterable[str] = ()) -> None:
+        """Publish run_started once; later calls do nothing."""
+        if self.run is None:
+            self.run = await self.client.start_run(self.run_id, self.spec.mode,
+                                                   self.spec.tool_entries(tool_names),
+                                                   self.spec.policy)
+            self._rules = self.run.system_prompt() if self.spec.tell_rules else ""
+
+    async def begin_model_call(self, tool_names: Iterable[str] = ()) -> ModelTurn:
+        """Before a model call: close the open round, then open this call's round unless stopped."""
+        await self.start(tool_names)
+        await self.end_round()
+        run = self.run
+        assert run is not None
+        notes = [n.reason for n in run.nudges[self._nudges_shown:]]
+        self._nudges_shown = len(run.nudges)
+        if run.stop is not None:
+            return ModelTurn(run.stop, [*notes, run.stop.reason])
+        await run.start_round()
+        self._round_open = True
+        return ModelTurn(None, notes)
+
+    async def end_round(self) -> None:
+        if self._round_open and self.run is not None:
+            self._round_open = False
+            await self.run.end_round()
+
+    async def propose(self, tool: str, args: Any) -> tuple[str, CallDecision]:
+        """Ask before a call runs; returns (call_id, decision). Call ids are stallwatch's own,
+        since scripted and some real models reuse theirs."""
+        await self.start([tool])
+        assert self.run is not None
+        return await self.run.propose(tool, _jsonable(args))
+
+    async def report(self, call_id: str, tool: str, ok: bool, result: Any) -> None:
+        """A call's result; only its fingerprint leaves the runtime."""
+        assert self.run is not None
+        try:
+            await self.run.result(call_id, tool, "ok" if ok else "error", _jsonable(result))
+        except ValueError:  # cannot be put in canonical JSON: report no content, which counts as new
+            await self.run.result(call_id, tool, "ok" if ok else "error", None)
+
+    async def finish(self, reason: str | None = None) -> None:
+        """Close the open round and end the run; forget it so memory stays bounded. Idempotent."""
+        if self._finished or self.run is None:
+            return
+        self._finished = True
+        await self.end_round()
+        await self.run.end(reason)
+        self.client.forget(self.run_id)
+
+
+def _jsonable(value: Any) -> Any:
+    """Framework objects (pydantic models, dataclasses, messages) as JSON values for hashing."""
+    if isinstance(value, _JSON_SCALARS):
+        return value
+    return to_jsonable_python(value, fallback=repr)  # repr: an unknown object still hashes (as new)
+
+
+def refusal_text(decision: CallDecision) -> str:
+    """What the model sees in place of a refused call's result."""
+    return f"stallwatch: {decision.reason}"
+
+
+def instructions_text(base: str | None, rules: str, notes: list[str]) -> str | None:
+    """The model's instructions with the run's rules and this call's words appended."""
+    extra = [rules] if rules else []
+    extra += [f"stallwatch: {note}" for note in notes]
+    if not extra:
+        return base
+    return "\n\n".join([base, *extra] if base else extra)

@@ -1,0 +1,166 @@
+"""LangChain v1 agents (`create_agent`): stallwatch as an `AgentMiddleware`."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Annotated, Any, NotRequired
+
+from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+from langchain.agents.middleware.types import PrivateStateAttr
+from langchain_core.messages import AIMessage, SystemMessage, ToolMessage
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
+
+from stallwatch.adapters.core import Bridge, Guard, ModelTurn, RunSpec, instructions_text, refusal_text
+from stallwatch.client.run import Client
+from stallwatch.client.sync import SyncClient
+
+RUN_KEY = "stallwatch_run_id"
+
+
+class StallwatchState(AgentState):
+    """The agent's state plus the id of the stallwatch run of this invocation (private)."""
+
+    stallwatch_run_id: NotRequired[Annotated[str | None, PrivateStateAttr]]
+
+
+class StallwatchMiddleware(AgentMiddleware[StallwatchState]):
+    """One stallwatch run per agent invocation; a round per model call; each tool call proposed
+    before it runs. A refusal becomes the tool's message; a nudge goes into the next model
+    call's system message; after a stop the model is called without tools (`answer_without_tools`)
+    or not at all (`end_turn`: the stop's words are the agent's last message).
+
+    `client`: an asyncio client serves `ainvoke`/`astream`; a SyncClient serves both those and
+    `invoke`/`stream`. A run whose agent raises is not ended (LangChain has no error hook for
+    middleware): the worker's idle timeout ends it, or `EmbeddedClient.forget` drops it.
+    """
+
+    state_schema = StallwatchState
+
+    def __init__(self, client: Client | SyncClient, *, mode: str = "researcher",
+                 tools: Iterable[dict[str, Any]] = (), policy: dict[str, Any] | None = None,
+                 run_id_prefix: str = "langchain", tell_rules: bool = True) -> None:
+        super().__init__()
+        self.bridge = Bridge(client)
+        self.spec = RunSpec(mode, tuple(tools), policy, run_id_prefix, tell_rules)
+        self.guards: dict[str, Guard] = {}  # live runs by id; the id travels in the agent's state
+
+    # -- the run: one per invocation ------------------------------------------------------------
+
+    def _begin(self) -> dict[str, Any]:
+        guard = Guard(self.bridge.async_client, self.spec)
+        self.guards[guard.run_id] = guard
+        return {RUN_KEY: guard.run_id}
+
+    def before_agent(self, state: StallwatchState, runtime: Any) -> dict[str, Any]:
+        return self._begin()
+
+    async def abefore_agent(self, state: StallwatchState, runtime: Any) -> dict[str, Any]:
+        return self._begin()
+
+    def after_agent(self, state: StallwatchState, runtime: Any) -> None:
+        guard = self.guards.pop(state.get(RUN_KEY) or "", None)
+        if guard is not None:
+            self.bridge.run_blocking(guard.finish("answered"))
+
+    async def aafter_agent(self, state: StallwatchState, runtime: Any) -> None:
+        guard = self.guards.pop(state.get(RUN_KEY) or "", None)
+        if guard is not None:
+            await self.bridge.run(guard.finish("answered"))
+
+    # -- rounds: one per model call ---------------------------------------------------------------
+
+    def wrap_model_call(self, request: ModelRequest,
+                        handler: Callable[[ModelRequest], ModelResponse]) -> ModelResponse | AIMessage:
+        guard = self.guards.get(request.state.get(RUN_KEY) or "")
+        if guard is None:
+            return handler(request)
+        turn = self.bridge.run_blocking(guard.begin_model_call(_tool_names(request)))
+        if turn.end_turn:
+            return AIMessage(content=turn.stop.reason)  # type: ignore[union-attr]
+        return handler(_shaped(request, guard, turn))
+
+    async def awrap_model_call(self, request: ModelRequest,
+                               handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
+                               ) -> ModelResponse | AIMessage:
+        guard = self.guards.get(request.state.get(RUN_KEY) or "")
+        if guard is None:
+            return await handler(request)
+        turn = await self.bridge.run(guard.begin_model_call(_tool_names(request)))
+        if turn.end_turn:
+            return AIMessage(content=turn.stop.reason)  # type: ignore[union-attr]
+        return await handler(_shaped(request, guard, turn))
+
+    # -- tool calls: proposed before they run -----------------------------------------------------
+
+    def wrap_tool_call(self, request: ToolCallRequest,
+                       handler: Callable[[ToolCallRequest], ToolMessage | Command]) -> ToolMessage | Command:
+        guard = self.guards.get(request.state.get(RUN_KEY) or "")
+        if guard is None:
+            return handler(request)
+        call = request.tool_call
+        call_id, decision = self.bridge.run_blocking(guard.propose(call["name"], call["args"]))
+        if not decision.allowed:
+            return _refused(request, refusal_text(decision))
+        try:
+            out = handler(request)
+        except Exception:
+            self.bridge.run_blocking(guard.report(call_id, call["name"], False, None))
+            raise
+        self.bridge.run_blocking(guard.report(call_id, call["name"], *_outcome(out)))
+        return out
+
+    async def awrap_tool_call(self, request: ToolCallRequest,
+                              handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command]]
+                              ) -> ToolMessage | Command:
+        guard = self.guards.get(request.state.get(RUN_KEY) or "")
+        if guard is None:
+            return await handler(request)
+        call = request.tool_call
+        call_id, decision = await self.bridge.run(guard.propose(call["name"], call["args"]))
+        if not decision.allowed:
+            return _refused(request, refusal_text(decision))
+        try:
+            out = await handler(request)
+        except Exception:
+            await self.bridge.run(guard.report(call_id, call["name"], False, None))
+            raise
+        await self.bridge.run(guard.report(call_id, call["name"], *_outcome(out)))
+        return out
+
+
+def _tool_names(request: ModelRequest) -> list[str]:
+    return [str(t.get("name", "")) if isinstance(t, dict) else t.name for t in request.tools]
+
+
+def _shaped(request: ModelRequest, guard: Guard, turn: ModelTurn) -> ModelRequest:
+    """The request with the rules and this call's words in the system message; no tools after
+    a stop, so the model answers from what it gathered."""
+    extra = instructions_text(None, guard.rules(), turn.notes)
+    changes: dict[str, Any] = {}
+    if extra:
+        changes["system_message"] = _appended(request.system_message, extra)
+    if not turn.tools_allowed:
+        changes.update(tools=[], tool_choice=None)
+    return request.override(**changes) if changes else request
+
+
+def _appended(system: SystemMessage | None, extra: str) -> SystemMessage:
+    """The system message with stallwatch's text after it; content blocks (cache markers) kept."""
+    if system is None or not system.content:
+        return SystemMessage(content=extra)
+    if isinstance(system.content, str):
+        return SystemMessage(content=f"{system.content}\n\n{extra}")
+    return SystemMessage(content=[*system.content, {"type": "text", "text": extra}])
+
+
+def _refused(request: ToolCallRequest, text: str) -> ToolMessage:
+    call = request.tool_call
+    return ToolMessage(content=text, tool_call_id=call["id"], name=call["name"], status="error")
+
+
+def _outcome(out: ToolMessage | Command) -> tuple[bool, Any]:
+    """(ok, content) of a tool's answer; a Command (a state update) reports no content."""
+    if isinstance(out, ToolMessage):
+        return out.status != "error", out.content
+    return True, None

@@ -1,0 +1,43 @@
+"""The shell read-only rule: plain reads read; anything that may write is unknown."""
+
+import pytest
+
+from benchmarks.trajectories.shell import shell_effect
+
+
+@pytest.mark.parametrize("command", [
+    "cat django/forms/fields.py",
+    "ls -la && grep -rn 'def clean' django/forms | head -20",
+    "sed -n '100,140p' src/module.py",
+    "nl -ba x.py | sed -n '10,20p'",
+    "find . -name '*.py' | xargs grep -l Validator",
+    "cd /testbed && git status && git diff",
+    "grep foo x.py 2>&1 | tail -5",
+    "ls missing 2>/dev/null",
+])
+def test_reading_commands_read(command):
+    assert shell_effect(command) == "read"
+
+
+@pytest.mark.parametrize("command", [
+    "python reproduce.py",
+    "python -m pytest tests/test_x.py -q",
+    "sed -i 's/a/b/' x.py",
+    "cat <<'EOF' > reproduce.py\nprint(1)\nEOF",
+    "echo 'x = 1' >> settings.py",
+    "git checkout django/forms/fields.py",
+    "find . -name '*.pyc' -delete",
+    "grep -l foo $(git ls-files)",
+    "rm reproduce.py",
+    "cat x.py | python -c 'import sys'",
+    "echo 'unbalanced",
+    "sort -o out.txt in.txt",
+])
+def test_commands_that_may_write_are_unknown(command):
+    assert shell_effect(command) == "unknown"
+
+
+def test_cd_changes_a_persistent_session():
+    assert shell_effect("cd src && ls") == "read"  # a fresh shell per command: cd stays inside
+    assert shell_effect("cd src && ls", persistent=True) == "unknown"
+    assert shell_effect("ls src", persistent=True) == "read"

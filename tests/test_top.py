@@ -1,0 +1,28 @@
+"""`stallwatch top`'s tally of commands, without a broker (tests/streams reads a real topic)."""
+
+from __future__ import annotations
+
+import io
+
+from stallwatch.contract.commands import encode_command
+from stallwatch.engine.fleet import Fleet
+from stallwatch.top import Tally
+from tests.script import RunScript
+
+
+def test_top_counts_coder_stalls_new_codes_and_workspace_versions():
+    s = RunScript("coding", "coder", tools=[{"name": "bash"}], policy={"stall_stop_at": 4})
+    for n in range(4):
+        s.round_of(("bash", {"command": f"sed -i s/{n}/x/ a.py"}, ""),
+                   ("bash", {"command": "python repro.py"}, "Error"))
+    tally = Tally()
+    for result in Fleet().replay(s.lines()):
+        for command in result:
+            tally.add(encode_command(command))
+    out = io.StringIO()
+    tally.render(out)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "stops: 1   nudges: 1"
+    assert "  no_effect               1" in lines
+    assert "stopped for changes without effect: python repro.py 1" in lines
+    assert "coder runs: 1 stall nudges; workspace version at stop: 8, max 8" in lines
