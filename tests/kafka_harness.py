@@ -60,7 +60,7 @@ PRODUCE, HEARTBEAT, END_TXN = 0, 12, 26
 
 class CuttableLink:
     """A TCP proxy between clients and the broker's CUTTABLE listener (`deploy/kafka/kafka.sh`:
-    the broker listens on port+2 and advertises port+3, where this proxy listens). A worker
+    the broker listens on port+4 and advertises port+5, where this proxy listens). A worker
     bootstrapped on `bootstrap` reaches the broker only through here, so `cut()` is a network
     partition of that worker alone: nothing crosses either way, and bytes already sent are held,
     as TCP holds them while it retransmits, until `heal()` delivers them. With `drop=True` the cut
@@ -70,7 +70,7 @@ class CuttableLink:
 
     def __init__(self) -> None:
         port = int(os.environ.get("STALLWATCH_KAFKA_PORT", "9092"))
-        self.port, self.broker_port = port + 3, port + 2
+        self.port, self.broker_port = port + 5, port + 4
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.cut_seen = asyncio.Event()  # set when a cut begins
         self.last_heartbeat = 0.0  # monotonic time the last Heartbeat request went to the broker

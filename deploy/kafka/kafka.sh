@@ -7,11 +7,12 @@ root="$(cd "$here/../.." && pwd)"
 port="${STALLWATCH_KAFKA_PORT:-9092}"
 controller_port="${STALLWATCH_KAFKA_CONTROLLER_PORT:-$((port + 1))}"
 # A second listener that tests reach only through a proxy they can cut (tests/kafka_harness.py):
-# it listens on port+2 and tells clients to connect to port+3, where the proxy listens, so every
-# connection of a client bootstrapped on port+3 (metadata, fetches, transactions, heartbeats)
-# passes the proxy. Everything else uses the PLAINTEXT listener on the port itself.
-cuttable_port=$((port + 2))
-proxy_port=$((port + 3))
+# it listens on port+4 and tells clients to connect to port+5, where the proxy listens, so every
+# connection of a client bootstrapped on port+5 (metadata, fetches, transactions, heartbeats)
+# passes the proxy. Everything else uses the PLAINTEXT listener on the port itself. (port+2 and
+# port+3 are a second broker's, which tests/client/test_kafka_broker_away.py starts and stops.)
+cuttable_port=$((port + 4))
+proxy_port=$((port + 5))
 cache="${STALLWATCH_KAFKA_CACHE:-$root/.cache/kafka}"
 libs="$cache/libs"
 data="$root/.cache/kafka-data/$port"
