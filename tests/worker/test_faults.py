@@ -11,11 +11,12 @@ from aiokafka import AIOKafkaProducer
 
 from stallwatch.worker.health import STALLED_EXIT_CODE
 from tests.kafka_harness import (
+    END_TXN,
+    CuttableLink,
     WorkerProcess,
     by_run,
     collect,
     fresh_settings,
-    frozen_broker,
     kafka,
     produce,
     replay_commands,
@@ -100,21 +101,26 @@ async def test_a_worker_fenced_by_a_successor_exits_non_zero_and_loses_nothing()
 
 async def test_a_hung_worker_reports_itself_dead_then_exits():
     settings = fresh_settings(partitions=2)
-    worker = WorkerProcess(settings, "hung", env={"STALLWATCH_STALL_TIMEOUT_S": "3"})
-    try:
-        await wait_until_serving(settings)
-        assert worker.health("/health/live") == 200
-        producing = asyncio.create_task(produce(settings, interleave(mixed_fleet(60)),
-                                                pause_every=20, pause_s=0.02))
-        await asyncio.sleep(1)
-        statuses = []
-        with frozen_broker():  # a transaction in flight now waits on a broker that never answers
+    async with CuttableLink() as link:
+        worker = WorkerProcess(settings, "hung", env={"STALLWATCH_STALL_TIMEOUT_S": "3",
+                                                      "STALLWATCH_BOOTSTRAP": link.bootstrap})
+        try:
+            await wait_until_serving(settings)
+            assert worker.health("/health/live") == 200
+            producing = asyncio.create_task(produce(settings, interleave(mixed_fleet(60)),
+                                                    pause_every=20, pause_s=0.02))
+            # A commit held from the broker: the batch waits on an answer that never comes. (A
+            # frozen broker hung a batch only when one happened to be in flight at the freeze.)
+            link.cut_at(END_TXN)
+            await asyncio.wait_for(link.cut_seen.wait(), 15)
+            statuses = []
             deadline = time.monotonic() + 15
             while worker.alive() and time.monotonic() < deadline:
                 statuses.append(await asyncio.to_thread(worker.health, "/health/live"))
                 await asyncio.sleep(0.5)
-        assert 503 in statuses, statuses
-        assert worker.proc.wait(10) == STALLED_EXIT_CODE, worker.log_tail()
-        producing.cancel()
-    finally:
-        worker.stop()
+            assert 503 in statuses, statuses
+            code = await asyncio.to_thread(worker.proc.wait, 10)
+            assert code == STALLED_EXIT_CODE, worker.log_tail()
+            producing.cancel()
+        finally:
+            await asyncio.to_thread(worker.stop)
