@@ -20,6 +20,7 @@ from pathlib import Path
 import orjson
 
 from stallwatch.contract.commands import encode_command
+from stallwatch.engine.canonical import derive_secret
 from stallwatch.engine.fleet import Fleet, Rejected
 
 HERE = Path(__file__).parent
@@ -42,9 +43,9 @@ def parse_only(lines: list[bytes]) -> None:
         loads(line)
 
 
-def full_replay(lines: list[bytes]) -> tuple[int, int]:
+def full_replay(lines: list[bytes], secret: bytes | None = None) -> tuple[int, int]:
     commands = rejected = 0
-    for result in Fleet().replay(lines):
+    for result in Fleet(secret=secret).replay(lines):
         if isinstance(result, Rejected):
             rejected += 1
         else:
@@ -69,7 +70,7 @@ def state_sizes(lines: list[bytes]) -> None:
         (len(s.to_bytes()) - len(_without_fingerprints(s))) / len(s.fingerprints) for s in with_fps)
     print(f"live researcher runs            {len(live):>12,}")
     print(f"fingerprints held               {held:>12,}")
-    print(f"memory per fingerprint held     {memory / held:>12.0f} bytes (set slot + 16-byte digest)")
+    print(f"memory per fingerprint held     {memory / held:>12.0f} bytes (dict slot + 16-byte digest)")
     print(f"serialised per fingerprint      {per_fp_wire:>12.0f} bytes (in the changelog)")
     print(f"serialised run state, median    {statistics.median(serialised):>12,.0f} bytes "
           f"(p90 {serialised[len(serialised) * 9 // 10]:,}, max {serialised[-1]:,})")
@@ -77,7 +78,7 @@ def state_sizes(lines: list[bytes]) -> None:
 
 def _without_fingerprints(state) -> bytes:
     saved = state.fingerprints
-    state.fingerprints = set()
+    state.fingerprints = {}
     try:
         return state.to_bytes()
     finally:
@@ -88,7 +89,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--log", default=str(HERE / "data" / "fleet.jsonl"))
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--keyed", action="store_true",
+                        help="key every digest, as STALLWATCH_FINGERPRINT_KEY does")
     args = parser.parse_args()
+    secret = derive_secret("benchmark fingerprint key") if args.keyed else None
     log = Path(args.log)
     if not log.exists():
         subprocess.run([sys.executable, str(HERE / "fleet_log.py"), "--out", str(log)], check=True)
@@ -98,11 +102,12 @@ def main() -> None:
           f"mean {size / len(lines):.0f} bytes/event")
     commands, rejected = full_replay(lines[:1000])
     parse_s = best_of(args.repeat, lambda: parse_only(lines))
-    replay_s = best_of(args.repeat, lambda: full_replay(lines))
-    commands, rejected = full_replay(lines)
+    replay_s = best_of(args.repeat, lambda: full_replay(lines, secret))
+    commands, rejected = full_replay(lines, secret)
     print(f"commands {commands:,}, dead letters {rejected:,}")
     print(f"parse only (orjson.loads)       {len(lines) / parse_s:>12,.0f} events/s")
-    print(f"replay (parse+validate+detect)  {len(lines) / replay_s:>12,.0f} events/s")
+    print(f"replay (parse+validate+detect)  {len(lines) / replay_s:>12,.0f} events/s"
+          f"{' (keyed digests)' if secret else ''}")
     print(f"replay / parse-only time        {replay_s / parse_s:>12.2f} x (target <= 3)")
     state_sizes(lines[: len(lines) // 3])
 

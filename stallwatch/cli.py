@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "replay":
         from stallwatch.replay import main as replay_main
 
-        return replay_main(args.file, settings.admin_policy())
+        return replay_main(args.file, settings.admin_policy(), settings.fingerprint_secret())
     if args.command == "explain":
         from stallwatch.explain import main as explain_main
 

@@ -29,9 +29,9 @@ from stallwatch.top import partitions_of
 
 
 def explain(run_id: str, lines: Iterable[bytes], out: TextIO,
-            admin_policy: AdminPolicy | None = None) -> bool:
+            admin_policy: AdminPolicy | None = None, secret: bytes | None = None) -> bool:
     """Write the run's timeline; False when the log has no event of that run."""
-    fleet = Fleet(admin_policy)
+    fleet = Fleet(admin_policy, secret=secret)
     calls: dict[str, str] = {}
     seen = False
     for line in lines:
@@ -135,11 +135,12 @@ async def explain_from_topic(run_id: str, settings: Settings, out: TextIO) -> bo
 def main(run_id: str, path: str | None, settings: Settings) -> int:
     if path is None:
         return 0 if asyncio.run(explain_from_topic(run_id, settings, sys.stdout)) else 1
-    return explain_file(run_id, path, settings.admin_policy())
+    return explain_file(run_id, path, settings.admin_policy(), settings.fingerprint_secret())
 
 
-def explain_file(run_id: str, path: str, admin_policy: AdminPolicy | None = None) -> int:
+def explain_file(run_id: str, path: str, admin_policy: AdminPolicy | None = None,
+                 secret: bytes | None = None) -> int:
     if path == "-":
-        return 0 if explain(run_id, sys.stdin.buffer, sys.stdout, admin_policy) else 1
+        return 0 if explain(run_id, sys.stdin.buffer, sys.stdout, admin_policy, secret) else 1
     with open(path, "rb") as source:
-        return 0 if explain(run_id, source, sys.stdout, admin_policy) else 1
+        return 0 if explain(run_id, source, sys.stdout, admin_policy, secret) else 1

@@ -11,9 +11,10 @@ from stallwatch.engine.fleet import Fleet, Rejected
 
 
 def replay(source: BinaryIO, out: BinaryIO, err: BinaryIO, name: str = "-",
-           admin_policy: AdminPolicy | None = None) -> tuple[int, int]:
-    """Write each command as a JSON line to `out`, each dead letter to `err`; returns counts."""
-    fleet = Fleet(admin_policy)
+           admin_policy: AdminPolicy | None = None, secret: bytes | None = None) -> tuple[int, int]:
+    """Write each command as a JSON line to `out`, each dead letter to `err`; returns counts.
+    `secret`: the fingerprint key the log's runtimes and workers used."""
+    fleet = Fleet(admin_policy, secret=secret)
     commands = rejected = 0
     write, write_err = out.write, err.write
     for result in fleet.replay(source, name):
@@ -29,10 +30,10 @@ def replay(source: BinaryIO, out: BinaryIO, err: BinaryIO, name: str = "-",
     return commands, rejected
 
 
-def main(path: str, admin_policy: AdminPolicy | None = None) -> int:
+def main(path: str, admin_policy: AdminPolicy | None = None, secret: bytes | None = None) -> int:
     if path == "-":
-        replay(sys.stdin.buffer, sys.stdout.buffer, sys.stderr.buffer, "-", admin_policy)
+        replay(sys.stdin.buffer, sys.stdout.buffer, sys.stderr.buffer, "-", admin_policy, secret)
     else:
         with open(path, "rb") as source:
-            replay(source, sys.stdout.buffer, sys.stderr.buffer, path, admin_policy)
+            replay(source, sys.stdout.buffer, sys.stderr.buffer, path, admin_policy, secret)
     return 0

@@ -4,13 +4,51 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from stallwatch.engine.admin_policy import AdminPolicy
+from stallwatch.engine.canonical import derive_secret
 
 
 def _env(name: str, default: str | None = None) -> str | None:
     value = os.environ.get(name)
     return value if value not in (None, "") else default
+
+
+def _number(name: str, default: float, kind: type, minimum: float, maximum: float | None = None) -> Any:
+    """A numeric variable; a bad value raises ValueError naming the variable."""
+    raw = _env(name)
+    if raw is None:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r}: expected {'an integer' if kind is int else 'a number'}") from None
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+        raise ValueError(f"{name}={raw!r}: must be {bound}")
+    return value
+
+
+def _flag(name: str) -> bool:
+    raw = (_env(name) or "false").lower()
+    if raw not in _FLAGS:
+        raise ValueError(f"{name}={raw!r}: expected true or false")
+    return _FLAGS[raw]
+
+
+def _fingerprint_key() -> str | None:
+    key = _env("STALLWATCH_FINGERPRINT_KEY")
+    if key is not None and len(key) < MIN_FINGERPRINT_KEY_CHARS:
+        raise ValueError(f"STALLWATCH_FINGERPRINT_KEY is {len(key)} characters: use at least "
+                         f"{MIN_FINGERPRINT_KEY_CHARS} (e.g. `openssl rand -hex 32`)")
+    return key
+
+
+_FLAGS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+_PORT_MAX = 65535
+# A key shorter than this is guessable: its fingerprints could be reversed like unkeyed ones.
+MIN_FINGERPRINT_KEY_CHARS = 16
 
 
 @dataclass(frozen=True)
@@ -27,7 +65,8 @@ class Settings:
     web_port: int = 6066
     # Address the health endpoints listen on: loopback unless a probe comes from elsewhere.
     web_bind: str = "127.0.0.1"
-    # Address /metrics listens on: all interfaces by default, so that Prometheus can scrape it.
+    # Address /metrics listens on: all interfaces by default, so that Prometheus can scrape it
+    # (the metrics hold counts only, no run ids and no content).
     metrics_bind: str = "0.0.0.0"
     # Replicas of every topic the worker creates, and the fewest in sync for a write to succeed:
     # right for a 3-broker cluster (one broker may be lost with no write refused); the local
@@ -48,6 +87,13 @@ class Settings:
     idle_timeout_s: float = 6 * 3600.0
     # How often (wall clock) a worker scans a partition for expired runs; the rule is event time.
     expiry_interval_s: float = 60.0
+    # The secret shared by runtimes and workers that keys every digest reaching Kafka or a
+    # state (result fingerprints, call signatures, fact digests), so that a fingerprint of a
+    # small value cannot be reversed by hashing guesses. Unset: unkeyed XXH3-128, as before
+    # (the risk and the rotation: docs/operations.md). At least 16 characters.
+    fingerprint_key: str | None = field(default=None, repr=False)
+    # The client sends `args_digest` in place of `args`: a call's arguments never leave it.
+    args_digest_only: bool = False
     # Kafka security, passed to the worker and the client alike.
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str | None = None
@@ -59,21 +105,28 @@ class Settings:
 
     @classmethod
     def from_env(cls) -> Settings:
+        replication = _number("STALLWATCH_REPLICATION_FACTOR", cls.replication_factor, int, 1)
+        min_insync = _number("STALLWATCH_MIN_INSYNC_REPLICAS", cls.min_insync_replicas, int, 1)
+        if min_insync > replication:
+            raise ValueError(f"STALLWATCH_MIN_INSYNC_REPLICAS={min_insync} is more than "
+                             f"STALLWATCH_REPLICATION_FACTOR={replication}: no write could succeed")
         return cls(
             bootstrap=_env("STALLWATCH_BOOTSTRAP", cls.bootstrap),
             topic_prefix=_env("STALLWATCH_TOPIC_PREFIX", cls.topic_prefix),
-            partitions=int(_env("STALLWATCH_PARTITIONS", str(cls.partitions))),
-            metrics_port=int(_env("STALLWATCH_METRICS_PORT", str(cls.metrics_port))),
-            web_port=int(_env("STALLWATCH_WEB_PORT", str(cls.web_port))),
+            partitions=_number("STALLWATCH_PARTITIONS", cls.partitions, int, 1),
+            metrics_port=_number("STALLWATCH_METRICS_PORT", cls.metrics_port, int, 0, _PORT_MAX),
+            web_port=_number("STALLWATCH_WEB_PORT", cls.web_port, int, 0, _PORT_MAX),
             web_bind=_env("STALLWATCH_WEB_BIND", cls.web_bind),
             metrics_bind=_env("STALLWATCH_METRICS_BIND", cls.metrics_bind),
-            replication_factor=int(_env("STALLWATCH_REPLICATION_FACTOR", str(cls.replication_factor))),
-            min_insync_replicas=int(_env("STALLWATCH_MIN_INSYNC_REPLICAS", str(cls.min_insync_replicas))),
-            stall_timeout_s=float(_env("STALLWATCH_STALL_TIMEOUT_S", str(cls.stall_timeout_s))),
+            replication_factor=replication,
+            min_insync_replicas=min_insync,
+            stall_timeout_s=_number("STALLWATCH_STALL_TIMEOUT_S", cls.stall_timeout_s, float, 0.1),
             instance_id=_env("STALLWATCH_INSTANCE_ID"),
             policy_file=_env("STALLWATCH_POLICY_FILE"),
-            idle_timeout_s=float(_env("STALLWATCH_IDLE_TIMEOUT_S", str(cls.idle_timeout_s))),
-            expiry_interval_s=float(_env("STALLWATCH_EXPIRY_INTERVAL_S", str(cls.expiry_interval_s))),
+            idle_timeout_s=_number("STALLWATCH_IDLE_TIMEOUT_S", cls.idle_timeout_s, float, 1.0),
+            expiry_interval_s=_number("STALLWATCH_EXPIRY_INTERVAL_S", cls.expiry_interval_s, float, 0.1),
+            fingerprint_key=_fingerprint_key(),
+            args_digest_only=_flag("STALLWATCH_ARGS_DIGEST_ONLY"),
             security_protocol=_env("STALLWATCH_SECURITY_PROTOCOL", cls.security_protocol),
             sasl_mechanism=_env("STALLWATCH_SASL_MECHANISM"),
             sasl_username=_env("STALLWATCH_SASL_USERNAME"),
@@ -103,6 +156,10 @@ class Settings:
     @property
     def group_id(self) -> str:
         return f"{self.topic_prefix}-detector"
+
+    def fingerprint_secret(self) -> bytes | None:
+        """The key of every digest, derived from `fingerprint_key`; None without one."""
+        return derive_secret(self.fingerprint_key) if self.fingerprint_key else None
 
     def admin_policy(self) -> AdminPolicy:
         return AdminPolicy.load(self.policy_file) if self.policy_file else AdminPolicy()

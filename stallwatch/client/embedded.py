@@ -9,6 +9,7 @@ from stallwatch.client.run import Client
 from stallwatch.contract.commands import Command
 from stallwatch.contract.parse import validate_event
 from stallwatch.engine.admin_policy import AdminPolicy
+from stallwatch.engine.canonical import derive_secret
 from stallwatch.engine.fleet import Fleet
 
 if TYPE_CHECKING:
@@ -21,10 +22,14 @@ class EmbeddedClient(Client):
     verdict_timeout_s = 1.0  # never reached: verdicts are delivered before `propose` waits
 
     def __init__(self, admin_policy: AdminPolicy | None = None,
-                 metrics: StallwatchMetrics | None = None) -> None:
-        """`metrics`: a `stallwatch.metrics.StallwatchMetrics` to keep the workers' counters."""
+                 metrics: StallwatchMetrics | None = None, fingerprint_key: str | None = None,
+                 args_digest_only: bool = False) -> None:
+        """`metrics`: a `stallwatch.metrics.StallwatchMetrics` to keep the workers' counters;
+        `fingerprint_key` keys every digest (as STALLWATCH_FINGERPRINT_KEY does for workers)."""
         super().__init__()
-        self.fleet = Fleet(admin_policy, metrics=metrics)
+        self.fingerprint_secret = derive_secret(fingerprint_key) if fingerprint_key else None
+        self.args_digest_only = args_digest_only
+        self.fleet = Fleet(admin_policy, metrics=metrics, secret=self.fingerprint_secret)
         # A run's events, applied at once. A Run builds them conforming to the contract (it
         # checks the arguments they are made of), so they skip validation, which would cost a
         # sixth of a call's time in-process; run_started, with the caller's tools, goes

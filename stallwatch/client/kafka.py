@@ -1,4 +1,8 @@
-"""The client for agent runtimes on Kafka: events out, only its own runs' command partitions in."""
+"""The client for agent runtimes on Kafka: events out, only its own runs' command partitions in.
+
+It fails open: when the broker cannot be reached, every call is allowed at once (within the
+verdict timeout), the log says so once, and the client reconnects in the background.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
 from aiokafka.partitioner import DefaultPartitioner
 
 from stallwatch.client.run import Client
@@ -20,6 +25,14 @@ log = logging.getLogger(__name__)
 
 # How long a runtime waits for a verdict before it runs the call anyway (failing open).
 DEFAULT_VERDICT_TIMEOUT_S = 5.0
+# Waits between reconnection attempts while the broker is away, doubling up to the second:
+# a returning broker is found within seconds without hammering one that stays away.
+_RETRY_FIRST_S = 0.5
+_RETRY_MAX_S = 5.0
+# Stopping a producer or consumer whose broker is gone must not hold up the runtime.
+_CLOSE_TIMEOUT_S = 2.0
+# What the broker being away looks like: aiokafka's errors, refused sockets, timeouts.
+_UNREACHABLE = (KafkaError, OSError, TimeoutError)
 
 
 class KafkaClient(Client):
@@ -35,30 +48,35 @@ class KafkaClient(Client):
         super().__init__()
         self.settings = settings or Settings.from_env()
         self.verdict_timeout_s = verdict_timeout_s
-        options = aiokafka_options(self.settings)
-        self._producer = AIOKafkaProducer(acks="all", linger_ms=0, **options)
-        self._consumer = AIOKafkaConsumer(enable_auto_commit=False, auto_offset_reset="latest",
-                                          isolation_level="read_committed",
-                                          fetch_max_wait_ms=100, **options)
+        self.fingerprint_secret = self.settings.fingerprint_secret()
+        self.args_digest_only = self.settings.args_digest_only
+        # A send takes at most half the verdict timeout, so that sending and waiting for the
+        # verdict together stay within it.
+        self._send_timeout_s = verdict_timeout_s / 2
         self._partitioner = DefaultPartitioner()
+        self._producer: AIOKafkaProducer | None = None
+        self._consumer: AIOKafkaConsumer | None = None
         self._partitions: list[int] = []
         self._assigned: set[TopicPartition] = set()
         self._assign_lock = asyncio.Lock()
         self._reader: asyncio.Task[None] | None = None
+        self._reconnector: asyncio.Task[None] | None = None
+        self.connected = False  # True while the broker answers
+        self._failing_open = False  # set once per outage, so the log says so once
 
     async def start(self) -> None:
-        await self._producer.start()
-        await self._consumer.start()
-        self._partitions = sorted(await self._producer.partitions_for(self.settings.commands_topic))
-        self._reader = asyncio.create_task(self._read_commands(), name="stallwatch-commands")
+        """Connect; when the broker cannot be reached, fail open and keep trying in the background."""
+        if not await self._connect():
+            await self._lose("cannot reach the broker at start")
 
     async def stop(self) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
-        await self._consumer.stop()
-        await self._producer.stop()
+        for task in (self._reconnector, self._reader):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._reconnector = self._reader = None
+        await self._close()
 
     async def __aenter__(self) -> KafkaClient:
         await self.start()
@@ -67,38 +85,147 @@ class KafkaClient(Client):
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
+    # -- connection ---------------------------------------------------------------------------
+
+    async def _connect(self) -> bool:
+        """One attempt, bounded by the verdict timeout: producer, consumer, the partition count,
+        the partitions of the runs already started. True when the client is connected."""
+        if not await self._reachable():
+            return False
+        options = aiokafka_options(self.settings)
+        timeout_ms = max(int(self.verdict_timeout_s * 1000), 1000)
+        self._producer = AIOKafkaProducer(acks="all", linger_ms=0, request_timeout_ms=timeout_ms,
+                                          **options)
+        # read_committed: the workers publish commands in transactions; an aborted batch's
+        # commands are never seen.
+        self._consumer = AIOKafkaConsumer(enable_auto_commit=False, auto_offset_reset="latest",
+                                          isolation_level="read_committed",
+                                          fetch_max_wait_ms=100, **options)
+        self._assigned = set()
+        try:
+            async with asyncio.timeout(self.verdict_timeout_s):
+                await self._producer.start()
+                await self._consumer.start()
+                self._partitions = sorted(await self._producer.partitions_for(
+                    self.settings.commands_topic))
+                for partition in sorted({self.partition_for(run_id) for run_id in self.runs}):
+                    await self._follow(partition)
+        except _UNREACHABLE as exc:
+            log.debug("connection attempt failed: %r", exc)
+            await self._close()
+            return False
+        self._reader = asyncio.create_task(self._read_commands(), name="stallwatch-commands")
+        self.connected = True
+        return True
+
+    async def _reachable(self) -> bool:
+        """Whether any bootstrap server accepts a TCP connection: a quiet probe, since aiokafka
+        logs an error for every refused attempt and the log should say it once."""
+        for server in self.settings.bootstrap.split(","):
+            host, _, port = server.strip().rpartition(":")
+            try:
+                _, writer = await asyncio.wait_for(asyncio.open_connection(host.strip("[]"), int(port)),
+                                                   self._send_timeout_s)
+            except (OSError, TimeoutError, ValueError):
+                continue
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+            return True
+        return False
+
+    async def _lose(self, why: object) -> None:
+        """The broker is away: fail open from now on, say so once, reconnect in the background."""
+        if self._failing_open:
+            return  # already failing open; said so once
+        self._failing_open = True
+        self.connected = False
+        log.warning("stallwatch: %s (%s); every call is allowed until the broker answers again",
+                    why, self.settings.bootstrap)
+        if self._reader is not None and self._reader is not asyncio.current_task():
+            self._reader.cancel()
+        self._reader = None
+        await self._close()
+        self._reconnector = asyncio.create_task(self._reconnect(), name="stallwatch-reconnect")
+
+    async def _reconnect(self) -> None:
+        wait = _RETRY_FIRST_S
+        while True:
+            await asyncio.sleep(wait)
+            if await self._connect():
+                self._failing_open = False
+                log.warning("stallwatch: the broker answers again (%s); verdicts resume",
+                            self.settings.bootstrap)
+                self._reconnector = None
+                return
+            wait = min(wait * 2, _RETRY_MAX_S)
+
+    async def _close(self) -> None:
+        parts = (self._consumer, self._producer)
+        self._producer = self._consumer = None
+        for part in parts:
+            if part is not None:
+                await stop_quietly(part)
+
+    # -- runs and events ----------------------------------------------------------------------
+
     async def _prepare(self, run_id: str) -> None:
-        await self._follow(self.partition_for(run_id))
+        if not self.connected:
+            return  # its partition is followed on reconnection
+        try:
+            async with asyncio.timeout(self._send_timeout_s):
+                await self._follow(self.partition_for(run_id))
+        except _UNREACHABLE as exc:
+            await self._lose(f"cannot follow the commands of run {run_id!r}: {exc!r}")
 
     def partition_for(self, run_id: str) -> int:
         """The partition of a run's events and commands: Kafka's default partitioner (murmur2)."""
+        if not self._partitions:
+            raise RuntimeError("the commands topic's partitions are not known yet: the broker "
+                               "has not been reached")
         return self._partitioner(run_id.encode(), self._partitions, self._partitions)
 
     async def _follow(self, partition: int) -> None:
         """Add a commands partition to the assignment, reading from its end, keeping the others'
         positions (a new assignment would otherwise reset them)."""
         tp = TopicPartition(self.settings.commands_topic, partition)
+        consumer = self._consumer
         async with self._assign_lock:
-            if tp in self._assigned:
+            if consumer is None or tp in self._assigned:
                 return
-            positions = {p: await self._consumer.position(p) for p in self._assigned}
-            end = (await self._consumer.end_offsets([tp]))[tp]
+            positions = {p: await consumer.position(p) for p in self._assigned}
+            end = (await consumer.end_offsets([tp]))[tp]
             self._assigned.add(tp)
-            self._consumer.assign(list(self._assigned))
+            consumer.assign(list(self._assigned))
             for p, offset in positions.items():
-                self._consumer.seek(p, offset)
-            self._consumer.seek(tp, end)
+                consumer.seek(p, offset)
+            consumer.seek(tp, end)
 
-    async def _send(self, event: dict[str, Any]) -> None:
-        await self._producer.send_and_wait(self.settings.events_topic, orjson.dumps(event),
-                                           key=event["run_id"].encode())
+    async def _send(self, event: dict[str, Any]) -> bool:
+        """Publish one event; False (at once while the broker is away) when it was not sent."""
+        producer = self._producer
+        if not self.connected or producer is None:
+            return False
+        try:
+            async with asyncio.timeout(self._send_timeout_s):
+                await producer.send_and_wait(self.settings.events_topic, orjson.dumps(event),
+                                                   key=event["run_id"].encode())
+        except _UNREACHABLE as exc:
+            await self._lose(f"cannot publish an event: {exc!r}")
+            return False
+        return True
 
     async def _read_commands(self) -> None:
+        consumer = self._consumer
         while True:
             if not self._assigned:
                 await asyncio.sleep(0.05)
                 continue
-            batches = await self._consumer.getmany(timeout_ms=200)
+            try:
+                batches = await consumer.getmany(timeout_ms=200)
+            except KafkaError as exc:
+                await self._lose(f"cannot read commands: {exc!r}")
+                return
             for records in batches.values():
                 for record in records:
                     run = self.runs.get(record.key.decode()) if record.key else None
@@ -108,3 +235,15 @@ class KafkaClient(Client):
                         run.deliver(decode_command(record.value))
                     except ValueError as exc:
                         log.warning("undecodable command at offset %d: %s", record.offset, exc)
+
+
+async def stop_quietly(part: AIOKafkaProducer | AIOKafkaConsumer) -> None:
+    """Stop a producer or consumer whose broker may be gone, within _CLOSE_TIMEOUT_S."""
+    try:
+        await asyncio.wait_for(part.stop(), _CLOSE_TIMEOUT_S)
+    except asyncio.CancelledError:
+        if asyncio.current_task().cancelling():
+            raise  # our own task is being cancelled: let it
+        # aiokafka cancels its pending sends when it stops: not a cancellation of ours
+    except Exception as exc:  # whatever a dead connection raises on the way out
+        log.debug("stopping %s: %r", type(part).__name__, exc)

@@ -13,11 +13,12 @@ from typing import Any, get_args
 from stallwatch.contract.commands import Command, Nudge, Stop, Verdict
 from stallwatch.contract.envelope import envelope
 from stallwatch.contract.events import Effect, Policy, Status
+from stallwatch.contract.limits import MAX_ID_CHARS, bounded_id
 from stallwatch.engine import words
-from stallwatch.engine.canonical import declared_view, fingerprint
+from stallwatch.engine.canonical import call_signature, declared_view, fingerprint
 from stallwatch.engine.masks import effective_patterns
 
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+Send = Callable[[dict[str, Any]], Awaitable[bool | None]]  # False: not sent, the broker is away
 # An in-process transport: applies an event at once and returns the commands it caused.
 Apply = Callable[[dict[str, Any]], list[Command]]
 _STATUSES = frozenset(get_args(Status))
@@ -35,6 +36,8 @@ class CallDecision:
 
 
 _ALLOWED = CallDecision(True, None, words.ALLOWED)  # most calls: made once, not once per call
+_UNREACHABLE = CallDecision(True, None, "stallwatch cannot be reached; the call is allowed.",
+                            timed_out=True)
 
 
 def _decision(verdict: Verdict) -> CallDecision:
@@ -48,7 +51,10 @@ class Run:
     tasks at once (each awaits its own verdict); rounds are started and ended from one place."""
 
     def __init__(self, run_id: str, mode: str, policy: Policy, tools: list[dict[str, Any]], send: Send,
-                 verdict_timeout_s: float, apply: Apply | None = None) -> None:
+                 verdict_timeout_s: float, apply: Apply | None = None, secret: bytes | None = None,
+                 args_digest_only: bool = False) -> None:
+        """`secret` keys the digests this run sends (shared with the workers); with
+        `args_digest_only`, a call's arguments leave the runtime only as a digest."""
         self.run_id = run_id
         self.mode = mode
         self.policy = policy
@@ -65,6 +71,8 @@ class Run:
         # coroutine and each future is a sizeable share of the ~10 µs a call may cost there.
         self._apply = apply
         self._timeout = verdict_timeout_s
+        self._secret = secret
+        self._args_digest_only = args_digest_only
         self._pending: dict[str, asyncio.Future[Verdict]] = {}
         self._seen_commands: set[str] = set()
         self._calls = 0
@@ -109,33 +117,48 @@ class Run:
             raise TypeError(f"tool and call_id must be strings, not {tool!r} and {call_id!r}")
         if effect is not None and effect not in _EFFECTS:  # in-process events skip validation
             raise ValueError(f"effect must be one of {sorted(_EFFECTS)}, not {effect!r}")
+        # Ids too long for a verdict travel as the marked digest the detector would make of them.
         event = self._envelope | {"type": "call_proposed", "event_id": self.next_event_id(),
-                                  "ts": time.time(), "round": self.round, "call_id": call_id,
-                                  "tool": tool, "args": args}
+                                  "ts": time.time(), "round": self.round,
+                                  "call_id": call_id if len(call_id) <= MAX_ID_CHARS else bounded_id(call_id),
+                                  "tool": tool if len(tool) <= MAX_ID_CHARS else bounded_id(tool),
+                                  "args": args}
         if effect is not None:
             event["effect"] = effect
+        if self._args_digest_only:
+            signature = call_signature(tool, event.pop("args"), self._secret)
+            # Arguments without a canonical form are never a repeat: a digest of nothing else.
+            event["args_digest"] = signature.hex() if signature else f"unhashable:{uuid.uuid4().hex}"
         if self._apply is not None:
             verdict = None
             for command in self._apply(event):
-                if command.type == "verdict" and command.call_id == call_id:
+                if command.type == "verdict" and command.call_id == event["call_id"]:
                     verdict = command
                 else:
                     self.deliver(command)
         else:
             verdict = await self._await_verdict(event)
+            if verdict is _UNREACHABLE:
+                return call_id, _UNREACHABLE
         if verdict is None:
             return call_id, CallDecision(True, None, f"stallwatch gave no verdict within "
                                          f"{self._timeout:g} s; the call is allowed.", timed_out=True)
         return call_id, _decision(verdict)
 
-    async def _await_verdict(self, event: dict[str, Any]) -> Verdict | None:
-        """Send a call_proposed and wait for its verdict; None after the timeout."""
+    async def _await_verdict(self, event: dict[str, Any]) -> Verdict | CallDecision | None:
+        """Send a call_proposed and wait for its verdict: None after the timeout (sending and
+        waiting together), _UNREACHABLE at once when the transport could not send it."""
         call_id = event["call_id"]
-        future: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout
+        future: asyncio.Future[Verdict] = loop.create_future()
         self._pending[call_id] = future
         try:
-            await self._send(event)
-            return future.result() if future.done() else await asyncio.wait_for(future, self._timeout)
+            if await self._send(event) is False:
+                return _UNREACHABLE
+            if future.done():
+                return future.result()
+            return await asyncio.wait_for(future, max(deadline - loop.time(), 0.0))
         except TimeoutError:
             return None
         finally:
@@ -148,8 +171,10 @@ class Run:
             raise ValueError(f"a result needs string tool and call_id and a status among "
                              f"{sorted(_STATUSES)}; got {tool!r}, {call_id!r}, {status!r}")
         event = self._envelope | {"type": "call_result", "event_id": self.next_event_id(),
-                                  "ts": time.time(), "round": self.round, "call_id": call_id,
-                                  "tool": tool, "status": status}
+                                  "ts": time.time(), "round": self.round,
+                                  "call_id": call_id if len(call_id) <= MAX_ID_CHARS else bounded_id(call_id),
+                                  "tool": tool if len(tool) <= MAX_ID_CHARS else bounded_id(tool),
+                                  "status": status}
         if send_content:
             event["result"] = result
         else:
@@ -159,10 +184,10 @@ class Run:
             if spec is not None or patterns:  # declarations apply before hashing, as in the engine
                 spec = spec or {}
                 result, items = declared_view(tool, result, spec.get("volatile_fields") or [],
-                                              spec.get("facts"), patterns)
+                                              spec.get("facts"), patterns, self._secret)
                 if items is not None:
                     event["fact_fingerprints"] = [d.hex() for d in items]
-            event["fingerprint"], event["empty"] = fingerprint(result)
+            event["fingerprint"], event["empty"] = fingerprint(result, self._secret)
         if self._apply is None:
             await self._send(event)
         else:
@@ -205,6 +230,8 @@ class Client:
 
     verdict_timeout_s: float
     _apply: Apply | None = None  # set by in-process clients
+    fingerprint_secret: bytes | None = None  # keys the digests the runs send
+    args_digest_only: bool = False  # runs send `args_digest` in place of `args`
 
     def __init__(self) -> None:
         self.runs: dict[str, Run] = {}
@@ -215,7 +242,7 @@ class Client:
         """Publish run_started and return the run's handle. `tools` as in the contract."""
         tools = tools or []
         run = Run(run_id, mode, Policy.for_mode(mode, policy), tools, self._send,
-                  self.verdict_timeout_s, self._apply)
+                  self.verdict_timeout_s, self._apply, self.fingerprint_secret, self.args_digest_only)
         self.runs[run_id] = run
         await self._prepare(run_id)
         optional = {"policy": policy, "parent_run_id": parent_run_id, "tenant": tenant}
@@ -230,5 +257,6 @@ class Client:
     async def _prepare(self, run_id: str) -> None:
         """Get ready to receive the run's commands before its first event goes out."""
 
-    async def _send(self, event: dict[str, Any]) -> None:
+    async def _send(self, event: dict[str, Any]) -> bool | None:
+        """Deliver one event; False when it could not be sent (failing open)."""
         raise NotImplementedError

@@ -12,7 +12,9 @@ from typing import Annotated, Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from xxhash import xxh3_128_hexdigest
 
+from stallwatch.contract.limits import DEADLETTER_ERROR_CHARS, DEADLETTER_RAW_BYTES
 from stallwatch.contract.stop_codes import STOP_CODES
 
 RefusalCode = Literal[
@@ -81,7 +83,8 @@ def decode_command(raw: bytes | str) -> Command:
 
 
 class DeadLetter(BaseModel):
-    """Input that could not be applied, with a specific error and the raw bytes as text."""
+    """Input that could not be applied, with a specific error and (the start of) the raw bytes
+    as text. Small whatever came in: the raw input is cut at DEADLETTER_RAW_BYTES and marked."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
     error: str
@@ -89,12 +92,24 @@ class DeadLetter(BaseModel):
     topic: str
     partition: int
     offset: int
+    # Additions to v1: the input's full size, whether `raw` holds only its start, and an XXH3-128
+    # digest of the full input (null for a tombstone), to match a letter with the record.
+    raw_size: int = 0
+    raw_truncated: bool = False
+    raw_digest: str | None = None
 
     @classmethod
-    def of(cls, raw: bytes | str, error: str, topic: str, partition: int, offset: int) -> DeadLetter:
-        """The raw input kept as text; bytes that are not UTF-8 become backslash escapes."""
-        text = raw if isinstance(raw, str) else raw.decode("utf-8", "backslashreplace")
-        return cls(error=error, raw=text, topic=topic, partition=partition, offset=offset)
+    def of(cls, raw: bytes | str | None, error: str, topic: str, partition: int,
+           offset: int) -> DeadLetter:
+        """Bytes that are not UTF-8 become backslash escapes; None (a tombstone) becomes ""."""
+        data = b"" if raw is None else raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+        kept = data[:DEADLETTER_RAW_BYTES]
+        if len(error) > DEADLETTER_ERROR_CHARS:
+            error = error[:DEADLETTER_ERROR_CHARS] + "…"
+        return cls(error=error, raw=kept.decode("utf-8", "backslashreplace"), topic=topic,
+                   partition=partition, offset=offset, raw_size=len(data),
+                   raw_truncated=len(kept) < len(data),
+                   raw_digest=None if raw is None else xxh3_128_hexdigest(data))
 
     def encode(self) -> bytes:
         return orjson.dumps(self.model_dump())

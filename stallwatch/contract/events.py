@@ -131,6 +131,10 @@ class CallProposed(_Event):
     call_id: str
     tool: str
     args: Any = None
+    # Addition to v1: in place of `args`, so that arguments never leave the runtime: the call
+    # signature's 32 hex digits as `stallwatch.engine.canonical.call_signature` computes them
+    # (keyed with the shared secret). When both are sent, `args_digest` decides.
+    args_digest: str | None = None
     # Coder mode: this call's effect, overriding its tool's (an editor's `view` command reads).
     effect: Effect | None = None
 

@@ -14,6 +14,7 @@ import orjson
 from pydantic import ValidationError
 
 from stallwatch.contract.events import CONTRACT_VERSION, EVENT_ADAPTER, EVENT_TYPES
+from stallwatch.contract.limits import MAX_DECLARATIONS_BYTES, MAX_ID_CHARS, bounded_id
 
 # Kafka's default max.message.bytes: a larger event could not have come through the topic,
 # and reading one in replay must not let a single line hold the engine's memory hostage.
@@ -23,6 +24,8 @@ MAX_NESTING = 1024
 
 _STATUSES = frozenset(("ok", "error", "overloaded"))
 _ROUND_ONLY = frozenset(("round_started", "round_ended"))
+# Fields copied from an event into commands and states: bounded by MAX_ID_CHARS.
+_IDS = ("event_id", "run_id", "call_id", "tool")
 _EFFECTS = frozenset(("read", "write", "unknown"))
 
 
@@ -34,8 +37,24 @@ class InvalidEvent(ValueError):
         self.reason = reason
 
 
-def parse_event(raw: bytes | str, max_bytes: int = MAX_EVENT_BYTES) -> dict[str, Any]:
+def parse_record(key: bytes | None, value: bytes | None,
+                 max_bytes: int = MAX_EVENT_BYTES) -> dict[str, Any]:
+    """A Kafka record of the events topic to a validated event: as `parse_event`, and its key
+    must be the event's run_id (the run's state is partitioned by it)."""
+    if key is None:
+        raise InvalidEvent("null_key", "the record has no key; key every event by its run_id")
+    event = parse_event(value, max_bytes)
+    if key != event["run_id"].encode():
+        raise InvalidEvent("key_mismatch", f"message key {_quote(key)} is not the event's run_id "
+                           f"{_quote(event['run_id'])}; key events by run_id")
+    return event
+
+
+def parse_event(raw: bytes | str | None, max_bytes: int = MAX_EVENT_BYTES) -> dict[str, Any]:
     """Parse and validate one event; raises InvalidEvent with a message naming what is wrong."""
+    if raw is None:
+        raise InvalidEvent("null_value", "the record's value is null (a tombstone); the events "
+                           "topic takes events, never deletions")
     if len(raw) > max_bytes:
         raise InvalidEvent("too_large", f"event is {len(raw):,} bytes, over the limit of "
                            f"{max_bytes:,}; send a fingerprint instead of a large result")
@@ -55,26 +74,59 @@ def validate_event(data: dict[str, Any]) -> dict[str, Any]:
     version = data.get("v")
     if version != CONTRACT_VERSION or type(version) is not int:
         raise InvalidEvent("unsupported_version",
-                           f"unsupported contract version {version!r}; this detector speaks "
+                           f"unsupported contract version {_quote(version)}; this detector speaks "
                            f"v{CONTRACT_VERSION}")
     kind = data.get("type")
     if type(kind) is not str or kind not in EVENT_TYPES:
         raise InvalidEvent("unknown_type",
-                           f"unknown event type {kind!r}; expected one of {', '.join(EVENT_TYPES)}")
+                           f"unknown event type {_quote(kind)}; expected one of {', '.join(EVENT_TYPES)}")
     if kind != "run_started" and _conforms(data, kind):
-        return data
+        return data  # the quick check also confirmed that every id is short enough to copy
     try:
-        return EVENT_ADAPTER.validate_python(data).model_dump(exclude_unset=True)
+        event = EVENT_ADAPTER.validate_python(data).model_dump(exclude_unset=True)
     except ValidationError as exc:
         raise InvalidEvent("invalid_field", f"{kind} event: {_describe(exc)}") from None
+    if kind == "run_started":
+        _check_declarations(event)
+    return _bounded(event)
+
+
+def _bounded(event: dict[str, Any]) -> dict[str, Any]:
+    """An event whose ids fit in a command: a run_id too long is refused (it is also the record
+    key commands are routed by); a long event_id, call_id or tool becomes a marked digest (the
+    client maps its call ids the same way), so the call still gets its verdict."""
+    if not any(len(event.get(name) or "") > MAX_ID_CHARS for name in _IDS):
+        return event
+    if len(event["run_id"]) > MAX_ID_CHARS:
+        raise InvalidEvent("id_too_long", f"run_id is {len(event['run_id']):,} characters, over "
+                           f"the limit of {MAX_ID_CHARS}")
+    event = dict(event)
+    for name in ("event_id", "call_id", "tool"):
+        if name in event:
+            event[name] = bounded_id(event[name])
+    return event
+
+
+def _check_declarations(event: dict[str, Any]) -> None:
+    """A run's declarations are kept in its state for the whole run: they must stay small."""
+    tools = event.get("tools") or []
+    long_name = next((t["name"] for t in tools if len(t["name"]) > MAX_ID_CHARS), None)
+    if long_name is not None:
+        raise InvalidEvent("declarations_too_large", f"a tool name is {len(long_name):,} "
+                           f"characters, over the limit of {MAX_ID_CHARS}")
+    size = len(orjson.dumps(tools))
+    if size > MAX_DECLARATIONS_BYTES:
+        raise InvalidEvent("declarations_too_large", f"the run's tool declarations take {size:,} "
+                           f"bytes, over the limit of {MAX_DECLARATIONS_BYTES:,}; declare fewer "
+                           "tools or shorter volatile fields")
 
 
 def _conforms(d: dict[str, Any], kind: str) -> bool:
     """True only when the models would accept the event (run_started excepted: rare and nested,
-    it always goes through pydantic)."""
+    it always goes through pydantic) and none of its ids is too long to copy as is."""
     event_id, run_id, ts = d.get("event_id"), d.get("run_id"), d.get("ts")
-    if not (type(event_id) is str and event_id and type(run_id) is str and run_id
-            and (type(ts) is float or type(ts) is int)):
+    if not (type(event_id) is str and 0 < len(event_id) <= MAX_ID_CHARS and type(run_id) is str
+            and 0 < len(run_id) <= MAX_ID_CHARS and (type(ts) is float or type(ts) is int)):
         return False
     if kind == "run_ended":
         reason = d.get("reason")
@@ -84,11 +136,14 @@ def _conforms(d: dict[str, Any], kind: str) -> bool:
         return False
     if kind in _ROUND_ONLY:
         return True
-    if type(d.get("call_id")) is not str or type(d.get("tool")) is not str:
+    call_id, tool = d.get("call_id"), d.get("tool")
+    if not (type(call_id) is str and len(call_id) <= MAX_ID_CHARS and type(tool) is str
+            and len(tool) <= MAX_ID_CHARS):
         return False
     if kind == "call_proposed":
-        effect = d.get("effect")
-        return effect is None or (type(effect) is str and effect in _EFFECTS)
+        args_digest, effect = d.get("args_digest"), d.get("effect")
+        return ((args_digest is None or type(args_digest) is str)
+                and (effect is None or (type(effect) is str and effect in _EFFECTS)))
     if kind == "call_result":
         status, fingerprint, empty = d.get("status"), d.get("fingerprint"), d.get("empty")
         return ("fact_fingerprints" not in d and type(status) is str and status in _STATUSES
@@ -103,6 +158,12 @@ def _describe(exc: ValidationError) -> str:
         where = ".".join(str(p) for p in err["loc"][1:]) or "event"
         parts.append(f"`{where}`: {err['msg']}")
     return "; ".join(parts)
+
+
+def _quote(value: object, limit: int = 80) -> str:
+    """A value from the input, quoted for an error message and cut short."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
 
 
 def _kind(value: object) -> str:

@@ -21,8 +21,9 @@ _FAILED = frozenset({"error", "overloaded"})
 # distinct calls cannot grow its state without bound.
 MAX_CALL_HISTORY = 512
 # Calls allowed and awaiting their result; beyond this the oldest is dropped (a result that
-# never came must not hold memory; a dropped call's late result counts as new).
-MAX_OPEN_CALLS = 256
+# never came must not hold memory; a dropped call's late result counts as new). 64, far above
+# one response's parallel calls, keeps a state with every cap reached under MAX_RECORD_BYTES.
+MAX_OPEN_CALLS = 64
 # Characters of a call's label in words for the model: enough to recognise a command.
 LABEL_CHARS = 80
 # Argument names that hold the command itself, so the model reads `pytest -x` rather than JSON.
@@ -55,11 +56,11 @@ def allow(state: RunState, event: Event, signature: bytes | None, effect: str) -
     version = state.workspace_version
     if effect == "read":
         if signature is not None:
-            state.signatures.add(signature)
+            state.add_signature(signature)
     else:
         state.workspace_version += 1
         if state.signatures:
-            state.signatures = set()
+            state.signatures = {}
     calls = state.open_calls
     calls[event["call_id"]] = [signature.hex() if signature is not None else None, effect, version,
                                call_label(event["tool"], event.get("args"))]
@@ -124,8 +125,7 @@ def _record_facts(state: RunState, sig_hex: str | None, facts: list[bytes] | Non
         facts = [xxh3_128_digest(bytes.fromhex(sig_hex) + facts[0])]
     new = False
     for digest in facts:
-        if digest not in state.fingerprints:
-            state.fingerprints.add(digest)
+        if state.add_fingerprint(digest):
             new = True
     return new
 

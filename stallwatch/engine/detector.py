@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from xxhash import xxh3_64_intdigest, xxh3_128_digest, xxh3_128_hexdigest
+from xxhash import xxh3_64_intdigest, xxh3_128_hexdigest
 
 from stallwatch.contract.commands import Command, Nudge, Stop, Verdict
 from stallwatch.contract.policy import policy_defaults
@@ -20,12 +20,13 @@ from stallwatch.engine.canonical import (
     call_signature,
     canonical_bytes,
     declared_view,
+    digest,
     fact_digest,
     fingerprint,
     parse_json_text,
 )
 from stallwatch.engine.masks import effective_patterns
-from stallwatch.engine.state import RunState
+from stallwatch.engine.state import MAX_CHAT_HISTORY, RunState
 
 Event = dict[str, Any]
 
@@ -37,8 +38,11 @@ _CYCLE_LENGTHS = (2, 3, 4)
 class Detector:
     """Applies the rules of contract v1 to one run's state at a time."""
 
-    def __init__(self, admin_policy: AdminPolicy | None = None) -> None:
+    def __init__(self, admin_policy: AdminPolicy | None = None, secret: bytes | None = None) -> None:
+        """`secret`: the key of every digest (`canonical.derive_secret` of
+        STALLWATCH_FINGERPRINT_KEY), shared with the runtimes; None for unkeyed digests."""
         self.admin_policy = admin_policy or AdminPolicy()
+        self.secret = secret
 
     def apply(self, state: RunState | None, event: Event) -> tuple[RunState | None, list[Command]]:
         """Apply one event. `state` is None for a run not seen yet; the state is changed in place."""
@@ -51,10 +55,8 @@ class Detector:
                 # Fail open, as the client does on a timeout: no record, no grounds to refuse.
                 _verdict(out, event, "allow", None, words.unknown_run())
             return state, out
-        event_key = xxh3_64_intdigest(event["event_id"].encode())
-        if event_key in state.event_ids:
-            return state, out  # a redelivery: no further effect
-        state.event_ids.add(event_key)
+        if state.seen_event(xxh3_64_intdigest(event["event_id"].encode())):
+            return state, out  # a redelivery: no further effect, before the run's end or after
         state.last_ts = ts = event["ts"]
         if state.ended:
             if kind == "call_proposed":
@@ -92,7 +94,7 @@ class Detector:
         if state.mode == "coder":
             state.tool_effects = {t["name"]: t["effect"] for t in tools
                                   if t.get("effect") in ("read", "write")}
-        state.event_ids.add(xxh3_64_intdigest(event["event_id"].encode()))
+        state.seen_event(xxh3_64_intdigest(event["event_id"].encode()))
         return state
 
     def _enter_round(self, state: RunState, event: Event, number: int, out: list[Command]) -> None:
@@ -130,7 +132,10 @@ class Detector:
             reason = words.run_stopped(words.stop_reason_short(state.stop_code))
             _verdict(out, event, "refuse", "run_stopped", reason)
             return
-        signature = call_signature(tool, event.get("args"))
+        if (given := event.get("args_digest")) is not None:  # the runtime hashed its arguments
+            signature = _fingerprint_digest(given, self.secret)
+        else:
+            signature = call_signature(tool, event.get("args"), self.secret)
         exempt = self._repeat_exempt(state, tool)
         if state.call_budget is not None and state.executed_calls >= state.call_budget:
             self._refuse(state, event, tool, "budget_exhausted", words.budget_exhausted(state.call_budget),
@@ -152,7 +157,7 @@ class Detector:
             if state.cycle_threshold is not None and state.mode == "chat":
                 self._remember_call(state, event, signature)
             if signature is not None and state.mode == "researcher":
-                state.signatures.add(signature)
+                state.add_signature(signature)
             elif state.mode == "coder":
                 coder.allow(state, event, signature, effect)
             state.round_allowed += 1
@@ -199,7 +204,8 @@ class Detector:
     def _remember_call(self, state: RunState, event: Event, signature: bytes | None) -> None:
         state.chat_history.append([signature.hex() if signature else None, None, event["call_id"],
                                    event["tool"]])
-        del state.chat_history[:-max(_CYCLE_LENGTHS) * (state.cycle_threshold + 1)]
+        del state.chat_history[:-min(max(_CYCLE_LENGTHS) * (state.cycle_threshold + 1),
+                                     MAX_CHAT_HISTORY)]
 
     def _remember_result(self, state: RunState, event: Event) -> None:
         """Chat cycles compare results too: a poll whose answer changes is never a cycle."""
@@ -214,7 +220,7 @@ class Detector:
                     content = event["fingerprint"].encode()
                 else:
                     return  # no content: unknown, so never part of a cycle
-                entry[1] = xxh3_128_hexdigest(event["status"].encode() + b"\x00" + content)
+                entry[1] = digest(event["status"].encode() + b"\x00" + content, self.secret).hex()
                 return
 
     # -- results ----------------------------------------------------------------------------
@@ -257,7 +263,7 @@ class Detector:
             state.round_results += 1
         spec = state.tool_specs.get(tool)
         patterns = effective_patterns("coder", spec.get("patterns") if spec else None)
-        whole, facts, itemised, empty = _coder_digests(event, spec, patterns)
+        whole, facts, itemised, empty = _coder_digests(event, spec, patterns, self.secret)
         always_new = self._requires_approval(state, tool) or self._repeat_exempt(state, tool)
         judged = coder.on_result(state, event, whole, facts, itemised, always_new, empty)
         if judged is None or judged.new_fact:
@@ -291,13 +297,13 @@ class Detector:
         tool = event["tool"]
         if self._requires_approval(state, tool) or self._repeat_exempt(state, tool):
             return True
-        digests = _result_digests(event, state.tool_specs.get(tool) if state.tool_specs else None)
+        digests = _result_digests(event, state.tool_specs.get(tool) if state.tool_specs else None,
+                                  self.secret)
         if digests is None:
             return True
         new = False
-        for digest in digests:
-            if digest not in state.fingerprints:
-                state.fingerprints.add(digest)
+        for found in digests:
+            if state.add_fingerprint(found):
                 new = True
         return new
 
@@ -312,7 +318,7 @@ class Detector:
     def _tool_failures(self, state: RunState, event: Event, tool: str, out: list[Command]) -> None:
         """Rule 5 (chat rule 2): one tool failing again and again. A success resets its count
         where results arrive (`_on_result`)."""
-        count = state.failures[tool] = state.failures.get(tool, 0) + 1
+        count = state.count_failure(tool)
         if count >= state.no_progress_threshold and state.stop_code is None:
             self._stop(state, event, "tool_failures", {"tool": tool, "consecutive_failures": count,
                                                 "threshold": state.no_progress_threshold}, out)
@@ -396,29 +402,29 @@ def _verdict(out: list[Command], event: Event, decision: str, code: str | None, 
                        decision=decision, code=code, reason=reason, tool=event["tool"]))
 
 
-def _result_digests(event: Event, spec: dict | None) -> list[bytes] | None:
+def _result_digests(event: Event, spec: dict | None, secret: bytes | None) -> list[bytes] | None:
     """The digests that identify a result's facts: the whole result's, or one per item for a
     tool that declares facts. None when the result counts as new whatever was seen before:
     empty, without content or fingerprint, or impossible to put in canonical form."""
     if "result" in event:
         try:
             if spec is None:
-                digest = fact_digest(event["result"])
+                found = fact_digest(event["result"], secret)
             else:
                 view, items = declared_view(event["tool"], event["result"], spec["volatile"],
-                                            spec["facts"], tuple(spec.get("patterns") or ()))
+                                            spec["facts"], tuple(spec.get("patterns") or ()), secret)
                 if items is not None:
                     return items or None  # an empty item list is an empty result
-                digest = fact_digest(view)
+                found = fact_digest(view, secret)
         except ValueError:
             return None
-        return None if digest is None else [digest]
+        return None if found is None else [found]
     if event.get("fingerprint") is None or event["empty"]:
         return None
     given = event.get("fact_fingerprints") if spec and spec["facts"] else None
     if given is not None:
-        return [_fingerprint_digest(f) for f in given] or None
-    return [_fingerprint_digest(event["fingerprint"])]
+        return [_fingerprint_digest(f, secret) for f in given] or None
+    return [_fingerprint_digest(event["fingerprint"], secret)]
 
 
 def _tool_spec(tool: dict) -> dict:
@@ -429,8 +435,8 @@ def _tool_spec(tool: dict) -> dict:
     return spec
 
 
-def _coder_digests(event: Event, spec: dict | None, patterns: tuple[str, ...]
-                   ) -> tuple[bytes | None, list[bytes] | None, bool, bool]:
+def _coder_digests(event: Event, spec: dict | None, patterns: tuple[str, ...],
+                   secret: bytes | None) -> tuple[bytes | None, list[bytes] | None, bool, bool]:
     """Coder mode: (the whole result's digest, None without content or comparison; its fact
     digests, None when it counts as new whatever was seen; whether those are a list's items;
     whether the result is empty, as contract v1's walk or the runtime's `empty` says).
@@ -440,29 +446,30 @@ def _coder_digests(event: Event, spec: dict | None, patterns: tuple[str, ...]
     if "result" in event:
         try:
             view, items = declared_view(event["tool"], event["result"],
-                                        spec["volatile"] if spec else [], facts, patterns)
-            digest, empty = fingerprint(view)
+                                        spec["volatile"] if spec else [], facts, patterns, secret)
+            hexdigest, empty = fingerprint(view, secret)
         except ValueError:
             return None, None, False, False
-        whole = bytes.fromhex(digest)
+        whole = bytes.fromhex(hexdigest)
         if items is not None:
             return whole, items or None, True, empty
         return whole, [whole], False, empty  # empty too: a command printing nothing again is a repeat
     if event.get("fingerprint") is None:
         return None, None, False, False
-    whole = _fingerprint_digest(event["fingerprint"])
+    whole = _fingerprint_digest(event["fingerprint"], secret)
     empty = bool(event.get("empty"))
     given = event.get("fact_fingerprints") if facts else None
     if given is not None:
-        return whole, [_fingerprint_digest(f) for f in given] or None, True, empty
+        return whole, [_fingerprint_digest(f, secret) for f in given] or None, True, empty
     return whole, [whole], False, empty
 
 
-def _fingerprint_digest(fingerprint: str) -> bytes:
-    """A runtime's fingerprint as 16 bytes: ours is hex already; any other text is hashed."""
+def _fingerprint_digest(fingerprint: str, secret: bytes | None) -> bytes:
+    """A runtime's fingerprint (or args digest) as 16 bytes: ours is hex already (keyed by the
+    runtime); any other text is hashed."""
     if len(fingerprint) == 2 * DIGEST_SIZE:
         try:
             return bytes.fromhex(fingerprint)
         except ValueError:
             pass
-    return xxh3_128_digest(fingerprint.encode())
+    return digest(fingerprint.encode(), secret)

@@ -28,8 +28,10 @@ class Fleet:
     """Run states keyed by run id, in memory; an ended run keeps a small tombstone."""
 
     def __init__(self, admin_policy: AdminPolicy | None = None,
-                 max_event_bytes: int = MAX_EVENT_BYTES, metrics: StallwatchMetrics | None = None) -> None:
-        self.detector = Detector(admin_policy)
+                 max_event_bytes: int = MAX_EVENT_BYTES, metrics: StallwatchMetrics | None = None,
+                 secret: bytes | None = None) -> None:
+        """`secret`: the key of every digest, shared with the runtimes (Settings.fingerprint_secret)."""
+        self.detector = Detector(admin_policy, secret)
         self.max_event_bytes = max_event_bytes
         self.runs: dict[str, RunState] = {}
         # The workers' counters, kept only when asked for (prometheus-client installed).

@@ -5,19 +5,34 @@ from __future__ import annotations
 import base64
 import struct
 from dataclasses import dataclass, field, fields
+from itertools import islice
 from typing import Any
 
 import orjson
 
 from stallwatch.contract.policy import V1_DEFAULTS
 
-# The sets of digests are packed as one base64 string each: 16 bytes of digest cost 22
-# characters in the changelog instead of ~40 as a JSON list of hex strings.
+# The sets of digests are packed as one base64 string each, oldest first: 16 bytes of digest
+# cost 22 characters in the changelog instead of ~40 as a JSON list of hex strings.
 _DIGEST_SETS = ("signatures", "fingerprints")
 # States are stored as a JSON array of field values, in declaration order, behind this format
 # number: a third of the size of an object with field names, so the changelog is smaller and
-# recovery faster. Bump it whenever a field is added, removed or reordered.
-STATE_FORMAT = 2
+# recovery faster. Bump it whenever a field is added, removed or reordered, or its meaning changes.
+STATE_FORMAT = 3
+
+# What a run keeps is capped, so that a run of any length has a state far below the producer's
+# limit (a 96,000-event run's state passed 1 MB and crash-looped the workers). Past a cap the
+# oldest entries go (the oldest quarter of the digests, the oldest failing tool): an old call
+# may then run once more, an old result count as new again, an old tool's failure streak start
+# over: all on the "keep going" side. Worst case, every cap reached with the longest names:
+# tests/engine/test_state.py. (Coder mode's own caps are in stallwatch/engine/coder.py.)
+MAX_SIGNATURES = 2048  # calls allowed to run (researcher); a run of 40 rounds makes ~400
+MAX_FINGERPRINTS = 4096  # results and fact digests seen; 40 rounds of 20 new items make ~800
+MAX_FAILING_TOOLS = 32  # tools with a failure streak at once
+MAX_CHAT_HISTORY = 40  # chat calls kept for cycles: 4-call cycles up to a threshold of 9
+# Recent event ids (64-bit digests) to recognise a runtime's redelivery: a retry resends within
+# seconds, so the last 512 events of a run are plenty. Kept after run_ended.
+EVENT_WINDOW = 512
 
 
 @dataclass(slots=True)
@@ -72,22 +87,27 @@ class RunState:
     # row with that outcome and changes between them, workspace version after its last run,
     # failures in a row with nothing else changing the workspace].
     call_history: dict[str, list] = field(default_factory=dict)
+    # Ordered sets (dicts of None, oldest first), so that the oldest entries are evicted past a
+    # cap and a state read back from bytes evicts exactly what the original would have.
     # researcher: calls allowed to run; coder: reads allowed at the current workspace version.
-    signatures: set[bytes] = field(default_factory=set)
+    signatures: dict[bytes, None] = field(default_factory=dict)
     # researcher and coder: results seen (coder: each under its call's signature).
-    fingerprints: set[bytes] = field(default_factory=set)
-    event_ids: set[int] = field(default_factory=set)  # 64-bit digests, to ignore redeliveries
+    fingerprints: dict[bytes, None] = field(default_factory=dict)
+    event_ids: dict[int, None] = field(default_factory=dict)  # recent events' 64-bit digests
     stop_code: str | None = None
     ended: bool = False
     last_ts: float = 0.0
     last_offset: int = -1  # the highest source offset applied (stream workers only)
+    # This run's clock minus its partition's (stallwatch.engine.expiry.PartitionClock), set when
+    # the partition first sees the run; None in replay, where nothing expires.
+    clock_offset: float | None = None
 
     def to_bytes(self) -> bytes:
         values: list[Any] = [STATE_FORMAT]
         for name in _FIELD_NAMES:
             value = getattr(self, name)
             if name in _DIGEST_SETS:
-                value = base64.b64encode(b"".join(sorted(value))).decode()
+                value = base64.b64encode(b"".join(value)).decode()
             elif name == "event_ids":
                 value = base64.b64encode(struct.pack(f">{len(value)}Q", *value)).decode()
             elif name == "last_signature" and value is not None:
@@ -103,19 +123,44 @@ class RunState:
         data = dict(zip(_FIELD_NAMES, values[1:], strict=True))
         for name in _DIGEST_SETS:
             packed = base64.b64decode(data[name])
-            data[name] = {packed[i:i + 16] for i in range(0, len(packed), 16)}
+            data[name] = dict.fromkeys(packed[i:i + 16] for i in range(0, len(packed), 16))
         packed = base64.b64decode(data["event_ids"])
-        data["event_ids"] = set(struct.unpack(f">{len(packed) // 8}Q", packed))
+        data["event_ids"] = dict.fromkeys(struct.unpack(f">{len(packed) // 8}Q", packed))
         if data["last_signature"] is not None:
             data["last_signature"] = bytes.fromhex(data["last_signature"])
         return cls(**data)
 
+    def seen_event(self, key: int) -> bool:
+        """True for an event applied already (a redelivery); otherwise remembers it."""
+        if key in self.event_ids:
+            return True
+        _add(self.event_ids, key, EVENT_WINDOW)
+        return False
+
+    def add_signature(self, signature: bytes) -> None:
+        _add(self.signatures, signature, MAX_SIGNATURES)
+
+    def add_fingerprint(self, digest: bytes) -> bool:
+        """Remember a result's digest; True when it was not seen before (a new fact)."""
+        if digest in self.fingerprints:
+            return False
+        _add(self.fingerprints, digest, MAX_FINGERPRINTS)
+        return True
+
+    def count_failure(self, tool: str) -> int:
+        """One more failure in a row of `tool`; returns its streak."""
+        failures = self.failures
+        count = failures[tool] = failures.get(tool, 0) + 1
+        if len(failures) > MAX_FAILING_TOOLS:
+            del failures[next(iter(failures))]
+        return count
+
     def release(self) -> None:
-        """Drop everything but the tombstone facts once the run has ended."""
+        """Drop everything but the tombstone facts once the run has ended. The recent event ids
+        stay, so that an event redelivered after the end has no further effect either."""
         self.ended = True
-        self.signatures = set()
-        self.fingerprints = set()
-        self.event_ids = set()
+        self.signatures = {}
+        self.fingerprints = {}
         self.failures = {}
         self.exempt_tools = []
         self.approval_tools = []
@@ -124,6 +169,16 @@ class RunState:
         self.tool_effects = {}
         self.open_calls = {}
         self.call_history = {}
+
+
+def _add(ordered: dict, key: object, cap: int) -> None:
+    """Add to an ordered set; past `cap`, the oldest quarter goes at once. One by one, each
+    eviction would scan the dict's deleted slots from its start (0.8 µs an event for a window
+    of 512, measured); a quarter at a time costs a fraction of that per entry."""
+    ordered[key] = None
+    if len(ordered) > cap:
+        for old in list(islice(ordered, len(ordered) - cap * 3 // 4)):
+            del ordered[old]
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(RunState))

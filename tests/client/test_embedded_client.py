@@ -53,6 +53,17 @@ async def test_the_system_prompt_names_the_thresholds_and_exempt_tools():
     assert "4 times in a row" in text and "At most 9 tool calls" in text and "wait" in text
 
 
+async def test_a_call_id_too_long_for_a_verdict_is_still_matched_to_its_call():
+    async with EmbeddedClient() as client:
+        run = await client.start_run("r4", "researcher", [{"name": "search"}])
+        await run.start_round()
+        long_id = "c" * 5_000  # the verdict carries a marked digest of it
+        _, first = await run.propose("search", {"q": 1}, call_id=long_id)
+        _, again = await run.propose("search", {"q": 1}, call_id=long_id + "2")
+    assert (first.allowed, first.timed_out) == (True, False)
+    assert (again.allowed, again.code, again.timed_out) == (False, "duplicate_call", False)
+
+
 async def test_a_coding_agent_through_the_client_decides_as_when_results_are_sent():
     """Fingerprints hashed in the runtime (durations masked there too) give the decisions the
     engine gives when it sees the results: a stall nudge, re-reads allowed after edits."""

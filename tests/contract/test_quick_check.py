@@ -19,7 +19,7 @@ field_values = {
     "round": st.integers(-2, 5) | anything, "call_id": st.text(max_size=3) | anything,
     "tool": st.text(max_size=3) | anything, "status": statuses, "args": anything,
     "result": anything, "fingerprint": st.text(max_size=4) | anything, "empty": anything,
-    "reason": anything,
+    "reason": anything, "args_digest": st.text(max_size=4) | anything,
     "effect": st.sampled_from(["read", "write", "unknown", "READ", ""]) | anything,
 }
 kinds = st.sampled_from(["round_started", "round_ended", "call_proposed", "call_result",

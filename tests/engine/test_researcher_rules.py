@@ -139,7 +139,7 @@ def test_zero_results_of_any_shape_count_as_new(run):
             s.round_of(("search", {"q": f"{i}-{j}"}, empty))
     out = run(s)
     assert out.stops == []
-    assert out.fleet.runs["run-1"].fingerprints == set()
+    assert out.fleet.runs["run-1"].fingerprints == {}
 
 
 def test_a_locally_hashed_empty_result_is_new(run):

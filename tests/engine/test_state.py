@@ -5,7 +5,20 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from stallwatch.engine.state import STATE_FORMAT, RunState
+from stallwatch.contract.limits import MAX_DECLARATIONS_BYTES, MAX_ID_CHARS, MAX_RECORD_BYTES
+from stallwatch.contract.parse import parse_event
+from stallwatch.engine.coder import LABEL_CHARS, MAX_CALL_HISTORY, MAX_OPEN_CALLS
+from stallwatch.engine.detector import Detector
+from stallwatch.engine.fleet import Fleet
+from stallwatch.engine.state import (
+    EVENT_WINDOW,
+    MAX_CHAT_HISTORY,
+    MAX_FAILING_TOOLS,
+    MAX_FINGERPRINTS,
+    MAX_SIGNATURES,
+    STATE_FORMAT,
+    RunState,
+)
 from tests.script import RunScript
 
 DOCS = {"documents": [{"id": "secret-document", "body": "the password is hunter2"}]}
@@ -42,3 +55,83 @@ def test_a_state_in_another_format_is_refused_with_a_clear_error(run):
     values[0] = STATE_FORMAT + 1
     with pytest.raises(ValueError, match="format"):
         RunState.from_bytes(orjson.dumps(values))
+
+
+def test_a_100000_event_run_keeps_a_small_state():
+    """No per-event id kept forever: the state of a long run stops growing (issue 8: at 96,000
+    events it passed 1 MB and crash-looped the workers)."""
+    s = RunScript(tools=[{"name": "search"}, {"name": "wait", "repeat_exempt": True}],
+                  policy={"max_rounds": 100_000, "no_progress_threshold": 100_000})
+    fleet, applied, sizes = Fleet(), 0, []
+    while applied < 100_000:
+        s.start_round()
+        for _ in range(4):
+            s.call("wait", {"for": "child"}, status="ok", result={"done": False})
+        s.end_round()
+        for event in s.events[applied:]:
+            assert fleet.handle(parse_event(orjson.dumps(event))) != [] or event["type"] != "call_proposed"
+        applied = len(s.events)
+        if applied % 10_000 < 10:
+            sizes.append(len(fleet.runs[s.run_id].to_bytes()))
+    state = fleet.runs[s.run_id]
+    assert EVENT_WINDOW * 3 // 4 < len(state.event_ids) <= EVENT_WINDOW and state.stop_code is None
+    assert len(sizes) >= 9 and max(sizes) < 20_000
+
+
+def test_a_state_with_every_cap_reached_stays_under_the_record_limit():
+    name = "\x01" * MAX_ID_CHARS  # the longest name, each character escaped in JSON
+    tools: list[dict] = []
+    while len(orjson.dumps(tools)) < MAX_DECLARATIONS_BYTES - 8 * MAX_ID_CHARS:
+        tools.append({"name": f"{len(tools):04}{name[4:]}", "repeat_exempt": True,
+                      "requires_approval": True, "volatile_fields": [name]})
+    start = {"v": 1, "type": "run_started", "event_id": "e", "run_id": "r", "ts": 0.0,
+             "mode": "chat", "tools": tools, "policy": {"cycle_threshold": 1_000}}
+    state, _ = Detector().apply(None, parse_event(orjson.dumps(start)))
+    for i in range(MAX_SIGNATURES + 10):
+        state.add_signature(i.to_bytes(16, "big"))
+    for i in range(MAX_FINGERPRINTS + 10):
+        state.add_fingerprint(i.to_bytes(16, "big"))
+    for i in range(EVENT_WINDOW + 10):
+        state.seen_event(i)
+    for i in range(MAX_FAILING_TOOLS + 10):
+        state.count_failure(f"{i:04}{name[4:]}")
+    state.chat_history = [["0" * 32, "0" * 32, name, name]] * MAX_CHAT_HISTORY
+    assert len(state.signatures) <= MAX_SIGNATURES and len(state.fingerprints) <= MAX_FINGERPRINTS
+    assert len(state.failures) == MAX_FAILING_TOOLS
+    for i in range(MAX_SIGNATURES - len(state.signatures)):  # fill up to the caps again
+        state.add_signature((10**6 + i).to_bytes(16, "big"))
+    for i in range(MAX_FINGERPRINTS - len(state.fingerprints)):
+        state.add_fingerprint((10**6 + i).to_bytes(16, "big"))
+    for i in range(EVENT_WINDOW - len(state.event_ids)):
+        state.seen_event(10**6 + i)
+    assert (len(state.signatures), len(state.fingerprints), len(state.event_ids)) == (
+        MAX_SIGNATURES, MAX_FINGERPRINTS, EVENT_WINDOW)
+    # Coder mode's own bounded bookkeeping, full too, with the longest labels.
+    label = "\x01" * LABEL_CHARS
+    state.open_calls = {f"{i:04}{name[4:]}": ["0" * 32, "unknown", 10**9, label]
+                        for i in range(MAX_OPEN_CALLS)}
+    state.call_history = {f"{i:032x}": ["0" * 32, 10**9, 10**9, 10**9] for i in range(MAX_CALL_HISTORY)}
+    assert len(state.to_bytes()) < MAX_RECORD_BYTES
+
+
+def test_past_a_cap_the_oldest_goes_and_a_state_read_back_evicts_the_same(run):
+    state = RunState(mode="researcher", started_ts=0.0)
+    for i in range(MAX_FINGERPRINTS):
+        state.add_fingerprint(i.to_bytes(16, "big"))
+    copy = RunState.from_bytes(state.to_bytes())
+    for s in (state, copy):
+        assert s.add_fingerprint(b"\xff" * 16)  # evicts the oldest quarter, fingerprint 0 first
+        assert s.add_fingerprint((0).to_bytes(16, "big"))  # seen long ago: new again (keep going)
+        assert not s.add_fingerprint((MAX_FINGERPRINTS - 5).to_bytes(16, "big"))  # recent: kept
+        assert len(s.fingerprints) <= MAX_FINGERPRINTS
+    assert copy == state
+
+
+def test_an_old_call_evicted_from_a_long_run_may_run_once_more(run):
+    s = RunScript(policy={"max_rounds": 10_000})
+    s.start_round()
+    for i in range(MAX_SIGNATURES + 1):
+        s.call("search", {"q": i})
+    s.call("search", {"q": 0})  # evicted: allowed again
+    s.call("search", {"q": MAX_SIGNATURES - 2})  # recent, still held: refused
+    assert run(s).codes()[-2:] == [None, "duplicate_call"]

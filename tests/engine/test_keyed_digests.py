@@ -1,0 +1,73 @@
+"""Keyed digests: unkeyed they are XXH3-128 as before; keyed, a small value cannot be guessed."""
+
+from __future__ import annotations
+
+from hashlib import blake2b
+
+import orjson
+from xxhash import xxh3_128_digest
+
+from stallwatch.engine.canonical import (
+    call_signature,
+    canonical_bytes,
+    derive_secret,
+    fact_digest,
+    fact_fingerprints,
+    fingerprint,
+)
+from stallwatch.engine.fleet import Fleet
+from tests.script import RunScript
+
+SECRET = derive_secret("a shared secret of the fleet, 32+")
+PIN = {"pin": "4821"}
+
+
+def dictionary(secret: bytes | None) -> dict[str, str]:
+    """What an attacker who reads the events topic builds: every 4-digit pin's fingerprint."""
+    return {fingerprint({"pin": f"{n:04}"}, secret)[0]: f"{n:04}" for n in range(10_000)}
+
+
+def test_without_a_key_digests_are_xxh3_as_before_and_a_pin_is_reversed():
+    assert fingerprint(PIN)[0] == xxh3_128_digest(canonical_bytes(PIN)).hex()
+    assert dictionary(None)[fingerprint(PIN)[0]] == "4821"  # the risk of running without a key
+
+
+def test_with_a_key_the_same_dictionary_finds_nothing():
+    keyed = fingerprint(PIN, SECRET)[0]
+    assert keyed not in dictionary(None)
+    assert keyed not in dictionary(derive_secret("another secret of 32 characters!"))
+    assert dictionary(SECRET)[keyed] == "4821"  # only a holder of the key can guess
+
+
+def test_every_digest_takes_the_key_and_stays_comparable():
+    for make in (lambda s: call_signature("search", {"q": 1}, s), lambda s: fact_digest(PIN, s),
+                 lambda s: bytes.fromhex(fact_fingerprints("t", {"items": [{"id": 1}]}, "items", "id",
+                                                           secret=s)[0])):
+        assert make(SECRET) == make(SECRET) != make(None)
+        assert len(make(SECRET)) == 16
+    assert call_signature("search", {"q": 1}, SECRET) != call_signature("search", {"q": 2}, SECRET)
+
+
+def test_the_key_changes_no_decision():
+    s = RunScript(mode="chat", tools=[{"name": "poll"}], policy={"cycle_threshold": 2})
+    researcher = RunScript("r2", tools=[{"name": "search", "facts": {"path": "items", "key": "id"}}])
+    s.start_round()
+    for i in range(8):
+        s.call("poll" if i % 2 else "get", {"n": i % 2}, status="ok", result={"same": True})
+    for i in range(8):
+        researcher.round_of(("search", {"q": i}, {"items": [{"id": i % 2}]}))
+    lines = s.lines() + researcher.lines()
+
+    def commands(secret):
+        return [orjson.dumps(c) for out in Fleet(secret=secret).replay(lines) for c in out]
+
+    assert commands(SECRET) == commands(None) and any(b'"stop"' in c for c in commands(None))
+
+
+def test_the_keyed_digest_is_the_documented_construction():
+    """What docs/contract-additions.md tells runtimes in other languages to compute."""
+    key = blake2b(b"a shared secret of the fleet, 32+", digest_size=32, person=b"stallwatch-fp").digest()
+    assert key == SECRET
+    content = canonical_bytes(PIN)
+    assert fingerprint(PIN, SECRET)[0] == blake2b(xxh3_128_digest(content), key=key,
+                                                  digest_size=16).hexdigest()
