@@ -10,6 +10,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from stallwatch.worker.health import STALLED_EXIT_CODE
+from stallwatch.worker.topics import ensure_topics
 from tests.kafka_harness import (
     WorkerProcess,
     by_run,
@@ -84,22 +85,23 @@ async def test_a_worker_fenced_by_a_successor_exits_non_zero_and_loses_nothing()
 
 async def test_a_hung_worker_reports_itself_dead_then_exits():
     settings = fresh_settings(partitions=2)
+    # A backlog keeps both partitions in one transaction after another: freezing the broker
+    # while the worker works through it leaves a transaction waiting on a broker that never
+    # answers. (A worker with nothing in flight is idle, not hung: it stays live.)
+    await ensure_topics(settings)
+    await produce(settings, interleave(mixed_fleet(1000)))
     worker = WorkerProcess(settings, "hung", env={"STALLWATCH_STALL_TIMEOUT_S": "3"})
     try:
-        await wait_until_serving(settings)
+        await collect(settings, settings.commands_topic, 50, 60)
         assert worker.health("/health/live") == 200
-        producing = asyncio.create_task(produce(settings, interleave(mixed_fleet(60)),
-                                                pause_every=20, pause_s=0.02))
-        await asyncio.sleep(1)
         statuses = []
-        with frozen_broker():  # a transaction in flight now waits on a broker that never answers
+        with frozen_broker():
             deadline = time.monotonic() + 15
             while worker.alive() and time.monotonic() < deadline:
                 statuses.append(await asyncio.to_thread(worker.health, "/health/live"))
                 await asyncio.sleep(0.5)
         assert 503 in statuses, statuses
         assert worker.proc.wait(10) == STALLED_EXIT_CODE, worker.log_tail()
-        producing.cancel()
     finally:
         worker.stop()
 
