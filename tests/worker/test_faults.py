@@ -85,21 +85,26 @@ async def test_a_worker_fenced_by_a_successor_exits_non_zero_and_loses_nothing()
 
 async def test_a_hung_worker_reports_itself_dead_then_exits():
     settings = fresh_settings(partitions=2)
-    # A backlog keeps both partitions in one transaction after another: freezing the broker
-    # while the worker works through it leaves a transaction waiting on a broker that never
-    # answers. (A worker with nothing in flight is idle, not hung: it stays live.)
+    # A backlog keeps both partitions in one transaction after another, so that freezing the
+    # broker leaves a transaction waiting on a broker that never answers. A freeze that lands
+    # between two transactions finds the worker idle, not hung (its loop goes round, it stays
+    # live): then the broker is thawed and frozen again, while the backlog lasts.
     await ensure_topics(settings)
     await produce(settings, interleave(mixed_fleet(1000)))
-    worker = WorkerProcess(settings, "hung", env={"STALLWATCH_STALL_TIMEOUT_S": "3"})
+    worker = WorkerProcess(settings, "hung", env={"STALLWATCH_STALL_TIMEOUT_S": "2"})
     try:
         await collect(settings, settings.commands_topic, 50, 60)
         assert worker.health("/health/live") == 200
-        statuses = []
-        with frozen_broker():
-            deadline = time.monotonic() + 15
-            while worker.alive() and time.monotonic() < deadline:
-                statuses.append(await asyncio.to_thread(worker.health, "/health/live"))
-                await asyncio.sleep(0.5)
+        statuses: list[int] = []
+        for _ in range(5):
+            with frozen_broker():  # 3 s to see a stall; once seen, up to 15 s to see the exit
+                began = time.monotonic()
+                while worker.alive() and time.monotonic() - began < (15 if 503 in statuses else 3):
+                    statuses.append(await asyncio.to_thread(worker.health, "/health/live"))
+                    await asyncio.sleep(0.25)
+            if 503 in statuses or not worker.alive():
+                break
+            await asyncio.sleep(0.1)
         assert 503 in statuses, statuses
         assert worker.proc.wait(10) == STALLED_EXIT_CODE, worker.log_tail()
     finally:
