@@ -29,6 +29,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.fleet_log import fleet_events
+from stallwatch.contract.envelope import envelope
 from stallwatch.worker.topics import ensure_topics
 from tests.kafka_harness import (
     WorkerProcess,
@@ -86,8 +87,7 @@ async def latency(settings, runs: int, rate: float, seconds: float) -> list[floa
     tag = uuid.uuid4().hex[:6]
     ids = [f"lat-{tag}-{i}" for i in range(runs)]
     for run_id in ids:
-        event = {"v": 1, "type": "run_started", "event_id": f"{run_id}-s", "run_id": run_id,
-                 "ts": time.time(), "mode": "chat", "tools": [{"name": "t"}]}
+        event = envelope("run_started", run_id, f"{run_id}-s", mode="chat", tools=[{"name": "t"}])
         await producer.send(settings.events_topic, orjson.dumps(event), key=run_id.encode())
     await producer.flush()
 
@@ -107,9 +107,8 @@ async def latency(settings, runs: int, rate: float, seconds: float) -> list[floa
     while time.perf_counter() - begin < seconds:
         run_id = ids[n % runs]
         event_id = f"{run_id}-{n}"
-        event = {"v": 1, "type": "call_proposed", "event_id": event_id, "run_id": run_id,
-                 "ts": time.time(), "round": 1 + n // runs, "call_id": f"c{n}", "tool": "t",
-                 "args": {"n": n}}
+        event = envelope("call_proposed", run_id, event_id, round=1 + n // runs, call_id=f"c{n}",
+                         tool="t", args={"n": n})
         sent[event_id] = time.perf_counter()
         await producer.send(settings.events_topic, orjson.dumps(event), key=run_id.encode())
         n += 1
@@ -161,8 +160,8 @@ async def recovery(runs: int, standby: bool) -> tuple[float, str]:
     await producer.start()
     for i in range(runs):
         run_id = f"rec-{i}"
-        event = {"v": 1, "type": "run_started", "event_id": f"{run_id}-s", "run_id": run_id,
-                 "ts": time.time(), "mode": "researcher", "tools": [{"name": "search"}]}
+        event = envelope("run_started", run_id, f"{run_id}-s", mode="researcher",
+                         tools=[{"name": "search"}])
         await producer.send(settings.events_topic, orjson.dumps(event), key=run_id.encode())
     await producer.stop()
     await wait_until_answering_all(settings, timeout_s=600)  # probes queue behind the whole fill

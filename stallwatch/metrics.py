@@ -66,6 +66,10 @@ class StallwatchMetrics:
         self.decision_latency = Histogram("stallwatch_decision_latency_seconds",
                                           "Event time (`ts`) to its command produced and acked",
                                           buckets=_LATENCY_BUCKETS, registry=r)
+        self.batch_retries = Counter(
+            "stallwatch_batch_retries_total",
+            "Batches whose transaction failed (nothing of it visible) and that were read again",
+            registry=r)
         self.recovery_seconds = Histogram("stallwatch_table_recovery_seconds",
                                           "Rebalance to ready: the hand-over and the replay of the "
                                           "run states' changelog", buckets=_RECOVERY_BUCKETS,

@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import orjson
@@ -32,6 +32,24 @@ BOOTSTRAP = os.environ.get("STALLWATCH_BOOTSTRAP", "127.0.0.1:9092")
 
 def kafka(command: str) -> None:
     subprocess.run([str(ROOT / "deploy/kafka/kafka.sh"), command], check=True, timeout=600)
+
+
+def broker_pid() -> int:
+    """The local broker's process id, as `deploy/kafka/kafka.sh` recorded it."""
+    port = os.environ.get("STALLWATCH_KAFKA_PORT", "9092")
+    return int((ROOT / f".cache/kafka-data/{port}/kafka.pid").read_text())
+
+
+@contextlib.contextmanager
+def frozen_broker() -> Iterator[None]:
+    """The broker's process stopped (SIGSTOP): connections stay open and nothing answers, as
+    with a broker stuck in a long GC pause or a network that drops packets. Resumed after."""
+    pid = broker_pid()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 # Kafka API keys the link tells apart: a cut can wait for a write or a commit of a transaction

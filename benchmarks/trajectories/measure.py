@@ -6,9 +6,10 @@
 Figures: runs (resolved by SWE-bench), stops in resolved and in unresolved runs (by code; for
 resolved runs, how many stops cut off nothing new: every later call repeats an earlier one),
 refusals (by code) and how many withheld an output that differed from the last executed run
-of the same call, nudges, and the loop check: every run of the same call with the same result
-or error LOOP_LENGTH or more times in a row must be stopped within LOOP_STOP_WITHIN rounds of
-its start; steps saved are the recorded rounds after the stop in runs with such a loop.
+of the same call, nudges (by kind: `already-seen`, or `stall:` and the stalled call's effect,
+or `empty`), and the loop check: every run of the same call with the same result or error
+LOOP_LENGTH or more times in a row must be stopped within LOOP_STOP_WITHIN rounds of its start;
+steps saved are the recorded rounds after the stop in runs with such a loop.
 `--details` lists each stop, each changed-output refusal and each loop (commands cut short;
 no observation content is printed).
 """
@@ -54,8 +55,9 @@ def summarise(framework: str, outcomes: list[Outcome], details: bool) -> None:
     print(f"  stops in unresolved runs    {sum(stops_bad.values()):5}   {_codes(stops_bad)}")
     print(f"  refusals                    {len(refusals):5}   {_codes(Counter(r.code for _, r in refusals))}")
     print(f"  refusals, output changed    {len(changed):5}   ({share} of refusals)")
-    print(f"  nudges                      {sum(len(o.nudges) for o in outcomes):5}   "
-          f"in {sum(1 for o in outcomes if o.nudges)} runs")
+    kinds = Counter(kind for o in outcomes for _, kind in o.nudges)
+    print(f"  nudges                      {sum(kinds.values()):5}   "
+          f"in {sum(1 for o in outcomes if o.nudges)} runs; {_codes(kinds)}")
     print(f"  loops (same call, same result x{LOOP_LENGTH}+)  {len(loops)} in {len(loop_runs)} runs; "
           f"stopped within {LOOP_STOP_WITHIN} rounds: {len(caught)}")
     print(f"  steps saved on loop runs    {sum(o.steps_saved for o in loop_runs.values()):5}   "

@@ -52,7 +52,7 @@ class Loop:
 class Outcome:
     traj: Trajectory
     refusals: list[Refusal] = field(default_factory=list)
-    nudges: list[int] = field(default_factory=list)  # rounds
+    nudges: list[tuple[int, str]] = field(default_factory=list)  # (round, kind: nudge_kind)
     stop_round: int | None = None
     stop_code: str | None = None
     loops: list[Loop] = field(default_factory=list)
@@ -91,7 +91,7 @@ def replay(traj: Trajectory, mode: str, fleet: Fleet | None = None,
     out = Outcome(traj, loops=find_loops(traj))
     seq = 0
 
-    def send(event: dict) -> list:
+    def send(event: dict, call: Call | None = None) -> list:
         nonlocal seq
         seq += 1
         commands = fleet.handle_raw(orjson.dumps(event))
@@ -101,7 +101,7 @@ def replay(traj: Trajectory, mode: str, fleet: Fleet | None = None,
             if command.type == "stop" and out.stop_round is None:
                 out.stop_round, out.stop_code = command.round, command.code
             elif command.type == "nudge":
-                out.nudges.append(command.round)
+                out.nudges.append((command.round, nudge_kind(command.detail, call)))
         return commands
 
     send(run_started(traj, mode, policy))
@@ -122,11 +122,19 @@ def replay(traj: Trajectory, mode: str, fleet: Fleet | None = None,
                     out.refusals.append(Refusal(number, verdicts[0].code, call, changed))
                 continue
             last_seen[signature] = (call.status, call.output)
-            send(call_result(traj.run_id, seq, number, call_id, call))
+            send(call_result(traj.run_id, seq, number, call_id, call), call)
         send(envelope(traj.run_id, seq, "round_ended", round=number))
     send(envelope(traj.run_id, seq, "run_ended", reason="replayed"))
     fleet.runs.pop(traj.run_id, None)  # one run at a time: keep the fleet small
     return out
+
+
+def nudge_kind(detail: dict[str, Any], call: Call | None) -> str:
+    """`already-seen` (the streak nudge of a round), or `stall:` and what the stalled call was:
+    `empty` when it printed nothing, else its effect (`unknown` covers code and test runs)."""
+    if "same_result_runs" not in detail or call is None:
+        return "already-seen"
+    return f"stall:{'empty' if not call.output else call.effect}"
 
 
 def find_loops(traj: Trajectory) -> list[Loop]:

@@ -63,6 +63,13 @@ def fleet_overview() -> dashboard.Dashboard:
                                  "(rate(stallwatch_streak_length_at_stop_bucket[1h])))", "{{code}}")))
         .with_panel(series("Fingerprints held", "short",
                            query("sum(stallwatch_fingerprints_held)", "fingerprints")))
+        .with_panel(series("Coder: stall nudges (among all nudges)", "ops",
+                           query("sum(rate(stallwatch_stall_nudges_total[5m]))", "stall nudges"),
+                           query("sum(rate(stallwatch_nudges_total[5m]))", "all nudges")))
+        .with_panel(series("Coder: workspace version at stop (p50, p90)", "short",
+                           *[query(f"histogram_quantile({q}, sum by (le, code) "
+                                   f"(rate(stallwatch_workspace_version_at_stop_bucket[1h])))",
+                                   f"{{{{code}}}} p{p}") for q, p in ((0.5, 50), (0.9, 90))]))
     )
 
 

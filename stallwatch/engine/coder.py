@@ -69,11 +69,12 @@ def allow(state: RunState, event: Event, signature: bytes | None, effect: str) -
 
 
 def on_result(state: RunState, event: Event, whole: bytes | None, facts: list[bytes] | None,
-              itemised: bool, always_new: bool) -> Judged | None:
+              itemised: bool, always_new: bool, empty: bool) -> Judged | None:
     """Record a result. `whole`: the result's digest (None without content); `facts`: its fact
     digests (None when it counts as new whatever was seen: empty, no content); `itemised`: the
     facts are a declared list's items (kept per tool) rather than the whole result (kept per
-    call signature). None for a result of a call this run does not know (it counts as new)."""
+    call signature); `empty`: the result holds nothing (a command that printed nothing).
+    None for a result of a call this run does not know (it counts as new)."""
     call = state.open_calls.pop(event["call_id"], None)
     if call is None:
         return None
@@ -89,8 +90,11 @@ def on_result(state: RunState, event: Event, whole: bytes | None, facts: list[by
         event["status"].encode() + b"\x00" + whole)
     entry = past or [None, 0, version, 0]
     stall_runs = 0
-    if outcome is None or always_new:
-        entry[1] = 0  # no content, or new by declaration (a wait): never a stall
+    if outcome is None or always_new or empty or effect == "write":
+        # Never a stall: no content; new by declaration (a wait); a command that printed
+        # nothing, which shows nothing a change could have changed; a write, whose answer
+        # reports the write ("File created") or its rejection, not what the workspace does.
+        entry[1] = 0
     elif past is None or outcome != past[0]:
         entry[1] = 1
     elif changed:  # the same result again after changes: a stall grows

@@ -263,9 +263,9 @@ class Detector:
             state.round_results += 1
         spec = state.tool_specs.get(tool)
         patterns = effective_patterns("coder", spec.get("patterns") if spec else None)
-        whole, facts, itemised = _coder_digests(event, spec, patterns, self.secret)
+        whole, facts, itemised, empty = _coder_digests(event, spec, patterns, self.secret)
         always_new = self._requires_approval(state, tool) or self._repeat_exempt(state, tool)
-        judged = coder.on_result(state, event, whole, facts, itemised, always_new)
+        judged = coder.on_result(state, event, whole, facts, itemised, always_new, empty)
         if judged is None or judged.new_fact:
             if current:
                 state.round_new_fact = True
@@ -436,9 +436,10 @@ def _tool_spec(tool: dict) -> dict:
 
 
 def _coder_digests(event: Event, spec: dict | None, patterns: tuple[str, ...],
-                   secret: bytes | None) -> tuple[bytes | None, list[bytes] | None, bool]:
+                   secret: bytes | None) -> tuple[bytes | None, list[bytes] | None, bool, bool]:
     """Coder mode: (the whole result's digest, None without content or comparison; its fact
-    digests, None when it counts as new whatever was seen; whether those are a list's items).
+    digests, None when it counts as new whatever was seen; whether those are a list's items;
+    whether the result is empty, as contract v1's walk or the runtime's `empty` says).
     Unlike v1, an empty whole result is a fact like any other: it is held under its call's
     signature, so only the same command printing nothing again is already seen."""
     facts = spec["facts"] if spec else None
@@ -446,20 +447,21 @@ def _coder_digests(event: Event, spec: dict | None, patterns: tuple[str, ...],
         try:
             view, items = declared_view(event["tool"], event["result"],
                                         spec["volatile"] if spec else [], facts, patterns, secret)
-            hexdigest, _ = fingerprint(view, secret)
+            hexdigest, empty = fingerprint(view, secret)
         except ValueError:
-            return None, None, False
+            return None, None, False, False
         whole = bytes.fromhex(hexdigest)
         if items is not None:
-            return whole, items or None, True
-        return whole, [whole], False  # empty too: a command printing nothing again is a repeat
+            return whole, items or None, True, empty
+        return whole, [whole], False, empty  # empty too: a command printing nothing again is a repeat
     if event.get("fingerprint") is None:
-        return None, None, False
+        return None, None, False, False
     whole = _fingerprint_digest(event["fingerprint"], secret)
+    empty = bool(event.get("empty"))
     given = event.get("fact_fingerprints") if facts else None
     if given is not None:
-        return whole, [_fingerprint_digest(f, secret) for f in given] or None, True
-    return whole, [whole], False
+        return whole, [_fingerprint_digest(f, secret) for f in given] or None, True, empty
+    return whole, [whole], False, empty
 
 
 def _fingerprint_digest(fingerprint: str, secret: bytes | None) -> bytes:

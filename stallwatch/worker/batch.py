@@ -6,8 +6,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from stallwatch.contract.commands import Command, DeadLetter
-from stallwatch.contract.parse import MAX_EVENT_BYTES, InvalidEvent, parse_event
+from stallwatch.contract.limits import bounded_key
+from stallwatch.contract.parse import MAX_EVENT_BYTES, InvalidEvent, parse_record
 from stallwatch.engine.detector import Detector
+from stallwatch.engine.expiry import PartitionClock
 from stallwatch.engine.state import RunState
 
 
@@ -23,11 +25,11 @@ class SourceMessage:
 class BatchResult:
     commands: list[Command] = field(default_factory=list)
     caused_at: list[float] = field(default_factory=list)  # event time of each command's cause
-    letters: list[tuple[bytes | None, bytes, str]] = field(default_factory=list)  # key, letter, reason
+    # (key, letter, reason); the key shortened like any id copied from input
+    letters: list[tuple[bytes | None, bytes, str]] = field(default_factory=list)
     states: dict[str, RunState] = field(default_factory=dict)  # every run the batch touched
     events_by_type: dict[str, int] = field(default_factory=dict)
     skipped: int = 0  # at or below a run's last applied offset
-    newest_ts: float = 0.0  # the newest event time in the batch: the partition's clock
 
 
 class BatchApplier:
@@ -38,19 +40,19 @@ class BatchApplier:
         self.topic = topic
         self.max_event_bytes = max_event_bytes
 
-    def apply(self, messages: list[SourceMessage],
-              load: Callable[[str], RunState | None]) -> BatchResult:
-        """`load` gives a run's stored state; the states the batch touched are in the result."""
+    def apply(self, messages: list[SourceMessage], load: Callable[[str], RunState | None],
+              clock: PartitionClock) -> BatchResult:
+        """`load` gives a run's stored state; the states the batch touched are in the result.
+        `clock`, the partition's event time, moves with every state an event changed."""
         result = BatchResult()
         states = result.states
         for message in messages:
             try:
-                event = self._parse(message)
+                event = parse_record(message.key, message.value, self.max_event_bytes)
             except InvalidEvent as exc:
-                raw = message.value if message.value is not None else b""
-                letter = DeadLetter.of(raw, str(exc), self.topic, message.partition,
+                letter = DeadLetter.of(message.value, str(exc), self.topic, message.partition,
                                        message.offset)
-                result.letters.append((message.key, letter.encode(), exc.reason))
+                result.letters.append((bounded_key(message.key), letter.encode(), exc.reason))
                 continue
             run_id = event["run_id"]
             state = states[run_id] if run_id in states else load(run_id)
@@ -61,24 +63,11 @@ class BatchApplier:
                 continue
             kind = event["type"]
             result.events_by_type[kind] = result.events_by_type.get(kind, 0) + 1
-            result.newest_ts = max(result.newest_ts, event["ts"])
             state, commands = self.detector.apply(state, event)
             result.commands.extend(commands)
             result.caused_at.extend([event["ts"]] * len(commands))
             if state is not None:
                 state.last_offset = message.offset
+                clock.observe(state)
                 states[run_id] = state
         return result
-
-    def _parse(self, message: SourceMessage) -> dict:
-        if message.value is None:
-            raise InvalidEvent("null_value", "the message has no value (a tombstone); events are "
-                                             "never deleted, send a run_ended event instead")
-        if message.key is None:
-            raise InvalidEvent("null_key", "the message has no key; key every event by its run_id, "
-                                           "so that a run's events share one partition")
-        event = parse_event(message.value, self.max_event_bytes)
-        if message.key != event["run_id"].encode():
-            raise InvalidEvent("key_mismatch", f"the message key is not the event's run_id "
-                                               f"{event['run_id']!r}; key events by run_id")
-        return event

@@ -19,10 +19,13 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import aiokafka.producer.sender
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError, ProducerFenced
 from aiokafka.structs import ConsumerRecord
 
 from stallwatch.contract.commands import encode_command
@@ -54,6 +57,11 @@ aiokafka.producer.sender.BACKOFF_OVERRIDE = 0.002
 # Other retries of the transactional producer (coordinator moves, the same refusal later in a
 # transaction) back off this long.
 RETRY_BACKOFF_MS = 10
+# A partition whose batch failed this many times in a row (each time rebuilt from Kafka and read
+# again) ends the worker: a failure that repeats is not the broker coming back.
+MAX_BATCH_FAILURES = 5
+# Retrying a call to a broker that is away: the first wait, doubled up to the last.
+RETRY_FIRST_S, RETRY_MAX_S = 0.5, 5.0
 # A transaction's coordinator aborts it when its producer goes silent this long: a worker that
 # dies mid-batch holds back its partitions' read-committed readers at most this long (a
 # successor's fencing aborts it sooner).
@@ -96,6 +104,7 @@ class Pipeline(ConsumerRebalanceListener):
         # Bumped at every assignment: records fetched before it may predate the new positions.
         self._generation = 0
         self._in_flight: dict[int, asyncio.Task[None]] = {}  # partition -> its batch's task
+        self._failures: dict[int, int] = {}  # partition -> its batches failed in a row
         # An error inside a rebalance callback, which aiokafka would only log: the loop raises it,
         # since a partition assigned but not restored would be held and never served.
         self._failure: BaseException | None = None
@@ -175,11 +184,43 @@ class Pipeline(ConsumerRebalanceListener):
     # -- one partition's batch ---------------------------------------------------------------
 
     async def _commit_batch(self, tp: TopicPartition, records: list[ConsumerRecord]) -> None:
+        """The batch in one transaction. If the transaction fails (the broker went away, a
+        leader moved), nothing of it is visible: the partition is rebuilt from what Kafka
+        committed and the batch read again. A fenced producer, or a batch that keeps failing,
+        ends the worker."""
+        try:
+            await self._transact(tp, records)
+            self._failures.pop(tp.partition, None)
+        except ProducerFenced:
+            raise
+        except KafkaError as exc:
+            failures = self._failures[tp.partition] = self._failures.get(tp.partition, 0) + 1
+            if failures > MAX_BATCH_FAILURES:
+                raise
+            log.warning("partition %d: the batch's transaction failed (%r), attempt %d; rebuilding "
+                        "the partition from what Kafka committed", tp.partition, exc, failures)
+            self.metrics.batch_retries.inc()
+            await self._rebuild(tp)
+
+    async def _rebuild(self, tp: TopicPartition) -> None:
+        """A new producer under the partition's transactional id (aborting our own open
+        transaction), its states and its offset as last committed."""
+        partition = tp.partition
+        await self._close_producers([partition])
+        self.producers[partition] = await _until_done(lambda: self._start_producer(partition))
+        await _until_done(lambda: self.store.restore(self.settings, [partition], self.progress.tick))
+        committed = await _until_done(lambda: self.consumer.committed(tp))
+        if committed is None:
+            await self.consumer.seek_to_beginning(tp)
+        else:
+            self.consumer.seek(tp, committed)
+
+    async def _transact(self, tp: TopicPartition, records: list[ConsumerRecord]) -> None:
         started = time.perf_counter()
         partition = tp.partition
         messages = [SourceMessage(r.key, r.value, partition, r.offset) for r in records]
-        result = self.applier.apply(messages, lambda run_id: self.store.load(partition, run_id))
-        self.store.newest_ts[partition] = max(self.store.newest_ts[partition], result.newest_ts)
+        result = self.applier.apply(messages, lambda run_id: self.store.load(partition, run_id),
+                                    self.store.clocks[partition])
         expired = self._expired_runs(partition)
         producer = self.producers[partition]
         settings = self.settings
@@ -211,8 +252,11 @@ class Pipeline(ConsumerRebalanceListener):
         if now - self._expired_at.setdefault(partition, now) < self.settings.expiry_interval_s:
             return []
         self._expired_at[partition] = now
-        newest = self.store.newest_ts[partition]
-        expired = [run_id for run_id, state in self.store.states(partition)
+        states = list(self.store.states(partition))  # decoding them places them on the clock
+        newest = self.store.clocks[partition].newest
+        if newest is None:
+            return []
+        expired = [run_id for run_id, state in states
                    if is_expired(state, newest, self.settings.idle_timeout_s, ENDED_RETENTION_S)]
         self.metrics.fingerprints.set(sum(len(state.fingerprints) for state in self.store.decoded()))
         if expired:
@@ -290,7 +334,11 @@ class Pipeline(ConsumerRebalanceListener):
             transaction_timeout_ms=TRANSACTION_TIMEOUT_MS, linger_ms=0,
             retry_backoff_ms=RETRY_BACKOFF_MS,
             **aiokafka_options(self.settings))
-        await producer.start()
+        try:
+            await producer.start()
+        except BaseException:
+            await producer.stop()
+            raise
         return producer
 
     async def _close_producers(self, partitions: list[int]) -> None:
@@ -299,3 +347,21 @@ class Pipeline(ConsumerRebalanceListener):
             if producer is not None:
                 with contextlib.suppress(Exception):  # a fenced producer may refuse to close cleanly
                     await producer.stop()
+
+
+T = TypeVar("T")
+
+
+async def _until_done(attempt: Callable[[], Awaitable[T]]) -> T:
+    """Retry a call while the broker is away (connection refused, timeouts); a worker waiting
+    here makes no progress, so the stall timeout still bounds it."""
+    wait = RETRY_FIRST_S
+    while True:
+        try:
+            return await attempt()
+        except ProducerFenced:
+            raise
+        except (KafkaError, OSError) as exc:
+            log.warning("the broker did not answer (%r); again in %.1f s", exc, wait)
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, RETRY_MAX_S)

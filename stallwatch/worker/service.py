@@ -58,7 +58,7 @@ async def serve(settings: Settings, metrics: StallwatchMetrics | None = None) ->
     await ensure_topics(settings)
     metrics = metrics or StallwatchMetrics()
     metrics.serve(settings.metrics_port, settings.metrics_bind)
-    pipeline = Pipeline(settings, metrics, Detector(settings.admin_policy()))
+    pipeline = Pipeline(settings, metrics, Detector(settings.admin_policy(), settings.fingerprint_secret()))
     health = HealthServer(pipeline.progress, settings.stall_timeout_s, settings.web_bind,
                           settings.web_port)
     stopping = asyncio.Event()

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from stallwatch.engine.expiry import PartitionClock
 from stallwatch.engine.state import RunState
 from stallwatch.kafka_config import aiokafka_options
 from stallwatch.settings import Settings
@@ -30,7 +31,13 @@ class RunStore:
     def __init__(self) -> None:
         self._raw: dict[int, dict[str, bytes]] = {}
         self._decoded: dict[int, dict[str, RunState]] = {}
-        self.newest_ts: dict[int, float] = {}  # the partition's newest event time seen
+        self.clocks: dict[int, PartitionClock] = {}  # each partition's event time
+
+    def adopt(self, partition: int, raw: dict[str, bytes]) -> None:
+        """Serve a partition from its restored states (run id -> changelog bytes)."""
+        self._raw[partition] = raw
+        self._decoded[partition] = {}
+        self.clocks[partition] = PartitionClock()
 
     def owns(self, partition: int) -> bool:
         return partition in self._decoded
@@ -41,6 +48,7 @@ class RunStore:
             raw = self._raw[partition].pop(run_id, None)
             if raw is not None:
                 state = self._decoded[partition][run_id] = RunState.from_bytes(raw)
+                self.clocks[partition].observe(state)
         return state
 
     def put(self, partition: int, run_id: str, state: RunState) -> None:
@@ -67,7 +75,7 @@ class RunStore:
         """Forget a partition this worker no longer owns."""
         self._raw.pop(partition, None)
         self._decoded.pop(partition, None)
-        self.newest_ts.pop(partition, None)
+        self.clocks.pop(partition, None)
 
     async def restore(self, settings: Settings, partitions: list[int],
                       on_progress: Callable[[], None]) -> float:
@@ -83,8 +91,8 @@ class RunStore:
             isolation_level="read_committed", enable_auto_commit=False,
             fetch_max_bytes=RESTORE_FETCH_BYTES, max_partition_fetch_bytes=RESTORE_FETCH_BYTES,
             **aiokafka_options(settings))
-        await consumer.start()
         try:
+            await consumer.start()
             tps = [TopicPartition(settings.changelog_topic, p) for p in partitions]
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
@@ -107,9 +115,7 @@ class RunStore:
         finally:
             await consumer.stop()
         for partition in partitions:
-            self._raw[partition] = raw[partition]
-            self._decoded[partition] = {}
-            self.newest_ts[partition] = 0.0
+            self.adopt(partition, raw[partition])
         seconds = time.monotonic() - started
         log.info("restored %d runs of partitions %s in %.2f s",
                  sum(len(r) for r in raw.values()), partitions, seconds)

@@ -13,6 +13,8 @@ from langchain_core.tools import StructuredTool, ToolException
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from stallwatch.adapters.langchain import StallwatchMiddleware
+from stallwatch.client import EmbeddedClient
+from tests.adapters import scripts
 from tests.adapters.scripts import ANSWER, FetchFailed, Script, Seen, Tools
 
 
@@ -60,3 +62,16 @@ def agent_for(script: Script, tools: Tools, middleware: StallwatchMiddleware | N
     model = ScriptedChatModel(messages=iter(()), script=script)
     return create_agent(model, lc_tools, system_prompt="You research questions.",
                         middleware=[middleware] if middleware else [])
+
+
+QUESTION = {"messages": [{"role": "user", "content": "How does Kafka compact a topic?"}]}
+
+
+async def run_agent(script: scripts.Script, tools: scripts.Tools | None = None,
+                    policy: dict | None = None) -> tuple[scripts.Tools, str]:
+    tools = tools or scripts.Tools()
+    async with EmbeddedClient() as client:
+        agent = agent_for(script, tools, StallwatchMiddleware(client, tools=scripts.DECLARED, policy=policy))
+        out = await agent.ainvoke(QUESTION, {"recursion_limit": 100})
+        assert not client.runs  # the run was ended and forgotten
+    return tools, out["messages"][-1].text

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents import Agent, function_tool, set_tracing_disabled
+from agents import Agent, Runner, function_tool, set_tracing_disabled
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
+from stallwatch.adapters.openai_agents import StallwatchRun
+from stallwatch.client import EmbeddedClient
+from tests.adapters import scripts
 from tests.adapters.scripts import ANSWER, Script, Seen, Tools
 
 MAX_STEPS = 40  # more model calls than any script makes
@@ -50,3 +53,19 @@ def agent_for(script: Script, tools: Tools, steps: int = MAX_STEPS) -> Agent[Any
 
     return Agent(name="researcher", instructions="You research questions.", model=model_for(script, steps),
                  tools=[function_tool(f) for f in (search, list_page, wait_for_researchers, fetch)])
+
+
+QUESTION = "How does Kafka compact a topic?"
+
+
+async def run_agent(script: scripts.Script, tools: scripts.Tools | None = None,
+                    policy: dict | None = None) -> tuple[scripts.Tools, str]:
+    tools = tools or scripts.Tools()
+    async with EmbeddedClient() as client:
+        watch = StallwatchRun(client, tools=scripts.DECLARED, policy=policy)
+        try:
+            result = await Runner.run(watch.agent(agent_for(script, tools)), QUESTION, hooks=watch,
+                                      max_turns=60)
+        finally:
+            assert not client.runs  # the run was ended and forgotten, also when the turn ended
+    return tools, result.final_output

@@ -18,6 +18,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from stallwatch.adapters.pydantic_ai import Stallwatch
+from stallwatch.client import EmbeddedClient
+from tests.adapters import scripts
 from tests.adapters.scripts import ANSWER, FetchFailed, Script, Seen, Tools
 
 
@@ -73,3 +75,16 @@ def agent_for(script: Script, tools: Tools, capability: Stallwatch | None) -> Ag
             raise ToolFailed(str(exc)) from exc  # PydanticAI's idiom: a failed result the model sees
 
     return agent
+
+
+QUESTION = "How does Kafka compact a topic?"
+
+
+async def run_agent(script: scripts.Script, tools: scripts.Tools | None = None,
+                    policy: dict | None = None) -> tuple[scripts.Tools, str]:
+    tools = tools or scripts.Tools()
+    async with EmbeddedClient() as client:
+        capability = Stallwatch(client, tools=scripts.DECLARED, policy=policy)
+        result = await agent_for(script, tools, capability).run(QUESTION)
+        assert not client.runs  # the run was ended and forgotten
+    return tools, result.output

@@ -8,64 +8,7 @@ from langchain_core.messages import SystemMessage
 from stallwatch.adapters.langchain import StallwatchMiddleware, _appended
 from stallwatch.client import EmbeddedClient, SyncClient
 from tests.adapters import scripts
-from tests.adapters.langchain_model import agent_for
-
-QUESTION = {"messages": [{"role": "user", "content": "How does Kafka compact a topic?"}]}
-
-
-async def run_agent(script: scripts.Script, tools: scripts.Tools | None = None,
-                    policy: dict | None = None) -> tuple[scripts.Tools, str]:
-    tools = tools or scripts.Tools()
-    async with EmbeddedClient() as client:
-        agent = agent_for(script, tools, StallwatchMiddleware(client, tools=scripts.DECLARED, policy=policy))
-        out = await agent.ainvoke(QUESTION, {"recursion_limit": 100})
-        assert not client.runs  # the run was ended and forgotten
-    return tools, out["messages"][-1].text
-
-
-async def test_a_rewording_model_is_stopped_then_answers_without_tools():
-    script = scripts.rewording()
-    tools, answer = await run_agent(script)
-    scripts.assert_stopped_then_answered(script, tools, answer)
-
-
-async def test_a_repeated_call_is_refused_with_the_words_shown_to_the_model():
-    script = scripts.repeating()
-    tools, answer = await run_agent(script)
-    scripts.assert_repeat_refused(script, tools, answer)
-
-
-async def test_one_of_two_identical_parallel_calls_is_refused():
-    script = scripts.parallel_repeat()
-    tools, answer = await run_agent(script)
-    scripts.assert_repeat_refused(script, tools, answer)
-
-
-async def test_a_paging_model_runs_to_the_end_untouched():
-    script = scripts.paging()
-    tools, answer = await run_agent(script)
-    scripts.assert_untouched(script, tools, "list_page", 12, answer)
-
-
-async def test_a_repeat_exempt_wait_is_never_refused():
-    script = scripts.waiting()
-    tools, answer = await run_agent(script)
-    scripts.assert_untouched(script, tools, "wait_for_researchers", 8, answer)
-
-
-async def test_failures_of_one_tool_stop_the_run():
-    script = scripts.failing()
-    tools, answer = await run_agent(script)
-    scripts.assert_failures_stopped(script, tools, answer)
-
-
-async def test_a_stop_that_ends_the_turn_calls_the_model_no_more():
-    script = scripts.rewording()
-    tools, answer = await run_agent(script, scripts.Tools(scripts.SLOW_SEARCH_S), scripts.OUT_OF_TIME)
-    # (on a loaded machine the time can be up before the search is even proposed: then it is
-    # refused, and the turn ends all the same)
-    assert len(script.seen) == 1 and tools.ran["search"] <= 1
-    assert answer == scripts.TIME_WORDS  # the stop's words are the agent's last message
+from tests.adapters.langchain_model import QUESTION, agent_for
 
 
 def test_invoke_without_asyncio_through_the_sync_client():

@@ -183,6 +183,67 @@ def test_a_changed_result_starts_the_stall_over(run):
     assert nudges(run(s)) == []
 
 
+def test_a_write_answering_the_same_after_other_changes_is_no_stall(run):
+    """A rejected edit, tried again after other changes: its answer reports the edit, not what
+    the workspace does, so the words "did not change what it shows" would be wrong."""
+    s = coder()
+    rejected = "ERROR: old_str `x = 1` did not appear verbatim in a.py."
+    for n in range(6):
+        s.round_of(("bash", {"command": f"touch f{n}"}, "done"))
+        s.start_round()
+        s.call("save", {"path": "a.py", "old": "x = 1"}, status="error", result=rejected)
+        s.end_round()
+    out = run(s)
+    assert nudges(out) == [] and out.stops == []
+    call_effect = coder()
+    for n in range(6):  # the call's own effect decides, not only its tool's
+        edit(call_effect, n)
+        call_effect.round_of(("bash", {"command": "sed -i s/a/b/ a.py"}, "sed: no match"))
+        call_effect.events[-3]["effect"] = "write"  # its call_proposed
+    assert nudges(run(call_effect)) == []
+
+
+def test_a_command_printing_nothing_after_each_change_is_no_stall(run):
+    s = coder()
+    for n in range(6):  # `sed -i` prints nothing whether or not it changed anything
+        edit(s, n)
+        s.round_of(("bash", {"command": "sed -i 's/None/0o644/' settings.py"}, ""))
+    hashed = coder()
+    for n in range(6):  # a runtime sending only a fingerprint says `empty` itself
+        edit(hashed, n)
+        hashed.start_round()
+        hashed.call("bash", REPRO, status="ok", fingerprint="ab" * 16, empty=True)
+        hashed.end_round()
+    assert nudges(run(s)) == [] and nudges(run(hashed)) == []
+    shown = coder()
+    for n in range(6):  # the same fingerprint, not empty: the stall counts as before
+        edit(shown, n)
+        shown.start_round()
+        shown.call("bash", REPRO, status="ok", fingerprint="ab" * 16, empty=False)
+        shown.end_round()
+    assert len(nudges(run(shown))) == 1
+
+
+def test_commands_printing_nothing_still_count_as_changes_between_runs(run):
+    s = coder()
+    for n in range(4):
+        s.round_of(("bash", {"command": f"echo 'x = {n}' >> fix.py"}, ""))
+        s.round_of(("bash", REPRO, TRACE))
+    [nudge] = nudges(run(s))
+    assert nudge.detail["call"] == "python reproduce.py" and nudge.round == 6
+
+
+def test_a_read_showing_the_same_after_changes_still_counts_towards_a_stall(run):
+    """A re-read cannot tell whether the changes touched what it shows (decisions.md): an edit
+    that did not land and a region no edit touched look the same, so reads keep counting."""
+    s = coder()
+    for n in range(4):
+        edit(s, n)
+        s.round_of(("view", {"path": "a.py", "lines": "40,45"}, "if username is None:"))
+    [nudge] = nudges(run(s))
+    assert nudge.detail["same_result_runs"] == 3 and nudge.detail["tool"] == "view"
+
+
 # -- failures -------------------------------------------------------------------------------------
 
 def failing(s: RunScript, args: dict) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import orjson
 
 from stallwatch.engine.detector import Detector
+from stallwatch.engine.expiry import PartitionClock
 from stallwatch.engine.state import RunState
 from stallwatch.worker.batch import BatchApplier, SourceMessage
 from tests.script import RunScript
@@ -20,11 +21,12 @@ def test_a_batch_gives_the_commands_and_the_states_it_touched():
     script.start_round()
     script.call("search", {"q": 1})
     script.call("search", {"q": 1})
-    result = BatchApplier(Detector(), "events").apply(messages(script), lambda run_id: None)
+    clock = PartitionClock()
+    result = BatchApplier(Detector(), "events").apply(messages(script), lambda run_id: None, clock)
     assert [c.decision for c in result.commands] == ["allow", "refuse"]
     assert result.caused_at == [script.events[2]["ts"], script.events[3]["ts"]]
     assert result.states["r1"].last_offset == 3
-    assert result.newest_ts == script.events[-1]["ts"]
+    assert clock.newest == script.events[-1]["ts"]
     assert result.events_by_type == {"run_started": 1, "round_started": 1, "call_proposed": 2}
 
 
@@ -32,7 +34,7 @@ def test_tombstones_null_keys_and_misfiled_events_become_specific_dead_letters()
     valid = RunScript("r1").lines()[0]
     batch = [SourceMessage(b"r1", None, 0, 0), SourceMessage(None, valid, 0, 1),
              SourceMessage(b"r2", valid, 0, 2), SourceMessage(b"r1", b"{", 0, 3)]
-    result = BatchApplier(Detector(), "events").apply(batch, lambda run_id: None)
+    result = BatchApplier(Detector(), "events").apply(batch, lambda run_id: None, PartitionClock())
     reasons = [reason for _, _, reason in result.letters]
     assert reasons[:3] == ["null_value", "null_key", "key_mismatch"]
     assert len(reasons) == 4
@@ -48,7 +50,8 @@ def test_events_at_or_below_a_states_last_offset_are_skipped():
     script.call("search", {"q": 1})
     script.call("search", {"q": 2})
     stored = RunState(mode="researcher", started_ts=0.0, last_offset=2)
-    result = BatchApplier(Detector(), "events").apply(messages(script), lambda run_id: stored)
+    result = BatchApplier(Detector(), "events").apply(messages(script), lambda run_id: stored,
+                                                      PartitionClock())
     assert result.skipped == 3
     assert [c.call_id for c in result.commands] == ["c2"]  # only offset 3 was applied
     assert stored.last_offset == 3

@@ -6,22 +6,25 @@ from __future__ import annotations
 import asyncio
 import time
 
+import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
 from stallwatch.worker.health import STALLED_EXIT_CODE
+from stallwatch.worker.topics import ensure_topics
 from tests.kafka_harness import (
-    END_TXN,
-    CuttableLink,
     WorkerProcess,
     by_run,
     collect,
     fresh_settings,
+    frozen_broker,
     kafka,
     produce,
     replay_commands,
+    serving_worker,
     wait_until_serving,
 )
+from tests.script import RunScript
 from tests.worker.faults import cut_off, three_kills
 from tests.worker.fleet_logs import interleave, mixed_fleet
 
@@ -101,26 +104,77 @@ async def test_a_worker_fenced_by_a_successor_exits_non_zero_and_loses_nothing()
 
 async def test_a_hung_worker_reports_itself_dead_then_exits():
     settings = fresh_settings(partitions=2)
-    async with CuttableLink() as link:
-        worker = WorkerProcess(settings, "hung", env={"STALLWATCH_STALL_TIMEOUT_S": "3",
-                                                      "STALLWATCH_BOOTSTRAP": link.bootstrap})
-        try:
-            await wait_until_serving(settings)
-            assert worker.health("/health/live") == 200
-            producing = asyncio.create_task(produce(settings, interleave(mixed_fleet(60)),
-                                                    pause_every=20, pause_s=0.02))
-            # A commit held from the broker: the batch waits on an answer that never comes. (A
-            # frozen broker hung a batch only when one happened to be in flight at the freeze.)
-            link.cut_at(END_TXN)
-            await asyncio.wait_for(link.cut_seen.wait(), 15)
-            statuses = []
-            deadline = time.monotonic() + 15
-            while worker.alive() and time.monotonic() < deadline:
-                statuses.append(await asyncio.to_thread(worker.health, "/health/live"))
-                await asyncio.sleep(0.5)
-            assert 503 in statuses, statuses
-            code = await asyncio.to_thread(worker.proc.wait, 10)
-            assert code == STALLED_EXIT_CODE, worker.log_tail()
-            producing.cancel()
-        finally:
-            await asyncio.to_thread(worker.stop)
+    # A backlog keeps both partitions in one transaction after another, so that freezing the
+    # broker leaves a transaction waiting on a broker that never answers. A freeze that lands
+    # between two transactions finds the worker idle, not hung (its loop goes round, it stays
+    # live): then the broker is thawed and frozen again, while the backlog lasts.
+    await ensure_topics(settings)
+    await produce(settings, interleave(mixed_fleet(1000)))
+    worker = WorkerProcess(settings, "hung", env={"STALLWATCH_STALL_TIMEOUT_S": "2"})
+    try:
+        await collect(settings, settings.commands_topic, 50, 60)
+        assert worker.health("/health/live") == 200
+        statuses: list[int] = []
+        for _ in range(5):
+            with frozen_broker():  # 3 s to see a stall; once seen, up to 15 s to see the exit
+                began = time.monotonic()
+                while worker.alive() and time.monotonic() - began < (15 if 503 in statuses else 3):
+                    statuses.append(await asyncio.to_thread(worker.health, "/health/live"))
+                    await asyncio.sleep(0.25)
+            if 503 in statuses or not worker.alive():
+                break
+            await asyncio.sleep(0.1)
+        assert 503 in statuses, statuses
+        assert worker.proc.wait(10) == STALLED_EXIT_CODE, worker.log_tail()
+    finally:
+        worker.stop()
+
+
+async def test_expiry_runs_on_the_partitions_event_time_whatever_a_runtimes_clock_says():
+    base, skew, idle_timeout = 1_000_000.0, 7 * 3600.0, 3600.0
+    settings = fresh_settings(partitions=1)
+    worker = WorkerProcess(settings, "clock", env={"STALLWATCH_IDLE_TIMEOUT_S": str(idle_timeout),
+                                                   "STALLWATCH_EXPIRY_INTERVAL_S": "0.1"})
+    fresh, behind, idle = RunScript("fresh", ts=base), RunScript("behind", ts=base - skew), \
+        RunScript("idle", ts=base)
+    behind.start_round()
+    behind.call("search", {"q": "kafka"})
+    phase_one = [*fresh.lines(), *behind.lines(), *idle.lines()]
+    # An hour and more passes on every clock; the run 7 hours behind repeats its call.
+    for script in (fresh, behind):
+        script.ts += idle_timeout + 400
+    fresh.start_round()
+    behind.call("search", {"q": "kafka"})
+    phase_two = [line for line in fresh.lines() + behind.lines() if line not in phase_one]
+    try:
+        await wait_until_serving(settings)
+        await produce(settings, phase_one)
+        await collect(settings, settings.commands_topic, 2, 30)  # the probe and the first verdict
+        await asyncio.sleep(0.5)  # past the expiry interval: the next batch scans for idle runs
+        await produce(settings, phase_two)
+        expected = by_run(replay_commands(phase_one + phase_two))
+        got = by_run(await collect(settings, settings.commands_topic, 3, 30))
+        # The run 7 hours behind is judged as replay judges it: its repeat is refused, not
+        # allowed as a call of a run the worker forgot.
+        assert got["behind"] == expected["behind"]
+        assert [orjson.loads(c)["decision"] for c in got["behind"]] == ["allow", "refuse"]
+        # The run that stayed silent for longer than the idle timeout was expired.
+        states = await collect(settings, settings.changelog_topic, 10**6, 5)
+        assert states[-1] is None, "the idle run's state was not deleted"
+    finally:
+        worker.stop()
+
+
+async def test_an_event_redelivered_after_run_ended_has_no_further_effect():
+    run = RunScript("ended")
+    run.start_round()
+    run.call("search", {"q": 1})
+    run.end_round()
+    run.end()
+    redelivered = run.lines()[2]  # the call_proposed, sent again by a retrying runtime
+    async with serving_worker(partitions=1) as (settings, _):
+        await produce(settings, [*run.lines(), redelivered])
+        expected = by_run(replay_commands([*run.lines(), redelivered]))
+        got = await collect(settings, settings.commands_topic, 3, 5)  # room for a second verdict
+    assert by_run(got)["ended"] == expected["ended"]
+    assert len(expected["ended"]) == 1  # one verdict for the call, none for its redelivery

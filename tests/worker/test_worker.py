@@ -5,6 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from stallwatch.contract.envelope import envelope
 from tests.kafka_harness import by_run, collect, produce, replay_commands, serving_worker
 from tests.worker.fleet_logs import every_rule, interleave
 
@@ -33,10 +34,9 @@ async def test_a_burst_of_garbage_is_dead_lettered_and_other_runs_are_untouched(
         garbage = [b"garbage %d" % i for i in range(150)] + [
             b'{"v": 2, "type": "round_started"}', b"\xff\xfe\x00 binary",
             b'{"v":1,"type":"call_result","result":' + b"[" * 3000 + b"]" * 3000 + b"}",
-            orjson.dumps({"v": 1, "type": "call_proposed", "event_id": "x", "run_id": "pager",
-                          "ts": 1, "round": "one", "call_id": "c", "tool": "t"}),
-            orjson.dumps({"v": 1, "type": "round_started", "event_id": "x", "run_id": "other",
-                          "ts": 1, "round": 1}),  # keyed by another run: refused, not misfiled
+            orjson.dumps(envelope("call_proposed", "pager", "x", 1, round="one", call_id="c", tool="t")),
+            # keyed by another run: refused, not misfiled
+            orjson.dumps(envelope("round_started", "other", "x", 1, round=1)),
         ]
         log, keys = [], []
         for i, line in enumerate(good):

@@ -62,4 +62,4 @@ def test_coder_nudges_once_on_the_stall_and_refuses_nothing():
     """Round 7 is the script's third identical output with an edit before each: one nudge."""
     out = replay(mini_swe_agent.convert(STALL, "s", False), "coder")
     assert out.refusals == [] and out.stop_code is None
-    assert out.nudges == [7]
+    assert out.nudges == [(7, "stall:unknown")]
