@@ -1,4 +1,4 @@
-"""The client for agent runtimes: on Kafka, or in-process with the same calls. No Faust here."""
+"""The client for agent runtimes: on Kafka, or in-process with the same calls. No worker code here."""
 
 from stallwatch.client.embedded import EmbeddedClient
 from stallwatch.client.kafka import KafkaClient
