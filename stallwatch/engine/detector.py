@@ -244,11 +244,7 @@ class Detector:
             if current:
                 state.round_results += 1
             if self._brings_new_fact(state, event):
-                if current:
-                    state.round_new_fact = True
-                else:  # a late result that is new is progress all the same
-                    state.already_seen_streak = 0
-                    state.nudged = False
+                _count_new_fact(state, current)
         if status in _FAILED:
             self._tool_failures(state, event, event["tool"], out)
         elif state.failures:
@@ -267,11 +263,7 @@ class Detector:
         always_new = self._requires_approval(state, tool) or self._repeat_exempt(state, tool)
         judged = coder.on_result(state, event, whole, facts, itemised, always_new, empty)
         if judged is None or judged.new_fact:
-            if current:
-                state.round_new_fact = True
-            else:  # a late result that is new is progress all the same
-                state.already_seen_streak = 0
-                state.nudged = False
+            _count_new_fact(state, current)
         if judged is None:
             return
         if judged.failures >= state.no_progress_threshold:
@@ -394,6 +386,16 @@ class Detector:
 def _command_id(event: Event, index: int) -> str:
     """Derived from the causing event, so the same input always yields the same ids."""
     return xxh3_128_hexdigest(f"{event['run_id']}\x00{event['event_id']}\x00{index}".encode())[:24]
+
+
+def _count_new_fact(state: RunState, current: bool) -> None:
+    """A result that brought a new fact: its round brought one, or, for a late result, the
+    already-seen streak ends all the same (late progress is progress)."""
+    if current:
+        state.round_new_fact = True
+    else:
+        state.already_seen_streak = 0
+        state.nudged = False
 
 
 def _verdict(out: list[Command], event: Event, decision: str, code: str | None, reason: str) -> None:
