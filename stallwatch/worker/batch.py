@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from stallwatch.contract.commands import Command, DeadLetter
 from stallwatch.contract.limits import bounded_key
@@ -13,10 +14,20 @@ from stallwatch.engine.expiry import PartitionClock
 from stallwatch.engine.state import RunState
 
 
+class SourceRecord(Protocol):
+    """What the batch step reads of a record: aiokafka's ConsumerRecord as it comes, or a
+    SourceMessage in tests."""
+
+    key: bytes | None
+    value: bytes | None  # None is a tombstone
+    partition: int
+    offset: int
+
+
 @dataclass(frozen=True, slots=True)
 class SourceMessage:
     key: bytes | None
-    value: bytes | None  # None is a tombstone
+    value: bytes | None
     partition: int
     offset: int
 
@@ -40,7 +51,7 @@ class BatchApplier:
         self.topic = topic
         self.max_event_bytes = max_event_bytes
 
-    def apply(self, messages: list[SourceMessage], load: Callable[[str], RunState | None],
+    def apply(self, messages: Sequence[SourceRecord], load: Callable[[str], RunState | None],
               clock: PartitionClock) -> BatchResult:
         """`load` gives a run's stored state; the states the batch touched are in the result.
         `clock`, the partition's event time, moves with every state an event changed."""

@@ -34,7 +34,7 @@ from stallwatch.engine.expiry import is_expired
 from stallwatch.kafka_config import aiokafka_options
 from stallwatch.metrics import StallwatchMetrics
 from stallwatch.settings import Settings
-from stallwatch.worker.batch import BatchApplier, BatchResult, SourceMessage
+from stallwatch.worker.batch import BatchApplier, BatchResult
 from stallwatch.worker.store import RunStore
 
 log = logging.getLogger(__name__)
@@ -99,6 +99,7 @@ class Pipeline(ConsumerRebalanceListener):
         self.progress = Progress()
         self.producers: dict[int, AIOKafkaProducer] = {}
         self._expired_at: dict[int, float] = {}
+        self._fingerprints: dict[int, int] = {}  # partition -> fingerprints held at its last scan
         # Held while batches are handed out and while partitions change hands; a rebalance first
         # waits for the batches in flight, so a partition is never given up half done.
         self._lock = asyncio.Lock()
@@ -219,8 +220,7 @@ class Pipeline(ConsumerRebalanceListener):
     async def _transact(self, tp: TopicPartition, records: list[ConsumerRecord]) -> None:
         started = time.perf_counter()
         partition = tp.partition
-        messages = [SourceMessage(r.key, r.value, partition, r.offset) for r in records]
-        result = self.applier.apply(messages, lambda run_id: self.store.load(partition, run_id),
+        result = self.applier.apply(records, lambda run_id: self.store.load(partition, run_id),
                                     self.store.clocks[partition])
         expired = self._expired_runs(partition)
         producer = self.producers[partition]
@@ -259,7 +259,9 @@ class Pipeline(ConsumerRebalanceListener):
             return []
         expired = [run_id for run_id, state in states
                    if is_expired(state, newest, self.settings.idle_timeout_s, ENDED_RETENTION_S)]
-        self.metrics.fingerprints.set(sum(len(state.fingerprints) for state in self.store.decoded()))
+        # Counted from the states this scan decoded anyway, one partition at a time.
+        self._fingerprints[partition] = sum(len(state.fingerprints) for _, state in states)
+        self.metrics.fingerprints.set(sum(self._fingerprints.values()))
         if expired:
             log.info("expiring %d idle or ended runs of partition %d", len(expired), partition)
         return expired
@@ -313,6 +315,7 @@ class Pipeline(ConsumerRebalanceListener):
             for partition in lost:
                 self.store.drop(partition)
                 self._expired_at.pop(partition, None)
+                self._fingerprints.pop(partition, None)
                 with contextlib.suppress(KeyError):
                     self.metrics.lag.remove(str(partition))
             new = sorted(owned - set(self.producers))

@@ -64,10 +64,6 @@ class RunStore:
             self.load(partition, run_id)
         yield from list(self._decoded[partition].items())
 
-    def decoded(self) -> Iterator[RunState]:
-        for states in self._decoded.values():
-            yield from states.values()
-
     def __len__(self) -> int:
         return sum(len(r) for r in self._raw.values()) + sum(len(d) for d in self._decoded.values())
 
