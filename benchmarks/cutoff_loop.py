@@ -22,11 +22,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.kafka_harness import kafka
-from tests.worker.faults import CutOutcome, cut_off
+from tests.streams.worker.faults import CutOutcome, cut_off
 
 
 def verdict(outcome: CutOutcome, heal_before_expiry: bool) -> list[str]:
-    """What the pass got wrong: the same promises as tests/worker/test_faults.py."""
+    """What the pass got wrong: the same promises as tests/streams/worker/test_faults.py."""
     wrong = [] if outcome.exact else [outcome.summary()]
     if heal_before_expiry:
         if outcome.taken_over:

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.fleet_log import fleet_events
 from stallwatch.contract.envelope import envelope
-from stallwatch.worker.topics import ensure_topics
+from stallwatch.kafka.topics import ensure_topics
 from tests.kafka_harness import (
     WorkerProcess,
     fresh_settings,

@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.kafka_harness import kafka
-from tests.worker.faults import three_kills
+from tests.streams.worker.faults import three_kills
 
 
 async def main() -> int:

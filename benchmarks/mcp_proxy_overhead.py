@@ -29,7 +29,7 @@ from stallwatch.mcp.proxy import Proxy, ProxyOptions
 ROOT = Path(__file__).resolve().parents[1]
 SERVER = [sys.executable, str(ROOT / "tests/mcp/docs_server.py")]
 # Far past the calls' own spacing: the whole benchmark is one round, one run.
-PROXY = [sys.executable, "-m", "stallwatch.cli", "mcp-proxy", "--round-gap", "5", "--", *SERVER]
+PROXY = [sys.executable, "-m", "stallwatch.cli.main", "mcp-proxy", "--round-gap", "5", "--", *SERVER]
 
 
 async def latencies(command: list[str], calls: int) -> list[float]:

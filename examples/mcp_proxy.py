@@ -33,7 +33,7 @@ def search(query: str) -> dict:
 
 
 async def client(kafka: bool) -> None:
-    proxy = ["-m", "stallwatch.cli", "mcp-proxy", *(["--kafka"] if kafka else []),
+    proxy = ["-m", "stallwatch.cli.main", "mcp-proxy", *(["--kafka"] if kafka else []),
              "--", sys.executable, __file__, "--serve"]
     params = StdioServerParameters(command=sys.executable, args=proxy)
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:

@@ -10,7 +10,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from stallwatch.contract.commands import Command
 from stallwatch.contract.stop_codes import STOPS
-from stallwatch.settings import Settings
 
 # Seconds: a batch is a few milliseconds of work; decisions take milliseconds to seconds.
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -80,12 +79,15 @@ class StallwatchMetrics:
         except PackageNotFoundError:
             self.build.info({"version": "unknown"})
 
-    def serve(self, port: int, addr: str = Settings.metrics_bind) -> None:
+    def serve(self, port: int, addr: str) -> None:
         """Serve /metrics on `addr` (STALLWATCH_METRICS_BIND)."""
         start_http_server(port, addr=addr, registry=self.registry)
 
     def count_event(self, kind: str) -> None:
         self.events.labels(kind).inc()
+
+    def count_dead_letter(self, reason: str) -> None:
+        self.dead_letters.labels(reason).inc()
 
     def count_commands(self, commands: list[Command]) -> None:
         for command in commands:

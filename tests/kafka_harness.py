@@ -186,7 +186,7 @@ class WorkerProcess:
                "STALLWATCH_WEB_PORT": str(self.web_port),
                "STALLWATCH_METRICS_PORT": str(self.metrics_port),
                "STALLWATCH_LOG_LEVEL": "INFO", **(env or {})}
-        self.proc = subprocess.Popen([sys.executable, "-m", "stallwatch.cli", "worker"], env=env,
+        self.proc = subprocess.Popen([sys.executable, "-m", "stallwatch.cli.main", "worker"], env=env,
                                      stdout=self.log_path.open("wb"), stderr=subprocess.STDOUT)
 
     def alive(self) -> bool:

@@ -18,7 +18,7 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from stallwatch.client.run import Client
 from stallwatch.contract.commands import decode_command
-from stallwatch.kafka_config import aiokafka_options
+from stallwatch.kafka.options import aiokafka_options
 from stallwatch.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from stallwatch.contract.commands import Command, DeadLetter
 from stallwatch.contract.parse import MAX_EVENT_BYTES, InvalidEvent, parse_event
@@ -12,8 +12,14 @@ from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.detector import Detector, Event
 from stallwatch.engine.state import RunState
 
-if TYPE_CHECKING:
-    from stallwatch.metrics import StallwatchMetrics
+
+class Counters(Protocol):
+    """What the engine counts when asked (stallwatch.metrics.StallwatchMetrics is one): a protocol,
+    so that the pure engine imports nothing above it."""
+
+    def count_event(self, kind: str) -> None: ...
+    def count_commands(self, commands: list[Command]) -> None: ...
+    def count_dead_letter(self, reason: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +34,7 @@ class Fleet:
     """Run states keyed by run id, in memory; an ended run keeps a small tombstone."""
 
     def __init__(self, admin_policy: AdminPolicy | None = None,
-                 max_event_bytes: int = MAX_EVENT_BYTES, metrics: StallwatchMetrics | None = None,
+                 max_event_bytes: int = MAX_EVENT_BYTES, metrics: Counters | None = None,
                  secret: bytes | None = None) -> None:
         """`secret`: the key of every digest, shared with the runtimes (Settings.fingerprint_secret)."""
         self.detector = Detector(admin_policy, secret)
@@ -82,5 +88,5 @@ class Fleet:
     def _reject(self, raw: bytes | str, error: InvalidEvent, topic: str, partition: int,
                 offset: int) -> Rejected:
         if self.metrics is not None:
-            self.metrics.dead_letters.labels(error.reason).inc()
+            self.metrics.count_dead_letter(error.reason)
         return Rejected(DeadLetter.of(raw, str(error), topic, partition, offset), error.reason)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from stallwatch.explain import explain
+from stallwatch.cli.explain import explain
 from tests.script import RunScript
 
 

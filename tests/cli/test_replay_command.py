@@ -12,7 +12,7 @@ from tests.script import RunScript
 
 
 def replay(stdin: bytes, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stallwatch.cli", "replay", *args], input=stdin,
+    return subprocess.run([sys.executable, "-m", "stallwatch.cli.main", "replay", *args], input=stdin,
                           capture_output=True, timeout=120, check=False)
 
 

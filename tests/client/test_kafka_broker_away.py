@@ -24,8 +24,8 @@ from stallwatch.client import KafkaClient
 from stallwatch.client.kafka import stop_quietly
 from stallwatch.contract.commands import encode_command
 from stallwatch.engine.fleet import Fleet, Rejected
+from stallwatch.kafka.topics import ensure_topics
 from stallwatch.settings import Settings
-from stallwatch.worker.topics import ensure_topics
 from tests.kafka_harness import ROOT
 
 pytestmark = pytest.mark.kafka

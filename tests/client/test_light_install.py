@@ -8,10 +8,10 @@ import sys
 
 
 def test_the_client_imports_neither_the_worker_nor_prometheus_client():
-    code = ("import sys, stallwatch.client, stallwatch.replay, stallwatch.engine.fleet; "
+    code = ("import sys, stallwatch.client, stallwatch.cli.replay, stallwatch.engine.fleet; "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
             "('faust', 'aiohttp', 'prometheus_client', 'streams', 'schemas') "
-            "or m.startswith('stallwatch.worker')); print(bad)")
+            "or m.startswith('streams.worker')); print(bad)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           check=True)
     assert done.stdout.strip() == "[]"

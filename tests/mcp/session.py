@@ -22,7 +22,7 @@ GAP_S = 0.2
 @contextlib.asynccontextmanager
 async def proxy_session(*flags: str, env: dict[str, str] | None = None,
                         gap_s: float = GAP_S) -> AsyncIterator[ClientSession]:
-    command = [sys.executable, "-m", "stallwatch.cli", "mcp-proxy", "--round-gap", str(gap_s), *flags,
+    command = [sys.executable, "-m", "stallwatch.cli.main", "mcp-proxy", "--round-gap", str(gap_s), *flags,
                "--", sys.executable, str(DOCS_SERVER)]
     params = StdioServerParameters(command=command[0], args=command[1:], env={**os.environ, **(env or {})},
                                    cwd=str(DOCS_SERVER.parents[2]))

@@ -16,7 +16,7 @@ def imported_after(statement: str, roots: tuple[str, ...]) -> list[str]:
 
 
 def test_the_command_line_and_the_client_load_no_mcp_sdk():
-    assert imported_after("import stallwatch.cli, stallwatch.client, stallwatch.mcp.rounds",
+    assert imported_after("import stallwatch.cli.main, stallwatch.client, stallwatch.mcp.rounds",
                           ("mcp", "mcp_types", "starlette", "uvicorn")) == []
 
 

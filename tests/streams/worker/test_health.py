@@ -7,8 +7,8 @@ import json
 import urllib.error
 import urllib.request
 
-from stallwatch.worker.health import HealthServer
-from stallwatch.worker.pipeline import Progress
+from streams.worker.health import HealthServer
+from streams.worker.pipeline import Progress
 from tests.kafka_harness import free_port
 
 

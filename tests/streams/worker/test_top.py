@@ -9,9 +9,9 @@ import sys
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from stallwatch.worker.topics import ensure_topics
+from stallwatch.kafka.topics import ensure_topics
 from tests.kafka_harness import fresh_settings, replay_commands
-from tests.worker.fleet_logs import every_rule, interleave
+from tests.streams.worker.fleet_logs import every_rule, interleave
 
 pytestmark = pytest.mark.kafka
 
@@ -27,7 +27,7 @@ async def test_top_counts_stops_per_code_and_verdicts_per_tool():
     await producer.stop()
     env = {**os.environ, "STALLWATCH_BOOTSTRAP": settings.bootstrap,
            "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix}
-    done = subprocess.run([sys.executable, "-m", "stallwatch.cli", "top", "--once", "--from-beginning"],
+    done = subprocess.run([sys.executable, "-m", "stallwatch.cli.main", "top", "--once", "--from-beginning"],
                           env=env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()

@@ -17,7 +17,7 @@ from tests.kafka_harness import (
     serving_worker,
 )
 from tests.script import RunScript
-from tests.worker.fleet_logs import interleave, mixed_fleet
+from tests.streams.worker.fleet_logs import interleave, mixed_fleet
 
 pytestmark = pytest.mark.kafka
 

@@ -12,13 +12,13 @@ import sys
 import orjson
 
 from stallwatch.engine.detector import Detector
+from stallwatch.kafka.topics import ensure_topics
 from stallwatch.metrics import StallwatchMetrics
 from stallwatch.settings import Settings
-from stallwatch.worker.health import HealthServer, start_watchdog
-from stallwatch.worker.pipeline import Pipeline
-from stallwatch.worker.topics import ensure_topics
+from streams.worker.health import HealthServer, start_watchdog
+from streams.worker.pipeline import Pipeline
 
-log = logging.getLogger("stallwatch.worker")
+log = logging.getLogger("streams.worker")
 
 # A clean stop (leave the group, close the producers) gets this long; a stuck one is cut short,
 # which is safe: everything committed is in Kafka, everything else is read again.

@@ -14,7 +14,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from stallwatch.contract.stop_codes import STOPS
-from stallwatch.kafka_config import aiokafka_options
+from stallwatch.kafka.options import aiokafka_options
 from stallwatch.settings import Settings
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import io
 
+from stallwatch.cli.top import Tally
 from stallwatch.contract.commands import encode_command
 from stallwatch.engine.fleet import Fleet
-from stallwatch.top import Tally
 from tests.script import RunScript
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from stallwatch.engine.state import RunState
-from stallwatch.worker.store import RunStore
+from streams.worker.store import RunStore
 
 
 def test_states_are_decoded_on_first_use_and_forgotten_with_their_partition():

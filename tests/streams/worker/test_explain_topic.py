@@ -10,9 +10,9 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from stallwatch.worker.topics import ensure_topics
+from stallwatch.kafka.topics import ensure_topics
 from tests.kafka_harness import fresh_settings, replay_commands
-from tests.worker.fleet_logs import every_rule, interleave
+from tests.streams.worker.fleet_logs import every_rule, interleave
 
 pytestmark = pytest.mark.kafka
 
@@ -29,7 +29,7 @@ async def test_explain_reads_the_runs_commands_from_the_topic():
            "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix}
 
     def explain(run_id: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "stallwatch.cli", "explain", run_id], env=env,
+        return subprocess.run([sys.executable, "-m", "stallwatch.cli.main", "explain", run_id], env=env,
                               capture_output=True, text=True, timeout=60, check=False)
 
     done = explain("looper")

@@ -22,7 +22,7 @@ from tests.kafka_harness import (
     replay_commands,
     wait_until_serving,
 )
-from tests.worker.fleet_logs import every_rule, interleave
+from tests.streams.worker.fleet_logs import every_rule, interleave
 
 pytestmark = pytest.mark.kafka
 

@@ -9,7 +9,7 @@ import time
 
 from aiohttp import web
 
-from stallwatch.worker.pipeline import Progress
+from streams.worker.pipeline import Progress
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import logging
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from stallwatch.kafka_config import aiokafka_options
+from stallwatch.kafka.options import aiokafka_options
 from stallwatch.settings import Settings
 
 log = logging.getLogger(__name__)

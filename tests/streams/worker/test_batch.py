@@ -7,7 +7,7 @@ import orjson
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.expiry import PartitionClock
 from stallwatch.engine.state import RunState
-from stallwatch.worker.batch import BatchApplier, SourceMessage
+from streams.worker.batch import BatchApplier, SourceMessage
 from tests.script import RunScript
 
 

@@ -10,8 +10,8 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from stallwatch.worker.health import STALLED_EXIT_CODE
-from stallwatch.worker.topics import ensure_topics
+from stallwatch.kafka.topics import ensure_topics
+from streams.worker.health import STALLED_EXIT_CODE
 from tests.kafka_harness import (
     WorkerProcess,
     by_run,
@@ -25,8 +25,8 @@ from tests.kafka_harness import (
     wait_until_serving,
 )
 from tests.script import RunScript
-from tests.worker.faults import cut_off, three_kills
-from tests.worker.fleet_logs import interleave, mixed_fleet
+from tests.streams.worker.faults import cut_off, three_kills
+from tests.streams.worker.fleet_logs import interleave, mixed_fleet
 
 pytestmark = pytest.mark.kafka
 

@@ -17,15 +17,15 @@ from typing import TextIO
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
 
+from stallwatch.cli.top import partitions_of
 from stallwatch.contract.commands import Command, decode_command
 from stallwatch.contract.parse import InvalidEvent, parse_event
 from stallwatch.contract.stop_codes import STOPS
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.fleet import Fleet
 from stallwatch.engine.state import RunState
-from stallwatch.kafka_config import aiokafka_options
+from stallwatch.kafka.options import aiokafka_options
 from stallwatch.settings import Settings
-from stallwatch.top import partitions_of
 
 
 def explain(run_id: str, lines: Iterable[bytes], out: TextIO,

@@ -31,11 +31,11 @@ from aiokafka.structs import ConsumerRecord
 from stallwatch.contract.commands import encode_command
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.expiry import is_expired
-from stallwatch.kafka_config import aiokafka_options
+from stallwatch.kafka.options import aiokafka_options
 from stallwatch.metrics import StallwatchMetrics
 from stallwatch.settings import Settings
-from stallwatch.worker.batch import BatchApplier, BatchResult
-from stallwatch.worker.store import RunStore
+from streams.worker.batch import BatchApplier, BatchResult
+from streams.worker.store import RunStore
 
 log = logging.getLogger(__name__)
 

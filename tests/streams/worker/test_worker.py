@@ -7,7 +7,7 @@ import pytest
 
 from stallwatch.contract.envelope import envelope
 from tests.kafka_harness import by_run, collect, produce, replay_commands, serving_worker
-from tests.worker.fleet_logs import every_rule, interleave
+from tests.streams.worker.fleet_logs import every_rule, interleave
 
 pytestmark = pytest.mark.kafka
 

@@ -52,11 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = Settings.from_env()
     if args.command == "replay":
-        from stallwatch.replay import main as replay_main
+        from stallwatch.cli.replay import main as replay_main
 
         return replay_main(args.file, settings.admin_policy(), settings.fingerprint_secret())
     if args.command == "explain":
-        from stallwatch.explain import main as explain_main
+        from stallwatch.cli.explain import main as explain_main
 
         return explain_main(args.run_id, args.file, settings)
     if args.command == "schemas":
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return schema_main(args.write)
     if args.command == "top":
-        from stallwatch.top import main as top_main
+        from stallwatch.cli.top import main as top_main
 
         return top_main(settings, args.once, args.from_beginning)
     if args.command == "mcp-proxy":
@@ -77,11 +77,11 @@ def main(argv: list[str] | None = None) -> int:
                                **{k: v for k, v in given.items() if v is not None})
         return proxy_main(command, options, args.kafka, settings)
     if args.command == "worker":
-        from stallwatch.worker.service import main as worker_main
+        from streams.worker.service import main as worker_main
 
         return worker_main(settings)
     if args.command == "demo":
-        from stallwatch.demo import main as demo_main
+        from stallwatch.cli.demo import main as demo_main
 
         return demo_main(settings)
     parser.error(f"unknown command {args.command}")

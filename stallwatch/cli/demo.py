@@ -17,8 +17,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from stallwatch.client import KafkaClient, Run
+from stallwatch.kafka.topics import ensure_topics
 from stallwatch.settings import Settings
-from stallwatch.worker.topics import ensure_topics
 
 TOOLS = [{"name": "search"}, {"name": "fetch_page"}, {"name": "get_price"},
          {"name": "wait_for_researchers", "repeat_exempt": True}]
@@ -113,7 +113,7 @@ async def drive(settings: Settings) -> list[Outcome]:
 def start_worker(settings: Settings) -> subprocess.Popen:
     env = {**os.environ, "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
            "STALLWATCH_BOOTSTRAP": settings.bootstrap, "STALLWATCH_PARTITIONS": str(settings.partitions)}
-    return subprocess.Popen([sys.executable, "-m", "stallwatch.cli", "worker"], env=env,
+    return subprocess.Popen([sys.executable, "-m", "stallwatch.cli.main", "worker"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

@@ -10,7 +10,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from stallwatch.engine.expiry import PartitionClock
 from stallwatch.engine.state import RunState
-from stallwatch.kafka_config import aiokafka_options
+from stallwatch.kafka.options import aiokafka_options
 from stallwatch.settings import Settings
 
 log = logging.getLogger(__name__)

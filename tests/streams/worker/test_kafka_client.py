@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stallwatch.client import KafkaClient
-from stallwatch.worker.topics import ensure_topics
+from stallwatch.kafka.topics import ensure_topics
 from tests.kafka_harness import fresh_settings, serving_worker
 
 pytestmark = pytest.mark.kafka

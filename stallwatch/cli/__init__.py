@@ -1,0 +1,1 @@
+"""The `stallwatch` command line: one module per command (entry point in `main`)."""

@@ -1,0 +1,1 @@
+"""The stream jobs: the decision worker (`streams.worker`) and the fleet app (`streams.fleet`)."""
