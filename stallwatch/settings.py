@@ -154,6 +154,21 @@ class Settings:
         return f"{self.topic_prefix}.runs-changelog"
 
     @property
+    def tallies_topic(self) -> str:
+        """The decision worker's per-batch tool tallies, read by the fleet app (issue 13)."""
+        return f"{self.topic_prefix}.tallies"
+
+    @property
+    def incidents_topic(self) -> str:
+        """The fleet app's incidents, compacted, keyed by incident id."""
+        return f"{self.topic_prefix}.incidents"
+
+    @property
+    def fleet_partials_topic(self) -> str:
+        """The fleet app's merged tallies, re-keyed by (tenant, tool) so one worker owns a tool."""
+        return f"{self.topic_prefix}.fleet-partials"
+
+    @property
     def group_id(self) -> str:
         return f"{self.topic_prefix}-detector"
 
