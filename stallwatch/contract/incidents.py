@@ -7,20 +7,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-IncidentKind = Literal["tool_failing", "tool_same_answer", "tool_looping"]
+from stallwatch.contract.events import FleetEvidence, IncidentKind
+
 INCIDENT_KINDS: tuple[IncidentKind, ...] = ("tool_failing", "tool_same_answer", "tool_looping")
-
-
-class Evidence(BaseModel):
-    """The counts of the window that last held the incident's rule (every key optional)."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-    calls: int | None = Field(default=None, ge=0)
-    failures: int | None = Field(default=None, ge=0)
-    runs: int | None = Field(default=None, ge=0)
-    stops: int | None = Field(default=None, ge=0)
-    answer_runs: int | None = Field(default=None, ge=0)
-    answer_args: int | None = Field(default=None, ge=0)
 
 
 class Incident(BaseModel):
@@ -40,7 +29,7 @@ class Incident(BaseModel):
     last_held_at: float
     closed_at: float | None = None
     window_s: float
-    evidence: Evidence
+    evidence: FleetEvidence
     # Runs sent a fleet_advisory (bounded: the cap is in streams/fleet).
     advised_runs: int = Field(ge=0)
 
@@ -50,10 +39,3 @@ def incident_id(tenant: str | None, tool: str, kind: str, window_start: float) -
     same id for the same incident (interfaces13.md section 3)."""
     text = f"{tenant or ''}\x00{tool}\x00{kind}\x00{int(window_start)}"
     return "inc-" + blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-
-
-def advisory_event_id(incident: str, run_id: str, phase: str) -> str:
-    """"fa-" + 16-byte BLAKE2b of (incident id, run id, open|closed): a repeated advisory is a
-    redelivery (interfaces13.md section 2)."""
-    text = f"{incident}\x00{run_id}\x00{phase}"
-    return "fa-" + blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
