@@ -18,7 +18,8 @@ from stallwatch.contract.limits import DEADLETTER_ERROR_CHARS, DEADLETTER_RAW_BY
 from stallwatch.contract.stop_codes import STOP_CODES
 
 RefusalCode = Literal[
-    "duplicate_call", "repeated_call", "repeated_cycle", "run_stopped", "budget_exhausted"
+    "duplicate_call", "repeated_call", "repeated_cycle", "run_stopped", "budget_exhausted",
+    "fleet_incident",  # addition to v1 (issue 13): the run's `fleet_breaker` refused the tool
 ]
 StopCode = Literal[STOP_CODES]  # type: ignore[valid-type]  # the registry lists them
 StopAction = Literal["answer_without_tools", "end_turn"]
@@ -104,7 +105,7 @@ class DeadLetter(BaseModel):
     def of(cls, raw: bytes | str | None, error: str, topic: str, partition: int,
            offset: int, secret: bytes | None = None) -> DeadLetter:
         """Bytes that are not UTF-8 become backslash escapes; None (a tombstone) becomes "".
-        `secret`: the fleet's fingerprint key (Settings.fingerprint_secret); None, unkeyed."""
+        `secret`: the fleet's fingerprint key (`secret_from_key`); None, unkeyed."""
         data = b"" if raw is None else raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
         kept = data[:DEADLETTER_RAW_BYTES]
         if len(error) > DEADLETTER_ERROR_CHARS:

@@ -21,6 +21,11 @@ def derive_secret(key_text: str) -> bytes:
     return blake2b(key_text.encode(), digest_size=32, person=_KEY_PERSON).digest()
 
 
+def secret_from_key(key_text: str | None) -> bytes | None:
+    """`derive_secret` of STALLWATCH_FINGERPRINT_KEY, or None (unkeyed digests) without one."""
+    return derive_secret(key_text) if key_text else None
+
+
 def digest(data: bytes, secret: bytes | None = None) -> bytes:
     """The 16-byte digest of `data`: XXH3-128, then, with a secret, keyed BLAKE2b of that.
 

@@ -125,8 +125,9 @@ def _check_declarations(event: dict[str, Any]) -> None:
 
 
 def _conforms(d: dict[str, Any], kind: str) -> bool:
-    """True only when the models would accept the event (run_started excepted: rare and nested,
-    it always goes through pydantic) and none of its ids is too long to copy as is."""
+    """True only when the models would accept the event (run_started and fleet_advisory
+    excepted: rare and nested, they always go through pydantic) and none of its ids is too long
+    to copy as is."""
     event_id, run_id, ts = d.get("event_id"), d.get("run_id"), d.get("ts")
     if not (type(event_id) is str and 0 < len(event_id) <= MAX_ID_CHARS and type(run_id) is str
             and 0 < len(run_id) <= MAX_ID_CHARS and (type(ts) is float or type(ts) is int)):
@@ -152,7 +153,7 @@ def _conforms(d: dict[str, Any], kind: str) -> bool:
         return ("fact_fingerprints" not in d and type(status) is str and status in _STATUSES
                 and (empty is None or type(empty) is bool)
                 and (fingerprint is None or (type(fingerprint) is str and empty is not None)))
-    return False  # run_started
+    return False  # run_started and fleet_advisory: rare, validated in full
 
 
 def _describe(exc: ValidationError) -> str:

@@ -12,6 +12,7 @@ from xxhash import xxh3_128_digest
 from stallwatch.contract.digests import DIGEST_SIZE as DIGEST_SIZE
 from stallwatch.contract.digests import derive_secret as derive_secret
 from stallwatch.contract.digests import digest
+from stallwatch.contract.digests import secret_from_key as secret_from_key
 from stallwatch.engine.masks import mask_strings
 
 _SORT = orjson.OPT_SORT_KEYS
