@@ -6,9 +6,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from stallwatch.engine.admin_policy import AdminPolicy
-from stallwatch.engine.canonical import derive_secret
-
 
 def _env(name: str, default: str | None = None) -> str | None:
     value = os.environ.get(name)
@@ -156,10 +153,3 @@ class Settings:
     @property
     def group_id(self) -> str:
         return f"{self.topic_prefix}-detector"
-
-    def fingerprint_secret(self) -> bytes | None:
-        """The key of every digest, derived from `fingerprint_key`; None without one."""
-        return derive_secret(self.fingerprint_key) if self.fingerprint_key else None
-
-    def admin_policy(self) -> AdminPolicy:
-        return AdminPolicy.load(self.policy_file) if self.policy_file else AdminPolicy()

@@ -6,6 +6,8 @@ import argparse
 import os
 import sys
 
+from stallwatch.engine.admin_policy import AdminPolicy
+from stallwatch.engine.canonical import secret_from_key
 from stallwatch.mcp.rounds import DEFAULT_NEW_RUN_AFTER_S, DEFAULT_ROUND_GAP_S
 from stallwatch.settings import Settings
 
@@ -54,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "replay":
         from stallwatch.cli.replay import main as replay_main
 
-        return replay_main(args.file, settings.admin_policy(), settings.fingerprint_secret())
+        return replay_main(args.file, AdminPolicy.from_file(settings.policy_file),
+                           secret_from_key(settings.fingerprint_key))
     if args.command == "explain":
         from stallwatch.cli.explain import main as explain_main
 

@@ -57,13 +57,14 @@ class BatchApplier:
         `clock`, the partition's event time, moves with every state an event changed."""
         result = BatchResult()
         states = result.states
+        secret = self.detector.secret  # keys the digests a dead letter and a long id carry
         for message in messages:
             try:
-                event = parse_record(message.key, message.value, self.max_event_bytes)
+                event = parse_record(message.key, message.value, self.max_event_bytes, secret)
             except InvalidEvent as exc:
                 letter = DeadLetter.of(message.value, str(exc), self.topic, message.partition,
-                                       message.offset)
-                result.letters.append((bounded_key(message.key), letter.encode(), exc.reason))
+                                       message.offset, secret)
+                result.letters.append((bounded_key(message.key, secret), letter.encode(), exc.reason))
                 continue
             run_id = event["run_id"]
             state = states[run_id] if run_id in states else load(run_id)

@@ -7,6 +7,8 @@ import contextlib
 import logging
 import signal
 
+from stallwatch.engine.admin_policy import AdminPolicy
+from stallwatch.engine.canonical import secret_from_key
 from stallwatch.engine.detector import Detector
 from stallwatch.kafka.topics import ensure_topics
 from stallwatch.logs import configure as configure_logging
@@ -32,7 +34,8 @@ async def serve(settings: Settings, metrics: StallwatchMetrics | None = None) ->
     await ensure_topics(settings)
     metrics = metrics or StallwatchMetrics()
     metrics.serve(settings.metrics_port, settings.metrics_bind)
-    pipeline = Pipeline(settings, metrics, Detector(settings.admin_policy(), settings.fingerprint_secret()))
+    pipeline = Pipeline(settings, metrics, Detector(AdminPolicy.from_file(settings.policy_file),
+                                                 secret_from_key(settings.fingerprint_key)))
     health = HealthServer(pipeline.progress, settings.stall_timeout_s, settings.web_bind,
                           settings.web_port)
     stopping = asyncio.Event()
