@@ -39,7 +39,7 @@ def explain(run_id: str, lines: Iterable[bytes], out: TextIO,
         if not line.strip():
             continue
         try:
-            event = parse_event(line)
+            event = parse_event(line, secret=secret)
         except InvalidEvent:
             continue
         commands = fleet.handle(event)

@@ -54,6 +54,6 @@ class EmbeddedClient(Client):
 
     async def _send(self, event: dict[str, Any]) -> None:
         run = self.runs.get(event["run_id"])
-        for command in self.fleet.handle(validate_event(event)):
+        for command in self.fleet.handle(validate_event(event, self.fleet.detector.secret)):
             if run is not None:
                 run.deliver(command)

@@ -26,7 +26,10 @@ def wanted_topics(settings: Settings) -> list[NewTopic]:
     durable = {"min.insync.replicas": str(settings.min_insync_replicas)}
     partitions, replicas = settings.partitions, settings.replication_factor
     return [
-        NewTopic(settings.events_topic, partitions, replicas, topic_configs=durable),
+        # The broker stamps each event on append: expiry reads that time, never a producer's
+        # clock (a runtime hours off would otherwise expire live runs, its own or others').
+        NewTopic(settings.events_topic, partitions, replicas,
+                 topic_configs={**durable, "message.timestamp.type": "LogAppendTime"}),
         NewTopic(settings.commands_topic, partitions, replicas, topic_configs=durable),
         NewTopic(settings.deadletter_topic, partitions, replicas,
                  topic_configs={**durable, "max.message.bytes": str(DEADLETTER_MAX_MESSAGE_BYTES)}),
