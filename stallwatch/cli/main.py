@@ -1,4 +1,4 @@
-"""The `stallwatch` command line: replay, explain, top, worker, demo, schemas, mcp-proxy."""
+"""The `stallwatch` command line: replay, explain, top, worker, fleet, demo, schemas, mcp-proxy."""
 
 from __future__ import annotations
 
@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("server", nargs=argparse.REMAINDER, help="the MCP server's command, after --")
 
     sub.add_parser("worker", help="start a stream worker (needs the [worker] extra)")
+    sub.add_parser("fleet", help="start a fleet app worker: incidents across runs per tool (Faust; "
+                   "needs the [worker] extra)")
     sub.add_parser("demo", help="drive a simulated fleet through a local broker and a worker")
 
     args = parser.parse_args(argv)
@@ -83,6 +85,10 @@ def main(argv: list[str] | None = None) -> int:
         from streams.worker.service import main as worker_main
 
         return worker_main(settings)
+    if args.command == "fleet":
+        from streams.fleet.main import main as fleet_main
+
+        return fleet_main(settings)
     if args.command == "demo":
         from stallwatch.cli.demo import main as demo_main
 

@@ -20,6 +20,7 @@ from stallwatch.client.run import Client
 from stallwatch.contract.commands import decode_command
 from stallwatch.engine.canonical import secret_from_key
 from stallwatch.kafka.options import aiokafka_options
+from stallwatch.logs import tame_kafka_loggers
 from stallwatch.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ class KafkaClient(Client):
 
     async def start(self) -> None:
         """Connect; when the broker cannot be reached, fail open and keep trying in the background."""
+        tame_kafka_loggers()  # aiokafka's retries in an outage: a few lines, not hundreds
         if not await self._connect():
             await self._lose("cannot reach the broker at start")
 

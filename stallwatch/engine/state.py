@@ -19,6 +19,9 @@ _DIGEST_SETS = ("signatures", "fingerprints")
 # number: a third of the size of an object with field names, so the changelog is smaller and
 # recovery faster. Bump it whenever a field is added, removed or reordered, or its meaning changes.
 STATE_FORMAT = 4
+# The format before, whose last field (a clock offset, now `seen_at`) is read as unknown, so that
+# a worker upgraded in place keeps its runs (they count as seen at the first scan).
+_CLOCK_OFFSET_FORMAT = 3
 
 # What a run keeps is capped, so that a run of any length has a state far below the producer's
 # limit (a 96,000-event run's state passed 1 MB and crash-looped the workers). Past a cap the
@@ -108,9 +111,9 @@ class RunState:
     ended: bool = False
     last_ts: float = 0.0
     last_offset: int = -1  # the highest source offset applied (stream workers only)
-    # This run's clock minus its partition's (stallwatch.engine.expiry.PartitionClock), set when
-    # the partition first sees the run; None in replay, where nothing expires.
-    clock_offset: float | None = None
+    # The broker's append time of the run's last event (stallwatch.engine.expiry), the only time
+    # expiry reads; None in replay, where nothing expires.
+    seen_at: float | None = None
 
     def to_bytes(self) -> bytes:
         values: list[Any] = [STATE_FORMAT]
@@ -128,6 +131,8 @@ class RunState:
     @classmethod
     def from_bytes(cls, raw: bytes) -> RunState:
         values = orjson.loads(raw)
+        if values[0] == _CLOCK_OFFSET_FORMAT:  # its last field was a clock offset: no broker time
+            values = [STATE_FORMAT, *values[1:-1], None]
         if values[0] != STATE_FORMAT:
             raise ValueError(f"run state in format {values[0]}, this worker reads {STATE_FORMAT}")
         data = dict(zip(_FIELD_NAMES, values[1:], strict=True))
