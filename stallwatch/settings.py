@@ -7,6 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+class SetupError(ValueError):
+    """A setting to change: the message names the environment variable and what to set it to.
+    The command line prints it without a traceback (exit 2)."""
+
+
 def _env(name: str, default: str | None = None) -> str | None:
     value = os.environ.get(name)
     return value if value not in (None, "") else default
@@ -20,24 +25,24 @@ def _number(name: str, default: float, kind: type, minimum: float, maximum: floa
     try:
         value = kind(raw)
     except ValueError:
-        raise ValueError(f"{name}={raw!r}: expected {'an integer' if kind is int else 'a number'}") from None
+        raise SetupError(f"{name}={raw!r}: expected {'an integer' if kind is int else 'a number'}") from None
     if value < minimum or (maximum is not None and value > maximum):
         bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
-        raise ValueError(f"{name}={raw!r}: must be {bound}")
+        raise SetupError(f"{name}={raw!r}: must be {bound}")
     return value
 
 
 def _flag(name: str) -> bool:
     raw = (_env(name) or "false").lower()
     if raw not in _FLAGS:
-        raise ValueError(f"{name}={raw!r}: expected true or false")
+        raise SetupError(f"{name}={raw!r}: expected true or false")
     return _FLAGS[raw]
 
 
 def _fingerprint_key() -> str | None:
     key = _env("STALLWATCH_FINGERPRINT_KEY")
     if key is not None and len(key) < MIN_FINGERPRINT_KEY_CHARS:
-        raise ValueError(f"STALLWATCH_FINGERPRINT_KEY is {len(key)} characters: use at least "
+        raise SetupError(f"STALLWATCH_FINGERPRINT_KEY is {len(key)} characters: use at least "
                          f"{MIN_FINGERPRINT_KEY_CHARS} (e.g. `openssl rand -hex 32`)")
     return key
 
@@ -106,7 +111,7 @@ class Settings:
         replication = _number("STALLWATCH_REPLICATION_FACTOR", cls.replication_factor, int, 1)
         min_insync = _number("STALLWATCH_MIN_INSYNC_REPLICAS", cls.min_insync_replicas, int, 1)
         if min_insync > replication:
-            raise ValueError(f"STALLWATCH_MIN_INSYNC_REPLICAS={min_insync} is more than "
+            raise SetupError(f"STALLWATCH_MIN_INSYNC_REPLICAS={min_insync} is more than "
                              f"STALLWATCH_REPLICATION_FACTOR={replication}: no write could succeed")
         return cls(
             bootstrap=_env("STALLWATCH_BOOTSTRAP", cls.bootstrap),
