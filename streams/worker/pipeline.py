@@ -52,8 +52,6 @@ FETCH_MAX_WAIT_MS = 5
 # fetch, which the broker answers as soon as any record arrives, so a long wait costs no latency.
 # At 5 ms all the time, an idle worker sent 200 fetches a second and used ~9% of a core.
 IDLE_FETCH_MAX_WAIT_MS = 500
-# An ended run's state is kept this long (event time) so that late calls are refused, not allowed.
-ENDED_RETENTION_S = 600.0
 # A new transaction's first write is refused (CONCURRENT_TRANSACTIONS) until the broker has written
 # the previous one's commit markers, and aiokafka retries after a fixed 20 ms: measured, that was
 # 23 ms of every back-to-back transaction. The markers take ~1-5 ms on a local broker.
@@ -279,7 +277,8 @@ class Pipeline(ConsumerRebalanceListener):
         for _, state in states:
             clock.place(state)
         expired = [run_id for run_id, state in states
-                   if is_expired(state, newest, self.settings.idle_timeout_s, ENDED_RETENTION_S)]
+                   if is_expired(state, newest, self.settings.idle_timeout_s,
+                                 self.settings.ended_retention_s)]
         # Counted from the states this scan decoded anyway, one partition at a time.
         self._fingerprints[partition] = sum(len(state.fingerprints) for _, state in states)
         self.metrics.fingerprints.set(sum(self._fingerprints.values()))
