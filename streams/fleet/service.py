@@ -200,10 +200,15 @@ class FleetService:
     def _index(self) -> None:
         """After a recovery the table holds keys this worker has not touched yet: index them."""
         self.lru, self.open_keys = {}, {}
+        mine = {tp.partition for tp in self.app.assignor.assigned_actives()
+                if tp.topic == self.cfg.base.fleet_partials_topic}
         for key, state in list(self.table.data.items()):
-            if state is None:
-                continue
             partition = partition_of(key, self.cfg.base.partitions)
+            if state is None or partition not in mine:
+                # Faust's memory store keeps a revoked partition's keys: dropped from memory only
+                # (no tombstone), their new owner restored them from the changelog.
+                del self.table.data[key]
+                continue
             self.lru.setdefault(partition, OrderedDict())[key] = None
             if state.get("open"):
                 self.open_keys.setdefault(partition, set()).add(key)
