@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import base64
 import struct
+from collections import namedtuple
 from dataclasses import dataclass, field, fields
 from itertools import islice
 from typing import Any
 
 import orjson
 
-from stallwatch.contract.policy import V1_DEFAULTS
+from stallwatch.contract.policy import POLICY_FIELDS, V1_DEFAULTS
 
 # The sets of digests are packed as one base64 string each, oldest first: 16 bytes of digest
 # cost 22 characters in the changelog instead of ~40 as a JSON list of hex strings.
@@ -34,22 +35,19 @@ MAX_CHAT_HISTORY = 40  # chat calls kept for cycles: 4-call cycles up to a thres
 # seconds, so the last 512 events of a run are plenty. Kept after run_ended.
 EVENT_WINDOW = 512
 
+# A run's effective policy, one attribute per field of the contract's `Policy`. A tuple, not the
+# model itself: immutable like the model, and ten times cheaper to build from a stored state.
+RunPolicy = namedtuple("RunPolicy", POLICY_FIELDS, defaults=tuple(V1_DEFAULTS.values()))
+# Contract v1's, for a state built without a policy (tests, tools): immutable, so shared.
+V1_POLICY = RunPolicy()
+
 
 @dataclass(slots=True)
 class RunState:
     mode: str
     started_ts: float
-    # The run's effective policy (the detector fills every field from the mode's defaults).
-    no_progress_threshold: int = V1_DEFAULTS["no_progress_threshold"]
-    loop_detect_threshold: int = V1_DEFAULTS["loop_detect_threshold"]
-    max_rounds: int = V1_DEFAULTS["max_rounds"]
-    call_budget: int | None = V1_DEFAULTS["call_budget"]
-    overloaded_exempt_max: int = V1_DEFAULTS["overloaded_exempt_max"]
-    time_limit_s: float | None = V1_DEFAULTS["time_limit_s"]
-    nudge_at: int | None = V1_DEFAULTS["nudge_at"]
-    cycle_threshold: int | None = V1_DEFAULTS["cycle_threshold"]
-    stall_nudge_at: int | None = V1_DEFAULTS["stall_nudge_at"]
-    stall_stop_at: int | None = V1_DEFAULTS["stall_stop_at"]
+    # The run's effective policy: the mode's defaults, then the run's own overrides.
+    policy: RunPolicy = V1_POLICY
     exempt_tools: list[str] = field(default_factory=list)
     approval_tools: list[str] = field(default_factory=list)
     # Tools that declare volatile fields, facts or patterns: name -> {"volatile": [...],
@@ -112,6 +110,9 @@ class RunState:
                 value = base64.b64encode(struct.pack(f">{len(value)}Q", *value)).decode()
             elif name == "last_signature" and value is not None:
                 value = value.hex()
+            elif name == "policy":  # its fields in line, as when each was a field of the state
+                values.extend(value)
+                continue
             values.append(value)
         return orjson.dumps(values)
 
@@ -120,7 +121,9 @@ class RunState:
         values = orjson.loads(raw)
         if values[0] != STATE_FORMAT:
             raise ValueError(f"run state in format {values[0]}, this worker reads {STATE_FORMAT}")
-        data = dict(zip(_FIELD_NAMES, values[1:], strict=True))
+        policy_end = _POLICY_AT + len(POLICY_FIELDS)
+        data = dict(zip(_FIELD_NAMES, [*values[1:_POLICY_AT], RunPolicy(*values[_POLICY_AT:policy_end]),
+                                       *values[policy_end:]], strict=True))
         for name in _DIGEST_SETS:
             packed = base64.b64decode(data[name])
             data[name] = dict.fromkeys(packed[i:i + 16] for i in range(0, len(packed), 16))
@@ -182,3 +185,5 @@ def _add(ordered: dict, key: object, cap: int) -> None:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(RunState))
+# Where the policy's values start in a stored state (after the format number).
+_POLICY_AT = 1 + _FIELD_NAMES.index("policy")
