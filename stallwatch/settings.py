@@ -6,9 +6,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from stallwatch.engine.admin_policy import AdminPolicy
-from stallwatch.engine.canonical import derive_secret
-
 
 def _env(name: str, default: str | None = None) -> str | None:
     value = os.environ.get(name)
@@ -83,9 +80,10 @@ class Settings:
     instance_id: str | None = None
     # TOML file of the administrator's tool policy (tools requiring approval, by name or glob).
     policy_file: str | None = None
-    # Runs with no event for this long (event time) are expired, so memory stays bounded.
+    # Runs with no event appended for this long (the broker's clock) are expired, so memory stays
+    # bounded.
     idle_timeout_s: float = 6 * 3600.0
-    # How often (wall clock) a worker scans a partition for expired runs; the rule is event time.
+    # How often (wall clock) a worker scans a partition for expired runs; the rule is broker time.
     expiry_interval_s: float = 60.0
     # The secret shared by runtimes and workers that keys every digest reaching Kafka or a
     # state (result fingerprints, call signatures, fact digests), so that a fingerprint of a
@@ -154,12 +152,20 @@ class Settings:
         return f"{self.topic_prefix}.runs-changelog"
 
     @property
+    def tallies_topic(self) -> str:
+        """The decision worker's per-batch tool tallies, read by the fleet app (issue 13)."""
+        return f"{self.topic_prefix}.tallies"
+
+    @property
+    def incidents_topic(self) -> str:
+        """The fleet app's incidents, compacted, keyed by incident id."""
+        return f"{self.topic_prefix}.incidents"
+
+    @property
+    def fleet_partials_topic(self) -> str:
+        """The fleet app's merged tallies, re-keyed by (tenant, tool) so one worker owns a tool."""
+        return f"{self.topic_prefix}.fleet-partials"
+
+    @property
     def group_id(self) -> str:
         return f"{self.topic_prefix}-detector"
-
-    def fingerprint_secret(self) -> bytes | None:
-        """The key of every digest, derived from `fingerprint_key`; None without one."""
-        return derive_secret(self.fingerprint_key) if self.fingerprint_key else None
-
-    def admin_policy(self) -> AdminPolicy:
-        return AdminPolicy.load(self.policy_file) if self.policy_file else AdminPolicy()

@@ -1,4 +1,4 @@
-"""The `stallwatch` command line: replay, explain, top, worker, demo, schemas, mcp-proxy."""
+"""The `stallwatch` command line: replay, explain, top, worker, fleet, demo, schemas, mcp-proxy."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import argparse
 import os
 import sys
 
+from stallwatch.engine.admin_policy import AdminPolicy
+from stallwatch.engine.canonical import secret_from_key
 from stallwatch.mcp.rounds import DEFAULT_NEW_RUN_AFTER_S, DEFAULT_ROUND_GAP_S
 from stallwatch.settings import Settings
 
@@ -47,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("server", nargs=argparse.REMAINDER, help="the MCP server's command, after --")
 
     sub.add_parser("worker", help="start a stream worker (needs the [worker] extra)")
+    sub.add_parser("fleet", help="start a fleet app worker: incidents across runs per tool (Faust; "
+                   "needs the [worker] extra)")
     sub.add_parser("demo", help="drive a simulated fleet through a local broker and a worker")
 
     args = parser.parse_args(argv)
@@ -54,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "replay":
         from stallwatch.cli.replay import main as replay_main
 
-        return replay_main(args.file, settings.admin_policy(), settings.fingerprint_secret())
+        return replay_main(args.file, AdminPolicy.from_file(settings.policy_file),
+                           secret_from_key(settings.fingerprint_key))
     if args.command == "explain":
         from stallwatch.cli.explain import main as explain_main
 
@@ -80,6 +85,10 @@ def main(argv: list[str] | None = None) -> int:
         from streams.worker.service import main as worker_main
 
         return worker_main(settings)
+    if args.command == "fleet":
+        from streams.fleet.main import main as fleet_main
+
+        return fleet_main(settings)
     if args.command == "demo":
         from stallwatch.cli.demo import main as demo_main
 

@@ -18,7 +18,9 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from stallwatch.client.run import Client
 from stallwatch.contract.commands import decode_command
+from stallwatch.engine.canonical import secret_from_key
 from stallwatch.kafka.options import aiokafka_options
+from stallwatch.logs import tame_kafka_loggers
 from stallwatch.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -48,7 +50,7 @@ class KafkaClient(Client):
         super().__init__()
         self.settings = settings or Settings.from_env()
         self.verdict_timeout_s = verdict_timeout_s
-        self.fingerprint_secret = self.settings.fingerprint_secret()
+        self.fingerprint_secret = secret_from_key(self.settings.fingerprint_key)
         self.args_digest_only = self.settings.args_digest_only
         # A send takes at most half the verdict timeout, so that sending and waiting for the
         # verdict together stay within it.
@@ -66,6 +68,7 @@ class KafkaClient(Client):
 
     async def start(self) -> None:
         """Connect; when the broker cannot be reached, fail open and keep trying in the background."""
+        tame_kafka_loggers()  # aiokafka's retries in an outage: a few lines, not hundreds
         if not await self._connect():
             await self._lose("cannot reach the broker at start")
 

@@ -12,13 +12,14 @@ from typing import Annotated, Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
-from xxhash import xxh3_128_hexdigest
 
+from stallwatch.contract.digests import digest
 from stallwatch.contract.limits import DEADLETTER_ERROR_CHARS, DEADLETTER_RAW_BYTES
 from stallwatch.contract.stop_codes import STOP_CODES
 
 RefusalCode = Literal[
-    "duplicate_call", "repeated_call", "repeated_cycle", "run_stopped", "budget_exhausted"
+    "duplicate_call", "repeated_call", "repeated_cycle", "run_stopped", "budget_exhausted",
+    "fleet_incident",  # addition to v1 (issue 13): the run's `fleet_breaker` refused the tool
 ]
 StopCode = Literal[STOP_CODES]  # type: ignore[valid-type]  # the registry lists them
 StopAction = Literal["answer_without_tools", "end_turn"]
@@ -92,16 +93,19 @@ class DeadLetter(BaseModel):
     topic: str
     partition: int
     offset: int
-    # Additions to v1: the input's full size, whether `raw` holds only its start, and an XXH3-128
-    # digest of the full input (null for a tombstone), to match a letter with the record.
+    # Additions to v1: the input's full size, whether `raw` holds only its start, and a digest
+    # of the full input (null for a tombstone), to match a letter with the record: XXH3-128,
+    # keyed like every fingerprint when the fleet has a key (unkeyed, a secret past the cut was
+    # recovered by hashing guesses of the whole input).
     raw_size: int = 0
     raw_truncated: bool = False
     raw_digest: str | None = None
 
     @classmethod
     def of(cls, raw: bytes | str | None, error: str, topic: str, partition: int,
-           offset: int) -> DeadLetter:
-        """Bytes that are not UTF-8 become backslash escapes; None (a tombstone) becomes ""."""
+           offset: int, secret: bytes | None = None) -> DeadLetter:
+        """Bytes that are not UTF-8 become backslash escapes; None (a tombstone) becomes "".
+        `secret`: the fleet's fingerprint key (`secret_from_key`); None, unkeyed."""
         data = b"" if raw is None else raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
         kept = data[:DEADLETTER_RAW_BYTES]
         if len(error) > DEADLETTER_ERROR_CHARS:
@@ -109,7 +113,7 @@ class DeadLetter(BaseModel):
         return cls(error=error, raw=kept.decode("utf-8", "backslashreplace"), topic=topic,
                    partition=partition, offset=offset, raw_size=len(data),
                    raw_truncated=len(kept) < len(data),
-                   raw_digest=None if raw is None else xxh3_128_hexdigest(data))
+                   raw_digest=None if raw is None else digest(data, secret).hex())
 
     def encode(self) -> bytes:
         return orjson.dumps(self.model_dump())

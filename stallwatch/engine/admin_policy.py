@@ -24,6 +24,11 @@ class AdminPolicy:
     exempt_patterns: tuple[str, ...] = ()
 
     @classmethod
+    def from_file(cls, path: str | Path | None) -> AdminPolicy:
+        """The policy in `path` (STALLWATCH_POLICY_FILE), or the empty policy without one."""
+        return cls.load(path) if path else cls()
+
+    @classmethod
     def load(cls, path: str | Path) -> AdminPolicy:
         with open(path, "rb") as f:
             data = tomllib.load(f)

@@ -12,14 +12,14 @@ from typing import Any
 
 from xxhash import xxh3_64_intdigest
 
-from stallwatch.contract.commands import Command
+from stallwatch.contract.commands import Command, Nudge
 from stallwatch.contract.policy import policy_defaults
 from stallwatch.engine import words
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.canonical import call_signature
 from stallwatch.engine.digests import fingerprint_digest, tool_spec
 from stallwatch.engine.rules import RULES_BY_MODE
-from stallwatch.engine.rules.base import Rules, verdict
+from stallwatch.engine.rules.base import Rules, command_id, verdict
 from stallwatch.engine.state import RunPolicy, RunState
 
 Event = dict[str, Any]
@@ -49,6 +49,9 @@ class Detector:
             return state, out
         if state.seen_event(xxh3_64_intdigest(event["event_id"].encode())):
             return state, out  # a redelivery: no further effect, before the run's end or after
+        if kind == "fleet_advisory":  # before the clock: an advisory never moves run time
+            self._on_advisory(state, event, out)
+            return state, out
         state.last_ts = ts = event["ts"]
         if state.ended:
             if kind == "call_proposed":
@@ -122,6 +125,10 @@ class Detector:
             reason = words.run_stopped(words.stop_reason_short(state.stop_code))
             verdict(out, event, "refuse", "run_stopped", reason)
             return
+        if state.fleet_incidents and tool in state.fleet_incidents:
+            # Not the tool's failure in this run: no chat failure count, no budget charged.
+            verdict(out, event, "refuse", "fleet_incident", words.fleet_refused(tool))
+            return
         if (given := event.get("args_digest")) is not None:  # the runtime hashed its arguments
             signature = fingerprint_digest(given, self.secret)
         else:
@@ -139,6 +146,30 @@ class Detector:
             state.round_allowed += 1
             state.executed_calls += 1
             verdict(out, event, "allow", None, words.ALLOWED)
+
+    # -- the fleet ---------------------------------------------------------------------------
+
+    def _on_advisory(self, state: RunState, event: Event, out: list[Command]) -> None:
+        """An incident seen across runs (issue 13): one nudge per incident for a live run, and
+        under `fleet_breaker` the tool of an open `tool_failing` incident refused until it closes.
+        Changes no streak, counter or clock."""
+        if state.ended or state.stop_code is not None:
+            return  # tools are gone already: nothing to tell
+        incident, tool = event["incident_id"], event["tool"]
+        if event["incident"] == "closed":
+            if state.fleet_incidents.get(tool) == incident:
+                del state.fleet_incidents[tool]
+            return
+        if state.policy.fleet_breaker and event["kind"] == "tool_failing":
+            state.open_fleet_incident(tool, incident)
+        if not state.advise(incident):
+            return
+        evidence = event.get("evidence") or {}
+        out.append(Nudge(command_id=command_id(event, 0), run_id=event["run_id"],
+                         caused_by=event["event_id"], round=state.round,
+                         reason=words.fleet_advisory(event["kind"], tool, evidence, event["window_s"]),
+                         detail={"incident_id": incident, "kind": event["kind"], "tool": tool,
+                                 "window_s": event["window_s"], **evidence}))
 
     def _on_result(self, rules: Rules, state: RunState, event: Event, out: list[Command]) -> None:
         if state.stop_code is not None:

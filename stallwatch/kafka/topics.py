@@ -1,4 +1,4 @@
-"""Create the events, commands, dead-letter and changelog topics when missing."""
+"""Create the events, commands, dead-letter, changelog and fleet topics when missing."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ log = logging.getLogger(__name__)
 # A dead letter carries at most a bounded slice of the raw event; the topic still takes up to
 # 8 MiB, so that an older worker's larger letters are never refused by the broker.
 DEADLETTER_MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+# The tallies and the fleet app's partials are a feed, not state: an hour covers a fleet app
+# down for far longer than a restart, and an unbounded feed would fill the disk.
+FEED_RETENTION_MS = 3600 * 1000
 
 
 def wanted_topics(settings: Settings) -> list[NewTopic]:
@@ -23,7 +26,10 @@ def wanted_topics(settings: Settings) -> list[NewTopic]:
     durable = {"min.insync.replicas": str(settings.min_insync_replicas)}
     partitions, replicas = settings.partitions, settings.replication_factor
     return [
-        NewTopic(settings.events_topic, partitions, replicas, topic_configs=durable),
+        # The broker stamps each event on append: expiry reads that time, never a producer's
+        # clock (a runtime hours off would otherwise expire live runs, its own or others').
+        NewTopic(settings.events_topic, partitions, replicas,
+                 topic_configs={**durable, "message.timestamp.type": "LogAppendTime"}),
         NewTopic(settings.commands_topic, partitions, replicas, topic_configs=durable),
         NewTopic(settings.deadletter_topic, partitions, replicas,
                  topic_configs={**durable, "max.message.bytes": str(DEADLETTER_MAX_MESSAGE_BYTES)}),
@@ -31,6 +37,22 @@ def wanted_topics(settings: Settings) -> list[NewTopic]:
         # eager cleaner keep it near one record per run, so a recovering worker reads little more
         # than the live states.
         NewTopic(settings.changelog_topic, partitions, replicas,
+                 topic_configs={**durable, "cleanup.policy": "compact", "segment.ms": "600000",
+                                "min.cleanable.dirty.ratio": "0.1"}),
+        *fleet_topics(settings),
+    ]
+
+
+def fleet_topics(settings: Settings) -> list[NewTopic]:
+    """Issue 13: the worker's tallies, the fleet app's re-keyed partials and its incidents."""
+    durable = {"min.insync.replicas": str(settings.min_insync_replicas)}
+    feed = {**durable, "cleanup.policy": "delete", "retention.ms": str(FEED_RETENTION_MS)}
+    partitions, replicas = settings.partitions, settings.replication_factor
+    return [
+        NewTopic(settings.tallies_topic, partitions, replicas, topic_configs=feed),
+        NewTopic(settings.fleet_partials_topic, partitions, replicas, topic_configs=feed),
+        # Compacted: the latest record of each incident is its state; never deleted by age.
+        NewTopic(settings.incidents_topic, partitions, replicas,
                  topic_configs={**durable, "cleanup.policy": "compact", "segment.ms": "600000",
                                 "min.cleanable.dirty.ratio": "0.1"}),
     ]
