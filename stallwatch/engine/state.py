@@ -23,6 +23,11 @@ STATE_FORMAT = 4
 # The format before, whose last field (a clock offset, now `seen_at`) is read as unknown, so that
 # a worker upgraded in place keeps its runs (they count as seen at the first scan).
 _CLOCK_OFFSET_FORMAT = 3
+# Its shape: the policy's fields before `fleet_breaker`, and after `event_ids` only stop_code,
+# ended, last_ts, last_offset and the clock offset. Read without these, a format 3 state
+# failed (`zip() argument 2 is shorter`) and its run could not be restored.
+_FORMAT_3_POLICY_FIELDS = 10
+_FORMAT_3_FIELDS_AFTER_EVENT_IDS = 5
 
 # What a run keeps is capped, so that a run of any length has a state far below the producer's
 # limit (a 96,000-event run's state passed 1 MB and crash-looped the workers). Past a cap the
@@ -131,8 +136,8 @@ class RunState:
     @classmethod
     def from_bytes(cls, raw: bytes) -> RunState:
         values = orjson.loads(raw)
-        if values[0] == _CLOCK_OFFSET_FORMAT:  # its last field was a clock offset: no broker time
-            values = [STATE_FORMAT, *values[1:-1], None]
+        if values[0] == _CLOCK_OFFSET_FORMAT:
+            values = _from_clock_offset_format(values)
         if values[0] != STATE_FORMAT:
             raise ValueError(f"run state in format {values[0]}, this worker reads {STATE_FORMAT}")
         policy_end = _POLICY_AT + len(POLICY_FIELDS)
@@ -201,6 +206,16 @@ class RunState:
         self.call_history = {}
         self.advised = []
         self.fleet_incidents = {}
+
+
+def _from_clock_offset_format(values: list) -> list:
+    """A format 3 state's values in this format's places: its policy had no `fleet_breaker`
+    (off), it was told of no fleet incident, and its last field, a clock offset, gives way to an
+    unknown broker time."""
+    policy_end = _POLICY_AT + _FORMAT_3_POLICY_FIELDS
+    after_ids = len(values) - _FORMAT_3_FIELDS_AFTER_EVENT_IDS
+    return [STATE_FORMAT, *values[1:policy_end], V1_DEFAULTS["fleet_breaker"],
+            *values[policy_end:after_ids], [], {}, *values[after_ids:-1], None]
 
 
 def _add(ordered: dict, key: object, cap: int) -> None:
