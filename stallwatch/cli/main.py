@@ -9,7 +9,11 @@ import sys
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.canonical import secret_from_key
 from stallwatch.mcp.rounds import DEFAULT_NEW_RUN_AFTER_S, DEFAULT_ROUND_GAP_S
-from stallwatch.settings import Settings
+from stallwatch.settings import Settings, SetupError
+
+# The module each command's extra brings, and the extra that brings it: a missing one is named.
+_EXTRAS = {"prometheus_client": "worker", "aiohttp": "worker", "faust": "worker", "mode": "worker",
+           "mcp": "mcp"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,6 +105,16 @@ def entry() -> int:
     """The console script: a closed pipe (`stallwatch replay log | head`) ends quietly."""
     try:
         return main()
+    except SetupError as exc:  # a setting to change, named in the message: no traceback
+        print(f"stallwatch: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:
+        extra = _EXTRAS.get((exc.name or "").split(".")[0])
+        if extra is None:
+            raise
+        print(f"stallwatch: this command needs the [{extra}] extra (no module {exc.name!r}): "
+              f"pip install 'stallwatch[{extra}]'", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # as the Python docs advise
         return 1

@@ -12,7 +12,7 @@ from typing import Any
 
 from xxhash import xxh3_64_intdigest
 
-from stallwatch.contract.commands import Command, Nudge
+from stallwatch.contract.commands import Command, Nudge, content_id
 from stallwatch.contract.policy import policy_defaults
 from stallwatch.engine import words
 from stallwatch.engine.admin_policy import AdminPolicy
@@ -23,6 +23,12 @@ from stallwatch.engine.rules.base import Rules, command_id, verdict
 from stallwatch.engine.state import RunPolicy, RunState
 
 Event = dict[str, Any]
+
+# Events that belong to the open round only: one of a round closed already is a redelivery
+# that came after the window of recent ids (a runtime's rounds only go up). Applied, a round-1
+# call redelivered after 600 events was refused as a duplicate of itself (or run_stopped) and
+# counted in the open round; an old round_ended closed the open round early.
+_OF_A_ROUND = frozenset({"call_proposed", "round_ended"})
 
 
 class Detector:
@@ -37,7 +43,18 @@ class Detector:
                                         for mode, rules in RULES_BY_MODE.items()}
 
     def apply(self, state: RunState | None, event: Event) -> tuple[RunState | None, list[Command]]:
-        """Apply one event. `state` is None for a run not seen yet; the state is changed in place."""
+        """Apply one event. `state` is None for a run not seen yet; the state is changed in place.
+
+        Each command's id digests its cause and its whole content (`content_id`), so one id never
+        carries two contents at any distance: an event redelivered after its run's state expired,
+        or beyond the window of recent ids, is either recognised or answered under an id of its
+        own (docs/contract-additions.md, "Command ids")."""
+        state, out = self._decide(state, event)
+        for command in out:
+            command.command_id = content_id(command)
+        return state, out
+
+    def _decide(self, state: RunState | None, event: Event) -> tuple[RunState | None, list[Command]]:
         out: list[Command] = []
         kind = event["type"]
         if state is None:
@@ -52,6 +69,8 @@ class Detector:
         if kind == "fleet_advisory":  # before the clock: an advisory never moves run time
             self._on_advisory(state, event, out)
             return state, out
+        if kind in _OF_A_ROUND and event["round"] < state.round:
+            return state, out  # of a round closed already: a redelivery beyond the window of ids
         state.last_ts = ts = event["ts"]
         if state.ended:
             if kind == "call_proposed":

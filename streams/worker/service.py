@@ -31,10 +31,11 @@ def main(settings: Settings) -> int:
 
 async def serve(settings: Settings, metrics: StallwatchMetrics | None = None) -> int:
     """Run one worker until SIGTERM/SIGINT (exit 0) or a failure (exit 1)."""
+    policy = AdminPolicy.from_file(settings.policy_file)  # a bad file stops the worker before Kafka
     await ensure_topics(settings)
     metrics = metrics or StallwatchMetrics()
     metrics.serve(settings.metrics_port, settings.metrics_bind)
-    pipeline = Pipeline(settings, metrics, Detector(AdminPolicy.from_file(settings.policy_file),
+    pipeline = Pipeline(settings, metrics, Detector(policy,
                                                  secret_from_key(settings.fingerprint_key)))
     health = HealthServer(pipeline.progress, settings.stall_timeout_s, settings.web_bind,
                           settings.web_port)

@@ -58,14 +58,17 @@ class Rules:
 
     # -- the loops every mode catches ------------------------------------------------------
 
-    def tool_failures(self, state: RunState, event: Event, tool: str, out: list[Command]) -> None:
+    def tool_failures(self, state: RunState, event: Event, tool: str, out: list[Command],
+                      refused: bool = False) -> None:
         """Rule 5 (chat rule 2): one tool failing again and again. A success resets its count
-        (`count_failures`)."""
+        (`count_failures`). `refused`: the call that reached the limit was refused, not failed
+        (the stop's words must not say the tool failed)."""
         count = state.count_failure(tool)
         threshold = state.policy.no_progress_threshold
         if count >= threshold and state.stop_code is None:
-            self.stop(state, event, "tool_failures", {"tool": tool, "consecutive_failures": count,
-                                                      "threshold": threshold}, out)
+            detail = {"tool": tool, "consecutive_failures": count, "threshold": threshold}
+            self.stop(state, event, "tool_failures", detail | ({"refused": True} if refused else {}),
+                      out)
 
     def no_new_facts(self, state: RunState, event: Event, out: list[Command]) -> None:
         """Rule 2: rounds whose calls ran and brought back only results seen before."""
@@ -145,7 +148,8 @@ class Rules:
 
 
 def command_id(event: Event, index: int) -> str:
-    """Derived from the causing event, so the same input always yields the same ids."""
+    """Derived from the causing event, so the same input always yields the same ids; the
+    detector adds the command's content to it (`content_id`)."""
     return xxh3_128_hexdigest(f"{event['run_id']}\x00{event['event_id']}\x00{index}".encode())[:24]
 
 

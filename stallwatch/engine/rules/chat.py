@@ -31,7 +31,7 @@ class ChatRules(Rules):
 
     def refused(self, state: RunState, event: Event, tool: str, out: list[Command]) -> None:
         """Chat rule 2: a refused call counts as a failure of its tool."""
-        self.tool_failures(state, event, tool, out)
+        self.tool_failures(state, event, tool, out, refused=True)
 
     def on_result(self, state: RunState, event: Event, out: list[Command]) -> None:
         if state.policy.cycle_threshold is not None:

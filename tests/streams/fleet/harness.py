@@ -60,6 +60,13 @@ class FleetProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
 
+    def rss(self) -> int:
+        """Resident memory of the process, in bytes."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
     def get(self, path: str) -> bytes | None:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.web_port}{path}", timeout=2) as r:
