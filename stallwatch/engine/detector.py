@@ -11,6 +11,7 @@ from typing import Any
 from xxhash import xxh3_64_intdigest, xxh3_128_hexdigest
 
 from stallwatch.contract.commands import Command, Nudge, Stop, Verdict
+from stallwatch.contract.limits import bounded_id
 from stallwatch.contract.policy import policy_defaults
 from stallwatch.contract.stop_codes import STOPS
 from stallwatch.engine import coder, words
@@ -86,8 +87,10 @@ class Detector:
     def _start(self, event: Event) -> RunState:
         policy = {**policy_defaults(event["mode"]), **(event.get("policy") or {})}  # validated by the parser
         tools = event.get("tools") or []
+        tenant = event.get("tenant")
         state = RunState(
             mode=event["mode"], started_ts=event["ts"], last_ts=event["ts"], **policy,
+            tenant=None if tenant is None else bounded_id(tenant, self.secret),
             exempt_tools=[t["name"] for t in tools if t.get("repeat_exempt")],
             approval_tools=[t["name"] for t in tools if t.get("requires_approval")],
             tool_specs={t["name"]: _tool_spec(t) for t in tools

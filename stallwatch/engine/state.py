@@ -18,7 +18,7 @@ _DIGEST_SETS = ("signatures", "fingerprints")
 # States are stored as a JSON array of field values, in declaration order, behind this format
 # number: a third of the size of an object with field names, so the changelog is smaller and
 # recovery faster. Bump it whenever a field is added, removed or reordered, or its meaning changes.
-STATE_FORMAT = 4
+STATE_FORMAT = 5
 
 # What a run keeps is capped, so that a run of any length has a state far below the producer's
 # limit (a 96,000-event run's state passed 1 MB and crash-looped the workers). Past a cap the
@@ -44,6 +44,7 @@ MAX_FLEET_INCIDENTS = 32
 class RunState:
     mode: str
     started_ts: float
+    tenant: str | None = None  # run_started's, bounded like an id: the fleet's tallies group by it
     # The run's effective policy (the detector fills every field from the mode's defaults).
     no_progress_threshold: int = V1_DEFAULTS["no_progress_threshold"]
     loop_detect_threshold: int = V1_DEFAULTS["loop_detect_threshold"]

@@ -1,4 +1,4 @@
-"""Create the events, commands, dead-letter and changelog topics when missing."""
+"""Create the events, commands, dead-letter, changelog and tallies topics when missing."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ log = logging.getLogger(__name__)
 # A dead letter carries at most a bounded slice of the raw event; the topic still takes up to
 # 8 MiB, so that an older worker's larger letters are never refused by the broker.
 DEADLETTER_MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+# The tallies are a feed the fleet app reads within seconds, not state: an hour of them lets a
+# fleet app down for a while catch up, without the topic growing with the worker's throughput.
+TALLIES_RETENTION_MS = 3_600_000
 
 
 def wanted_topics(settings: Settings) -> list[NewTopic]:
@@ -33,6 +36,9 @@ def wanted_topics(settings: Settings) -> list[NewTopic]:
         NewTopic(settings.changelog_topic, partitions, replicas,
                  topic_configs={**durable, "cleanup.policy": "compact", "segment.ms": "600000",
                                 "min.cleanable.dirty.ratio": "0.1"}),
+        NewTopic(settings.tallies_topic, partitions, replicas,
+                 topic_configs={**durable, "cleanup.policy": "delete",
+                                "retention.ms": str(TALLIES_RETENTION_MS)}),
     ]
 
 

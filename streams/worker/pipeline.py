@@ -36,6 +36,7 @@ from stallwatch.metrics import StallwatchMetrics
 from stallwatch.settings import Settings
 from streams.worker.batch import BatchApplier, BatchResult
 from streams.worker.store import RunStore
+from streams.worker.tallies import Tallies
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,8 @@ class Pipeline(ConsumerRebalanceListener):
     def __init__(self, settings: Settings, metrics: StallwatchMetrics, detector: Detector) -> None:
         self.settings = settings
         self.metrics = metrics
-        self.applier = BatchApplier(detector, settings.events_topic)
+        self.applier = BatchApplier(detector, settings.events_topic, tallies=Tallies(
+            detector.secret, detector.admin_policy) if settings.tallies else None)
         self.store = RunStore()
         self.progress = Progress()
         self.producers: dict[int, AIOKafkaProducer] = {}
@@ -236,6 +238,8 @@ class Pipeline(ConsumerRebalanceListener):
                      for run_id, state in result.states.items()]
             sent += [await producer.send(settings.changelog_topic, None, key=run_id.encode(),
                                          partition=partition) for run_id in expired]
+            sent += [await producer.send(settings.tallies_topic, value, key=key, partition=partition)
+                     for key, value in result.tallies]
             # The offsets' round trips overlap the records' acknowledgements; the commit that
             # follows happens only when all of them succeeded.
             await asyncio.gather(*sent, producer.send_offsets_to_transaction(
