@@ -34,7 +34,7 @@ def one_pass(messages: list[SourceMessage], batch: int, tallies: bool) -> float:
     clock = PartitionClock()
     started = time.process_time()  # CPU time: less at the mercy of other processes on the machine
     for i in range(0, len(messages), batch):
-        result = applier.apply(messages[i:i + batch], states.get, clock)
+        result = applier.apply(messages[i:i + batch], states.get, clock, 0.0)
         states.update(result.states)
     return time.process_time() - started
 

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from xxhash import xxh3_128_hexdigest
 
 from stallwatch.contract.digests import digest
 from stallwatch.contract.limits import DEADLETTER_ERROR_CHARS, DEADLETTER_RAW_BYTES
@@ -30,7 +31,7 @@ class _Command:
     """What every command carries: the contract version, its id, its run, its cause."""
 
     v: Literal[1] = 1
-    command_id: str  # derived from the causing event: a command sent twice has the same id
+    command_id: str  # its cause and content (content_id): a command sent twice has the same id
     run_id: str
     caused_by: str  # the event_id of the event that caused it
     round: int
@@ -76,6 +77,14 @@ COMMAND_ADAPTER: TypeAdapter[Command] = TypeAdapter(
 def encode_command(command: Command) -> bytes:
     """The wire form of a command: one JSON object, fields in declaration order."""
     return orjson.dumps(command)
+
+
+def content_id(command: Command) -> str:
+    """A command's id: 24 hex digits of the XXH3-128 of the command as it stands, its cause's id
+    (run, event, index) in `command_id` and everything it says. A redelivered event answered
+    again gets the same id only when the answer is the same, so a reader keyed by command id
+    never holds two contents under one id."""
+    return xxh3_128_hexdigest(orjson.dumps(command))[:24]
 
 
 def decode_command(raw: bytes | str) -> Command:

@@ -35,7 +35,7 @@ def apply(messages: list[SourceMessage], tallies: Tallies | None = None,
           states: dict[str, RunState] | None = None) -> dict[bytes, dict]:
     tallies = tallies or Tallies()
     applier = BatchApplier(detector or Detector(), "events", tallies=tallies)
-    result = applier.apply(messages, lambda run_id: (states or {}).get(run_id), PartitionClock())
+    result = applier.apply(messages, lambda run_id: (states or {}).get(run_id), PartitionClock(), 0.0)
     if states is not None:
         states.update(result.states)
     records = dict(result.tallies)
@@ -78,7 +78,7 @@ def test_digests_are_keyed_with_the_fleets_key_and_no_content_leaves():
     s.call("search", {"q": "my pin is 4821"}, status="ok", result={"pin": "4821"})
     secret = derive_secret("a fleet key of enough length")
     raw = BatchApplier(Detector(secret=secret), "events", tallies=Tallies(secret)).apply(
-        batch(s), lambda run_id: None, PartitionClock()).tallies
+        batch(s), lambda run_id: None, PartitionClock(), 0.0).tallies
     [(_, value)] = raw
     assert b"4821" not in value
     [answer] = orjson.loads(value)["answers"]
@@ -175,5 +175,5 @@ def test_without_tallies_the_batch_has_none():
     s = script("r1")
     s.start_round()
     s.call("search", {"q": 1}, status="ok", result=STALE)
-    result = BatchApplier(Detector(), "events").apply(batch(s), lambda run_id: None, PartitionClock())
+    result = BatchApplier(Detector(), "events").apply(batch(s), lambda run_id: None, PartitionClock(), 0.0)
     assert result.tallies == []
