@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from stallwatch.client import KafkaClient, Run
 from stallwatch.kafka.topics import ensure_topics
+from stallwatch.logs import configure as configure_logging
 from stallwatch.settings import Settings
 
 TOOLS = [{"name": "search"}, {"name": "fetch_page"}, {"name": "get_price"},
@@ -111,10 +112,15 @@ async def drive(settings: Settings) -> list[Outcome]:
 
 
 def start_worker(settings: Settings) -> subprocess.Popen:
-    env = {**os.environ, "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
+    """The worker's warnings and errors reach the demo's stderr (its INFO would bury the demo's
+    output): a fault is seen, a healthy start-up and shutdown print nothing."""
+    # Ports 0: the demo reads neither endpoint, and another worker may hold the default ports.
+    env = {"STALLWATCH_LOG_LEVEL": "WARNING", "STALLWATCH_LOG_FORMAT": "text",
+           "STALLWATCH_WEB_PORT": "0", "STALLWATCH_METRICS_PORT": "0", **os.environ,
+           "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
            "STALLWATCH_BOOTSTRAP": settings.bootstrap, "STALLWATCH_PARTITIONS": str(settings.partitions)}
     return subprocess.Popen([sys.executable, "-m", "stallwatch.cli.main", "worker"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL)
 
 
 async def wait_for_worker(settings: Settings, worker: subprocess.Popen, timeout_s: float = 90) -> None:
@@ -133,6 +139,7 @@ async def wait_for_worker(settings: Settings, worker: subprocess.Popen, timeout_
 
 
 def main(settings: Settings) -> int:
+    configure_logging("WARNING")  # the demo prints its own story; the log only what goes wrong
     asyncio.run(ensure_topics(settings))
     print(f"stallwatch demo: broker {settings.bootstrap}, topics {settings.topic_prefix}.*", flush=True)
     worker = start_worker(settings)
