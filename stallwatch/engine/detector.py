@@ -50,8 +50,9 @@ class Detector:
         or beyond the window of recent ids, is either recognised or answered under an id of its
         own (docs/contract-additions.md, "Command ids")."""
         state, out = self._decide(state, event)
-        for command in out:
-            command.command_id = content_id(command)
+        if out:
+            for command in out:
+                command.command_id = content_id(command)
         return state, out
 
     def _decide(self, state: RunState | None, event: Event) -> tuple[RunState | None, list[Command]]:
