@@ -13,6 +13,7 @@ from typing import Any
 from xxhash import xxh3_64_intdigest
 
 from stallwatch.contract.commands import Command
+from stallwatch.contract.limits import bounded_id
 from stallwatch.contract.policy import policy_defaults
 from stallwatch.engine import words
 from stallwatch.engine.admin_policy import AdminPolicy
@@ -93,8 +94,10 @@ class Detector:
     def _start(self, event: Event) -> RunState:
         mode = event["mode"]
         tools = event.get("tools") or []
+        tenant = event.get("tenant")
         state = RunState(
             mode=mode, started_ts=event["ts"], last_ts=event["ts"],
+            tenant=None if tenant is None else bounded_id(tenant, self.secret),
             # The mode's defaults, then the run's own (validated by the parser).
             policy=RunPolicy(**{**policy_defaults(mode), **(event.get("policy") or {})}),
             exempt_tools=[t["name"] for t in tools if t.get("repeat_exempt")],

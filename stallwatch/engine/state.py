@@ -19,7 +19,10 @@ _DIGEST_SETS = ("signatures", "fingerprints")
 # States are stored as a JSON array of field values, in declaration order, behind this format
 # number: a third of the size of an object with field names, so the changelog is smaller and
 # recovery faster. Bump it whenever a field is added, removed or reordered, or its meaning changes.
-STATE_FORMAT = 4
+STATE_FORMAT = 5
+# The format before, without the run's tenant (read as none: the run's tallies count it under
+# no tenant), so that a worker upgraded in place keeps its runs.
+_NO_TENANT_FORMAT = 4
 # The format before, whose last field (a clock offset, now `seen_at`) is read as unknown, so that
 # a worker upgraded in place keeps its runs (they count as seen at the first scan).
 _CLOCK_OFFSET_FORMAT = 3
@@ -116,6 +119,8 @@ class RunState:
     # The broker's append time of the run's last event (stallwatch.engine.expiry), the only time
     # expiry reads; None in replay, where nothing expires.
     seen_at: float | None = None
+    # run_started's tenant, bounded like an id: the fleet's tallies count per (tenant, tool).
+    tenant: str | None = None
 
     def to_bytes(self) -> bytes:
         values: list[Any] = [STATE_FORMAT]
@@ -138,6 +143,8 @@ class RunState:
         values = orjson.loads(raw)
         if values[0] == _CLOCK_OFFSET_FORMAT:
             values = _from_clock_offset_format(values)
+        if values[0] == _NO_TENANT_FORMAT:
+            values = [STATE_FORMAT, *values[1:], None]
         if values[0] != STATE_FORMAT:
             raise ValueError(f"run state in format {values[0]}, this worker reads {STATE_FORMAT}")
         policy_end = _POLICY_AT + len(POLICY_FIELDS)
@@ -209,12 +216,12 @@ class RunState:
 
 
 def _from_clock_offset_format(values: list) -> list:
-    """A format 3 state's values in this format's places: its policy had no `fleet_breaker`
+    """A format 3 state's values in format 4's places: its policy had no `fleet_breaker`
     (off), it was told of no fleet incident, and its last field, a clock offset, gives way to an
     unknown broker time."""
     policy_end = _POLICY_AT + _FORMAT_3_POLICY_FIELDS
     after_ids = len(values) - _FORMAT_3_FIELDS_AFTER_EVENT_IDS
-    return [STATE_FORMAT, *values[1:policy_end], V1_DEFAULTS["fleet_breaker"],
+    return [_NO_TENANT_FORMAT, *values[1:policy_end], V1_DEFAULTS["fleet_breaker"],
             *values[policy_end:after_ids], [], {}, *values[after_ids:-1], None]
 
 

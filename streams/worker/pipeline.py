@@ -36,6 +36,7 @@ from stallwatch.metrics import StallwatchMetrics
 from stallwatch.settings import Settings
 from streams.worker.batch import BatchApplier, BatchResult
 from streams.worker.store import RunStore
+from streams.worker.tallies import Tallies
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,8 @@ class Pipeline(ConsumerRebalanceListener):
     def __init__(self, settings: Settings, metrics: StallwatchMetrics, detector: Detector) -> None:
         self.settings = settings
         self.metrics = metrics
-        self.applier = BatchApplier(detector, settings.events_topic)
+        self.applier = BatchApplier(detector, settings.events_topic, tallies=Tallies(
+            detector.secret, detector.admin_policy) if settings.tallies else None)
         self.store = RunStore()
         self.progress = Progress()
         self.producers: dict[int, AIOKafkaProducer] = {}
@@ -249,6 +251,8 @@ class Pipeline(ConsumerRebalanceListener):
                      for run_id, state in result.states.items()]
             sent += [await producer.send(settings.changelog_topic, None, key=run_id.encode(),
                                          partition=partition) for run_id in expired]
+            sent += [await producer.send(settings.tallies_topic, value, key=key, partition=partition)
+                     for key, value in result.tallies]
             # The offsets only once the records are acknowledged: adding the offsets to the
             # transaction (AddOffsetsToTxn) changes its state on the coordinator, and a record
             # whose verification (KIP-890) meets that change is refused as NOT_ENOUGH_REPLICAS

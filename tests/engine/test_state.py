@@ -75,6 +75,23 @@ def test_a_state_of_the_clock_offset_format_is_read_with_no_broker_time():
     assert RunState.from_bytes(read.to_bytes()) == read
 
 
+def test_a_state_of_the_format_before_tenants_is_read_with_no_tenant():
+    format_4 = orjson.loads(RunState.from_bytes(FORMAT_3_STATE).to_bytes())[:-1]
+    format_4[0] = 4  # what the format 4 worker wrote: the same fields but the tenant
+    read = RunState.from_bytes(orjson.dumps(format_4))
+    assert read.tenant is None and read.last_offset == 41 and read.policy.max_rounds == 9
+
+
+def test_the_tenant_is_kept_bounded_and_round_trips(run):
+    script = RunScript()
+    script.events[0]["tenant"] = "acme"
+    state = state_after(script, run)
+    assert state.tenant == "acme" and RunState.from_bytes(state.to_bytes()).tenant == "acme"
+    script = RunScript()
+    script.events[0]["tenant"] = "t" * 1000
+    assert len(state_after(script, run).tenant) <= 128
+
+
 def test_a_100000_event_run_keeps_a_small_state():
     """No per-event id kept forever: the state of a long run stops growing (issue 8: at 96,000
     events it passed 1 MB and crash-looped the workers)."""

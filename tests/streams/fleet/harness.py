@@ -88,6 +88,10 @@ class FleetProcess:
         return sum(float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
                    if line.startswith(name) and not line.startswith("#"))
 
+    def has_metric(self, name: str) -> bool:
+        body = (self.get("/metrics") or b"").decode()
+        return any(line.startswith(name) for line in body.splitlines())
+
     async def serving(self, timeout_s: float = 90.0) -> None:
         """Until its web view answers and it has joined its group (partitions assigned)."""
         deadline = time.monotonic() + timeout_s
