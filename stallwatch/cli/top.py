@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.structs import ConsumerRecord
 
 from stallwatch.contract.stop_codes import STOPS
 from stallwatch.kafka.options import aiokafka_options
+from stallwatch.kafka.read import committed_reader, read_to_end
 from stallwatch.settings import Settings
 
 
@@ -84,9 +86,14 @@ async def top(settings: Settings, out: TextIO, once: bool, from_beginning: bool,
               every_s: float = 2.0) -> Tally:
     """Read every commands partition; with `once`, read up to the current end, print, return."""
     options = aiokafka_options(settings)
-    consumer = AIOKafkaConsumer(enable_auto_commit=False, isolation_level="read_committed", **options)
+    consumer = committed_reader(options)
     await consumer.start()
     tally = Tally()
+
+    def count(_: TopicPartition, records: list[ConsumerRecord]) -> None:
+        for record in records:
+            tally.add(record.value)
+
     try:
         partitions = await partitions_of(settings.commands_topic, options)
         tps = [TopicPartition(settings.commands_topic, p) for p in sorted(partitions)]
@@ -95,19 +102,15 @@ async def top(settings: Settings, out: TextIO, once: bool, from_beginning: bool,
             await consumer.seek_to_beginning(*tps)
         else:
             await consumer.seek_to_end(*tps)
-        ends = await consumer.end_offsets(tps)
+        if once:
+            await read_to_end(consumer, tps, count)
+            tally.render(out)
+            return tally
         shown = time.monotonic()
         while True:
-            batches = await consumer.getmany(timeout_ms=500)
-            for records in batches.values():
-                for record in records:
-                    tally.add(record.value)
-            if once:
-                positions = [await consumer.position(tp) for tp in tps]
-                if all(position >= ends[tp] for position, tp in zip(positions, tps, strict=True)):
-                    tally.render(out)
-                    return tally
-            elif time.monotonic() - shown >= every_s:
+            for tp, records in (await consumer.getmany(timeout_ms=500)).items():
+                count(tp, records)
+            if time.monotonic() - shown >= every_s:
                 out.write("\x1b[2J\x1b[H")  # clear the terminal, like top
                 tally.render(out)
                 out.flush()

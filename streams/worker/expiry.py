@@ -1,0 +1,53 @@
+"""Which runs of a partition to expire: idle or ended too long by the partition's event time."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from stallwatch.engine.expiry import is_expired
+from stallwatch.metrics import StallwatchMetrics
+from streams.worker.store import RunStore
+
+log = logging.getLogger(__name__)
+
+# An ended run's state is kept this long (event time) so that late calls are refused, not allowed.
+ENDED_RETENTION_S = 600.0
+
+
+class ExpiryScan:
+    """Scans a partition's runs at most once an interval (wall clock, per partition); which runs
+    it finds expired depends on event time only. Counts the fingerprints held on the way."""
+
+    def __init__(self, store: RunStore, metrics: StallwatchMetrics, idle_timeout_s: float,
+                 interval_s: float) -> None:
+        self.store = store
+        self.metrics = metrics
+        self.idle_timeout_s = idle_timeout_s
+        self.interval_s = interval_s
+        self._scanned_at: dict[int, float] = {}
+        self._fingerprints: dict[int, int] = {}  # partition -> fingerprints held at its last scan
+
+    def due(self, partition: int) -> list[str]:
+        """The runs to expire now: none unless the partition's interval has passed."""
+        now = time.monotonic()
+        if now - self._scanned_at.setdefault(partition, now) < self.interval_s:
+            return []
+        self._scanned_at[partition] = now
+        states = list(self.store.states(partition))  # decoding them places them on the clock
+        newest = self.store.clocks[partition].newest
+        if newest is None:
+            return []
+        expired = [run_id for run_id, state in states
+                   if is_expired(state, newest, self.idle_timeout_s, ENDED_RETENTION_S)]
+        # Counted from the states this scan decoded anyway, one partition at a time.
+        self._fingerprints[partition] = sum(len(state.fingerprints) for _, state in states)
+        self.metrics.fingerprints.set(sum(self._fingerprints.values()))
+        if expired:
+            log.info("expiring %d idle or ended runs of partition %d", len(expired), partition)
+        return expired
+
+    def forget(self, partition: int) -> None:
+        """A partition this worker no longer owns."""
+        self._scanned_at.pop(partition, None)
+        self._fingerprints.pop(partition, None)
