@@ -6,8 +6,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from stallwatch.engine.admin_policy import AdminPolicy
-from stallwatch.engine.canonical import derive_secret
+
+class SetupError(ValueError):
+    """A setting to change: the message names the environment variable and what to set it to.
+    The command line prints it without a traceback (exit 2)."""
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -23,24 +25,24 @@ def _number(name: str, default: float, kind: type, minimum: float, maximum: floa
     try:
         value = kind(raw)
     except ValueError:
-        raise ValueError(f"{name}={raw!r}: expected {'an integer' if kind is int else 'a number'}") from None
+        raise SetupError(f"{name}={raw!r}: expected {'an integer' if kind is int else 'a number'}") from None
     if value < minimum or (maximum is not None and value > maximum):
         bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
-        raise ValueError(f"{name}={raw!r}: must be {bound}")
+        raise SetupError(f"{name}={raw!r}: must be {bound}")
     return value
 
 
 def _flag(name: str) -> bool:
     raw = (_env(name) or "false").lower()
     if raw not in _FLAGS:
-        raise ValueError(f"{name}={raw!r}: expected true or false")
+        raise SetupError(f"{name}={raw!r}: expected true or false")
     return _FLAGS[raw]
 
 
 def _fingerprint_key() -> str | None:
     key = _env("STALLWATCH_FINGERPRINT_KEY")
     if key is not None and len(key) < MIN_FINGERPRINT_KEY_CHARS:
-        raise ValueError(f"STALLWATCH_FINGERPRINT_KEY is {len(key)} characters: use at least "
+        raise SetupError(f"STALLWATCH_FINGERPRINT_KEY is {len(key)} characters: use at least "
                          f"{MIN_FINGERPRINT_KEY_CHARS} (e.g. `openssl rand -hex 32`)")
     return key
 
@@ -83,9 +85,10 @@ class Settings:
     instance_id: str | None = None
     # TOML file of the administrator's tool policy (tools requiring approval, by name or glob).
     policy_file: str | None = None
-    # Runs with no event for this long (event time) are expired, so memory stays bounded.
+    # Runs with no event appended for this long (the broker's clock) are expired, so memory stays
+    # bounded.
     idle_timeout_s: float = 6 * 3600.0
-    # How often (wall clock) a worker scans a partition for expired runs; the rule is event time.
+    # How often (wall clock) a worker scans a partition for expired runs; the rule is broker time.
     expiry_interval_s: float = 60.0
     # The secret shared by runtimes and workers that keys every digest reaching Kafka or a
     # state (result fingerprints, call signatures, fact digests), so that a fingerprint of a
@@ -108,7 +111,7 @@ class Settings:
         replication = _number("STALLWATCH_REPLICATION_FACTOR", cls.replication_factor, int, 1)
         min_insync = _number("STALLWATCH_MIN_INSYNC_REPLICAS", cls.min_insync_replicas, int, 1)
         if min_insync > replication:
-            raise ValueError(f"STALLWATCH_MIN_INSYNC_REPLICAS={min_insync} is more than "
+            raise SetupError(f"STALLWATCH_MIN_INSYNC_REPLICAS={min_insync} is more than "
                              f"STALLWATCH_REPLICATION_FACTOR={replication}: no write could succeed")
         return cls(
             bootstrap=_env("STALLWATCH_BOOTSTRAP", cls.bootstrap),
@@ -154,12 +157,20 @@ class Settings:
         return f"{self.topic_prefix}.runs-changelog"
 
     @property
+    def tallies_topic(self) -> str:
+        """The decision worker's per-batch tool tallies, read by the fleet app (issue 13)."""
+        return f"{self.topic_prefix}.tallies"
+
+    @property
+    def incidents_topic(self) -> str:
+        """The fleet app's incidents, compacted, keyed by incident id."""
+        return f"{self.topic_prefix}.incidents"
+
+    @property
+    def fleet_partials_topic(self) -> str:
+        """The fleet app's merged tallies, re-keyed by (tenant, tool) so one worker owns a tool."""
+        return f"{self.topic_prefix}.fleet-partials"
+
+    @property
     def group_id(self) -> str:
         return f"{self.topic_prefix}-detector"
-
-    def fingerprint_secret(self) -> bytes | None:
-        """The key of every digest, derived from `fingerprint_key`; None without one."""
-        return derive_secret(self.fingerprint_key) if self.fingerprint_key else None
-
-    def admin_policy(self) -> AdminPolicy:
-        return AdminPolicy.load(self.policy_file) if self.policy_file else AdminPolicy()

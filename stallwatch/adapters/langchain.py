@@ -5,6 +5,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Annotated, Any, NotRequired
 
+try:
+    import langchain  # noqa: F401  (a missing framework is named with the extra that brings it)
+except ModuleNotFoundError as exc:
+    raise ModuleNotFoundError(f"stallwatch.adapters.langchain needs the [langchain] extra (no module "
+                              f"{exc.name!r}): pip install 'stallwatch[langchain]'",
+                              name=exc.name) from exc
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain.agents.middleware.types import PrivateStateAttr
 from langchain_core.messages import AIMessage, SystemMessage, ToolMessage

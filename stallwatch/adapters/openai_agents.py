@@ -7,6 +7,12 @@ import inspect
 from collections.abc import Iterable
 from typing import Any
 
+try:
+    import agents  # noqa: F401  (a missing framework is named with the extra that brings it)
+except ModuleNotFoundError as exc:
+    raise ModuleNotFoundError(f"stallwatch.adapters.openai_agents needs the [openai-agents] extra (no module "
+                              f"{exc.name!r}): pip install 'stallwatch[openai-agents]'",
+                              name=exc.name) from exc
 from agents import (
     Agent,
     FunctionTool,

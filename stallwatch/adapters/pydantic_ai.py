@@ -5,6 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+try:
+    import pydantic_ai  # noqa: F401  (a missing framework is named with the extra that brings it)
+except ModuleNotFoundError as exc:
+    raise ModuleNotFoundError(f"stallwatch.adapters.pydantic_ai needs the [pydantic-ai] extra (no module "
+                              f"{exc.name!r}): pip install 'stallwatch[pydantic-ai]'",
+                              name=exc.name) from exc
 from pydantic_ai import ModelRequestNode
 from pydantic_ai.capabilities import (
     AbstractCapability,

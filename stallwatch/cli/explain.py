@@ -23,6 +23,7 @@ from stallwatch.contract.commands import Command, decode_command
 from stallwatch.contract.parse import InvalidEvent, parse_event
 from stallwatch.contract.stop_codes import STOPS
 from stallwatch.engine.admin_policy import AdminPolicy
+from stallwatch.engine.canonical import secret_from_key
 from stallwatch.engine.fleet import Fleet
 from stallwatch.engine.state import RunState
 from stallwatch.kafka.options import aiokafka_options
@@ -40,7 +41,7 @@ def explain(run_id: str, lines: Iterable[bytes], out: TextIO,
         if not line.strip():
             continue
         try:
-            event = parse_event(line)
+            event = parse_event(line, secret=secret)
         except InvalidEvent:
             continue
         commands = fleet.handle(event)
@@ -139,7 +140,8 @@ async def explain_from_topic(run_id: str, settings: Settings, out: TextIO) -> bo
 def main(run_id: str, path: str | None, settings: Settings) -> int:
     if path is None:
         return 0 if asyncio.run(explain_from_topic(run_id, settings, sys.stdout)) else 1
-    return explain_file(run_id, path, settings.admin_policy(), settings.fingerprint_secret())
+    return explain_file(run_id, path, AdminPolicy.from_file(settings.policy_file),
+                        secret_from_key(settings.fingerprint_key))
 
 
 def explain_file(run_id: str, path: str, admin_policy: AdminPolicy | None = None,

@@ -47,8 +47,13 @@ class EmbeddedClient(Client):
         super().forget(run_id)
         self.fleet.runs.pop(run_id, None)
 
+    async def advise(self, advisory: dict[str, Any]) -> None:
+        """Apply an event from outside the run, as the fleet app writes it (a `fleet_advisory`):
+        validated, applied, and its nudge delivered to the run's `nudges`."""
+        await self._send(advisory)
+
     async def _send(self, event: dict[str, Any]) -> None:
         run = self.runs.get(event["run_id"])
-        for command in self.fleet.handle(validate_event(event)):
+        for command in self.fleet.handle(validate_event(event, self.fleet.detector.secret)):
             if run is not None:
                 run.deliver(command)

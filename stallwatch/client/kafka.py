@@ -18,7 +18,9 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from stallwatch.client.run import Client
 from stallwatch.contract.commands import decode_command
+from stallwatch.engine.canonical import secret_from_key
 from stallwatch.kafka.options import aiokafka_options
+from stallwatch.logs import tame_kafka_loggers
 from stallwatch.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -48,7 +50,7 @@ class KafkaClient(Client):
         super().__init__()
         self.settings = settings or Settings.from_env()
         self.verdict_timeout_s = verdict_timeout_s
-        self.fingerprint_secret = self.settings.fingerprint_secret()
+        self.fingerprint_secret = secret_from_key(self.settings.fingerprint_key)
         self.args_digest_only = self.settings.args_digest_only
         # A send takes at most half the verdict timeout, so that sending and waiting for the
         # verdict together stay within it.
@@ -63,11 +65,13 @@ class KafkaClient(Client):
         self._reconnector: asyncio.Task[None] | None = None
         self.connected = False  # True while the broker answers
         self._failing_open = False  # set once per outage, so the log says so once
+        self._why_not = "cannot reach the broker at start"  # the last failed connection's cause
 
     async def start(self) -> None:
         """Connect; when the broker cannot be reached, fail open and keep trying in the background."""
+        tame_kafka_loggers()  # aiokafka's retries in an outage: a few lines, not hundreds
         if not await self._connect():
-            await self._lose("cannot reach the broker at start")
+            await self._lose(self._why_not)
 
     async def stop(self) -> None:
         for task in (self._reconnector, self._reader):
@@ -90,7 +94,10 @@ class KafkaClient(Client):
     async def _connect(self) -> bool:
         """One attempt, bounded by the verdict timeout: producer, consumer, the partition count,
         the partitions of the runs already started. True when the client is connected."""
+        self._why_not = "the broker did not answer within the verdict timeout"
         if not await self._reachable():
+            self._why_not = ("no broker answers: check STALLWATCH_BOOTSTRAP, or start the local one "
+                             "with `make kafka-up`")
             return False
         options = aiokafka_options(self.settings)
         timeout_ms = max(int(self.verdict_timeout_s * 1000), 1000)
@@ -105,6 +112,8 @@ class KafkaClient(Client):
         try:
             async with asyncio.timeout(self.verdict_timeout_s):
                 await self._producer.start()
+                if not await self._topics_exist():
+                    raise KafkaError("the topics are missing")
                 await self._consumer.start()
                 self._partitions = sorted(await self._producer.partitions_for(
                     self.settings.commands_topic))
@@ -117,6 +126,19 @@ class KafkaClient(Client):
         self._reader = asyncio.create_task(self._read_commands(), name="stallwatch-commands")
         self.connected = True
         return True
+
+    async def _topics_exist(self) -> bool:
+        """Whether the events and commands topics exist (else aiokafka waits out the timeout
+        and the client would report the broker as unreachable)."""
+        assert self._producer is not None
+        metadata = await self._producer.client.fetch_all_metadata()
+        wanted = {self.settings.events_topic, self.settings.commands_topic}
+        if wanted <= metadata.topics():
+            return True
+        self._why_not = (f"the topics {', '.join(sorted(wanted - metadata.topics()))} do not exist: "
+                         f"start `stallwatch worker` (it creates them), or set STALLWATCH_TOPIC_PREFIX "
+                         f"to the workers' (now {self.settings.topic_prefix!r})")
+        return False
 
     async def _reachable(self) -> bool:
         """Whether any bootstrap server accepts a TCP connection: a quiet probe, since aiokafka

@@ -13,7 +13,7 @@ from typing import Any, get_args
 from stallwatch.contract.commands import Command, Nudge, Stop, Verdict
 from stallwatch.contract.envelope import envelope
 from stallwatch.contract.events import Effect, Policy, Status
-from stallwatch.contract.limits import MAX_ID_CHARS, bounded_id
+from stallwatch.contract.limits import bounded_id
 from stallwatch.engine import words
 from stallwatch.engine.canonical import call_signature, declared_view, fingerprint
 from stallwatch.engine.masks import effective_patterns
@@ -120,8 +120,8 @@ class Run:
         # Ids too long for a verdict travel as the marked digest the detector would make of them.
         event = self._envelope | {"type": "call_proposed", "event_id": self.next_event_id(),
                                   "ts": time.time(), "round": self.round,
-                                  "call_id": call_id if len(call_id) <= MAX_ID_CHARS else bounded_id(call_id),
-                                  "tool": tool if len(tool) <= MAX_ID_CHARS else bounded_id(tool),
+                                  "call_id": bounded_id(call_id, self._secret),
+                                  "tool": bounded_id(tool, self._secret),
                                   "args": args}
         if effect is not None:
             event["effect"] = effect
@@ -172,8 +172,8 @@ class Run:
                              f"{sorted(_STATUSES)}; got {tool!r}, {call_id!r}, {status!r}")
         event = self._envelope | {"type": "call_result", "event_id": self.next_event_id(),
                                   "ts": time.time(), "round": self.round,
-                                  "call_id": call_id if len(call_id) <= MAX_ID_CHARS else bounded_id(call_id),
-                                  "tool": tool if len(tool) <= MAX_ID_CHARS else bounded_id(tool),
+                                  "call_id": bounded_id(call_id, self._secret),
+                                  "tool": bounded_id(tool, self._secret),
                                   "status": status}
         if send_content:
             event["result"] = result

@@ -14,11 +14,13 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from xxhash import xxh3_128_hexdigest
 
+from stallwatch.contract.digests import digest
 from stallwatch.contract.limits import DEADLETTER_ERROR_CHARS, DEADLETTER_RAW_BYTES
 from stallwatch.contract.stop_codes import STOP_CODES
 
 RefusalCode = Literal[
-    "duplicate_call", "repeated_call", "repeated_cycle", "run_stopped", "budget_exhausted"
+    "duplicate_call", "repeated_call", "repeated_cycle", "run_stopped", "budget_exhausted",
+    "fleet_incident",  # addition to v1 (issue 13): the run's `fleet_breaker` refused the tool
 ]
 StopCode = Literal[STOP_CODES]  # type: ignore[valid-type]  # the registry lists them
 StopAction = Literal["answer_without_tools", "end_turn"]
@@ -29,7 +31,7 @@ class _Command:
     """What every command carries: the contract version, its id, its run, its cause."""
 
     v: Literal[1] = 1
-    command_id: str  # derived from the causing event: a command sent twice has the same id
+    command_id: str  # its cause and content (content_id): a command sent twice has the same id
     run_id: str
     caused_by: str  # the event_id of the event that caused it
     round: int
@@ -77,6 +79,14 @@ def encode_command(command: Command) -> bytes:
     return orjson.dumps(command)
 
 
+def content_id(command: Command) -> str:
+    """A command's id: 24 hex digits of the XXH3-128 of the command as it stands, its cause's id
+    (run, event, index) in `command_id` and everything it says. A redelivered event answered
+    again gets the same id only when the answer is the same, so a reader keyed by command id
+    never holds two contents under one id."""
+    return xxh3_128_hexdigest(orjson.dumps(command))[:24]
+
+
 def decode_command(raw: bytes | str) -> Command:
     """Parse and validate a command, as a runtime receives it."""
     return COMMAND_ADAPTER.validate_python(orjson.loads(raw))
@@ -92,16 +102,19 @@ class DeadLetter(BaseModel):
     topic: str
     partition: int
     offset: int
-    # Additions to v1: the input's full size, whether `raw` holds only its start, and an XXH3-128
-    # digest of the full input (null for a tombstone), to match a letter with the record.
+    # Additions to v1: the input's full size, whether `raw` holds only its start, and a digest
+    # of the full input (null for a tombstone), to match a letter with the record: XXH3-128,
+    # keyed like every fingerprint when the fleet has a key (unkeyed, a secret past the cut was
+    # recovered by hashing guesses of the whole input).
     raw_size: int = 0
     raw_truncated: bool = False
     raw_digest: str | None = None
 
     @classmethod
     def of(cls, raw: bytes | str | None, error: str, topic: str, partition: int,
-           offset: int) -> DeadLetter:
-        """Bytes that are not UTF-8 become backslash escapes; None (a tombstone) becomes ""."""
+           offset: int, secret: bytes | None = None) -> DeadLetter:
+        """Bytes that are not UTF-8 become backslash escapes; None (a tombstone) becomes "".
+        `secret`: the fleet's fingerprint key (`secret_from_key`); None, unkeyed."""
         data = b"" if raw is None else raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
         kept = data[:DEADLETTER_RAW_BYTES]
         if len(error) > DEADLETTER_ERROR_CHARS:
@@ -109,7 +122,7 @@ class DeadLetter(BaseModel):
         return cls(error=error, raw=kept.decode("utf-8", "backslashreplace"), topic=topic,
                    partition=partition, offset=offset, raw_size=len(data),
                    raw_truncated=len(kept) < len(data),
-                   raw_digest=None if raw is None else xxh3_128_hexdigest(data))
+                   raw_digest=None if raw is None else digest(data, secret).hex())
 
     def encode(self) -> bytes:
         return orjson.dumps(self.model_dump())

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
+from stallwatch.contract.limits import MAX_ID_CHARS
 from stallwatch.contract.policy import V1_DEFAULTS, policy_defaults
 
 CONTRACT_VERSION = 1
@@ -88,6 +90,9 @@ class Policy(BaseModel):
     stall_nudge_at: Annotated[int, Field(ge=2)] | None = V1_DEFAULTS["stall_nudge_at"]
     # Coder mode: stop with `no_effect` at this many such runs; null (the default): never.
     stall_stop_at: Annotated[int, Field(ge=2)] | None = V1_DEFAULTS["stall_stop_at"]
+    # Addition to v1 (issue 13): refuse calls to a tool with an open `tool_failing` fleet
+    # incident (verdict code `fleet_incident`) until the fleet reports it closed.
+    fleet_breaker: bool = V1_DEFAULTS["fleet_breaker"]
 
     @classmethod
     def for_mode(cls, mode: str, overrides: dict[str, Any] | None = None) -> Policy:
@@ -173,10 +178,49 @@ class RunEnded(_Event):
     reason: str | None = None
 
 
+Count = Annotated[int, Field(ge=0)]
+IncidentKind = Literal["tool_failing", "tool_same_answer", "tool_looping"]
+
+
+class FleetEvidence(BaseModel):
+    """What the fleet saw in the incident's window; every count optional (the words say only
+    what is given)."""
+
+    model_config = _STRICT
+    calls: Count | None = None
+    failures: Count | None = None
+    runs: Count | None = None
+    stops: Count | None = None
+    answer_runs: Count | None = None
+    answer_args: Count | None = None
+
+
+class FleetAdvisory(_Event):
+    """Addition to v1, written by the fleet app (streams/fleet): an incident across runs that
+    concerns this run. `event_id` is derived from (incident, run, open/closed), so a repeated
+    advisory is a redelivery. Changes no streak and never moves the run's time."""
+
+    type: Literal["fleet_advisory"]
+    incident_id: Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)]
+    incident: Literal["open", "closed"]
+    kind: IncidentKind
+    tool: str
+    tenant: Annotated[str, Field(max_length=MAX_ID_CHARS)] | None = None
+    window_s: Annotated[float, Field(gt=0)]
+    evidence: FleetEvidence = FleetEvidence()
+
+
+def advisory_event_id(incident_id: str, run_id: str, incident: str) -> str:
+    """A fleet advisory's event id: the same incident, run and open/closed always give the same
+    id, so a repeated advisory (a restarted or duplicated fleet app) is a redelivery."""
+    data = f"{incident_id}\x00{run_id}\x00{incident}".encode()
+    return "fa-" + hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
 Event = Annotated[
-    RunStarted | RoundStarted | CallProposed | CallResult | RoundEnded | RunEnded,
+    RunStarted | RoundStarted | CallProposed | CallResult | RoundEnded | RunEnded | FleetAdvisory,
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 EVENT_TYPES = ("run_started", "round_started", "call_proposed", "call_result", "round_ended",
-               "run_ended")
+               "run_ended", "fleet_advisory")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from xxhash import xxh3_128_hexdigest
+from stallwatch.contract.digests import digest
 
 # The producer refuses a record over this many bytes (the issue measured it: one oversized
 # dead letter, verdict or state crashed every worker that read its input).
@@ -28,17 +28,19 @@ DEADLETTER_ERROR_CHARS = 2_000
 MAX_DECLARATIONS_BYTES = 32 * 1024
 
 
-def bounded_id(value: str) -> str:
+def bounded_id(value: str, secret: bytes | None = None) -> str:
     """`value` itself when it is at most MAX_ID_CHARS long; otherwise its first characters, a
     mark and a digest of the whole, so that the same long id always maps to the same short one
-    (the client applies this too, to match a verdict to its call)."""
+    (the client applies this too, to match a verdict to its call). `secret`: the fleet's
+    fingerprint key, so that what the cut hides cannot be guessed from the digest."""
     if len(value) <= MAX_ID_CHARS:
         return value
-    return f"{value[:_ID_PREFIX_CHARS]}{_ID_MARK}{xxh3_128_hexdigest(value.encode('utf-8', 'surrogatepass'))}"
+    whole = digest(value.encode("utf-8", "surrogatepass"), secret).hex()
+    return f"{value[:_ID_PREFIX_CHARS]}{_ID_MARK}{whole}"
 
 
-def bounded_key(key: bytes | None) -> bytes | None:
+def bounded_key(key: bytes | None, secret: bytes | None = None) -> bytes | None:
     """A record key copied from input (a dead letter's original key), shortened the same way."""
     if key is None or len(key) <= MAX_ID_CHARS:
         return key
-    return bounded_id(key.decode("utf-8", "backslashreplace")).encode()
+    return bounded_id(key.decode("utf-8", "backslashreplace"), secret).encode()

@@ -37,21 +37,23 @@ class InvalidEvent(ValueError):
         self.reason = reason
 
 
-def parse_record(key: bytes | None, value: bytes | None,
-                 max_bytes: int = MAX_EVENT_BYTES) -> dict[str, Any]:
+def parse_record(key: bytes | None, value: bytes | None, max_bytes: int = MAX_EVENT_BYTES,
+                 secret: bytes | None = None) -> dict[str, Any]:
     """A Kafka record of the events topic to a validated event: as `parse_event`, and its key
     must be the event's run_id (the run's state is partitioned by it)."""
     if key is None:
         raise InvalidEvent("null_key", "the record has no key; key every event by its run_id")
-    event = parse_event(value, max_bytes)
+    event = parse_event(value, max_bytes, secret)
     if key != event["run_id"].encode():
         raise InvalidEvent("key_mismatch", f"message key {_quote(key)} is not the event's run_id "
                            f"{_quote(event['run_id'])}; key events by run_id")
     return event
 
 
-def parse_event(raw: bytes | str | None, max_bytes: int = MAX_EVENT_BYTES) -> dict[str, Any]:
-    """Parse and validate one event; raises InvalidEvent with a message naming what is wrong."""
+def parse_event(raw: bytes | str | None, max_bytes: int = MAX_EVENT_BYTES,
+                secret: bytes | None = None) -> dict[str, Any]:
+    """Parse and validate one event; raises InvalidEvent with a message naming what is wrong.
+    `secret`: the fleet's fingerprint key, which keys the digest of an id too long to copy."""
     if raw is None:
         raise InvalidEvent("null_value", "the record's value is null (a tombstone); the events "
                            "topic takes events, never deletions")
@@ -66,11 +68,12 @@ def parse_event(raw: bytes | str | None, max_bytes: int = MAX_EVENT_BYTES) -> di
         raise InvalidEvent("malformed_json", f"not JSON: {exc}") from None
     if type(data) is not dict:
         raise InvalidEvent("not_an_object", f"event must be a JSON object, not {_kind(data)}")
-    return validate_event(data)
+    return validate_event(data, secret)
 
 
-def validate_event(data: dict[str, Any]) -> dict[str, Any]:
-    """Check a parsed event against the models; returns the event as a dict of its fields."""
+def validate_event(data: dict[str, Any], secret: bytes | None = None) -> dict[str, Any]:
+    """Check a parsed event against the models; returns the event as a dict of its fields.
+    `secret` keys the digest of an id too long to copy (`parse_event`)."""
     version = data.get("v")
     if version != CONTRACT_VERSION or type(version) is not int:
         raise InvalidEvent("unsupported_version",
@@ -88,10 +91,10 @@ def validate_event(data: dict[str, Any]) -> dict[str, Any]:
         raise InvalidEvent("invalid_field", f"{kind} event: {_describe(exc)}") from None
     if kind == "run_started":
         _check_declarations(event)
-    return _bounded(event)
+    return _bounded(event, secret)
 
 
-def _bounded(event: dict[str, Any]) -> dict[str, Any]:
+def _bounded(event: dict[str, Any], secret: bytes | None) -> dict[str, Any]:
     """An event whose ids fit in a command: a run_id too long is refused (it is also the record
     key commands are routed by); a long event_id, call_id or tool becomes a marked digest (the
     client maps its call ids the same way), so the call still gets its verdict."""
@@ -103,7 +106,7 @@ def _bounded(event: dict[str, Any]) -> dict[str, Any]:
     event = dict(event)
     for name in ("event_id", "call_id", "tool"):
         if name in event:
-            event[name] = bounded_id(event[name])
+            event[name] = bounded_id(event[name], secret)
     return event
 
 
@@ -122,8 +125,9 @@ def _check_declarations(event: dict[str, Any]) -> None:
 
 
 def _conforms(d: dict[str, Any], kind: str) -> bool:
-    """True only when the models would accept the event (run_started excepted: rare and nested,
-    it always goes through pydantic) and none of its ids is too long to copy as is."""
+    """True only when the models would accept the event (run_started and fleet_advisory
+    excepted: rare and nested, they always go through pydantic) and none of its ids is too long
+    to copy as is."""
     event_id, run_id, ts = d.get("event_id"), d.get("run_id"), d.get("ts")
     if not (type(event_id) is str and 0 < len(event_id) <= MAX_ID_CHARS and type(run_id) is str
             and 0 < len(run_id) <= MAX_ID_CHARS and (type(ts) is float or type(ts) is int)):
@@ -149,7 +153,7 @@ def _conforms(d: dict[str, Any], kind: str) -> bool:
         return ("fact_fingerprints" not in d and type(status) is str and status in _STATUSES
                 and (empty is None or type(empty) is bool)
                 and (fingerprint is None or (type(fingerprint) is str and empty is not None)))
-    return False  # run_started
+    return False  # run_started and fleet_advisory: rare, validated in full
 
 
 def _describe(exc: ValidationError) -> str:

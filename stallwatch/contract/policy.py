@@ -23,6 +23,8 @@ _TABLE: dict[str, tuple[Any, Any, Any]] = {
     # Coder mode: one nudge when a call returns the same result after 3 changes in a row.
     "stall_nudge_at":        (None,     None, 3),
     "stall_stop_at":         (None,     None, None),
+    # Refuse calls to a tool the fleet reports failing in many runs (issue 13): off by default.
+    "fleet_breaker":         (False,    False, False),
 }
 
 

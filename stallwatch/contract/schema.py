@@ -8,6 +8,7 @@ import orjson
 
 from stallwatch.contract.commands import COMMAND_ADAPTER, DeadLetter
 from stallwatch.contract.events import EVENT_ADAPTER
+from stallwatch.contract.incidents import Incident
 
 
 def schemas() -> dict[str, dict]:
@@ -19,6 +20,8 @@ def schemas() -> dict[str, dict]:
                                     COMMAND_ADAPTER.json_schema(mode="serialization")),
         "deadletter.v1.schema.json": ("stallwatch dead letter, contract v1",
                                       DeadLetter.model_json_schema()),
+        "incidents.v1.schema.json": ("stallwatch fleet incident (issue 13), the incidents topic",
+                                     Incident.model_json_schema()),
     }
     return {name: {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": title,
                    **schema} for name, (title, schema) in docs.items()}

@@ -8,6 +8,8 @@ from fnmatch import fnmatchcase
 from functools import lru_cache
 from pathlib import Path
 
+from stallwatch.settings import SetupError
+
 
 @dataclass(frozen=True)
 class AdminPolicy:
@@ -24,10 +26,25 @@ class AdminPolicy:
     exempt_patterns: tuple[str, ...] = ()
 
     @classmethod
+    def from_file(cls, path: str | Path | None) -> AdminPolicy:
+        """The policy in `path` (STALLWATCH_POLICY_FILE), or the empty policy without one."""
+        return cls.load(path) if path else cls()
+
+    @classmethod
     def load(cls, path: str | Path) -> AdminPolicy:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
+        """A file that cannot be read or parsed is an error naming STALLWATCH_POLICY_FILE: a
+        worker that started without the administrator's policy would let through what it forbids."""
+        try:
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        except OSError as exc:
+            raise SetupError(f"STALLWATCH_POLICY_FILE={str(path)!r}: cannot read it ({exc.strerror}); "
+                             "point it at the policy's TOML file, or unset it for no policy") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise SetupError(f"STALLWATCH_POLICY_FILE={str(path)!r}: not valid TOML ({exc})") from None
         tools = data.get("tools", {})
+        if not isinstance(tools, dict):
+            raise SetupError(f"STALLWATCH_POLICY_FILE={str(path)!r}: [tools] must be a table")
         return cls(
             approval_patterns=_patterns(tools, "requires_approval", path),
             exempt_patterns=_patterns(tools, "repeat_exempt", path),
@@ -43,7 +60,8 @@ class AdminPolicy:
 def _patterns(tools: dict, key: str, path: str | Path) -> tuple[str, ...]:
     value = tools.get(key, [])
     if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
-        raise ValueError(f"{path}: tools.{key} must be a list of tool names or globs")
+        raise SetupError(f"STALLWATCH_POLICY_FILE={str(path)!r}: tools.{key} must be a list of "
+                         "tool names or globs")
     return tuple(value)
 
 

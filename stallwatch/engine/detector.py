@@ -10,7 +10,7 @@ from typing import Any
 
 from xxhash import xxh3_64_intdigest, xxh3_128_hexdigest
 
-from stallwatch.contract.commands import Command, Nudge, Stop, Verdict
+from stallwatch.contract.commands import Command, Nudge, Stop, Verdict, content_id
 from stallwatch.contract.policy import policy_defaults
 from stallwatch.contract.stop_codes import STOPS
 from stallwatch.engine import coder, words
@@ -31,6 +31,11 @@ from stallwatch.engine.state import MAX_CHAT_HISTORY, RunState
 Event = dict[str, Any]
 
 _FAILED = frozenset({"error", "overloaded"})
+# Events that belong to the open round only: one of a round closed already is a redelivery
+# that came after the window of recent ids (a runtime's rounds only go up). Applied, a round-1
+# call redelivered after 600 events was refused as a duplicate of itself (or run_stopped) and
+# counted in the open round; an old round_ended closed the open round early.
+_OF_A_ROUND = frozenset({"call_proposed", "round_ended"})
 # Chat cycles of 2 to 4 calls; the history keeps enough for the longest at its threshold.
 _CYCLE_LENGTHS = (2, 3, 4)
 
@@ -45,7 +50,18 @@ class Detector:
         self.secret = secret
 
     def apply(self, state: RunState | None, event: Event) -> tuple[RunState | None, list[Command]]:
-        """Apply one event. `state` is None for a run not seen yet; the state is changed in place."""
+        """Apply one event. `state` is None for a run not seen yet; the state is changed in place.
+
+        Each command's id digests its cause and its whole content (`content_id`), so one id never
+        carries two contents at any distance: an event redelivered after its run's state expired,
+        or beyond the window of recent ids, is either recognised or answered under an id of its
+        own (docs/contract-additions.md, "Command ids")."""
+        state, out = self._decide(state, event)
+        for command in out:
+            command.command_id = content_id(command)
+        return state, out
+
+    def _decide(self, state: RunState | None, event: Event) -> tuple[RunState | None, list[Command]]:
         out: list[Command] = []
         kind = event["type"]
         if state is None:
@@ -57,6 +73,11 @@ class Detector:
             return state, out
         if state.seen_event(xxh3_64_intdigest(event["event_id"].encode())):
             return state, out  # a redelivery: no further effect, before the run's end or after
+        if kind == "fleet_advisory":  # before the clock: an advisory never moves run time
+            self._on_advisory(state, event, out)
+            return state, out
+        if kind in _OF_A_ROUND and event["round"] < state.round:
+            return state, out  # of a round closed already: a redelivery beyond the window of ids
         state.last_ts = ts = event["ts"]
         if state.ended:
             if kind == "call_proposed":
@@ -131,6 +152,10 @@ class Detector:
         if state.stop_code is not None:
             reason = words.run_stopped(words.stop_reason_short(state.stop_code))
             _verdict(out, event, "refuse", "run_stopped", reason)
+            return
+        if state.fleet_incidents and tool in state.fleet_incidents:
+            # Not the tool's failure in this run: no chat failure count, no budget charged.
+            _verdict(out, event, "refuse", "fleet_incident", words.fleet_refused(tool))
             return
         if (given := event.get("args_digest")) is not None:  # the runtime hashed its arguments
             signature = _fingerprint_digest(given, self.secret)
@@ -222,6 +247,30 @@ class Detector:
                     return  # no content: unknown, so never part of a cycle
                 entry[1] = digest(event["status"].encode() + b"\x00" + content, self.secret).hex()
                 return
+
+    # -- the fleet ---------------------------------------------------------------------------
+
+    def _on_advisory(self, state: RunState, event: Event, out: list[Command]) -> None:
+        """An incident seen across runs (issue 13): one nudge per incident for a live run, and
+        under `fleet_breaker` the tool of an open `tool_failing` incident refused until it closes.
+        Changes no streak, counter or clock."""
+        if state.ended or state.stop_code is not None:
+            return  # tools are gone already: nothing to tell
+        incident, tool = event["incident_id"], event["tool"]
+        if event["incident"] == "closed":
+            if state.fleet_incidents.get(tool) == incident:
+                del state.fleet_incidents[tool]
+            return
+        if state.fleet_breaker and event["kind"] == "tool_failing":
+            state.open_fleet_incident(tool, incident)
+        if not state.advise(incident):
+            return
+        evidence = event.get("evidence") or {}
+        out.append(Nudge(command_id=_command_id(event, 0), run_id=event["run_id"],
+                         caused_by=event["event_id"], round=state.round,
+                         reason=words.fleet_advisory(event["kind"], tool, evidence, event["window_s"]),
+                         detail={"incident_id": incident, "kind": event["kind"], "tool": tool,
+                                 "window_s": event["window_s"], **evidence}))
 
     # -- results ----------------------------------------------------------------------------
 
@@ -384,7 +433,8 @@ class Detector:
 
 
 def _command_id(event: Event, index: int) -> str:
-    """Derived from the causing event, so the same input always yields the same ids."""
+    """Derived from the causing event, so the same input always yields the same ids; `apply`
+    adds the command's content to it (`content_id`)."""
     return xxh3_128_hexdigest(f"{event['run_id']}\x00{event['event_id']}\x00{index}".encode())[:24]
 
 

@@ -1,39 +1,59 @@
-"""When a run's state may be dropped: on event time only, never the wall clock, robust to skew."""
+"""When a run's state may be dropped: on the broker's clock (append time), never a producer's."""
 
 from __future__ import annotations
 
 from stallwatch.engine.state import RunState
 
+# Events that are no activity of the run: a fleet advisory is the fleet's word about a run, and
+# an advisory stream must not keep an abandoned run alive.
+TIMELESS_EVENTS = frozenset({"fleet_advisory"})
 
-def is_expired(state: RunState, newest_event_ts: float, idle_timeout_s: float,
-               ended_retention_s: float) -> bool:
-    """True when the run's last event is older than its limit on its partition's clock: an ended
-    run's tombstone after `ended_retention_s`, any other run after `idle_timeout_s`.
 
-    `newest_event_ts` is `PartitionClock.newest`: the partition's newest event time, on which
-    the run's own last event is placed through the clock offset it had when first seen, so a
-    run whose clock is hours behind (or ahead of) the others is judged by its own idle time.
+def is_expired(state: RunState, now: float, idle_timeout_s: float, ended_retention_s: float) -> bool:
+    """True when the run's last event is older than its limit on its partition's broker clock:
+    an ended run's tombstone after `ended_retention_s`, any other run after `idle_timeout_s`.
+
+    `now` is `PartitionClock.newest`. A run not yet placed on the clock (`seen_at` None: a state
+    written by an older worker) is never expired: it is placed first (`PartitionClock.place`).
+    The events' own `ts` plays no part: a producer's clock, however wrong, cannot expire a run
+    that is live, its own or another's.
     """
+    if state.seen_at is None:
+        return False
     limit = ended_retention_s if state.ended else idle_timeout_s
-    return newest_event_ts - (state.last_ts - (state.clock_offset or 0.0)) > limit
+    return now - state.seen_at > limit
 
 
 class PartitionClock:
-    """The event time of one partition. Each run's events are read through the offset between
-    its clock and the partition's when the partition first saw it, so no run's skew moves the
-    clock: it advances as the runs' own clocks advance (with a 7-hour skew, every event of a
-    run would otherwise be 7 hours old, or push every other run 7 hours towards expiry).
-    Quiet spells in which no run sends anything are not counted: a later expiry, never an
-    earlier one."""
+    """The broker's time on one partition: the newest append time of its records that were
+    applied (`LogAppendTime`, stamped by the partition's leader), or, on a topic that keeps the
+    producers' `CreateTime`, the worker's clock when it read them.
+
+    Like the stream time of Kafka Streams it only moves forward and only with records: quiet
+    spells in which nothing arrives are not counted (a later expiry, never an earlier one), and
+    a partition read again after a rebuild expires the same runs."""
 
     def __init__(self) -> None:
         self.newest: float | None = None
 
+    def advance(self, seen: float) -> None:
+        """A record of the partition appended at `seen`, whatever it carried."""
+        if self.newest is None or seen > self.newest:
+            self.newest = seen
+
+    def touch(self, state: RunState, kind: str, seen: float) -> None:
+        """After an event of type `kind` was applied to `state`, appended at `seen`."""
+        if kind not in TIMELESS_EVENTS:
+            state.seen_at = seen
+        self.advance(seen)
+
     def observe(self, state: RunState) -> None:
-        """After an event was applied to `state` (or when a state is restored): place the run on
-        the partition's clock the first time, then move the clock forward to its last event."""
-        if state.clock_offset is None:
-            state.clock_offset = 0.0 if self.newest is None else state.last_ts - self.newest
-        placed = state.last_ts - state.clock_offset
-        if self.newest is None or placed > self.newest:
-            self.newest = placed
+        """A state read back from the changelog: the clock is at least its last event."""
+        if state.seen_at is not None and (self.newest is None or state.seen_at > self.newest):
+            self.newest = state.seen_at
+
+    def place(self, state: RunState) -> None:
+        """A state with no broker time (an older worker's) counts as seen now: its idle time
+        starts here, so it expires later than it would have, never earlier."""
+        if state.seen_at is None:
+            state.seen_at = self.newest

@@ -58,7 +58,7 @@ class Fleet:
                    offset: int = 0) -> list[Command] | Rejected:
         """Parse and apply one serialised event; bad input becomes a dead letter, never an error."""
         try:
-            event = parse_event(raw, self.max_event_bytes)
+            event = parse_event(raw, self.max_event_bytes, self.detector.secret)
         except InvalidEvent as exc:
             return self._reject(raw, exc, topic, partition, offset)
         return self.handle(event)
@@ -71,11 +71,12 @@ class Fleet:
                     yield self.handle_raw(line.rstrip(b"\r\n"), source, 0, offset)
             return
         apply, runs, max_bytes = self.detector.apply, self.runs, self.max_event_bytes
+        secret = self.detector.secret
         for offset, line in enumerate(lines):
             if not line or line.isspace():
                 continue
             try:
-                event = parse_event(line, max_bytes)
+                event = parse_event(line, max_bytes, secret)
             except InvalidEvent as exc:
                 yield self._reject(line.rstrip(b"\r\n"), exc, source, 0, offset)
                 continue
@@ -89,4 +90,5 @@ class Fleet:
                 offset: int) -> Rejected:
         if self.metrics is not None:
             self.metrics.count_dead_letter(error.reason)
-        return Rejected(DeadLetter.of(raw, str(error), topic, partition, offset), error.reason)
+        letter = DeadLetter.of(raw, str(error), topic, partition, offset, self.detector.secret)
+        return Rejected(letter, error.reason)

@@ -18,7 +18,10 @@ _DIGEST_SETS = ("signatures", "fingerprints")
 # States are stored as a JSON array of field values, in declaration order, behind this format
 # number: a third of the size of an object with field names, so the changelog is smaller and
 # recovery faster. Bump it whenever a field is added, removed or reordered, or its meaning changes.
-STATE_FORMAT = 3
+STATE_FORMAT = 4
+# The format before, whose last field (a clock offset, now `seen_at`) is read as unknown, so that
+# a worker upgraded in place keeps its runs (they count as seen at the first scan).
+_CLOCK_OFFSET_FORMAT = 3
 
 # What a run keeps is capped, so that a run of any length has a state far below the producer's
 # limit (a 96,000-event run's state passed 1 MB and crash-looped the workers). Past a cap the
@@ -33,6 +36,11 @@ MAX_CHAT_HISTORY = 40  # chat calls kept for cycles: 4-call cycles up to a thres
 # Recent event ids (64-bit digests) to recognise a runtime's redelivery: a retry resends within
 # seconds, so the last 512 events of a run are plenty. Kept after run_ended.
 EVENT_WINDOW = 512
+# Fleet incidents a run was told about (at most one nudge each) and, under `fleet_breaker`, the
+# tools refused for an open one: a run sees a handful; the caps keep a flood of advisories from
+# growing its state (past one, the oldest goes: an old incident may be told once more).
+MAX_ADVISED = 32
+MAX_FLEET_INCIDENTS = 32
 
 
 @dataclass(slots=True)
@@ -50,6 +58,7 @@ class RunState:
     cycle_threshold: int | None = V1_DEFAULTS["cycle_threshold"]
     stall_nudge_at: int | None = V1_DEFAULTS["stall_nudge_at"]
     stall_stop_at: int | None = V1_DEFAULTS["stall_stop_at"]
+    fleet_breaker: bool = V1_DEFAULTS["fleet_breaker"]
     exempt_tools: list[str] = field(default_factory=list)
     approval_tools: list[str] = field(default_factory=list)
     # Tools that declare volatile fields, facts or patterns: name -> {"volatile": [...],
@@ -94,13 +103,17 @@ class RunState:
     # researcher and coder: results seen (coder: each under its call's signature).
     fingerprints: dict[bytes, None] = field(default_factory=dict)
     event_ids: dict[int, None] = field(default_factory=dict)  # recent events' 64-bit digests
+    # Fleet advisories (issue 13): incident ids the run was nudged about, oldest first; under
+    # `fleet_breaker`, tool -> id of its open `tool_failing` incident.
+    advised: list[str] = field(default_factory=list)
+    fleet_incidents: dict[str, str] = field(default_factory=dict)
     stop_code: str | None = None
     ended: bool = False
     last_ts: float = 0.0
     last_offset: int = -1  # the highest source offset applied (stream workers only)
-    # This run's clock minus its partition's (stallwatch.engine.expiry.PartitionClock), set when
-    # the partition first sees the run; None in replay, where nothing expires.
-    clock_offset: float | None = None
+    # The broker's append time of the run's last event (stallwatch.engine.expiry), the only time
+    # expiry reads; None in replay, where nothing expires.
+    seen_at: float | None = None
 
     def to_bytes(self) -> bytes:
         values: list[Any] = [STATE_FORMAT]
@@ -118,6 +131,8 @@ class RunState:
     @classmethod
     def from_bytes(cls, raw: bytes) -> RunState:
         values = orjson.loads(raw)
+        if values[0] == _CLOCK_OFFSET_FORMAT:  # its last field was a clock offset: no broker time
+            values = [STATE_FORMAT, *values[1:-1], None]
         if values[0] != STATE_FORMAT:
             raise ValueError(f"run state in format {values[0]}, this worker reads {STATE_FORMAT}")
         data = dict(zip(_FIELD_NAMES, values[1:], strict=True))
@@ -155,6 +170,19 @@ class RunState:
             del failures[next(iter(failures))]
         return count
 
+    def advise(self, incident_id: str) -> bool:
+        """True the first time the run hears of `incident_id`; remembers it."""
+        if incident_id in self.advised:
+            return False
+        self.advised.append(incident_id)
+        del self.advised[:-MAX_ADVISED]
+        return True
+
+    def open_fleet_incident(self, tool: str, incident_id: str) -> None:
+        self.fleet_incidents[tool] = incident_id
+        if len(self.fleet_incidents) > MAX_FLEET_INCIDENTS:
+            del self.fleet_incidents[next(iter(self.fleet_incidents))]
+
     def release(self) -> None:
         """Drop everything but the tombstone facts once the run has ended. The recent event ids
         stay, so that an event redelivered after the end has no further effect either."""
@@ -169,6 +197,8 @@ class RunState:
         self.tool_effects = {}
         self.open_calls = {}
         self.call_history = {}
+        self.advised = []
+        self.fleet_incidents = {}
 
 
 def _add(ordered: dict, key: object, cap: int) -> None:

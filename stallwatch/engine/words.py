@@ -45,6 +45,41 @@ def nudge(streak: int) -> str:
             "Change the approach, or answer from what you have.")
 
 
+def fleet_advisory(kind: str, tool: str, evidence: dict[str, int], window_s: float) -> str:
+    """Words for a run about an incident the fleet saw across runs; only the counts given."""
+    window = _window(window_s)
+    calls, failures, runs = evidence.get("calls"), evidence.get("failures"), evidence.get("runs")
+    if kind == "tool_failing":
+        seen = f"failed in {failures} of {calls} calls" if failures is not None and calls \
+            else "has been failing"
+        across = f" across {runs} runs" if runs else " across many runs"
+        return (f"`{tool}` {seen}{across} in {window}: don't retry it; use another tool or "
+                "answer from what you have.")
+    if kind == "tool_same_answer":
+        answer_args, answer_runs = evidence.get("answer_args"), evidence.get("answer_runs")
+        asked = f"{answer_args} different questions" if answer_args else "different questions"
+        across = f" in {answer_runs} runs" if answer_runs else " in many runs"
+        return (f"`{tool}` gave the same answer to {asked}{across} in {window}: it may be "
+                "returning a stale or fallback result. Don't rely on asking it again; check its "
+                "answer another way or answer from what you have.")
+    stops = evidence.get("stops")
+    stopped = f"{stops} runs were" if stops else "Many runs were"
+    return (f"{stopped} stopped in {window} while looping on `{tool}`: calling it again the "
+            "same way is unlikely to help. Change the approach, or answer from what you have.")
+
+
+def fleet_refused(tool: str) -> str:
+    """A call refused under the run's `fleet_breaker` while the tool's incident is open."""
+    return (f"Refused: `{tool}` is failing in many runs across the fleet right now: don't retry "
+            "it; use another tool or answer from what you have.")
+
+
+def _window(seconds: float) -> str:
+    if seconds >= 120 and seconds % 60 == 0:
+        return f"the last {seconds / 60:g} minutes"
+    return f"the last {seconds:g} seconds"
+
+
 def budget_exhausted(budget: int) -> str:
     return (f"Refused: the run's budget of {budget} tool calls is used up. No more tools will "
             "run; answer from what you have gathered.")

@@ -1,19 +1,28 @@
-"""Create the events, commands, dead-letter and changelog topics when missing."""
+"""Create the events, commands, dead-letter, changelog and fleet topics when missing."""
 
 from __future__ import annotations
 
 import logging
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaConnectionError
 
 from stallwatch.kafka.options import aiokafka_options
-from stallwatch.settings import Settings
+from stallwatch.settings import Settings, SetupError
 
 log = logging.getLogger(__name__)
 
 # A dead letter carries at most a bounded slice of the raw event; the topic still takes up to
 # 8 MiB, so that an older worker's larger letters are never refused by the broker.
 DEADLETTER_MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+# The tallies and the fleet app's partials are a feed, not state: an hour covers a fleet app
+# down for far longer than a restart, and an unbounded feed would fill the disk.
+FEED_RETENTION_MS = 3600 * 1000
+
+# Kafka's error codes for a topic the cluster refuses, and what to change for each: a first-time
+# user otherwise sees only `[('stallwatch.events', 38), ...]`.
+TOPIC_EXISTS, INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR = 36, 37, 38
+INVALID_CONFIG, TOPIC_AUTHORIZATION_FAILED, POLICY_VIOLATION = 40, 29, 44
 
 
 def wanted_topics(settings: Settings) -> list[NewTopic]:
@@ -23,7 +32,10 @@ def wanted_topics(settings: Settings) -> list[NewTopic]:
     durable = {"min.insync.replicas": str(settings.min_insync_replicas)}
     partitions, replicas = settings.partitions, settings.replication_factor
     return [
-        NewTopic(settings.events_topic, partitions, replicas, topic_configs=durable),
+        # The broker stamps each event on append: expiry reads that time, never a producer's
+        # clock (a runtime hours off would otherwise expire live runs, its own or others').
+        NewTopic(settings.events_topic, partitions, replicas,
+                 topic_configs={**durable, "message.timestamp.type": "LogAppendTime"}),
         NewTopic(settings.commands_topic, partitions, replicas, topic_configs=durable),
         NewTopic(settings.deadletter_topic, partitions, replicas,
                  topic_configs={**durable, "max.message.bytes": str(DEADLETTER_MAX_MESSAGE_BYTES)}),
@@ -33,22 +45,76 @@ def wanted_topics(settings: Settings) -> list[NewTopic]:
         NewTopic(settings.changelog_topic, partitions, replicas,
                  topic_configs={**durable, "cleanup.policy": "compact", "segment.ms": "600000",
                                 "min.cleanable.dirty.ratio": "0.1"}),
+        *fleet_topics(settings),
+    ]
+
+
+def fleet_topics(settings: Settings) -> list[NewTopic]:
+    """Issue 13: the worker's tallies, the fleet app's re-keyed partials and its incidents."""
+    durable = {"min.insync.replicas": str(settings.min_insync_replicas)}
+    feed = {**durable, "cleanup.policy": "delete", "retention.ms": str(FEED_RETENTION_MS)}
+    partitions, replicas = settings.partitions, settings.replication_factor
+    return [
+        NewTopic(settings.tallies_topic, partitions, replicas, topic_configs=feed),
+        NewTopic(settings.fleet_partials_topic, partitions, replicas, topic_configs=feed),
+        # Compacted: the latest record of each incident is its state; never deleted by age.
+        NewTopic(settings.incidents_topic, partitions, replicas,
+                 topic_configs={**durable, "cleanup.policy": "compact", "segment.ms": "600000",
+                                "min.cleanable.dirty.ratio": "0.1"}),
     ]
 
 
 async def ensure_topics(settings: Settings) -> None:
-    """Create the missing topics; existing ones are left as they are."""
+    """Create the missing topics; existing ones are left as they are. A refusal raises SetupError
+    naming the setting to change."""
     admin = AIOKafkaAdminClient(**aiokafka_options(settings))
-    await admin.start()
+    try:
+        await admin.start()
+    except KafkaConnectionError:
+        await admin.close()
+        raise SetupError(f"no Kafka broker answers at {settings.bootstrap}: set STALLWATCH_BOOTSTRAP "
+                         "to your brokers (host:port, comma-separated), or start the local one "
+                         "with `make kafka-up`") from None
     try:
         existing = set(await admin.list_topics())
         missing = [t for t in wanted_topics(settings) if t.name not in existing]
         if missing:
             response = await admin.create_topics(missing)
-            # Error 36: another worker starting at the same moment created it first.
-            errors = [(name, code) for name, code, *_ in response.topic_errors if code not in (0, 36)]
+            # TOPIC_EXISTS: another worker starting at the same moment created it first.
+            errors = {code: [] for _, code, *_ in response.topic_errors if code not in (0, TOPIC_EXISTS)}
+            for name, code, *_ in response.topic_errors:
+                if code in errors:
+                    errors[code].append(name)
             if errors:
-                raise RuntimeError(f"could not create topics: {errors}")
+                brokers = len((await admin.describe_cluster()).get("brokers", []))
+                raise SetupError(refusal(settings, errors, brokers))
             log.info("created topics %s", [t.name for t in missing])
     finally:
         await admin.close()
+
+
+def refusal(settings: Settings, errors: dict[int, list[str]], brokers: int) -> str:
+    """What the cluster refused and which setting to change."""
+    said = []
+    for code, names in errors.items():
+        too_few = code == INVALID_CONFIG and brokers < settings.min_insync_replicas
+        if code == INVALID_REPLICATION_FACTOR or too_few:
+            said.append(
+                f"the cluster has {brokers} broker{'s' if brokers != 1 else ''} and cannot hold "
+                f"STALLWATCH_REPLICATION_FACTOR={settings.replication_factor} replicas (the "
+                f"default, 3, is for a 3-broker cluster): set STALLWATCH_REPLICATION_FACTOR and "
+                f"STALLWATCH_MIN_INSYNC_REPLICAS to at most {max(brokers, 1)} (1 and 1 for a single "
+                f"local broker, as `make` does)")
+        elif code == INVALID_PARTITIONS:
+            said.append(f"STALLWATCH_PARTITIONS={settings.partitions} is refused by the cluster")
+        elif code == INVALID_CONFIG:
+            said.append(f"a topic setting is refused (STALLWATCH_MIN_INSYNC_REPLICAS="
+                        f"{settings.min_insync_replicas}, or the broker's message.max.bytes is "
+                        f"under {DEADLETTER_MAX_MESSAGE_BYTES})")
+        elif code in (TOPIC_AUTHORIZATION_FAILED, POLICY_VIOLATION):
+            said.append("this principal may not create topics: create them as an administrator "
+                        "(docs/operations.md lists them), or check STALLWATCH_SASL_USERNAME")
+        else:
+            said.append(f"Kafka error {code}")
+        said[-1] = f"{', '.join(names)}: {said[-1]}"
+    return "could not create the topics: " + "; ".join(said)

@@ -25,6 +25,7 @@ from stallwatch.contract.envelope import envelope
 from stallwatch.contract.events import Policy
 from stallwatch.contract.parse import InvalidEvent, validate_event
 from stallwatch.engine import words
+from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.canonical import parse_json_text
 from stallwatch.mcp.rounds import DEFAULT_NEW_RUN_AFTER_S, DEFAULT_ROUND_GAP_S, Rounds
 from stallwatch.settings import Settings
@@ -225,7 +226,8 @@ async def serve_stdio(command: list[str], client: Client, options: ProxyOptions)
 
 
 async def _run(command: list[str], options: ProxyOptions, use_kafka: bool, settings: Settings) -> None:
-    client: Client = KafkaClient(settings) if use_kafka else EmbeddedClient(settings.admin_policy())
+    client: Client = (KafkaClient(settings) if use_kafka
+                      else EmbeddedClient(AdminPolicy.from_file(settings.policy_file)))
     async with client:  # type: ignore[attr-defined]  # both clients are async context managers
         await serve_stdio(command, client, options)
 

@@ -22,6 +22,13 @@ class SourceRecord(Protocol):
     value: bytes | None  # None is a tombstone
     partition: int
     offset: int
+    timestamp: int  # milliseconds; the broker's when timestamp_type is LOG_APPEND_TIME
+    timestamp_type: int
+
+
+# Kafka's timestamp type of a record stamped by the partition's leader on append (1; 0 is the
+# producer's CreateTime): the only record time no producer's clock can move.
+LOG_APPEND_TIME = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +37,8 @@ class SourceMessage:
     value: bytes | None
     partition: int
     offset: int
+    timestamp: int = 0
+    timestamp_type: int = LOG_APPEND_TIME
 
 
 @dataclass
@@ -52,18 +61,24 @@ class BatchApplier:
         self.max_event_bytes = max_event_bytes
 
     def apply(self, messages: Sequence[SourceRecord], load: Callable[[str], RunState | None],
-              clock: PartitionClock) -> BatchResult:
+              clock: PartitionClock, received_at: float) -> BatchResult:
         """`load` gives a run's stored state; the states the batch touched are in the result.
-        `clock`, the partition's event time, moves with every state an event changed."""
+        `clock`, the partition's broker time, moves with every record: its append time, or
+        `received_at` (the worker's clock) on a topic that keeps the producers' CreateTime.
+        Decisions read only the events' own `ts`, as replay does."""
         result = BatchResult()
         states = result.states
+        secret = self.detector.secret  # keys the digests a dead letter and a long id carry
         for message in messages:
+            seen = (message.timestamp / 1000 if message.timestamp_type == LOG_APPEND_TIME
+                    else received_at)
+            clock.advance(seen)
             try:
-                event = parse_record(message.key, message.value, self.max_event_bytes)
+                event = parse_record(message.key, message.value, self.max_event_bytes, secret)
             except InvalidEvent as exc:
                 letter = DeadLetter.of(message.value, str(exc), self.topic, message.partition,
-                                       message.offset)
-                result.letters.append((bounded_key(message.key), letter.encode(), exc.reason))
+                                       message.offset, secret)
+                result.letters.append((bounded_key(message.key, secret), letter.encode(), exc.reason))
                 continue
             run_id = event["run_id"]
             state = states[run_id] if run_id in states else load(run_id)
@@ -79,6 +94,6 @@ class BatchApplier:
             result.caused_at.extend([event["ts"]] * len(commands))
             if state is not None:
                 state.last_offset = message.offset
-                clock.observe(state)
+                clock.touch(state, kind, seen)
                 states[run_id] = state
         return result

@@ -1,4 +1,4 @@
-"""Which runs of a partition to expire: idle or ended too long by the partition's event time."""
+"""Which runs of a partition to expire: idle or ended too long on the partition's broker clock."""
 
 from __future__ import annotations
 
@@ -11,13 +11,15 @@ from streams.worker.store import RunStore
 
 log = logging.getLogger(__name__)
 
-# An ended run's state is kept this long (event time) so that late calls are refused, not allowed.
+# An ended run's state is kept this long (broker time) so that late calls are refused, not allowed.
 ENDED_RETENTION_S = 600.0
 
 
 class ExpiryScan:
-    """Scans a partition's runs at most once an interval (wall clock, per partition); which runs
-    it finds expired depends on event time only. Counts the fingerprints held on the way."""
+    """Scans a partition's runs at most once an interval of the worker's own clock (so which batch
+    carries an expiry depends on timing); which runs a scan finds expired depends on the
+    partition's broker clock only (stallwatch/engine/expiry.py). Counts the fingerprints held on
+    the way."""
 
     def __init__(self, store: RunStore, metrics: StallwatchMetrics, idle_timeout_s: float,
                  interval_s: float) -> None:
@@ -34,10 +36,13 @@ class ExpiryScan:
         if now - self._scanned_at.setdefault(partition, now) < self.interval_s:
             return []
         self._scanned_at[partition] = now
-        states = list(self.store.states(partition))  # decoding them places them on the clock
-        newest = self.store.clocks[partition].newest
+        states = list(self.store.states(partition))  # decoding them moves the clock to theirs
+        clock = self.store.clocks[partition]
+        newest = clock.newest
         if newest is None:
             return []
+        for _, state in states:
+            clock.place(state)
         expired = [run_id for run_id, state in states
                    if is_expired(state, newest, self.idle_timeout_s, ENDED_RETENTION_S)]
         # Counted from the states this scan decoded anyway, one partition at a time.

@@ -5,14 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
-import sys
 
-import orjson
-
+from stallwatch.engine.admin_policy import AdminPolicy
+from stallwatch.engine.canonical import secret_from_key
 from stallwatch.engine.detector import Detector
 from stallwatch.kafka.topics import ensure_topics
+from stallwatch.logs import configure as configure_logging
 from stallwatch.metrics import StallwatchMetrics
 from stallwatch.settings import Settings
 from streams.worker.health import HealthServer, start_watchdog
@@ -25,29 +24,6 @@ log = logging.getLogger("streams.worker")
 STOP_TIMEOUT_S = 10.0
 
 
-class JsonLines(logging.Formatter):
-    """One JSON object a line (time, level, logger, message, exception): what log pipelines parse."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry = {"ts": round(record.created, 3), "level": record.levelname, "logger": record.name,
-                 "msg": record.getMessage()}
-        if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
-        return orjson.dumps(entry).decode()
-
-
-def configure_logging() -> None:
-    """STALLWATCH_LOG_LEVEL (INFO) and STALLWATCH_LOG_FORMAT: `json` (the default when stderr is not
-    a terminal) or `text`. Messages name runs and partitions, never tool results."""
-    handler = logging.StreamHandler()
-    default = "text" if sys.stderr.isatty() else "json"
-    if os.environ.get("STALLWATCH_LOG_FORMAT", default) == "json":
-        handler.setFormatter(JsonLines())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-    logging.basicConfig(level=os.environ.get("STALLWATCH_LOG_LEVEL", "INFO"), handlers=[handler])
-
-
 def main(settings: Settings) -> int:
     configure_logging()
     return asyncio.run(serve(settings))
@@ -55,10 +31,12 @@ def main(settings: Settings) -> int:
 
 async def serve(settings: Settings, metrics: StallwatchMetrics | None = None) -> int:
     """Run one worker until SIGTERM/SIGINT (exit 0) or a failure (exit 1)."""
+    policy = AdminPolicy.from_file(settings.policy_file)  # a bad file stops the worker before Kafka
     await ensure_topics(settings)
     metrics = metrics or StallwatchMetrics()
     metrics.serve(settings.metrics_port, settings.metrics_bind)
-    pipeline = Pipeline(settings, metrics, Detector(settings.admin_policy(), settings.fingerprint_secret()))
+    pipeline = Pipeline(settings, metrics, Detector(policy,
+                                                 secret_from_key(settings.fingerprint_key)))
     health = HealthServer(pipeline.progress, settings.stall_timeout_s, settings.web_bind,
                           settings.web_port)
     stopping = asyncio.Event()

@@ -35,7 +35,7 @@ class RunStore:
     def __init__(self) -> None:
         self._raw: dict[int, dict[str, bytes]] = {}
         self._decoded: dict[int, dict[str, RunState]] = {}
-        self.clocks: dict[int, PartitionClock] = {}  # each partition's event time
+        self.clocks: dict[int, PartitionClock] = {}  # each partition's broker time
 
     def adopt(self, partition: int, raw: dict[str, bytes]) -> None:
         """Serve a partition from its restored states (run id -> changelog bytes)."""

@@ -21,4 +21,5 @@ def test_checked_in_schemas_match_the_models():
 def test_the_event_schema_knows_every_event_type():
     events = schemas()["events.v1.schema.json"]
     assert set(events["discriminator"]["mapping"]) == {
-        "run_started", "round_started", "call_proposed", "call_result", "round_ended", "run_ended"}
+        "run_started", "round_started", "call_proposed", "call_result", "round_ended", "run_ended",
+        "fleet_advisory"}

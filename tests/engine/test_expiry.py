@@ -1,4 +1,5 @@
-"""Expiry on event time only: a run's own last event on its partition's clock, skew included."""
+"""Expiry on the broker's clock only: a run's last append time against its partition's newest,
+whatever the producers' clocks say."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import orjson
 from stallwatch.contract.parse import parse_event
 from stallwatch.engine.expiry import PartitionClock, is_expired
 from stallwatch.engine.fleet import Fleet
+from stallwatch.engine.state import RunState
+from tests.engine.test_fleet_advisory import advisory
 from tests.script import RunScript
 
 IDLE, ENDED = 6 * 3600.0, 600.0
@@ -15,93 +18,113 @@ SEVEN_HOURS = 7 * 3600.0
 
 
 class Partition:
-    """What a worker does per partition: apply each event, then observe its run on the clock."""
+    """What a worker does per partition: apply each event, then touch its run with the time the
+    broker appended it (`broker`, advancing a second per event)."""
 
     def __init__(self) -> None:
-        self.fleet, self.clock = Fleet(), PartitionClock()
+        self.fleet, self.clock, self.broker = Fleet(), PartitionClock(), NOW
 
     def apply(self, event: dict) -> None:
+        self.broker += 1.0
         self.fleet.handle(parse_event(orjson.dumps(event)))
-        self.clock.observe(self.fleet.runs[event["run_id"]])
+        state = self.fleet.runs.get(event["run_id"])
+        if state is not None:
+            self.clock.touch(state, event["type"], self.broker)
+        else:
+            self.clock.advance(self.broker)
 
     def expired(self, run_id: str) -> bool:
         return is_expired(self.fleet.runs[run_id], self.clock.newest, IDLE, ENDED)
 
 
-def steady_runs(p: Partition, scripts: list[RunScript], seconds: float, step: float = 60.0) -> None:
-    """Every script sends a round every `step` seconds of its own clock, for `seconds`."""
-    starts = [s.ts for s in scripts]
-    for i in range(1, int(seconds / step) + 1):
-        for s, start in zip(scripts, starts, strict=True):
+def rounds(p: Partition, scripts: list[RunScript], count: int, ts_step: float = 60.0) -> None:
+    """Each script sends `count` rounds, its own clock moving `ts_step` a round."""
+    for _ in range(count):
+        for s in scripts:
             n = len(s.events)
-            s.ts = start + i * step
+            s.ts += ts_step
             s.round_of(("search", {"q": len(s.events)}, {"n": len(s.events)}))
             for event in s.events[n:]:
                 p.apply(event)
 
 
-def test_a_run_seven_hours_behind_is_not_expired_while_it_is_active():
+def test_one_run_written_by_two_producers_seven_hours_apart_expires_nothing_live():
     p = Partition()
-    normal, behind = RunScript("normal", ts=NOW), RunScript("behind", ts=NOW - SEVEN_HOURS)
-    for s in (normal, behind):
+    skewed, bystander = RunScript("skewed", ts=NOW), RunScript("bystander", ts=NOW)
+    for s in (skewed, bystander):
         p.apply(s.events[0])
-    steady_runs(p, [normal, behind], seconds=3600)
-    assert not p.expired("behind") and not p.expired("normal")
+    ahead = RunScript("skewed", ts=NOW + SEVEN_HOURS)  # the same run, from a second producer
+    ahead.events.clear()
+    for _ in range(20):
+        rounds(p, [skewed, bystander], 1)
+        ahead.ts, ahead.round = ahead.ts + 60, skewed.round
+        rounds(p, [ahead], 1)
+        skewed.round = ahead.round
+    assert not p.expired("skewed") and not p.expired("bystander")
 
 
-def test_a_run_seven_hours_ahead_does_not_expire_the_others():
+def test_an_events_ts_never_moves_the_clock():
     p = Partition()
-    normal, ahead = RunScript("normal", ts=NOW), RunScript("ahead", ts=NOW + SEVEN_HOURS)
-    for s in (normal, ahead):
-        p.apply(s.events[0])
-    steady_runs(p, [normal, ahead], seconds=3600)
-    assert not p.expired("normal") and not p.expired("ahead")
+    far = RunScript("far", ts=NOW + 10 * SEVEN_HOURS)
+    p.apply(far.events[0])
+    assert p.clock.newest == p.broker
 
 
-def test_an_idle_run_expires_after_the_idle_timeout_of_the_others_event_time():
+def test_an_idle_run_expires_after_the_idle_timeout_of_broker_time():
     p = Partition()
-    idle, busy = RunScript("idle", ts=NOW - SEVEN_HOURS), RunScript("busy", ts=NOW)
+    idle, busy = RunScript("idle", ts=NOW), RunScript("busy", ts=NOW)
     for s in (idle, busy):
         p.apply(s.events[0])
-    steady_runs(p, [busy], seconds=IDLE - 120)
+    p.broker += IDLE - 120  # the broker appends busy's events hours later
+    rounds(p, [busy], 1)
     assert not p.expired("idle")
-    steady_runs(p, [busy], seconds=240)
+    p.broker += 240
+    rounds(p, [busy], 1)
     assert p.expired("idle") and not p.expired("busy")
 
 
 def test_an_ended_run_expires_after_the_retention_not_the_idle_timeout():
     p = Partition()
-    ended, busy = RunScript("ended", ts=NOW + 100), RunScript("busy", ts=NOW)
+    ended, busy = RunScript("ended", ts=NOW), RunScript("busy", ts=NOW)
     for s in (ended, busy):
         p.apply(s.events[0])
     ended.end()
     p.apply(ended.events[-1])
-    steady_runs(p, [busy], seconds=ENDED - 60)
+    p.broker += ENDED - 60
+    rounds(p, [busy], 1)
     assert not p.expired("ended")
-    steady_runs(p, [busy], seconds=120)
+    p.broker += 120
+    rounds(p, [busy], 1)
     assert p.expired("ended") and not p.expired("busy")
 
 
-def test_the_wall_clock_plays_no_part():
-    """A log from years ago expires exactly as it would today: only event times count."""
+def test_a_fleet_advisory_is_no_activity_of_its_run():
     p = Partition()
-    old = RunScript("old", ts=1_000.0)
-    p.apply(old.events[0])
-    assert not p.expired("old")
-    assert is_expired(p.fleet.runs["old"], 1_000.0 + IDLE + 1, IDLE, ENDED)
-    assert not is_expired(p.fleet.runs["old"], 1_000.0 + IDLE - 1, IDLE, ENDED)
+    run = RunScript("run", ts=NOW)
+    p.apply(run.events[0])
+    seen = p.fleet.runs["run"].seen_at
+    p.broker += 100.0
+    p.apply(advisory("run"))
+    assert p.fleet.runs["run"].seen_at == seen
+    assert p.clock.newest == p.broker
 
 
-def test_a_restored_state_keeps_its_place_on_a_new_clock():
-    """After a worker restart the clock is rebuilt by observing the restored states."""
+def test_a_restored_state_keeps_its_broker_time_and_moves_a_new_clock():
     p = Partition()
-    normal, behind = RunScript("normal", ts=NOW), RunScript("behind", ts=NOW - SEVEN_HOURS)
-    for s in (normal, behind):
-        p.apply(s.events[0])
-    steady_runs(p, [normal, behind], seconds=600)
-    restored = {k: type(v).from_bytes(v.to_bytes()) for k, v in p.fleet.runs.items()}
+    run = RunScript("run", ts=NOW - SEVEN_HOURS)
+    p.apply(run.events[0])
+    rounds(p, [run], 5)
+    restored = RunState.from_bytes(p.fleet.runs["run"].to_bytes())
     clock = PartitionClock()
-    for state in restored.values():
-        clock.observe(state)
-    assert clock.newest == p.clock.newest
-    assert not is_expired(restored["behind"], clock.newest, IDLE, ENDED)
+    clock.observe(restored)
+    assert restored.seen_at == clock.newest == p.clock.newest
+
+
+def test_a_state_without_broker_time_is_placed_at_the_clock_never_expired_at_once():
+    old = RunState(mode="researcher", started_ts=0.0, last_ts=0.0)
+    clock = PartitionClock()
+    clock.advance(NOW)
+    assert not is_expired(old, NOW + 10 * IDLE, IDLE, ENDED)
+    clock.place(old)
+    assert old.seen_at == NOW
+    assert not is_expired(old, NOW + IDLE - 1, IDLE, ENDED) and is_expired(old, NOW + IDLE + 1, IDLE, ENDED)

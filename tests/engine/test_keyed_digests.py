@@ -5,8 +5,9 @@ from __future__ import annotations
 from hashlib import blake2b
 
 import orjson
-from xxhash import xxh3_128_digest
+from xxhash import xxh3_128_digest, xxh3_128_hexdigest
 
+from stallwatch.contract.limits import DEADLETTER_RAW_BYTES, bounded_id
 from stallwatch.engine.canonical import (
     call_signature,
     canonical_bytes,
@@ -15,7 +16,7 @@ from stallwatch.engine.canonical import (
     fact_fingerprints,
     fingerprint,
 )
-from stallwatch.engine.fleet import Fleet
+from stallwatch.engine.fleet import Fleet, Rejected
 from tests.script import RunScript
 
 SECRET = derive_secret("a shared secret of the fleet, 32+")
@@ -71,3 +72,43 @@ def test_the_keyed_digest_is_the_documented_construction():
     content = canonical_bytes(PIN)
     assert fingerprint(PIN, SECRET)[0] == blake2b(xxh3_128_digest(content), key=key,
                                                   digest_size=16).hexdigest()
+
+
+# An event the parser refuses (an unknown type), larger than a dead letter keeps, with a pin
+# past the cut: `raw` shows the start, `raw_size` the length, `raw_digest` the whole.
+def poison_with_a_pin(pin: str) -> bytes:
+    return b'{"v": 1, "type": "bogus", "pad": "' + b"x" * DEADLETTER_RAW_BYTES + \
+        b'", "pin": "' + pin.encode() + b'"}'
+
+
+def guessed_pin(raw_digest: str) -> str | None:
+    """What a reader of the dead-letter topic recovers by hashing every guess of the whole."""
+    for n in range(10_000):
+        if xxh3_128_hexdigest(poison_with_a_pin(f"{n:04}")) == raw_digest:
+            return f"{n:04}"
+    return None
+
+
+def test_a_pin_past_a_dead_letters_cut_is_not_recovered_with_the_key_set():
+    unkeyed = Fleet().handle_raw(poison_with_a_pin("4821"))
+    keyed = Fleet(secret=SECRET).handle_raw(poison_with_a_pin("4821"))
+    assert isinstance(unkeyed, Rejected) and isinstance(keyed, Rejected)
+    assert keyed.letter.raw_truncated and "4821" not in keyed.letter.raw
+    assert guessed_pin(unkeyed.letter.raw_digest) == "4821"  # the risk of running without a key
+    assert guessed_pin(keyed.letter.raw_digest) is None
+    # Still the same input's digest for whoever holds the key, to match a letter with its record.
+    assert keyed.letter.raw_digest == Fleet(secret=SECRET).handle_raw(
+        poison_with_a_pin("4821")).letter.raw_digest != Fleet(secret=SECRET).handle_raw(
+        poison_with_a_pin("4822")).letter.raw_digest
+
+
+def test_the_digest_of_a_long_id_is_keyed_in_commands_and_in_the_client():
+    call_id = "c" * 120 + "-token-4821"
+    s = RunScript()
+    s.start_round()
+    s.add("call_proposed", round=1, call_id=call_id, tool="search", args={"q": 1})
+    verdict = next(c for out in Fleet(secret=SECRET).replay(s.lines()) for c in out)
+    shown = verdict.call_id
+    assert shown == bounded_id(call_id, SECRET) != bounded_id(call_id)  # the client maps it alike
+    guesses = {bounded_id("c" * 120 + f"-token-{n:04}") for n in range(10_000)}
+    assert bounded_id(call_id) in guesses and shown not in guesses

@@ -57,6 +57,14 @@ def test_a_state_in_another_format_is_refused_with_a_clear_error(run):
         RunState.from_bytes(orjson.dumps(values))
 
 
+def test_a_state_of_the_clock_offset_format_is_read_with_no_broker_time(run):
+    state = state_after(RunScript(), run)
+    values = orjson.loads(state.to_bytes())
+    values[0], values[-1] = 3, -25200.0  # format 3 ended with a clock offset, here 7 hours
+    read = RunState.from_bytes(orjson.dumps(values))
+    assert read.seen_at is None and read.started_ts == state.started_ts
+
+
 def test_a_100000_event_run_keeps_a_small_state():
     """No per-event id kept forever: the state of a long run stops growing (issue 8: at 96,000
     events it passed 1 MB and crash-looped the workers)."""

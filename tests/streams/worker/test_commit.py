@@ -36,7 +36,8 @@ def looping_run() -> list[SourceMessage]:
 
 def test_the_plan_writes_commands_letters_states_tombstones_and_extras_then_the_next_offset():
     messages = [*looping_run()[:4], SourceMessage(b"r1", b"{", 0, 4)]
-    result = BatchApplier(Detector(), "events").apply(messages, lambda run_id: None, PartitionClock())
+    result = BatchApplier(Detector(), "events").apply(messages, lambda run_id: None, PartitionClock(),
+                                                      0.0)
     extra = Write("tallies", b"t", b"1", partition=3)
     plan = plan_commit(TOPICS, SOURCE, result, ["old"], 5, [extra])
     assert [w.topic for w in plan.writes] == ["commands", "deadletter", "changelog", "changelog",

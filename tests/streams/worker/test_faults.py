@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
@@ -126,41 +125,6 @@ async def test_a_hung_worker_reports_itself_dead_then_exits():
             await asyncio.sleep(0.1)
         assert 503 in statuses, statuses
         assert worker.proc.wait(10) == STALLED_EXIT_CODE, worker.log_tail()
-    finally:
-        worker.stop()
-
-
-async def test_expiry_runs_on_the_partitions_event_time_whatever_a_runtimes_clock_says():
-    base, skew, idle_timeout = 1_000_000.0, 7 * 3600.0, 3600.0
-    settings = fresh_settings(partitions=1)
-    worker = WorkerProcess(settings, "clock", env={"STALLWATCH_IDLE_TIMEOUT_S": str(idle_timeout),
-                                                   "STALLWATCH_EXPIRY_INTERVAL_S": "0.1"})
-    fresh, behind, idle = RunScript("fresh", ts=base), RunScript("behind", ts=base - skew), \
-        RunScript("idle", ts=base)
-    behind.start_round()
-    behind.call("search", {"q": "kafka"})
-    phase_one = [*fresh.lines(), *behind.lines(), *idle.lines()]
-    # An hour and more passes on every clock; the run 7 hours behind repeats its call.
-    for script in (fresh, behind):
-        script.ts += idle_timeout + 400
-    fresh.start_round()
-    behind.call("search", {"q": "kafka"})
-    phase_two = [line for line in fresh.lines() + behind.lines() if line not in phase_one]
-    try:
-        await wait_until_serving(settings)
-        await produce(settings, phase_one)
-        await collect(settings, settings.commands_topic, 2, 30)  # the probe and the first verdict
-        await asyncio.sleep(0.5)  # past the expiry interval: the next batch scans for idle runs
-        await produce(settings, phase_two)
-        expected = by_run(replay_commands(phase_one + phase_two))
-        got = by_run(await collect(settings, settings.commands_topic, 3, 30))
-        # The run 7 hours behind is judged as replay judges it: its repeat is refused, not
-        # allowed as a call of a run the worker forgot.
-        assert got["behind"] == expected["behind"]
-        assert [orjson.loads(c)["decision"] for c in got["behind"]] == ["allow", "refuse"]
-        # The run that stayed silent for longer than the idle timeout was expired.
-        states = await collect(settings, settings.changelog_topic, 10**6, 5)
-        assert states[-1] is None, "the idle run's state was not deleted"
     finally:
         worker.stop()
 

@@ -9,12 +9,18 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from stallwatch.contract.digests import derive_secret, digest
+from stallwatch.contract.limits import DEADLETTER_RAW_BYTES
+from tests.engine.test_keyed_digests import guessed_pin, poison_with_a_pin
 from tests.kafka_harness import (
+    WorkerProcess,
     by_run,
     collect,
+    fresh_settings,
     produce,
     replay_commands,
     serving_worker,
+    wait_until_serving,
 )
 from tests.script import RunScript
 from tests.streams.worker.fleet_logs import interleave, mixed_fleet
@@ -110,3 +116,22 @@ async def test_a_run_of_100000_events_keeps_a_bounded_state_and_its_decisions():
         assert worker.alive(), worker.log_tail()
     assert by_run(got)["long"] == by_run(expected)["long"]
     assert max(map(len, changelog)) < RECORD_LIMIT // 4, "a long run's state grew with its events"
+
+
+async def test_a_dead_letter_of_a_keyed_worker_keeps_a_pin_past_its_cut_secret():
+    """The leak the issue showed: with STALLWATCH_FINGERPRINT_KEY set, a reader of the dead-letter
+    topic hashed every guess of a poison event's hidden tail against `raw_digest`."""
+    key = "a fleet key of at least 16 characters"
+    settings = fresh_settings()
+    worker = WorkerProcess(settings, env={"STALLWATCH_FINGERPRINT_KEY": key})
+    try:
+        await wait_until_serving(settings)
+        await produce(settings, [poison_with_a_pin("4821")], keys=[b"p-pin"])
+        letters = [orjson.loads(x) for x in await collect(settings, settings.deadletter_topic, 1, 30)]
+    finally:
+        worker.stop()
+    letter = next(x for x in letters if x["raw_size"] > DEADLETTER_RAW_BYTES)
+    assert letter["raw_truncated"] and "4821" not in letter["raw"]
+    assert guessed_pin(letter["raw_digest"]) is None
+    # The key's holder still matches the letter with its record.
+    assert letter["raw_digest"] == digest(poison_with_a_pin("4821"), derive_secret(key)).hex()

@@ -1,0 +1,21 @@
+"""`stallwatch fleet`: create the topics, then run one Faust worker of the fleet app."""
+
+from __future__ import annotations
+
+import asyncio
+
+from faust.worker import Worker
+
+from stallwatch.kafka.topics import ensure_topics
+from stallwatch.settings import Settings
+from streams.fleet.service import FleetService
+from streams.fleet.settings import FleetSettings
+
+
+def main(settings: Settings) -> int:
+    cfg = FleetSettings.from_env(settings)
+    asyncio.run(ensure_topics(settings))
+    service = FleetService(cfg)
+    worker = Worker(service.app, loglevel="INFO")
+    worker.execute_from_commandline()
+    return 0

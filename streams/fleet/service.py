@@ -1,0 +1,241 @@
+"""The fleet app on Faust: merge the tallies, re-key them by (tenant, tool), judge windows."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from typing import Any
+
+import faust
+import orjson
+from aiokafka.partitioner import murmur2
+from prometheus_client import generate_latest
+
+from stallwatch.contract.commands import DeadLetter
+from stallwatch.contract.incidents import INCIDENT_KINDS
+from streams.fleet.metrics import FleetMetrics
+from streams.fleet.rules import Judge, Outcome
+from streams.fleet.settings import FleetSettings
+from streams.fleet.tally import InvalidTally, Tally, merge, new_partial, parse_tally
+from streams.fleet.transport import transport_for
+from streams.fleet.window import bucket_of, new_state
+
+log = logging.getLogger(__name__)
+
+# Tallies merged into one batch at most (with the merge interval, whichever comes first).
+MERGE_BATCH = 1_000
+# A tally stamped further ahead of this worker's clock does not move the event-time clock that
+# closes incidents: one runtime with a wrong clock could otherwise close every incident at once.
+MAX_CLOCK_AHEAD_S = 60.0
+
+
+def _raw_topic(app: faust.App, name: str) -> faust.TopicT:
+    return app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw",
+                     value_serializer="raw")
+
+
+def partition_of(key: bytes, partitions: int) -> int:
+    """The partition the producer's default partitioner gives a key (murmur2, as Kafka's)."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+class FleetService:
+    """One Faust app: two agents (merge, judge), a timer (event-time ticks) and a web view."""
+
+    def __init__(self, cfg: FleetSettings, metrics: FleetMetrics | None = None) -> None:
+        self.cfg = cfg
+        base = cfg.base
+        self.metrics = metrics or FleetMetrics()
+        self.judge = Judge(cfg)
+        self.app = app = faust.App(
+            cfg.group_id, broker=[f"kafka://{b.strip()}" for b in base.bootstrap.split(",")],
+            store="memory://", topic_partitions=base.partitions,
+            topic_replication_factor=base.replication_factor, table_standby_replicas=0,
+            web_port=cfg.web_port, web_bind=base.web_bind, web_host=base.web_bind,
+            broker_session_timeout=cfg.session_timeout_s, broker_heartbeat_interval=1.0,
+            broker_commit_interval=1.0, producer_acks=-1, consumer_auto_offset_reset="earliest",
+            autodiscover=False)
+        transport = transport_for(cfg.fetch_wait_ms)
+        app._new_transport = lambda: transport(app.conf.broker_consumer, app)  # type: ignore[method-assign]
+        self.tallies = _raw_topic(app, base.tallies_topic)
+        self.partials = _raw_topic(app, base.fleet_partials_topic)
+        self.incidents = _raw_topic(app, base.incidents_topic)
+        self.events = _raw_topic(app, base.events_topic)
+        self.deadletter = _raw_topic(app, base.deadletter_topic)
+        self.table = app.Table("fleet-state", default=None, partitions=base.partitions,
+                               key_type=bytes)
+        # Faust derives the serializers from the types (json for both); keys are raw bytes.
+        self.table.key_serializer = "raw"
+        # This worker's view of its keys: least recently updated first, per partition (an evicted
+        # key's tombstone must go to its own changelog partition), and the keys with open incidents.
+        self.lru: dict[int, OrderedDict[bytes, None]] = {}
+        self.open_keys: dict[int, set[bytes]] = {}
+        self.indexed = False
+        self.clock = 0.0  # event time: the newest tick this worker's judge has seen
+        self.watermark = 0.0  # event time: the newest tally this worker's merge has seen
+        app.agent(self.tallies, name="merge")(self._merge)
+        app.agent(self.partials, name="judge")(self._judge)
+        app.timer(cfg.tick_interval_s)(self._tick)
+        self._views()
+        app.on_partitions_assigned.connect(self._on_assigned)
+
+    # The merge step: tallies (partitioned like the runs) to partials (partitioned by tool).
+
+    async def _merge(self, stream: faust.StreamT) -> Any:
+        async for events in stream.take_events(MERGE_BATCH, within=self.cfg.merge_interval_s):
+            partials: dict[tuple[bytes, int], Tally] = {}
+            for event in events:
+                message = event.message
+                try:
+                    tally = parse_tally(message.value, message.key)
+                except InvalidTally as error:
+                    await self._dead_letter(message, str(error))
+                    continue
+                self.metrics.tallies.inc()
+                key = message.key or b""
+                if tally["ts"] <= time.time() + MAX_CLOCK_AHEAD_S:
+                    self.watermark = max(self.watermark, tally["ts"])
+                slot = (key, bucket_of(tally["ts"], self.cfg.step_s))
+                partial = partials.get(slot)
+                if partial is None:
+                    partial = partials[slot] = new_partial(tally["tenant"], tally["tool"], tally["ts"])
+                merge(partial, tally)
+            for (key, _), partial in partials.items():
+                await self.partials.send(key=key, value=orjson.dumps(partial))
+            yield len(events)
+
+    async def _dead_letter(self, message: Any, error: str) -> None:
+        log.warning("dead letter: tallies partition %s offset %s: %s", message.partition,
+                    message.offset, error)
+        self.metrics.dead_letters.labels("invalid_tally").inc()
+        letter = DeadLetter.of(message.value, error, message.topic, message.partition, message.offset)
+        await self.deadletter.send(key=message.key, value=letter.encode(), partition=message.partition)
+
+    async def _tick(self) -> None:
+        """Every partition of the partials hears this worker's event time: incidents of tools no
+        longer called still close."""
+        if self.watermark <= 0:
+            return
+        value = orjson.dumps({"tick": self.watermark})
+        for partition in range(self.cfg.base.partitions):
+            await self.partials.send(key=None, value=value, partition=partition)
+
+    # The judge step: one (tenant, tool) per key, windows in the table.
+
+    async def _judge(self, stream: faust.StreamT) -> Any:
+        async for event in stream.events():
+            message = event.message
+            if not self.indexed:
+                self._index()
+            record = orjson.loads(message.value)
+            if "tick" in record:
+                self.clock = max(self.clock, record["tick"])
+                self._close_quiet(message.partition)
+            else:
+                await self._apply(message.key, message.partition, record)
+            yield None
+
+    async def _apply(self, key: bytes, partition: int, partial: Tally) -> None:
+        self.metrics.partials.inc()
+        state = self.table.get(key)
+        if state is None:
+            state = new_state(partial["tenant"], partial["tool"])
+            self._evict_for(partition, key)
+        dropped, late = state["dropped"], state["late"]
+        outcome = self.judge.apply(state, partial, self.clock)
+        self.metrics.dropped.labels("cap").inc(state["dropped"] - dropped)
+        self.metrics.dropped.labels("late").inc(state["late"] - late)
+        self.table[key] = state
+        lru = self.lru.setdefault(partition, OrderedDict())
+        lru[key] = None
+        lru.move_to_end(key)
+        self._track_open(partition, key, state)
+        await self._publish(outcome, partial["ts"])
+
+    def _close_quiet(self, partition: int) -> None:
+        for key in list(self.open_keys.get(partition, ())):
+            state = self.table.get(key)
+            if state is None:
+                continue
+            outcome = Outcome()
+            self.judge.close_quiet(state, self.clock, outcome)
+            if outcome.closed:
+                self.table[key] = state
+                self._track_open(partition, key, state)
+                self.app.loop.create_task(self._publish(outcome, self.clock))
+
+    def _evict_for(self, partition: int, key: bytes) -> None:
+        """Make room for a new key: the least recently updated key of this partition goes."""
+        lru = self.lru.setdefault(partition, OrderedDict())
+        while sum(len(keys) for keys in self.lru.values()) >= self.cfg.max_keys and lru:
+            old, _ = lru.popitem(last=False)
+            self.open_keys.get(partition, set()).discard(old)
+            del self.table[old]
+            self.metrics.evicted.inc()
+        self.metrics.keys.set(sum(len(keys) for keys in self.lru.values()) + 1)
+
+    def _track_open(self, partition: int, key: bytes, state: dict[str, Any]) -> None:
+        keys = self.open_keys.setdefault(partition, set())
+        if state["open"]:
+            keys.add(key)
+        else:
+            keys.discard(key)
+        held = [(self.table.get(k) or {}).get("open", {}) for ks in self.open_keys.values() for k in ks]
+        for kind in INCIDENT_KINDS:
+            self.metrics.open.labels(kind).set(sum(kind in incidents for incidents in held))
+
+    async def _publish(self, outcome: Outcome, ts: float) -> None:
+        for incident_id, record in outcome.incidents.items():
+            await self.incidents.send(key=incident_id.encode(), value=orjson.dumps(record))
+        for advisory in outcome.advisories:
+            await self.events.send(key=advisory["run_id"].encode(), value=orjson.dumps(advisory))
+            self.metrics.advisories.labels(advisory["incident"]).inc()
+        for kind in outcome.opened:
+            self.metrics.opened.labels(kind).inc()
+            self.metrics.delay.observe(max(0.0, time.time() - ts))
+        for kind in outcome.closed:
+            self.metrics.closed.labels(kind).inc()
+
+    def _index(self) -> None:
+        """After a recovery the table holds keys this worker has not touched yet: index them."""
+        self.lru, self.open_keys = {}, {}
+        for key, state in list(self.table.data.items()):
+            if state is None:
+                continue
+            partition = partition_of(key, self.cfg.base.partitions)
+            self.lru.setdefault(partition, OrderedDict())[key] = None
+            if state.get("open"):
+                self.open_keys.setdefault(partition, set()).add(key)
+        self.indexed = True
+        self.metrics.keys.set(sum(len(keys) for keys in self.lru.values()))
+
+    async def _on_assigned(self, app: faust.App, assigned: Any, **kwargs: Any) -> None:
+        self.indexed = False
+
+    # The web view.
+
+    def open_incidents(self) -> list[dict[str, Any]]:
+        """The open incidents of the partitions this worker holds."""
+        found = []
+        for keys in self.open_keys.values():
+            for key in keys:
+                state = self.table.get(key)
+                for kind, incident in (state or {}).get("open", {}).items():
+                    found.append(self.judge.record(state, kind, incident, None))
+        return sorted(found, key=lambda r: (r["opened_at"], r["incident_id"]))
+
+    def _views(self) -> None:
+        service = self
+
+        class Incidents(faust.web.View):
+            async def get(self, request: Any) -> Any:
+                return self.json({"open": service.open_incidents()})
+
+        class Metrics(faust.web.View):
+            async def get(self, request: Any) -> Any:
+                return self.bytes(generate_latest(service.metrics.registry),
+                                  content_type="text/plain; version=0.0.4")
+
+        self.app.page("/incidents/")(Incidents)
+        self.app.page("/metrics")(Metrics)

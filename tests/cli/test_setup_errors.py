@@ -1,0 +1,89 @@
+"""What a first-time user meets: every set-up error names the setting to change, without a traceback."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from stallwatch.client import KafkaClient
+from stallwatch.settings import Settings
+from tests.kafka_harness import BOOTSTRAP, free_port
+
+
+def stallwatch(args: list[str], env: dict[str, str], prelude: str = "") -> subprocess.CompletedProcess:
+    """The console script, as a user runs it (with `prelude` run first, to hide a module)."""
+    code = (f"{prelude}\nimport sys\nfrom stallwatch.cli.main import entry\n"
+            f"sys.argv = ['stallwatch', *{args!r}]\nsys.exit(entry())")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("STALLWATCH_")}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**base, "STALLWATCH_TOPIC_PREFIX": f"t{uuid.uuid4().hex[:10]}",
+                               "STALLWATCH_WEB_PORT": str(free_port()),
+                               "STALLWATCH_METRICS_PORT": str(free_port()), **env})
+
+
+def said_only(result: subprocess.CompletedProcess, *words: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    for word in words:
+        assert word in result.stderr, result.stderr
+
+
+@pytest.mark.kafka
+def test_a_worker_on_one_broker_with_cluster_defaults_says_which_settings_to_change():
+    result = stallwatch(["worker"], {"STALLWATCH_BOOTSTRAP": BOOTSTRAP})  # replication 3 by default
+    said_only(result, "the cluster has 1 broker", "STALLWATCH_REPLICATION_FACTOR",
+              "STALLWATCH_MIN_INSYNC_REPLICAS")
+
+
+def test_a_worker_with_no_broker_at_its_address_names_the_bootstrap_setting():
+    result = stallwatch(["worker"], {"STALLWATCH_BOOTSTRAP": f"127.0.0.1:{free_port()}"})
+    said_only(result, "no Kafka broker answers", "STALLWATCH_BOOTSTRAP")
+
+
+def test_a_missing_policy_file_is_named_before_kafka_is_reached(tmp_path: Path):
+    result = stallwatch(["worker"], {"STALLWATCH_POLICY_FILE": str(tmp_path / "nowhere.toml"),
+                                     "STALLWATCH_BOOTSTRAP": f"127.0.0.1:{free_port()}"})
+    said_only(result, "STALLWATCH_POLICY_FILE", "cannot read it")
+
+
+@pytest.mark.parametrize("content, words", [("[tools\nrequires_approval = 1", "not valid TOML"),
+                                            ("[tools]\nrequires_approval = 'send_*'", "must be a list")])
+def test_a_bad_policy_file_is_named(tmp_path: Path, content: str, words: str):
+    policy = tmp_path / "policy.toml"
+    policy.write_text(content)
+    result = stallwatch(["replay", "-"], {"STALLWATCH_POLICY_FILE": str(policy)})
+    said_only(result, "STALLWATCH_POLICY_FILE", words)
+
+
+def test_a_bad_number_is_named():
+    said_only(stallwatch(["worker"], {"STALLWATCH_PARTITIONS": "six"}), "STALLWATCH_PARTITIONS")
+
+
+def test_a_missing_extra_is_named():
+    result = stallwatch(["worker"], {}, prelude="import sys; sys.modules['prometheus_client'] = None")
+    said_only(result, "[worker] extra", "pip install 'stallwatch[worker]'")
+
+
+@pytest.mark.parametrize("adapter, module, extra", [("langchain", "langchain", "langchain"),
+                                                    ("openai_agents", "agents", "openai-agents"),
+                                                    ("pydantic_ai", "pydantic_ai", "pydantic-ai")])
+def test_an_adapter_without_its_framework_names_the_extra(adapter: str, module: str, extra: str):
+    code = f"import sys; sys.modules[{module!r}] = None\nimport stallwatch.adapters.{adapter}"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert f"pip install 'stallwatch[{extra}]'" in result.stderr.splitlines()[-1]
+
+
+@pytest.mark.kafka
+async def test_a_client_with_no_topics_says_so_and_names_the_prefix(caplog: pytest.LogCaptureFixture):
+    caplog.set_level(logging.WARNING, logger="stallwatch.client.kafka")
+    settings = Settings(bootstrap=BOOTSTRAP, topic_prefix=f"t{uuid.uuid4().hex[:10]}", partitions=2)
+    async with KafkaClient(settings, verdict_timeout_s=2.0) as client:
+        assert not client.connected
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert "do not exist" in said and "STALLWATCH_TOPIC_PREFIX" in said and "stallwatch worker" in said

@@ -1,0 +1,169 @@
+"""The fleet app as a real process on the real broker, tallies written as the worker writes them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from stallwatch.kafka.topics import ensure_topics
+from stallwatch.settings import Settings
+from streams.fleet.tally import tally_key
+from tests.kafka_harness import free_port
+
+# Small windows so a test sees an incident open and close in seconds: 6 s wide, 1 s step,
+# closed 3 s of event time after its rule last held.
+FAST = {"STALLWATCH_FLEET_WINDOW_S": "6", "STALLWATCH_FLEET_STEP_S": "1",
+        "STALLWATCH_FLEET_QUIET_S": "3", "STALLWATCH_FLEET_TICK_INTERVAL_S": "0.2",
+        "STALLWATCH_FLEET_SESSION_TIMEOUT_S": "6"}
+
+
+class FleetProcess:
+    """`stallwatch fleet` as a child process, in a directory of its own (Faust writes one)."""
+
+    def __init__(self, settings: Settings, name: str = "f", env: dict[str, str] | None = None) -> None:
+        self.web_port = free_port()
+        self.log_path = Path(f"/tmp/stallwatch-{settings.topic_prefix}-fleet-{name}.log")
+        self.workdir = tempfile.mkdtemp(prefix=f"fleet-{name}-")
+        full = {**os.environ, "STALLWATCH_BOOTSTRAP": settings.bootstrap,
+                "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
+                "STALLWATCH_PARTITIONS": str(settings.partitions),
+                "STALLWATCH_REPLICATION_FACTOR": "1", "STALLWATCH_MIN_INSYNC_REPLICAS": "1",
+                "STALLWATCH_FLEET_WEB_PORT": str(self.web_port), **FAST, **(env or {})}
+        self.proc = subprocess.Popen([sys.executable, "-m", "stallwatch.cli.main", "fleet"], env=full,
+                                     cwd=self.workdir, stdout=self.log_path.open("wb"),
+                                     stderr=subprocess.STDOUT)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: no clean shutdown, no flush, no commit."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.alive():
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def rss(self) -> int:
+        """Resident memory of the process, in bytes."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def get(self, path: str) -> bytes | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.web_port}{path}", timeout=2) as r:
+                return r.read()
+        except OSError:
+            return None
+
+    def open_incidents(self) -> list[dict[str, Any]]:
+        body = self.get("/incidents/")
+        return [] if body is None else orjson.loads(body)["open"]
+
+    def metric(self, name: str) -> float:
+        """The sum of a metric's samples on /metrics (0 when absent)."""
+        body = (self.get("/metrics") or b"").decode()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
+                   if line.startswith(name) and not line.startswith("#"))
+
+    async def serving(self, timeout_s: float = 90.0) -> None:
+        """Until its web view answers and it has joined its group (partitions assigned)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise AssertionError(f"fleet app exited:\n{self.log_tail()}")
+            if await asyncio.to_thread(self.get, "/incidents/") is not None and \
+                    "Ready" in self.log_path.read_text(errors="replace"):
+                return
+            await asyncio.sleep(0.3)
+        raise AssertionError(f"fleet app not serving after {timeout_s} s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def tally(tool: str, ts: float, *, tenant: str | None = "acme", runs: list[str] = (),  # type: ignore[assignment]
+          calls: int = 0, failures: int = 0, stops: list[str] = (),  # type: ignore[assignment]
+          answers: list[dict[str, Any]] = ()) -> dict[str, Any]:  # type: ignore[assignment]
+    return {"v": 1, "tenant": tenant, "tool": tool, "ts": ts, "calls": calls, "failures": failures,
+            "runs": list(runs), "stops": list(stops), "answers": list(answers), "dropped": 0}
+
+
+class Tallies:
+    """A plain producer writing tallies as the decision worker does: transactional, on a
+    partition of the caller's choice (the worker writes on its batch's partition)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap,
+                                         transactional_id=f"tallies-{settings.topic_prefix}-{id(self)}")
+
+    async def __aenter__(self) -> Tallies:
+        await ensure_topics(self.settings)
+        await self.producer.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.producer.stop()
+
+    async def send(self, records: list[dict[str, Any]], partition: int | None = None) -> None:
+        """One transaction; a record goes to `partition`, else to its first run's partition."""
+        async with self.producer.transaction():
+            for i, record in enumerate(records):
+                where = partition if partition is not None else i % self.settings.partitions
+                await self.producer.send(self.settings.tallies_topic, orjson.dumps(record),
+                                         key=tally_key(record["tenant"], record["tool"]), partition=where)
+
+    async def send_raw(self, value: bytes, key: bytes | None, partition: int = 0) -> None:
+        async with self.producer.transaction():
+            await self.producer.send(self.settings.tallies_topic, value, key=key, partition=partition)
+
+
+class Reader:
+    """Reads a topic from the start (read_committed) and keeps everything seen."""
+
+    def __init__(self, settings: Settings, topic: str) -> None:
+        self.consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.bootstrap,
+                                         isolation_level="read_committed",
+                                         auto_offset_reset="earliest", enable_auto_commit=False)
+        self.records: list[tuple[bytes | None, dict[str, Any]]] = []
+
+    async def __aenter__(self) -> Reader:
+        await self.consumer.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.consumer.stop()
+
+    async def poll(self, seconds: float = 0.5) -> None:
+        batches = await self.consumer.getmany(timeout_ms=int(seconds * 1000))
+        for records in batches.values():
+            self.records.extend((r.key, orjson.loads(r.value)) for r in records if r.value is not None)
+
+    async def until(self, check: Any, timeout_s: float = 60.0) -> list[dict[str, Any]]:
+        """Poll until `check(values)` is true; return the values."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            await self.poll()
+            values = [v for _, v in self.records]
+            if check(values):
+                return values
+        raise AssertionError(f"timed out; seen {len(self.records)} records: {self.records[-5:]}")

@@ -1,0 +1,93 @@
+"""The fleet app under faults: SIGKILL mid-window, garbage on its input, two workers sharing."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from stallwatch.contract.commands import DeadLetter
+from tests.kafka_harness import fresh_settings
+from tests.streams.fleet.harness import FleetProcess, Reader, Tallies, tally
+
+pytestmark = pytest.mark.kafka
+
+
+def _failing(run: int, ts: float, tool: str = "search") -> dict:
+    return tally(tool, ts, runs=[f"run-{run}"], calls=3, failures=3)
+
+
+async def test_sigkill_mid_window_then_restart_opens_the_incident_once_with_the_same_id() -> None:
+    settings = fresh_settings()
+    fleet = FleetProcess(settings, "a")
+    now = float(int(time.time()))
+    try:
+        await fleet.serving()
+        async with Tallies(settings) as tallies, Reader(settings, settings.incidents_topic) as incidents, \
+                Reader(settings, settings.events_topic) as events:
+            # Three runs fail, the app holds them in its window, then dies without a goodbye.
+            await tallies.send([_failing(i, now) for i in range(3)])
+            await asyncio.sleep(3.0)  # past a commit interval: the window is in the changelog
+            fleet.kill()
+            # Two more runs fail while it is down: the fifth crosses the threshold.
+            await tallies.send([_failing(i, now + 0.5) for i in range(3, 5)])
+            fleet = FleetProcess(settings, "b")
+            await fleet.serving()
+            values = await incidents.until(lambda vs: any(v["state"] == "open" for v in vs))
+            await tallies.send([_failing(i, now + 1.0) for i in range(5)])
+            await events.until(lambda vs: sum(v["incident"] == "open" for v in vs) >= 5)
+            for _ in range(4):
+                await incidents.poll()
+                await events.poll()
+            ids = {v["incident_id"] for _, v in incidents.records}
+            assert len(ids) == 1, incidents.records
+            assert values[0]["opened_window_start"] <= now
+            advised = [v for _, v in events.records if v["incident"] == "open"]
+            assert sorted(v["run_id"] for v in advised) == [f"run-{i}" for i in range(5)]
+            assert {v["incident_id"] for v in advised} == ids
+    finally:
+        fleet.stop()
+
+
+async def test_garbage_on_the_tallies_topic_is_dead_lettered_and_the_app_keeps_going() -> None:
+    settings = fresh_settings()
+    fleet = FleetProcess(settings)
+    now = float(int(time.time()))
+    try:
+        await fleet.serving()
+        async with Tallies(settings) as tallies, Reader(settings, settings.deadletter_topic) as letters, \
+                Reader(settings, settings.incidents_topic) as incidents:
+            await tallies.send_raw(b"\xff not json", key=b"x")
+            await tallies.send_raw(b'{"v": 1, "tool": "search", "ts": "soon"}', key=b"acme\x1fsearch")
+            await tallies.send([_failing(i, now) for i in range(5)])
+            found = await letters.until(lambda vs: len(vs) >= 2)
+            errors = [DeadLetter.model_validate(v).error for v in found]
+            assert errors[0].startswith("not JSON") and "`ts` must be" in errors[1], errors
+            assert all(v["topic"] == settings.tallies_topic for v in found)
+            await incidents.until(lambda vs: any(v["state"] == "open" for v in vs))
+            assert fleet.metric("stallwatch_fleet_dead_letters_total") == 2
+    finally:
+        fleet.stop()
+
+
+async def test_two_fleet_workers_share_the_tools_and_each_incident_opens_once() -> None:
+    settings = fresh_settings()
+    first, second = FleetProcess(settings, "one"), FleetProcess(settings, "two")
+    now = float(int(time.time()))
+    tools = [f"tool-{i}" for i in range(12)]
+    try:
+        await asyncio.gather(first.serving(), second.serving())
+        async with Tallies(settings) as tallies, Reader(settings, settings.incidents_topic) as incidents:
+            # Each tool fails in five runs whose tallies land on every partition (as the worker
+            # writes them: by run), so no worker sees a whole tool without the re-keying step.
+            await tallies.send([_failing(i, now, tool) for tool in tools for i in range(5)])
+            values = await incidents.until(lambda vs: len({v["tool"] for v in vs}) == len(tools))
+            await incidents.poll(2.0)
+            assert len({v["incident_id"] for _, v in incidents.records}) == len(tools)
+            held = [len(first.open_incidents()), len(second.open_incidents())]
+            assert sum(held) == len(tools) and min(held) > 0, held
+            assert {v["kind"] for v in values} == {"tool_failing"}
+    finally:
+        first.stop()
+        second.stop()

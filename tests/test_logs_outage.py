@@ -1,0 +1,102 @@
+"""Log lines during a 30 s broker outage, on the project's real broker stopped and started: the
+worker and the Kafka client each say when it goes, summarise while it lasts, say when it is back.
+
+The broker here is a second one, on STALLWATCH_KAFKA_PORT + 2 (as in
+tests/client/test_kafka_broker_away.py), so the broker the rest of the suite uses never goes down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import time
+import uuid
+
+import orjson
+import pytest
+
+from stallwatch.client import KafkaClient
+from stallwatch.kafka.topics import ensure_topics
+from stallwatch.settings import Settings
+from tests.kafka_harness import ROOT, WorkerProcess, wait_until_serving
+
+pytestmark = pytest.mark.kafka
+
+PORT = int(os.environ.get("STALLWATCH_KAFKA_PORT", "9092")) + 2
+OUTAGE_S = 30.0
+SUMMARY_S = 10.0
+# One line when it goes, a summary every SUMMARY_S, one when it is back, plus the process's own
+# few (the client's "fails open" and "answers again"; the worker's rejoin): a handful, not 173,554.
+MOST_LINES = 10
+
+
+def broker(command: str) -> None:
+    env = {**os.environ, "STALLWATCH_KAFKA_PORT": str(PORT),
+           "STALLWATCH_KAFKA_CONTROLLER_PORT": str(PORT + 1)}
+    subprocess.run([str(ROOT / "deploy/kafka/kafka.sh"), command], check=True, timeout=300, env=env)
+
+
+def settings() -> Settings:
+    return Settings(bootstrap=f"127.0.0.1:{PORT}", topic_prefix=f"t{uuid.uuid4().hex[:10]}",
+                    partitions=2, replication_factor=1, min_insync_replicas=1)
+
+
+async def test_a_worker_says_an_outage_in_a_few_lines():
+    broker("up")
+    config = settings()
+    worker = WorkerProcess(config, env={"STALLWATCH_LOG_SUMMARY_S": str(SUMMARY_S)})
+    try:
+        await wait_until_serving(config, timeout_s=120)
+        before = worker.log_path.read_bytes().count(b"\n")
+        broker("down")
+        await asyncio.sleep(OUTAGE_S)
+        assert worker.alive(), worker.log_tail()
+        broker("up")
+        await wait_until_serving(config, timeout_s=120)
+        await asyncio.sleep(8)  # past the quiet time that ends the episode
+        lines = [orjson.loads(line) for line in worker.log_path.read_bytes().splitlines()[before:]]
+    finally:
+        worker.stop()
+        broker("down")
+    said = [f"{e['level']} {e['logger']} {e['msg']}" for e in lines]
+    assert len(said) <= MOST_LINES, "\n".join(said[:40])
+    trouble = [e for e in lines if e["logger"] == "stallwatch.kafka.trouble"]
+    assert "Kafka trouble for" in trouble[0]["msg"]
+    assert any("goes on" in e["msg"] for e in trouble)
+    assert "Kafka answers again" in trouble[-1]["msg"] and "lines folded" in trouble[-1]["msg"]
+
+
+async def test_a_kafka_client_says_an_outage_in_a_few_lines(caplog: pytest.LogCaptureFixture):
+    caplog.set_level(logging.INFO)
+    os.environ["STALLWATCH_LOG_SUMMARY_S"] = str(SUMMARY_S)
+    broker("up")
+    config = settings()
+    await ensure_topics(config)
+    client = KafkaClient(config, verdict_timeout_s=2.0)
+    try:
+        await client.start()
+        run = await client.start_run("outage-1", "researcher", [{"name": "search"}])
+        await run.start_round()
+        caplog.clear()
+        broker("down")
+        deadline = time.monotonic() + OUTAGE_S
+        i = 0
+        while time.monotonic() < deadline:  # an agent that keeps calling through the outage
+            i += 1
+            _, decision = await run.propose("search", {"q": i})
+            assert decision.allowed
+            await asyncio.sleep(0.5)
+        broker("up")
+        deadline = time.monotonic() + 60
+        while not client.connected and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+        assert client.connected
+        await asyncio.sleep(8)  # past the quiet time that ends the episode
+    finally:
+        await client.stop()
+        os.environ.pop("STALLWATCH_LOG_SUMMARY_S", None)
+        broker("down")
+    said = [f"{r.levelname} {r.name} {r.getMessage()}" for r in caplog.records if r.levelno >= logging.INFO]
+    assert len(said) <= MOST_LINES, "\n".join(said[:40])
