@@ -88,6 +88,11 @@ class Settings:
     # Runs with no event appended for this long (the broker's clock) are expired, so memory stays
     # bounded.
     idle_timeout_s: float = 6 * 3600.0
+    # An ended run's state is kept this long (the broker's clock), so that its late calls are
+    # refused, not allowed as calls of a run the worker never saw, and an event redelivered
+    # within it is recognised; later ones get an answer of their own (contract additions,
+    # "Command ids").
+    ended_retention_s: float = 600.0
     # How often (wall clock) a worker scans a partition for expired runs; the rule is broker time.
     expiry_interval_s: float = 60.0
     # The secret shared by runtimes and workers that keys every digest reaching Kafka or a
@@ -127,6 +132,8 @@ class Settings:
             instance_id=_env("STALLWATCH_INSTANCE_ID"),
             policy_file=_env("STALLWATCH_POLICY_FILE"),
             idle_timeout_s=_number("STALLWATCH_IDLE_TIMEOUT_S", cls.idle_timeout_s, float, 1.0),
+            ended_retention_s=_number("STALLWATCH_ENDED_RETENTION_S", cls.ended_retention_s, float,
+                                      1.0),
             expiry_interval_s=_number("STALLWATCH_EXPIRY_INTERVAL_S", cls.expiry_interval_s, float, 0.1),
             fingerprint_key=_fingerprint_key(),
             args_digest_only=_flag("STALLWATCH_ARGS_DIGEST_ONLY"),

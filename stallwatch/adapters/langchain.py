@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Annotated, Any, NotRequired
 
@@ -25,9 +26,12 @@ RUN_KEY = "stallwatch_run_id"
 
 
 class StallwatchState(AgentState):
-    """The agent's state plus the id of the stallwatch run of this invocation (private)."""
+    """The agent's state plus the id of the stallwatch run of this invocation (private) and, in
+    the result, the stop that ended it: `out["stallwatch_stop"]` is the Stop command as JSON
+    (`code`, `action`, `reason`, `detail`), or None when the agent answered unstopped."""
 
     stallwatch_run_id: NotRequired[Annotated[str | None, PrivateStateAttr]]
+    stallwatch_stop: NotRequired[dict[str, Any] | None]
 
 
 class StallwatchMiddleware(AgentMiddleware[StallwatchState]):
@@ -37,8 +41,9 @@ class StallwatchMiddleware(AgentMiddleware[StallwatchState]):
     or not at all (`end_turn`: the stop's words are the agent's last message).
 
     `client`: an asyncio client serves `ainvoke`/`astream`; a SyncClient serves both those and
-    `invoke`/`stream`. A run whose agent raises is not ended (LangChain has no error hook for
-    middleware): the worker's idle timeout ends it, or `EmbeddedClient.forget` drops it.
+    `invoke`/`stream`. The result's `stallwatch_stop` says whether and why the run was stopped. A
+    tool or model call that raises (LangChain's default for a tool error) ends the run before
+    the exception goes on, so a crashed invocation holds nothing.
     """
 
     state_schema = StallwatchState
@@ -64,15 +69,29 @@ class StallwatchMiddleware(AgentMiddleware[StallwatchState]):
     async def abefore_agent(self, state: StallwatchState, runtime: Any) -> dict[str, Any]:
         return self._begin()
 
-    def after_agent(self, state: StallwatchState, runtime: Any) -> None:
+    def after_agent(self, state: StallwatchState, runtime: Any) -> dict[str, Any] | None:
         guard = self.guards.pop(state.get(RUN_KEY) or "", None)
-        if guard is not None:
-            self.bridge.run_blocking(guard.finish("answered"))
+        if guard is None:
+            return None
+        self.bridge.run_blocking(guard.finish("answered"))
+        return _stopped(guard)
 
-    async def aafter_agent(self, state: StallwatchState, runtime: Any) -> None:
+    async def aafter_agent(self, state: StallwatchState, runtime: Any) -> dict[str, Any] | None:
         guard = self.guards.pop(state.get(RUN_KEY) or "", None)
-        if guard is not None:
-            await self.bridge.run(guard.finish("answered"))
+        if guard is None:
+            return None
+        await self.bridge.run(guard.finish("answered"))
+        return _stopped(guard)
+
+    def _crashed(self, guard: Guard) -> None:
+        """The invocation raises past the middleware: LangChain calls no after_agent, so the
+        run ends here."""
+        self.guards.pop(guard.run_id, None)
+        self.bridge.run_blocking(guard.finish("raised"))
+
+    async def _acrashed(self, guard: Guard) -> None:
+        self.guards.pop(guard.run_id, None)
+        await self.bridge.run(guard.finish("raised"))
 
     # -- rounds: one per model call ---------------------------------------------------------------
 
@@ -84,7 +103,11 @@ class StallwatchMiddleware(AgentMiddleware[StallwatchState]):
         turn = self.bridge.run_blocking(guard.begin_model_call(_tool_names(request)))
         if turn.end_turn:
             return AIMessage(content=turn.stop.reason)  # type: ignore[union-attr]
-        return handler(_shaped(request, guard, turn))
+        try:
+            return handler(_shaped(request, guard, turn))
+        except Exception:
+            self._crashed(guard)
+            raise
 
     async def awrap_model_call(self, request: ModelRequest,
                                handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
@@ -95,7 +118,11 @@ class StallwatchMiddleware(AgentMiddleware[StallwatchState]):
         turn = await self.bridge.run(guard.begin_model_call(_tool_names(request)))
         if turn.end_turn:
             return AIMessage(content=turn.stop.reason)  # type: ignore[union-attr]
-        return await handler(_shaped(request, guard, turn))
+        try:
+            return await handler(_shaped(request, guard, turn))
+        except Exception:
+            await self._acrashed(guard)
+            raise
 
     # -- tool calls: proposed before they run -----------------------------------------------------
 
@@ -112,6 +139,7 @@ class StallwatchMiddleware(AgentMiddleware[StallwatchState]):
             out = handler(request)
         except Exception:
             self.bridge.run_blocking(guard.report(call_id, call["name"], False, None))
+            self._crashed(guard)
             raise
         self.bridge.run_blocking(guard.report(call_id, call["name"], *_outcome(out)))
         return out
@@ -130,9 +158,16 @@ class StallwatchMiddleware(AgentMiddleware[StallwatchState]):
             out = await handler(request)
         except Exception:
             await self.bridge.run(guard.report(call_id, call["name"], False, None))
+            await self._acrashed(guard)
             raise
         await self.bridge.run(guard.report(call_id, call["name"], *_outcome(out)))
         return out
+
+
+def _stopped(guard: Guard) -> dict[str, Any]:
+    """The result's `stallwatch_stop`: the stop as JSON, or None."""
+    stop = guard.stop
+    return {"stallwatch_stop": dataclasses.asdict(stop) if stop is not None else None}
 
 
 def _tool_names(request: ModelRequest) -> list[str]:

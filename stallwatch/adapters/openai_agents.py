@@ -25,17 +25,14 @@ from agents import (
     ToolInputGuardrailData,
     ToolOutputGuardrail,
     ToolOutputGuardrailData,
-    default_tool_error_function,
 )
 from agents.items import ModelResponse
+from agents.tool import resolve_function_tool_failure_error_function, set_function_tool_failure_error_function
 
 from stallwatch.adapters.core import Bridge, Guard, RunSpec, instructions_text, refusal_text
 from stallwatch.client.run import Client
 from stallwatch.client.sync import SyncClient
 from stallwatch.contract.commands import Stop
-
-# The SDK turns a tool's exception into this text by default; seeing it is how a failure is known.
-_SDK_FAILURE_TEXT = default_tool_error_function(None, Exception())  # type: ignore[arg-type]
 
 
 class TurnEnded(Exception):
@@ -50,8 +47,13 @@ class StallwatchRun(RunHooks[Any]):
     """One stallwatch run for one `Runner.run`: use a new one per run.
 
         watch = StallwatchRun(client, tools=[{"name": "wait_for_researchers", "repeat_exempt": True}])
-        result = await watch.run(agent, "question")  # or, for run_sync or run_streamed:
-        result = Runner.run_sync(watch.agent(agent), "question", hooks=watch)
+        result = await watch.run(agent, "question", hooks=my_hooks)  # or, for run_sync/run_streamed:
+        result = Runner.run_sync(watch.agent(agent), "question", hooks=watch.hooks(my_hooks))
+        if watch.stop: ...  # the run was stopped: its code and words (also after it ended)
+
+    A tool's failure is seen however the SDK reports it: the text of the tool's own
+    `failure_error_function` or the SDK's default one, or (with `failure_error_function=None`) the
+    exception that ends the run; `run()` ends the stallwatch run whatever happens.
 
     `agent()` returns a copy of the agent whose function tools carry stallwatch's input guardrail
     (a refusal is rejected content with stallwatch's words) and output guardrail (the result's
@@ -68,6 +70,7 @@ class StallwatchRun(RunHooks[Any]):
                                                              tell_rules), run_id)
         self._tool_names: list[str] = []
         self._call_ids: dict[str, str] = {}  # the SDK's tool call id -> stallwatch's call id
+        self._failed: set[str] = set()  # the SDK's ids of calls whose tool raised
         self._calls_open = 0  # function calls of the open round not yet refused or reported
         self._turn_ready = False  # the coming model call's round is open (or the run stopped)
         # Tools are switched off only between rounds: the SDK checks a tool again before it runs
@@ -82,9 +85,18 @@ class StallwatchRun(RunHooks[Any]):
     def stop(self) -> Stop | None:
         return self.guard.stop
 
-    async def run(self, agent: Agent[Any], input: Any, **runner_kwargs: Any) -> RunResult:
-        """`Runner.run` of the guarded agent with this run's hooks."""
-        return await Runner.run(self.agent(agent), input, hooks=self, **runner_kwargs)
+    async def run(self, agent: Agent[Any], input: Any, *, hooks: RunHooks[Any] | None = None,
+                  **runner_kwargs: Any) -> RunResult:
+        """`Runner.run` of the guarded agent with this run's hooks (and the caller's `hooks`,
+        called after stallwatch's). The stallwatch run is ended however the SDK's run ends."""
+        try:
+            return await Runner.run(self.agent(agent), input, hooks=self.hooks(hooks), **runner_kwargs)
+        finally:
+            await self.finish("ended")  # after an answer the hooks ended it already: nothing to do
+
+    def hooks(self, mine: RunHooks[Any] | None = None) -> RunHooks[Any]:
+        """This run's hooks, chained with the caller's own (called after stallwatch's)."""
+        return self if mine is None else _BothHooks(self, mine)
 
     def agent(self, agent: Agent[Any]) -> Agent[Any]:
         """A copy of `agent` guarded for this run (the original is left as it was). Its function
@@ -115,10 +127,26 @@ class StallwatchRun(RunHooks[Any]):
                 return bool(await result if inspect.isawaitable(result) else result)
             return bool(enabled)
 
-        return dataclasses.replace(
+        guarded = dataclasses.replace(
             tool, is_enabled=is_enabled,
             tool_input_guardrails=[*(tool.tool_input_guardrails or []), self._input],
             tool_output_guardrails=[*(tool.tool_output_guardrails or []), self._output])
+        formatter = resolve_function_tool_failure_error_function(tool)
+        if formatter is not None:  # None: the exception ends the run, and `run()` ends ours
+            set_function_tool_failure_error_function(guarded, self._noting_failures(formatter))
+        return guarded
+
+    def _noting_failures(self, formatter: Any) -> Any:
+        """The tool's failure formatter (its own or the SDK's default), noting which call failed:
+        the text it returns can be anything, so the text alone cannot tell a failure."""
+
+        def failed(ctx: RunContextWrapper[Any], error: Exception) -> Any:
+            call_id = getattr(ctx, "tool_call_id", None)
+            if call_id is not None:
+                self._failed.add(call_id)
+            return formatter(ctx, error)
+
+        return failed
 
     # -- rounds ------------------------------------------------------------------------------------
 
@@ -180,7 +208,27 @@ class StallwatchRun(RunHooks[Any]):
         ctx = data.context
         call_id = self._call_ids.pop(ctx.tool_call_id, None)
         if call_id is not None:
-            failed = data.output == _SDK_FAILURE_TEXT
+            failed = ctx.tool_call_id in self._failed
+            self._failed.discard(ctx.tool_call_id)
             await self.bridge.run(self.guard.report(call_id, ctx.tool_name, not failed, data.output))
             await self._call_done()
         return ToolGuardrailFunctionOutput.allow()
+
+
+class _BothHooks(RunHooks[Any]):
+    """stallwatch's run hooks, then the caller's, for every hook the SDK calls."""
+
+    def __init__(self, first: RunHooks[Any], second: RunHooks[Any]) -> None:
+        self.first, self.second = first, second
+
+
+def _chained(name: str) -> Any:
+    async def hook(self: _BothHooks, *args: Any, **kwargs: Any) -> None:
+        await getattr(self.first, name)(*args, **kwargs)
+        await getattr(self.second, name)(*args, **kwargs)
+    hook.__name__ = name
+    return hook
+
+
+for _name in [n for n in dir(RunHooks) if n.startswith("on_")]:
+    setattr(_BothHooks, _name, _chained(_name))

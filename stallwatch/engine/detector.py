@@ -193,7 +193,7 @@ class Detector:
                 out: list[Command]) -> None:
         _verdict(out, event, "refuse", code, reason)
         if state.mode == "chat":  # chat rule 2: a refused call counts as a failure of its tool
-            self._tool_failures(state, event, tool, out)
+            self._tool_failures(state, event, tool, out, refused=True)
 
     def _duplicate_call(self, state: RunState, signature: bytes | None, exempt: bool) -> bool:
         """Researcher rule 1: the same tool and arguments as a call already allowed to run."""
@@ -356,13 +356,17 @@ class Detector:
 
     # -- the stops, one per loop ----------------------------------------------------------------
 
-    def _tool_failures(self, state: RunState, event: Event, tool: str, out: list[Command]) -> None:
+    def _tool_failures(self, state: RunState, event: Event, tool: str, out: list[Command],
+                       refused: bool = False) -> None:
         """Rule 5 (chat rule 2): one tool failing again and again. A success resets its count
-        where results arrive (`_on_result`)."""
+        where results arrive (`_on_result`). `refused`: the call that reached the limit was
+        refused, not failed (the stop's words must not say the tool failed)."""
         count = state.count_failure(tool)
         if count >= state.no_progress_threshold and state.stop_code is None:
-            self._stop(state, event, "tool_failures", {"tool": tool, "consecutive_failures": count,
-                                                "threshold": state.no_progress_threshold}, out)
+            detail = {"tool": tool, "consecutive_failures": count,
+                      "threshold": state.no_progress_threshold}
+            self._stop(state, event, "tool_failures", detail | ({"refused": True} if refused else {}),
+                       out)
 
     def _no_new_facts(self, state: RunState, event: Event, out: list[Command]) -> None:
         """Rule 2: rounds whose calls ran and brought back only results seen before."""

@@ -11,9 +11,6 @@ from streams.worker.store import RunStore
 
 log = logging.getLogger(__name__)
 
-# An ended run's state is kept this long (broker time) so that late calls are refused, not allowed.
-ENDED_RETENTION_S = 600.0
-
 
 class ExpiryScan:
     """Scans a partition's runs at most once an interval of the worker's own clock (so which batch
@@ -22,10 +19,11 @@ class ExpiryScan:
     the way."""
 
     def __init__(self, store: RunStore, metrics: StallwatchMetrics, idle_timeout_s: float,
-                 interval_s: float) -> None:
+                 ended_retention_s: float, interval_s: float) -> None:
         self.store = store
         self.metrics = metrics
         self.idle_timeout_s = idle_timeout_s
+        self.ended_retention_s = ended_retention_s
         self.interval_s = interval_s
         self._scanned_at: dict[int, float] = {}
         self._fingerprints: dict[int, int] = {}  # partition -> fingerprints held at its last scan
@@ -44,7 +42,7 @@ class ExpiryScan:
         for _, state in states:
             clock.place(state)
         expired = [run_id for run_id, state in states
-                   if is_expired(state, newest, self.idle_timeout_s, ENDED_RETENTION_S)]
+                   if is_expired(state, newest, self.idle_timeout_s, self.ended_retention_s)]
         # Counted from the states this scan decoded anyway, one partition at a time.
         self._fingerprints[partition] = sum(len(state.fingerprints) for _, state in states)
         self.metrics.fingerprints.set(sum(self._fingerprints.values()))

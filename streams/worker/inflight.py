@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from aiokafka import TopicPartition
@@ -27,14 +27,19 @@ class InFlight:
     batch that failed (or was cancelled) leaves its partition paused and sets `failure`, which the
     consume loop raises."""
 
-    def __init__(self, consumer: Pausable, progress: Progress) -> None:
+    def __init__(self, consumer: Pausable, progress: Progress,
+                 on_change: Callable[[], None] = lambda: None) -> None:
         self.consumer = consumer
         self.progress = progress
+        self.on_change = on_change  # called when a batch starts and when one committed
         self.failure: BaseException | None = None
         self._tasks: dict[int, asyncio.Task[None]] = {}  # partition -> its batch's task
 
     def __contains__(self, partition: int) -> bool:
         return partition in self._tasks
+
+    def __bool__(self) -> bool:
+        return bool(self._tasks)
 
     def start(self, tp: TopicPartition, batch: Coroutine[Any, Any, None]) -> None:
         self.consumer.pause(tp)
@@ -42,6 +47,7 @@ class InFlight:
         task = asyncio.create_task(batch, name=f"batch-{tp.partition}")
         self._tasks[tp.partition] = task
         task.add_done_callback(lambda done: self._done(tp, done))
+        self.on_change()
 
     def _done(self, tp: TopicPartition, task: asyncio.Task[None]) -> None:
         if self._tasks.get(tp.partition) is task:
@@ -56,6 +62,7 @@ class InFlight:
         if exc is not None:
             self.failure = self.failure or exc
             return
+        self.on_change()
         if tp in self.consumer.assignment():
             self.consumer.resume(tp)
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from agents import Runner
+from agents import Agent, RunHooks, Runner, function_tool
 
 from stallwatch.adapters.openai_agents import StallwatchRun, TurnEnded
 from stallwatch.client import EmbeddedClient, SyncClient
@@ -48,3 +50,69 @@ async def test_a_streamed_run_is_stopped_the_same_way():
         async for _ in streamed.stream_events():
             pass
     scripts.assert_stopped_then_answered(script, tools, streamed.final_output)
+
+
+def _with_fetch(script: scripts.Script, tools: scripts.Tools, **fetch_options) -> Agent:
+    """The test agent whose `fetch` has the caller's failure options (its own error text)."""
+    agent = agent_for(script, tools)
+
+    def fetch(url: str) -> str:
+        """Fetch a page."""
+        return tools.fetch(url)
+
+    own = function_tool(fetch, **fetch_options)
+    return agent.clone(tools=[t for t in agent.tools if t.name != "fetch"] + [own])
+
+
+async def test_a_tool_with_its_own_failure_text_is_seen_failing():
+    script, tools = scripts.failing(), scripts.Tools()
+    agent = _with_fetch(script, tools, failure_error_function=lambda ctx, exc: "fetch is down, try later")
+    async with EmbeddedClient() as client:
+        watch = StallwatchRun(client)
+        result = await watch.run(agent, QUESTION, max_turns=60)
+    scripts.assert_failures_stopped(script, tools, result.final_output)
+    assert watch.stop is not None and watch.stop.code == "tool_failures"
+
+
+async def test_a_tool_whose_exception_ends_the_run_releases_it():
+    script, tools = scripts.failing(), scripts.Tools()
+    agent = _with_fetch(script, tools, failure_error_function=None)  # the SDK raises
+    async with EmbeddedClient() as client:
+        watch = StallwatchRun(client)
+        with pytest.raises(Exception, match="did not answer"):
+            await watch.run(agent, QUESTION, max_turns=60)
+        assert not client.runs  # ended and forgotten
+
+
+class CountingHooks(RunHooks[Any]):
+    def __init__(self) -> None:
+        self.model_calls = 0
+        self.ended = 0
+
+    async def on_llm_start(self, *args: Any) -> None:
+        self.model_calls += 1
+
+    async def on_agent_end(self, *args: Any) -> None:
+        self.ended += 1
+
+
+async def test_the_callers_own_run_hooks_are_called_too():
+    script, tools = scripts.rewording(), scripts.Tools()
+    mine = CountingHooks()
+    async with EmbeddedClient() as client:
+        watch = StallwatchRun(client)
+        result = await watch.run(agent_for(script, tools), QUESTION, hooks=mine, max_turns=60)
+    scripts.assert_stopped_then_answered(script, tools, result.final_output)
+    assert mine.model_calls == len(script.seen) and mine.ended == 1
+    assert watch.stop is not None and watch.stop.code == "no_new_facts"  # known after the end
+
+
+def test_the_callers_hooks_with_run_sync():
+    script, tools = scripts.rewording(), scripts.Tools()
+    mine = CountingHooks()
+    with SyncClient(EmbeddedClient) as client:
+        watch = StallwatchRun(client)
+        result = Runner.run_sync(watch.agent(agent_for(script, tools)), QUESTION,
+                                 hooks=watch.hooks(mine), max_turns=60)
+    scripts.assert_stopped_then_answered(script, tools, result.final_output)
+    assert mine.model_calls == len(script.seen)

@@ -114,7 +114,7 @@ def test_a_call_redelivered_after_its_run_expired_is_answered_under_an_id_of_its
     s.end()
     fleet = Fleet()
     first = run(s, fleet).commands
-    del fleet.runs[s.run_id]  # the worker expired the ended run's state (ENDED_RETENTION_S)
+    del fleet.runs[s.run_id]  # the worker expired the ended run's state (ended_retention_s)
     redelivered = fleet.handle(dict(s.events[2]))
     contents_by_id(first + redelivered)
     # The reader's rule: the first verdict of a call is its answer; this one is another id.

@@ -1,0 +1,64 @@
+"""The fleet app's memory under a flood of tool names, and a broker restart survived."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from tests.kafka_harness import fresh_settings, kafka
+from tests.streams.fleet.harness import FleetProcess, Reader, Tallies, tally
+
+pytestmark = pytest.mark.kafka
+
+# The stated bound: 100,000 distinct tool names through a fleet worker capped at 20,000 keys
+# stay under 300 MB resident (the app idles at ~70 MB; a tracked key costs ~2-3 KB).
+FLOOD_TOOLS = 100_000
+MAX_KEYS = 20_000
+RSS_BOUND = 300 * 1024 * 1024
+
+
+async def test_a_hundred_thousand_tool_names_keep_memory_under_the_bound() -> None:
+    settings = fresh_settings()
+    fleet = FleetProcess(settings, env={"STALLWATCH_FLEET_MAX_KEYS": str(MAX_KEYS)})
+    now = float(int(time.time()))
+    try:
+        await fleet.serving()
+        async with Tallies(settings) as tallies:
+            for start in range(0, FLOOD_TOOLS, 5_000):
+                await tallies.send([tally(f"tool-{k}", now, runs=[f"run-{k}"], calls=1)
+                                    for k in range(start, start + 5_000)])
+        deadline = time.monotonic() + 400
+        while fleet.metric("stallwatch_fleet_partials_total") < FLOOD_TOOLS and time.monotonic() < deadline:
+            assert fleet.alive(), fleet.log_tail()
+            await asyncio.sleep(2.0)
+        assert fleet.metric("stallwatch_fleet_partials_total") >= FLOOD_TOOLS
+        assert fleet.metric("stallwatch_fleet_tracked_keys") <= MAX_KEYS
+        assert fleet.metric("stallwatch_fleet_evicted_keys_total") >= FLOOD_TOOLS - MAX_KEYS
+        assert fleet.rss() < RSS_BOUND, f"{fleet.rss() / 1e6:.0f} MB"
+    finally:
+        fleet.stop()
+
+
+async def test_a_broker_restart_is_survived() -> None:
+    settings = fresh_settings()
+    fleet = FleetProcess(settings)
+    now = float(int(time.time()))
+    try:
+        await fleet.serving()
+        async with Tallies(settings) as tallies:
+            await tallies.send([tally("search", now, runs=[f"run-{i}"], calls=2, failures=2)
+                                for i in range(3)])
+        await asyncio.sleep(2.0)
+        kafka("down")
+        await asyncio.sleep(3.0)
+        kafka("up")
+        async with Tallies(settings) as tallies, Reader(settings, settings.incidents_topic) as incidents:
+            await tallies.send([tally("search", now + 1, runs=[f"run-{i}"], calls=2, failures=2)
+                                for i in range(3, 5)])
+            values = await incidents.until(lambda vs: any(v["state"] == "open" for v in vs), timeout_s=120)
+            assert values[-1]["evidence"]["runs"] == 5
+        assert fleet.alive()
+    finally:
+        fleet.stop()
