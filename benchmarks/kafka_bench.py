@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.fleet_log import fleet_events
 from stallwatch.contract.envelope import envelope
 from stallwatch.kafka.topics import ensure_topics
+from stallwatch.logs import configure as configure_logging
 from tests.kafka_harness import (
     WorkerProcess,
     fresh_settings,
@@ -307,6 +308,7 @@ async def report_recovery(runs: int) -> None:
 
 
 if __name__ == "__main__":
+    configure_logging("WARNING")  # the figures on stdout; only what goes wrong on stderr
     if len(sys.argv) > 1 and sys.argv[1] == "echo":
         asyncio.run(echo(*sys.argv[2:5]))
     else:

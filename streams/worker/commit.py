@@ -1,7 +1,7 @@
 """A partition batch's commit: a pure plan of everything it writes, and one transaction that writes it.
 
 What is true, and why a batch is exact: the plan's writes (commands, dead letters, changelog
-records, any extra records) and the input offset after the batch go to Kafka in ONE transaction
+records, tallies) and the input offset after the batch go to Kafka in ONE transaction
 of the partition's own producer, so read-committed readers see all of it or none of it. The
 detector changes loaded states in place while it applies the batch, so the worker's memory runs
 ahead of Kafka until the commit; if the transaction fails, nothing of it is visible and the
@@ -39,13 +39,12 @@ MAX_BATCH_FAILURES = 5
 
 @dataclass(frozen=True, slots=True)
 class Write:
-    """One record of a plan; `partition` None means the source partition's number (every topic
+    """One record of a plan, written to the source partition's number on its topic (every topic
     has the same partition count, so a run's records share its number)."""
 
     topic: str
     key: bytes | None
     value: bytes | None  # None is a tombstone
-    partition: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +52,12 @@ class CommitTopics:
     commands: str
     deadletter: str
     changelog: str
+    tallies: str
 
     @classmethod
     def of(cls, settings: Settings) -> CommitTopics:
-        return cls(settings.commands_topic, settings.deadletter_topic, settings.changelog_topic)
+        return cls(settings.commands_topic, settings.deadletter_topic, settings.changelog_topic,
+                   settings.tallies_topic)
 
 
 @dataclass(frozen=True)
@@ -71,15 +72,15 @@ class CommitPlan:
 
 
 def plan_commit(topics: CommitTopics, source: TopicPartition, result: BatchResult,
-                expired: Sequence[str], next_offset: int, extra: Sequence[Write] = ()) -> CommitPlan:
+                expired: Sequence[str], next_offset: int) -> CommitPlan:
     """Pure: the writes of a batch's result (commands, dead letters, changed states, tombstones of
-    expired runs, then `extra`, e.g. per-batch tallies) and the offset after the batch."""
+    expired runs, the fleet app's tallies) and the offset after the batch."""
     writes = [Write(topics.commands, c.run_id.encode(), encode_command(c)) for c in result.commands]
     writes += [Write(topics.deadletter, key, letter) for key, letter, _ in result.letters]
     writes += [Write(topics.changelog, run_id.encode(), state.to_bytes())
                for run_id, state in result.states.items()]
     writes += [Write(topics.changelog, run_id.encode(), None) for run_id in expired]
-    writes += extra
+    writes += [Write(topics.tallies, key, value) for key, value in result.tallies]
     return CommitPlan(source, writes, next_offset, result.states, list(expired))
 
 
@@ -101,8 +102,7 @@ async def write_plan(producer: TransactionalProducer, plan: CommitPlan, group_id
     """The plan in one transaction: committed whole, or aborted (and the exception raised)."""
     partition = plan.source.partition
     async with producer.transaction():
-        sent = [await producer.send(w.topic, w.value, key=w.key,
-                                    partition=partition if w.partition is None else w.partition)
+        sent = [await producer.send(w.topic, w.value, key=w.key, partition=partition)
                 for w in plan.writes]
         # The offsets only once the records are acknowledged: adding the offsets to the
         # transaction (AddOffsetsToTxn) changes its state on the coordinator, and a record

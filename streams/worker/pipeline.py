@@ -33,6 +33,7 @@ from streams.worker.expiry import ExpiryScan
 from streams.worker.inflight import InFlight
 from streams.worker.progress import Progress
 from streams.worker.store import RunStore
+from streams.worker.tallies import Tallies
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,9 @@ class Pipeline(ConsumerRebalanceListener):
         self.expiry = ExpiryScan(self.store, metrics, settings.idle_timeout_s,
                                  settings.ended_retention_s, settings.expiry_interval_s)
         self.committer = BatchCommitter(
-            BatchApplier(detector, settings.events_topic), self.store, CommitTopics.of(settings),
+            BatchApplier(detector, settings.events_topic, tallies=Tallies(
+                detector.secret, detector.admin_policy) if settings.tallies else None),
+            self.store, CommitTopics.of(settings),
             settings.group_id, self.producers, self.expiry.due, self._rebuild,
             metrics.batch_retries.inc)
         # Held while batches are handed out and while partitions change hands; a rebalance first

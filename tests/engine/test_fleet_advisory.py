@@ -141,7 +141,7 @@ def test_the_breaker_and_the_told_incidents_survive_the_trip_through_bytes():
     state = fleet.runs[s.run_id]
     copy = RunState.from_bytes(state.to_bytes())
     assert copy.fleet_incidents == {"search": "inc-1"} and copy.advised == ["inc-1"]
-    assert copy.fleet_breaker is True
+    assert copy.policy.fleet_breaker is True
 
 
 def test_the_told_incidents_are_capped():

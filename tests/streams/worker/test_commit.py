@@ -21,7 +21,7 @@ from streams.worker.store import RunStore
 from tests.script import RunScript
 from tests.streams.worker.fake_kafka import FakeConsumer, FakeProducer, consumer_records
 
-TOPICS = CommitTopics("commands", "deadletter", "changelog")
+TOPICS = CommitTopics("commands", "deadletter", "changelog", "tallies")
 SOURCE = TopicPartition("events", 0)
 
 
@@ -34,18 +34,18 @@ def looping_run() -> list[SourceMessage]:
     return [SourceMessage(b"r1", line, 0, i) for i, line in enumerate(script.lines())]
 
 
-def test_the_plan_writes_commands_letters_states_tombstones_and_extras_then_the_next_offset():
+def test_the_plan_writes_commands_letters_states_tombstones_and_tallies_then_the_next_offset():
     messages = [*looping_run()[:4], SourceMessage(b"r1", b"{", 0, 4)]
     result = BatchApplier(Detector(), "events").apply(messages, lambda run_id: None, PartitionClock(),
                                                       0.0)
-    extra = Write("tallies", b"t", b"1", partition=3)
-    plan = plan_commit(TOPICS, SOURCE, result, ["old"], 5, [extra])
+    result.tallies.append((b"tenant|search", b"{}"))
+    plan = plan_commit(TOPICS, SOURCE, result, ["old"], 5)
     assert [w.topic for w in plan.writes] == ["commands", "deadletter", "changelog", "changelog",
                                               "tallies"]
     assert decode_command(plan.writes[0].value).run_id == "r1"
     assert plan.writes[2].value == result.states["r1"].to_bytes()
     assert plan.writes[3] == Write("changelog", b"old", None)
-    assert plan.writes[4] is extra
+    assert plan.writes[4] == Write("tallies", b"tenant|search", b"{}")
     assert plan.next_offset == 5 and plan.expired == ["old"] and plan.states == result.states
 
 
