@@ -1,7 +1,8 @@
 """`stallwatch demo` (the main job behind `make run`): a simulated fleet through Kafka and a worker.
 
-Starts a worker process, drives a small fleet through it with the Kafka client, prints every
-decision as it arrives and a summary per run, then stops the worker and exits 0.
+Starts a worker process and the fleet app, drives a small fleet through them with the Kafka
+client, prints every decision as it arrives, plays the fleet scene (a tool breaks for every run
+at once: stallwatch.cli.demo_fleet) and a summary per run, then stops both and exits 0.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 
+from stallwatch.cli import demo_fleet
 from stallwatch.client import KafkaClient, Run
 from stallwatch.kafka.topics import ensure_topics
 from stallwatch.logs import configure as configure_logging
@@ -143,11 +145,20 @@ def main(settings: Settings) -> int:
     asyncio.run(ensure_topics(settings))
     print(f"stallwatch demo: broker {settings.bootstrap}, topics {settings.topic_prefix}.*", flush=True)
     worker = start_worker(settings)
+    fleet_app = demo_fleet.start_fleet_app(settings)  # starts (Faust is slow to) while the runs go
+    crowd: list[demo_fleet.CrowdRun] = []
     try:
         asyncio.run(wait_for_worker(settings, worker))
         print("worker ready; driving the fleet:\n", flush=True)
         outcomes = asyncio.run(drive(settings))
+        if asyncio.run(demo_fleet.wait_for_fleet_app(fleet_app)):
+            print("\nfleet app ready; the fleet scene:\n", flush=True)
+            crowd = asyncio.run(demo_fleet.broken_tool_scene(settings, uuid.uuid4().hex[:6]))
+        else:
+            print(f"\nthe fleet app did not start (its log: {fleet_app.log_path}); no fleet scene",
+                  flush=True)
     finally:
+        fleet_app.stop()
         worker.terminate()
         worker.wait(30)
     print("\nsummary:")
@@ -157,4 +168,5 @@ def main(settings: Settings) -> int:
                   else f"ran {out.run.round} rounds, no stop")
         counts = ", ".join(f"{k} {v}" for k, v in sorted(out.decisions.items()))
         print(f"  {out.run.run_id:<22} {out.kind:<28} {ending:<36} calls: {counts}")
+    demo_fleet.summary(crowd)
     return 0

@@ -12,10 +12,12 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.structs import ConsumerRecord
 
 from stallwatch.contract.stop_codes import STOPS
 from stallwatch.kafka.options import aiokafka_options
+from stallwatch.kafka.read import committed_reader, read_to_end
 from stallwatch.settings import Settings
 
 
@@ -119,9 +121,17 @@ async def top(settings: Settings, out: TextIO, once: bool, from_beginning: bool,
               every_s: float = 2.0) -> Tally:
     """Read every commands partition; with `once`, read up to the current end, print, return."""
     options = aiokafka_options(settings)
-    consumer = AIOKafkaConsumer(enable_auto_commit=False, isolation_level="read_committed", **options)
+    consumer = committed_reader(options)
     await consumer.start()
     tally, incidents = Tally(), OpenIncidents()
+
+    def count(tp: TopicPartition, records: list[ConsumerRecord]) -> None:
+        for record in records:
+            if tp.topic == settings.incidents_topic:
+                incidents.add(record.key, record.value)
+            else:
+                tally.add(record.value)
+
     try:
         partitions = await partitions_of(settings.commands_topic, options)
         tps = [TopicPartition(settings.commands_topic, p) for p in sorted(partitions)]
@@ -137,24 +147,16 @@ async def top(settings: Settings, out: TextIO, once: bool, from_beginning: bool,
             await consumer.seek_to_end(*tps)
         if incident_tps:
             await consumer.seek_to_beginning(*incident_tps)
-        every = tps + incident_tps
-        ends = await consumer.end_offsets(every)
+        if once:
+            await read_to_end(consumer, tps + incident_tps, count)
+            incidents.render(out)
+            tally.render(out)
+            return tally
         shown = time.monotonic()
         while True:
-            batches = await consumer.getmany(timeout_ms=500)
-            for tp, records in batches.items():
-                for record in records:
-                    if tp.topic == settings.incidents_topic:
-                        incidents.add(record.key, record.value)
-                    else:
-                        tally.add(record.value)
-            if once:
-                positions = [await consumer.position(tp) for tp in every]
-                if all(position >= ends[tp] for position, tp in zip(positions, every, strict=True)):
-                    incidents.render(out)
-                    tally.render(out)
-                    return tally
-            elif time.monotonic() - shown >= every_s:
+            for tp, records in (await consumer.getmany(timeout_ms=500)).items():
+                count(tp, records)
+            if time.monotonic() - shown >= every_s:
                 out.write("\x1b[2J\x1b[H")  # clear the terminal, like top
                 incidents.render(out)
                 tally.render(out)

@@ -148,12 +148,19 @@ class FleetService:
             message = event.message
             if not self.indexed:
                 self._index()
-            record = orjson.loads(message.value)
-            if "tick" in record:
-                self.clock = max(self.clock, record["tick"])
-                self._close_quiet(message.partition)
-            else:
-                await self._apply(message.key, message.partition, record)
+            try:
+                record = orjson.loads(message.value)
+                if "tick" in record:
+                    self.clock = max(self.clock, record["tick"])
+                    self._close_quiet(message.partition)
+                else:
+                    await self._apply(message.key, message.partition, record)
+            except Exception:
+                # A crashed agent is restarted by Faust past the record anyway: say so and count it
+                # rather than lose the agent's place silently.
+                log.exception("judge: partials partition %s offset %s not applied",
+                              message.partition, message.offset)
+                self.metrics.dead_letters.labels("judge_error").inc()
             yield None
 
     async def _apply(self, key: bytes, partition: int, partial: Tally) -> None:
