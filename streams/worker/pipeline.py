@@ -69,6 +69,12 @@ RETRY_FIRST_S, RETRY_MAX_S = 0.5, 5.0
 # dies mid-batch holds back its partitions' read-committed readers at most this long (a
 # successor's fencing aborts it sooner).
 TRANSACTION_TIMEOUT_MS = 15_000
+# The consumer group's session: a member silent this long is removed and its partitions move.
+SESSION_TIMEOUT_MS = 6000
+# How long a partition whose transaction timed out waits before it is rebuilt: a session
+# timeout, within which a rebalance that gave it to a successor reaches this member by a
+# heartbeat (rebuilding sooner could fence that successor).
+GROUP_CONFIRM_S = SESSION_TIMEOUT_MS / 1000
 
 
 @dataclass
@@ -112,6 +118,9 @@ class Pipeline(ConsumerRebalanceListener):
         # An error inside a rebalance callback, which aiokafka would only log: the loop raises it,
         # since a partition assigned but not restored would be held and never served.
         self._failure: BaseException | None = None
+        # Partitions dropped after a timed-out transaction, waiting for the group's word.
+        self._confirming: set[asyncio.Task[None]] = set()
+        self._stopping = False  # set by `stop`: a batch cancelled from then on is abandoned
         self.consumer = AIOKafkaConsumer(
             group_id=settings.group_id, group_instance_id=settings.instance_id,
             enable_auto_commit=False, auto_offset_reset="earliest",
@@ -119,7 +128,7 @@ class Pipeline(ConsumerRebalanceListener):
             max_poll_records=FETCH_MAX_RECORDS,
             # Short sessions: a dead worker's partitions move to a live one in seconds. 6 s is the
             # broker's default group.min.session.timeout.ms.
-            session_timeout_ms=6000, heartbeat_interval_ms=2000,
+            session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=2000,
             **aiokafka_options(settings))
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -129,11 +138,31 @@ class Pipeline(ConsumerRebalanceListener):
         await self.consumer.start()
         self.progress.tick()
 
-    async def stop(self) -> None:
-        async with self._lock:
-            await self._settle()
-        # Not under the lock: the consumer's stop first lets a rebalance under way finish, and
-        # its callbacks take the lock (held here, they waited for it until the stop timed out).
+    async def stop(self, timeout_s: float) -> bool:
+        """Let the batches in flight commit, then leave the group and close the producers, all
+        within `timeout_s`. False when a batch was abandoned: still waiting on the broker at
+        half the time, it is cancelled (nothing of it is visible; its events are read again).
+        Not under the lock: a rebalance callback holding it may itself wait on a stuck batch."""
+        deadline = time.monotonic() + timeout_s
+        self._stopping = True
+        for task in list(self._confirming):
+            task.cancel()
+        batches = list(self._in_flight.values())
+        _, stuck = await asyncio.wait(batches, timeout=timeout_s / 2) if batches else (set(), set())
+        for task in stuck:
+            task.cancel()
+        if stuck:
+            log.warning("stopping: %d batches still waiting on the broker after %.1f s are "
+                        "abandoned; their events will be read again", len(stuck), timeout_s / 2)
+        try:
+            await asyncio.wait_for(self._leave(), max(0.0, deadline - time.monotonic()))
+        except (TimeoutError, KafkaError, OSError) as exc:
+            log.warning("stopping: could not leave the group and close the producers in time "
+                        "(%r); the group will notice within its session timeout", exc)
+            return False
+        return not stuck
+
+    async def _leave(self) -> None:
         await self.consumer.stop()  # leaves the group: the partitions move at once
         await self._close_producers(list(self.producers))
 
@@ -175,11 +204,18 @@ class Pipeline(ConsumerRebalanceListener):
         if self._in_flight.get(tp.partition) is task:
             del self._in_flight[tp.partition]
             self.progress.batches_since.pop(tp.partition, None)
-        if task.cancelled() or task.exception() is not None:
-            self._failure = self._failure or task.exception() or asyncio.CancelledError()
+        if task.cancelled():
+            # Abandoned by a stop: nothing failed. Cancelled otherwise (a rebalance callback
+            # cancelled while it waited for it), its commit may have landed unseen by the store.
+            if not self._stopping:
+                self._failure = self._failure or asyncio.CancelledError()
+            return
+        if task.exception() is not None:
+            self._failure = self._failure or task.exception()
             return
         self._set_fetch_wait()
-        if tp in self.consumer.assignment():
+        # A partition dropped after a timed-out transaction stays paused until rebuilt.
+        if tp in self.consumer.assignment() and self.store.owns(tp.partition):
             self.consumer.resume(tp)
 
     def _set_fetch_wait(self) -> None:
@@ -202,12 +238,18 @@ class Pipeline(ConsumerRebalanceListener):
         """The batch in one transaction. If the transaction fails (the broker went away, a
         leader moved), nothing of it is visible: the partition is rebuilt from what Kafka
         committed and the batch read again. A fenced producer, or a batch that keeps failing,
-        ends the worker."""
+        ends the worker; a transaction that outlived the transaction timeout, which the broker
+        reports as a fencing, is the group's to judge (`_timed_out`)."""
+        began = time.monotonic()
         try:
             await self._transact(tp, records)
             self._failures.pop(tp.partition, None)
         except ProducerFenced:
-            raise
+            # Younger than the timeout (on this clock, which started it before the broker's),
+            # the transaction cannot have been aborted for its age: a successor fenced it.
+            if time.monotonic() - began < TRANSACTION_TIMEOUT_MS / 1000:
+                raise
+            await self._timed_out(tp)
         except KafkaError as exc:
             failures = self._failures[tp.partition] = self._failures.get(tp.partition, 0) + 1
             if failures > MAX_BATCH_FAILURES:
@@ -216,6 +258,46 @@ class Pipeline(ConsumerRebalanceListener):
                         "the partition from what Kafka committed", tp.partition, exc, failures)
             self.metrics.batch_retries.inc()
             await self._rebuild(tp)
+
+    async def _timed_out(self, tp: TopicPartition) -> None:
+        """The broker aborted the transaction for its age (the broker, or the link to it, stalled
+        past the transaction timeout) and bumped the producer's epoch, which reads as a fencing.
+        Only the group can tell whether a successor took the partition meanwhile, and a
+        rebuild now (a new producer under the same id) would fence that successor. So the
+        partition is dropped (its producer, its states; it stays paused) and rebuilt once the
+        group has had a session timeout to say otherwise: a rebalance that moved it reaches this
+        member by its next heartbeat, and the assignment that follows rebuilds or forgets it."""
+        partition = tp.partition
+        log.warning("partition %d: its transaction outlived the transaction timeout (%d ms) and "
+                    "the broker aborted it; rebuilding the partition unless the group moved it",
+                    partition, TRANSACTION_TIMEOUT_MS)
+        self.metrics.batch_retries.inc()
+        await self._close_producers([partition])
+        self.store.drop(partition)
+        task = asyncio.create_task(self._rebuild_if_still_ours(tp, self._generation),
+                                   name=f"confirm-{partition}")
+        self._confirming.add(task)
+        task.add_done_callback(self._confirmed)
+
+    async def _rebuild_if_still_ours(self, tp: TopicPartition, generation: int) -> None:
+        await asyncio.sleep(GROUP_CONFIRM_S)
+        async with self._lock:
+            if (generation != self._generation or tp not in self.consumer.assignment()
+                    or tp.partition in self.producers):
+                return  # the group spoke: the assignment that followed rebuilt or forgot it
+            log.info("partition %d: still this worker's after %.0f s; rebuilding it",
+                     tp.partition, GROUP_CONFIRM_S)
+            self.progress.batches_since[tp.partition] = time.monotonic()
+            try:
+                await self._rebuild(tp)
+            finally:
+                self.progress.batches_since.pop(tp.partition, None)
+            self.consumer.resume(tp)
+
+    def _confirmed(self, task: asyncio.Task[None]) -> None:
+        self._confirming.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self._failure = self._failure or task.exception()
 
     async def _rebuild(self, tp: TopicPartition) -> None:
         """A new producer under the partition's transactional id (aborting our own open
