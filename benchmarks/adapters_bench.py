@@ -1,13 +1,17 @@
 """The framework adapters' overhead per tool call, in process (EmbeddedClient). Prints figures.
 
 For each framework, an agent driven by the framework's own scripted model (as in the tests)
-makes N tool calls, one per round: without any extension, with a no-op extension using the
-same hooks (what the framework charges for them), and with the stallwatch adapter. The model
-pages through a list, so every call is new: nothing is refused and nothing stops. Figures are
-per call: a run's CPU time divided by N, over R interleaved runs. The adapter's own cost is
-"stallwatch" minus "no-op hooks" (the median over pairs of runs); it includes the client and
-the engine, whose cost alone is one round of the bare client (start_round, propose, result,
-end_round), printed first beside a plain call of the same tool.
+makes N tool calls, one per round: the bare agent (no extension), the agent with a no-op
+extension using the same hooks, and the agent with the stallwatch adapter. The model pages
+through a list, so every call is new: nothing is refused and nothing stops. Figures are per
+call: a run's CPU time divided by N, over R interleaved runs.
+
+What a user measures is "overhead": stallwatch minus the bare agent (the median over runs made
+one after the other). It splits into the framework's own hook mechanism (no-op hooks minus the
+bare agent: paid by any extension), the client and engine (one round of the bare client:
+start_round, propose, result, end_round; the same for every framework), and the adapter's own
+glue (the rest). LangChain's `invoke` through a `SyncClient` is measured too: each hook crosses
+to the client's loop thread and back.
 
     python benchmarks/adapters_bench.py [--calls 20] [--repeat 30]
 """
@@ -42,7 +46,7 @@ from pydantic_ai.usage import UsageLimits
 from stallwatch.adapters.langchain import StallwatchMiddleware, StallwatchState
 from stallwatch.adapters.openai_agents import StallwatchRun
 from stallwatch.adapters.pydantic_ai import Stallwatch
-from stallwatch.client import EmbeddedClient
+from stallwatch.client import EmbeddedClient, SyncClient
 from tests.adapters import langchain_model, openai_agents_model, pydantic_ai_model, scripts
 
 # Rounds beyond the default limit of 40: the benchmark's runs must never be stopped.
@@ -90,6 +94,22 @@ class NoopMiddleware(AgentMiddleware):
 
     async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
         return await handler(request)
+
+
+class NoopSyncMiddleware(NoopMiddleware):
+    """The same no-op hooks for LangChain's `invoke`."""
+
+    def before_agent(self, state: Any, runtime: Any) -> dict[str, Any]:
+        return {"stallwatch_run_id": "noop"}
+
+    def after_agent(self, state: Any, runtime: Any) -> None:
+        return None
+
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        return handler(request)
+
+    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+        return handler(request)
 
 
 class NoopHooks(RunHooks[Any]):
@@ -151,6 +171,22 @@ async def langchain_run(calls: int, variant: str) -> None:
     assert tools.ran["list_page"] == calls
 
 
+_SYNC_CLIENT: SyncClient | None = None  # one for the whole benchmark, as an application has
+
+
+async def langchain_invoke_run(calls: int, variant: str) -> None:
+    """LangChain's `invoke` (no asyncio in the caller), stallwatch through a SyncClient."""
+    global _SYNC_CLIENT
+    if _SYNC_CLIENT is None:
+        _SYNC_CLIENT = await asyncio.to_thread(SyncClient, EmbeddedClient)
+    script, tools = scripts.paging(calls), scripts.Tools()
+    middleware = {"none": None, "noop": NoopSyncMiddleware(),
+                  "stallwatch": StallwatchMiddleware(_SYNC_CLIENT, policy=POLICY)}[variant]
+    agent = langchain_model.agent_for(script, tools, middleware)
+    agent.invoke({"messages": [{"role": "user", "content": "go"}]}, {"recursion_limit": 3 * calls + 10})
+    assert tools.ran["list_page"] == calls
+
+
 async def openai_agents_run(calls: int, variant: str) -> None:
     script, tools = scripts.paging(calls), scripts.Tools()
     agent = openai_agents_model.agent_for(script, tools, steps=calls + 1)
@@ -205,21 +241,26 @@ async def main() -> None:
     print(f"plain call of the tool:                 {plain_us:8.1f} µs")
     client_s = await best_of(r, lambda: bare_client_round(n))
     print(f"bare EmbeddedClient, one round, 1 call: {client_s * us:8.1f} µs\n")
-    print(f"{'µs per call':<16}{'framework':>12}{'no-op hooks':>13}{'stallwatch':>12}"
-          f"{'adapter':>10}{'of which glue':>15}")
-    for name, run in (("langchain", langchain_run), ("openai-agents", openai_agents_run),
-                      ("pydantic-ai", pydantic_ai_run)):
+    print(f"{'µs per call':<22}{'bare agent':>11}{'stallwatch':>11}{'overhead':>10}   of which:"
+          f"{'hooks':>7}{'client':>8}{'adapter':>9}")
+    for name, run in (("langchain", langchain_run), ("langchain invoke+sync", langchain_invoke_run),
+                      ("openai-agents", openai_agents_run), ("pydantic-ai", pydantic_ai_run)):
         plain, noop, guarded = await each_variant(r, run, n)
-        # The adapter's cost: the median of the differences of runs made one after the other,
-        # which a drifting load on the machine shifts less than it shifts the minima.
-        adapter = statistics.median(g - o for g, o in zip(guarded, noop, strict=True))
-        print(f"{name:<16}{min(plain) * us:12.1f}{min(noop) * us:13.1f}{min(guarded) * us:12.1f}"
-              f"{adapter * us:10.1f}{(adapter - client_s) * us:15.1f}")
-    print("\nframework, no-op hooks, stallwatch: best run; adapter: median of (stallwatch - no-op"
-          " hooks) over paired runs; glue = adapter - bare client round")
+        # Medians of the differences of runs made one after the other, which a drifting load on
+        # the machine shifts less than it shifts the minima.
+        overhead = statistics.median(g - p for g, p in zip(guarded, plain, strict=True))
+        hooks = statistics.median(o - p for o, p in zip(noop, plain, strict=True))
+        adapter = overhead - hooks - client_s
+        print(f"{name:<22}{min(plain) * us:11.1f}{min(guarded) * us:11.1f}{overhead * us:10.1f}"
+              f"{'':>13}{hooks * us:7.1f}{client_s * us:8.1f}{adapter * us:9.1f}")
+    if _SYNC_CLIENT is not None:
+        _SYNC_CLIENT.close()
+    print("\nbare agent, stallwatch: best run. overhead: median of (stallwatch - bare agent) over "
+          "paired runs, what a user measures; hooks: median of (no-op hooks - bare agent), the "
+          "framework's extension mechanism; client: one round of the bare EmbeddedClient (the "
+          "engine included); adapter: the rest, the adapter's own glue.")
     print(f"\n{n} calls per run, {r} runs each, CPU time of this process (in process, no"
           " broker); a shared machine: indicative figures.")
-
 
 if __name__ == "__main__":
     asyncio.run(main())

@@ -5,7 +5,9 @@
 
 (a) decision latency: `call_proposed` produced to its verdict received, p50/p99, under a steady
     load of many concurrent runs; the floor is an echo (a consumer that answers every message
-    on a reply topic, batch by batch, as the worker does).
+    on a reply topic, batch by batch, as the worker does). Printed side by side with the CPU
+    time per event of the worker (or echo), the broker and the client (this process), each read
+    from /proc/<pid>/stat (utime+stime) before and after, at that load and at (b)'s.
 (b) sustained events/s of one worker on a fleet log, against the echo on the same log.
 (c) recovery: a worker whose table holds N runs is killed with SIGKILL; the time until a new
     worker has restored the table and answers again.
@@ -31,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.fleet_log import fleet_events
 from stallwatch.contract.envelope import envelope
 from stallwatch.kafka.topics import ensure_topics
+from stallwatch.logs import configure as configure_logging
 from tests.kafka_harness import (
     WorkerProcess,
     fresh_settings,
@@ -69,12 +72,56 @@ class Echo:
         self.proc.wait(30)
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime+stime of a process so far (children not included), from /proc/<pid>/stat."""
+    after_name = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(after_name[11]) + int(after_name[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def broker_pid() -> int | None:
+    """The local broker's pid, from the pid file deploy/kafka/kafka.sh writes."""
+    port = os.environ.get("STALLWATCH_KAFKA_PORT", "9092")
+    pidfile = Path(__file__).resolve().parents[1] / ".cache" / "kafka-data" / port / "kafka.pid"
+    try:
+        return int(pidfile.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class CpuMeter:
+    """CPU seconds per event of named processes over a phase (None for one that is not known)."""
+
+    def __init__(self, pids: dict[str, list[int | None]]) -> None:
+        self.pids = pids
+        self.before = {name: self._total(p) for name, p in pids.items()}
+
+    @staticmethod
+    def _total(pids: list[int | None]) -> float | None:
+        try:
+            return sum(cpu_seconds(pid) for pid in pids if pid is not None) if all(pids) else None
+        except OSError:
+            return None
+
+    def per_event(self, events: int) -> dict[str, float | None]:
+        out: dict[str, float | None] = {}
+        for name, pids in self.pids.items():
+            before, after = self.before[name], self._total(pids)
+            out[name] = None if before is None or after is None else (after - before) / events
+        return out
+
+
+def micros(per_event: dict[str, float | None]) -> str:
+    return " / ".join("-" if v is None else f"{v * 1e6:5.0f}" for v in per_event.values())
+
+
 def quantile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=1000)[int(q * 1000) - 1]
 
 
-async def latency(settings, runs: int, rate: float, seconds: float) -> list[float]:
-    """Steady load: `rate` calls/s spread over `runs` runs; returns seconds per verdict."""
+async def latency(settings, runs: int, rate: float, seconds: float,
+                  pids: dict[str, list[int | None]]) -> tuple[list[float], dict[str, float | None]]:
+    """Steady load: `rate` calls/s spread over `runs` runs; returns seconds per verdict and the
+    CPU seconds per event of `pids` over the load."""
     producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, acks="all", linger_ms=0)
     consumer = AIOKafkaConsumer(settings.commands_topic, bootstrap_servers=settings.bootstrap,
                                 auto_offset_reset="latest", fetch_max_wait_ms=10,
@@ -90,6 +137,7 @@ async def latency(settings, runs: int, rate: float, seconds: float) -> list[floa
         event = envelope("run_started", run_id, f"{run_id}-s", mode="chat", tools=[{"name": "t"}])
         await producer.send(settings.events_topic, orjson.dumps(event), key=run_id.encode())
     await producer.flush()
+    meter = CpuMeter(pids)
 
     async def receive() -> None:
         while True:
@@ -114,14 +162,17 @@ async def latency(settings, runs: int, rate: float, seconds: float) -> list[floa
         n += 1
         await asyncio.sleep(max(0.0, begin + n * interval - time.perf_counter()))
     await asyncio.sleep(2)
+    cpu = meter.per_event(n)
     reader.cancel()
     await producer.stop()
     await consumer.stop()
-    return took
+    return took, cpu
 
 
-async def throughput(settings, log: list[bytes], replies: int) -> float:
-    """Events/s: the whole log produced at once, until the last reply arrived."""
+async def throughput(settings, log: list[bytes], replies: int,
+                     pids: dict[str, list[int | None]]) -> tuple[float, dict[str, float | None]]:
+    """Events/s: the whole log produced at once, until the last reply arrived; and the CPU
+    seconds per event of `pids` meanwhile."""
     consumer = AIOKafkaConsumer(settings.commands_topic, bootstrap_servers=settings.bootstrap,
                                 auto_offset_reset="latest", fetch_max_wait_ms=10,
                                 isolation_level="read_committed")
@@ -130,6 +181,7 @@ async def throughput(settings, log: list[bytes], replies: int) -> float:
     producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, acks="all", linger_ms=5,
                                 max_batch_size=1 << 20)
     await producer.start()
+    meter = CpuMeter(pids)
     begin = time.perf_counter()
     for line in log:
         await producer.send(settings.events_topic, line, key=orjson.loads(line)["run_id"].encode())
@@ -139,10 +191,11 @@ async def throughput(settings, log: list[bytes], replies: int) -> float:
         batches = await consumer.getmany(timeout_ms=500)
         got += sum(len(r) for r in batches.values())
     elapsed = time.perf_counter() - begin
+    cpu = meter.per_event(len(log))
     await producer.stop()
     await consumer.stop()
     assert got >= replies, f"only {got} of {replies} replies"
-    return len(log) / elapsed
+    return len(log) / elapsed, cpu
 
 
 async def recovery(runs: int, standby: bool) -> tuple[float, str]:
@@ -208,6 +261,8 @@ async def main() -> None:
     print(f"broker {os.environ.get('STALLWATCH_BOOTSTRAP', '127.0.0.1:9092')}; 4 partitions; "
           f"load: {args.runs} runs, {args.rate:g} calls/s for {args.seconds:g} s; "
           f"log: {len(log):,} events of {args.log_runs} runs -> {commands:,} commands")
+    print(f"{'':<9} {'p50 ms':>7} {'p99 ms':>7} {'verdicts':>9} {'events/s':>9}   "
+          "CPU us/event service / broker / client: at the latency load | at full throughput")
     results = {}
     for name in ("echo", "worker", "2 workers"):
         settings = fresh_settings(partitions=4)
@@ -223,20 +278,23 @@ async def main() -> None:
                 services.append(WorkerProcess(settings, "bench2"))
                 await services[-1].ready()
                 await asyncio.sleep(2)  # the group has settled on two members
+        pids = {"service": [s.proc.pid for s in services], "broker": [broker_pid()],
+                "client": [os.getpid()]}
         try:
-            took = await latency(settings, args.runs, args.rate, args.seconds)
-            rate = await throughput(settings, log, len(log) if name == "echo" else commands)
+            took, cpu_steady = await latency(settings, args.runs, args.rate, args.seconds, pids)
+            rate, cpu_full = await throughput(settings, log, len(log) if name == "echo" else commands,
+                                              pids)
         finally:
             for service in services:
                 service.stop()
         results[name] = (quantile(took, 0.5) * 1e3, quantile(took, 0.99) * 1e3, len(took), rate)
         p50, p99, n, eps = results[name]
-        print(f"{name:<9} latency p50 {p50:6.1f} ms  p99 {p99:6.1f} ms  ({n:,} verdicts)   "
-              f"throughput {eps:9,.0f} events/s", flush=True)
-    (_, e99, _, e_eps), (_, w99, _, w_eps) = results["echo"], results["worker"]
-    print(f"worker/echo: p99 latency {w99 / e99:.2f}x (target <= 1.5), "
+        print(f"{name:<9} {p50:7.1f} {p99:7.1f} {n:9,} {eps:9,.0f}   "
+              f"{micros(cpu_steady)} | {micros(cpu_full)}", flush=True)
+    (e50, e99, _, e_eps), (w50, w99, _, w_eps) = results["echo"], results["worker"]
+    print(f"worker/echo: p50 latency {w50 / e50:.2f}x, p99 latency {w99 / e99:.2f}x (target <= 2), "
           f"throughput {w_eps / e_eps:.2f}x (target >= 0.5); two workers / one: "
-          f"{results['2 workers'][3] / w_eps:.2f}x throughput on this machine's 2 cores")
+          f"{results['2 workers'][3] / w_eps:.2f}x throughput on this machine's cores")
     if args.recovery_runs:
         await report_recovery(args.recovery_runs)
 
@@ -250,6 +308,7 @@ async def report_recovery(runs: int) -> None:
 
 
 if __name__ == "__main__":
+    configure_logging("WARNING")  # the figures on stdout; only what goes wrong on stderr
     if len(sys.argv) > 1 and sys.argv[1] == "echo":
         asyncio.run(echo(*sys.argv[2:5]))
     else:

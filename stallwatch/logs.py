@@ -222,10 +222,11 @@ class JsonLines(logging.Formatter):
         return orjson.dumps(entry).decode()
 
 
-def configure() -> None:
-    """A process's logs (the worker, the demo, the benchmarks): STALLWATCH_LOG_LEVEL and
-    STALLWATCH_LOG_FORMAT on stderr, aiokafka's retried complaints folded. Messages name runs and
-    partitions, never tool results."""
+def configure(default_level: str = "INFO") -> None:
+    """A process's logs (the worker, the demo, the benchmarks): STALLWATCH_LOG_LEVEL (else
+    `default_level`: WARNING for tools that print their own output) and STALLWATCH_LOG_FORMAT on
+    stderr, aiokafka's retried complaints folded. Messages name runs and partitions, never tool
+    results."""
     handler = logging.StreamHandler()
     default = "text" if sys.stderr.isatty() else "json"
     fmt = os.environ.get("STALLWATCH_LOG_FORMAT") or default
@@ -235,7 +236,7 @@ def configure() -> None:
         handler.setFormatter(JsonLines())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-    level = (os.environ.get("STALLWATCH_LOG_LEVEL") or "INFO").upper()
+    level = (os.environ.get("STALLWATCH_LOG_LEVEL") or default_level).upper()
     if level not in logging.getLevelNamesMapping():
         raise ValueError(f"STALLWATCH_LOG_LEVEL={level!r}: expected DEBUG, INFO, WARNING or ERROR")
     logging.basicConfig(level=level, handlers=[handler], force=True)

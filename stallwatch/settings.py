@@ -32,8 +32,8 @@ def _number(name: str, default: float, kind: type, minimum: float, maximum: floa
     return value
 
 
-def _flag(name: str) -> bool:
-    raw = (_env(name) or "false").lower()
+def _flag(name: str, default: bool = False) -> bool:
+    raw = (_env(name) or str(default)).lower()
     if raw not in _FLAGS:
         raise SetupError(f"{name}={raw!r}: expected true or false")
     return _FLAGS[raw]
@@ -102,6 +102,9 @@ class Settings:
     fingerprint_key: str | None = field(default=None, repr=False)
     # The client sends `args_digest` in place of `args`: a call's arguments never leave it.
     args_digest_only: bool = False
+    # The worker writes per-batch partial counts per (tenant, tool) to {prefix}.tallies, the
+    # fleet app's input (issue 13); false saves their cost where no fleet app runs.
+    tallies: bool = True
     # Kafka security, passed to the worker and the client alike.
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str | None = None
@@ -137,6 +140,7 @@ class Settings:
             expiry_interval_s=_number("STALLWATCH_EXPIRY_INTERVAL_S", cls.expiry_interval_s, float, 0.1),
             fingerprint_key=_fingerprint_key(),
             args_digest_only=_flag("STALLWATCH_ARGS_DIGEST_ONLY"),
+            tallies=_flag("STALLWATCH_TALLIES", cls.tallies),
             security_protocol=_env("STALLWATCH_SECURITY_PROTOCOL", cls.security_protocol),
             sasl_mechanism=_env("STALLWATCH_SASL_MECHANISM"),
             sasl_username=_env("STALLWATCH_SASL_USERNAME"),

@@ -1,7 +1,8 @@
 """`stallwatch demo` (the main job behind `make run`): a simulated fleet through Kafka and a worker.
 
-Starts a worker process, drives a small fleet through it with the Kafka client, prints every
-decision as it arrives and a summary per run, then stops the worker and exits 0.
+Starts a worker process and the fleet app, drives a small fleet through them with the Kafka
+client, prints every decision as it arrives, plays the fleet scene (a tool breaks for every run
+at once: stallwatch.cli.demo_fleet) and a summary per run, then stops both and exits 0.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 
+from stallwatch.cli import demo_fleet
 from stallwatch.client import KafkaClient, Run
 from stallwatch.kafka.topics import ensure_topics
+from stallwatch.logs import configure as configure_logging
 from stallwatch.settings import Settings
 
 TOOLS = [{"name": "search"}, {"name": "fetch_page"}, {"name": "get_price"},
@@ -111,16 +114,21 @@ async def drive(settings: Settings) -> list[Outcome]:
 
 
 def start_worker(settings: Settings) -> subprocess.Popen:
-    env = {**os.environ, "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
+    """The worker's warnings and errors reach the demo's stderr (its INFO would bury the demo's
+    output): a fault is seen, a healthy start-up and shutdown print nothing."""
+    # Ports 0: the demo reads neither endpoint, and another worker may hold the default ports.
+    env = {"STALLWATCH_LOG_LEVEL": "WARNING", "STALLWATCH_LOG_FORMAT": "text",
+           "STALLWATCH_WEB_PORT": "0", "STALLWATCH_METRICS_PORT": "0", **os.environ,
+           "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
            "STALLWATCH_BOOTSTRAP": settings.bootstrap, "STALLWATCH_PARTITIONS": str(settings.partitions)}
     return subprocess.Popen([sys.executable, "-m", "stallwatch.cli.main", "worker"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL)
 
 
 async def wait_for_worker(settings: Settings, worker: subprocess.Popen, timeout_s: float = 90) -> None:
     """A throwaway run's first call: answered once the worker has joined and recovered."""
     deadline = time.monotonic() + timeout_s
-    async with KafkaClient(settings, verdict_timeout_s=2.0) as client:
+    async with KafkaClient(settings) as client:  # the default timeout: a loaded machine is slow to connect
         while time.monotonic() < deadline:
             if worker.poll() is not None:
                 raise RuntimeError("the worker exited during start-up")
@@ -133,14 +141,24 @@ async def wait_for_worker(settings: Settings, worker: subprocess.Popen, timeout_
 
 
 def main(settings: Settings) -> int:
+    configure_logging("WARNING")  # the demo prints its own story; the log only what goes wrong
     asyncio.run(ensure_topics(settings))
     print(f"stallwatch demo: broker {settings.bootstrap}, topics {settings.topic_prefix}.*", flush=True)
     worker = start_worker(settings)
+    fleet_app = demo_fleet.start_fleet_app(settings)  # starts (Faust is slow to) while the runs go
+    crowd: list[demo_fleet.CrowdRun] = []
     try:
         asyncio.run(wait_for_worker(settings, worker))
         print("worker ready; driving the fleet:\n", flush=True)
         outcomes = asyncio.run(drive(settings))
+        if asyncio.run(demo_fleet.wait_for_fleet_app(fleet_app)):
+            print("\nfleet app ready; the fleet scene:\n", flush=True)
+            crowd = asyncio.run(demo_fleet.broken_tool_scene(settings, uuid.uuid4().hex[:6]))
+        else:
+            print(f"\nthe fleet app did not start (its log: {fleet_app.log_path}); no fleet scene",
+                  flush=True)
     finally:
+        fleet_app.stop()
         worker.terminate()
         worker.wait(30)
     print("\nsummary:")
@@ -150,4 +168,5 @@ def main(settings: Settings) -> int:
                   else f"ran {out.run.round} rounds, no stop")
         counts = ", ".join(f"{k} {v}" for k, v in sorted(out.decisions.items()))
         print(f"  {out.run.run_id:<22} {out.kind:<28} {ending:<36} calls: {counts}")
+    demo_fleet.summary(crowd)
     return 0

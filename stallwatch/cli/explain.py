@@ -14,8 +14,9 @@ import sys
 from collections.abc import Iterable
 from typing import TextIO
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
+from aiokafka.structs import ConsumerRecord
 
 from stallwatch.cli.top import partitions_of
 from stallwatch.contract.commands import Command, decode_command
@@ -26,6 +27,7 @@ from stallwatch.engine.canonical import secret_from_key
 from stallwatch.engine.fleet import Fleet
 from stallwatch.engine.state import RunState
 from stallwatch.kafka.options import aiokafka_options
+from stallwatch.kafka.read import committed_reader, read_to_end
 from stallwatch.settings import Settings
 
 
@@ -105,27 +107,29 @@ async def explain_from_topic(run_id: str, settings: Settings, out: TextIO) -> bo
     partitions = sorted(await partitions_of(settings.commands_topic, options))
     tp = TopicPartition(settings.commands_topic,
                         DefaultPartitioner()(run_id.encode(), partitions, partitions))
-    consumer = AIOKafkaConsumer(enable_auto_commit=False, isolation_level="read_committed", **options)
+    consumer = committed_reader(options)
     await consumer.start()
     seen = False
+    round_no = None
+
+    def show(_: TopicPartition, records: list[ConsumerRecord]) -> None:
+        nonlocal seen, round_no
+        for record in records:
+            if record.key != run_id.encode():
+                continue
+            command = decode_command(record.value)
+            seen = True
+            if command.round != round_no:
+                round_no = command.round
+                out.write(f"round {round_no}\n")
+            if command.type == "verdict" and command.decision == "allow":
+                out.write(f"  allowed {command.tool or command.call_id}\n")
+            write_command(command, out, {})
+
     try:
         consumer.assign([tp])
         await consumer.seek_to_beginning(tp)
-        end = (await consumer.end_offsets([tp]))[tp]
-        round_no = None
-        while await consumer.position(tp) < end:
-            for records in (await consumer.getmany(tp, timeout_ms=1000)).values():
-                for record in records:
-                    if record.key != run_id.encode():
-                        continue
-                    command = decode_command(record.value)
-                    seen = True
-                    if command.round != round_no:
-                        round_no = command.round
-                        out.write(f"round {round_no}\n")
-                    if command.type == "verdict" and command.decision == "allow":
-                        out.write(f"  allowed {command.tool or command.call_id}\n")
-                    write_command(command, out, {})
+        await read_to_end(consumer, [tp], show)
     finally:
         await consumer.stop()
     if not seen:

@@ -1,4 +1,5 @@
-"""`stallwatch top`: live counts from the commands topic: stops per code, refusals per tool."""
+"""`stallwatch top`: the fleet's open incidents, and live counts from the commands topic: stops per
+code, refusals per tool."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.structs import ConsumerRecord
 
 from stallwatch.contract.stop_codes import STOPS
 from stallwatch.kafka.options import aiokafka_options
+from stallwatch.kafka.read import committed_reader, read_to_end
 from stallwatch.settings import Settings
 
 
@@ -70,6 +73,40 @@ class Tally:
                       f"{max(self.workspace_versions, default='-')}\n")
 
 
+@dataclass
+class OpenIncidents:
+    """The fleet app's open incidents, from its compacted `{prefix}.incidents` topic (issue 13):
+    the latest record of each incident id is its state."""
+
+    open: dict[str, dict] = field(default_factory=dict)  # incident id -> its latest record
+
+    def add(self, key: bytes | None, raw: bytes | None) -> None:
+        incident = None
+        if raw is not None:
+            with contextlib.suppress(orjson.JSONDecodeError):
+                incident = orjson.loads(raw)
+        if not isinstance(incident, dict):
+            incident = {}
+        ident = incident.get("incident_id") or (key.decode("utf-8", "replace") if key else None)
+        if ident is None:
+            return
+        if incident.get("state") == "open":
+            self.open[ident] = incident
+        else:  # closed, a tombstone, or unreadable: no longer shown as open
+            self.open.pop(ident, None)
+
+    def render(self, out: TextIO) -> None:
+        out.write(f"open incidents: {len(self.open)}\n")
+        for incident in sorted(self.open.values(), key=lambda i: -(i.get("opened_at") or 0)):
+            evidence = incident.get("evidence") or {}
+            seen = ", ".join(f"{k} {v}" for k, v in evidence.items() if v)
+            opened = incident.get("opened_at")
+            when = time.strftime("%H:%M:%S", time.gmtime(opened)) if isinstance(opened, int | float) \
+                else "?"
+            out.write(f"  {incident.get('kind', '?'):<17} {incident.get('tool', '?'):<20} "
+                      f"tenant {incident.get('tenant') or '-':<12} opened {when} UTC  {seen}\n")
+
+
 def _median(counts: Counter) -> int | str:
     """The median of values counted in a Counter (value -> how many)."""
     total, seen = sum(counts.values()), 0
@@ -84,31 +121,44 @@ async def top(settings: Settings, out: TextIO, once: bool, from_beginning: bool,
               every_s: float = 2.0) -> Tally:
     """Read every commands partition; with `once`, read up to the current end, print, return."""
     options = aiokafka_options(settings)
-    consumer = AIOKafkaConsumer(enable_auto_commit=False, isolation_level="read_committed", **options)
+    consumer = committed_reader(options)
     await consumer.start()
-    tally = Tally()
+    tally, incidents = Tally(), OpenIncidents()
+
+    def count(tp: TopicPartition, records: list[ConsumerRecord]) -> None:
+        for record in records:
+            if tp.topic == settings.incidents_topic:
+                incidents.add(record.key, record.value)
+            else:
+                tally.add(record.value)
+
     try:
         partitions = await partitions_of(settings.commands_topic, options)
         tps = [TopicPartition(settings.commands_topic, p) for p in sorted(partitions)]
-        consumer.assign(tps)
+        # The incidents topic is read whole (compacted: the current state of each incident); it
+        # exists once a worker or fleet app has created the topics.
+        incident_tps = [TopicPartition(settings.incidents_topic, p) for p in sorted(
+            await partitions_of(settings.incidents_topic, options))] \
+            if settings.incidents_topic in await consumer.topics() else []
+        consumer.assign(tps + incident_tps)
         if from_beginning:
             await consumer.seek_to_beginning(*tps)
         else:
             await consumer.seek_to_end(*tps)
-        ends = await consumer.end_offsets(tps)
+        if incident_tps:
+            await consumer.seek_to_beginning(*incident_tps)
+        if once:
+            await read_to_end(consumer, tps + incident_tps, count)
+            incidents.render(out)
+            tally.render(out)
+            return tally
         shown = time.monotonic()
         while True:
-            batches = await consumer.getmany(timeout_ms=500)
-            for records in batches.values():
-                for record in records:
-                    tally.add(record.value)
-            if once:
-                positions = [await consumer.position(tp) for tp in tps]
-                if all(position >= ends[tp] for position, tp in zip(positions, tps, strict=True)):
-                    tally.render(out)
-                    return tally
-            elif time.monotonic() - shown >= every_s:
+            for tp, records in (await consumer.getmany(timeout_ms=500)).items():
+                count(tp, records)
+            if time.monotonic() - shown >= every_s:
                 out.write("\x1b[2J\x1b[H")  # clear the terminal, like top
+                incidents.render(out)
                 tally.render(out)
                 out.flush()
                 shown = time.monotonic()

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from stallwatch.contract.limits import MAX_ID_CHARS
-from stallwatch.contract.policy import V1_DEFAULTS, policy_defaults
+from stallwatch.contract.policy import Policy
 
 CONTRACT_VERSION = 1
 
@@ -24,7 +24,6 @@ Mode = Literal["researcher", "chat", "coder"]
 # What a call does to the agent's workspace (coder mode); `unknown` is treated as a change.
 Effect = Literal["read", "write", "unknown"]
 Status = Literal["ok", "error", "overloaded"]
-PositiveInt = Annotated[int, Field(ge=1)]
 Round = Annotated[int, Field(ge=0)]
 
 
@@ -65,39 +64,6 @@ class ToolSpec(BaseModel):
                 raise ValueError(f"volatile pattern {pattern!r} is not a regular expression: {exc}") \
                     from None
         return value
-
-
-class Policy(BaseModel):
-    """Per-run overrides of the detection thresholds; `None` in an optional limit means no limit.
-    A field's default is contract v1's; a run of another mode takes that mode's defaults
-    (`for_mode`) for the fields it does not set. Both come from `stallwatch.contract.policy`."""
-
-    model_config = _STRICT
-    no_progress_threshold: PositiveInt = V1_DEFAULTS["no_progress_threshold"]
-    loop_detect_threshold: Annotated[int, Field(ge=2)] = V1_DEFAULTS["loop_detect_threshold"]
-    max_rounds: PositiveInt = V1_DEFAULTS["max_rounds"]
-    call_budget: PositiveInt | None = V1_DEFAULTS["call_budget"]
-    overloaded_exempt_max: Annotated[int, Field(ge=0)] = V1_DEFAULTS["overloaded_exempt_max"]
-    time_limit_s: Annotated[float, Field(gt=0)] | None = V1_DEFAULTS["time_limit_s"]
-    # Researcher and coder modes: a `nudge` command when the already-seen streak reaches this;
-    # null: never.
-    nudge_at: PositiveInt | None = V1_DEFAULTS["nudge_at"]
-    # Chat mode: refuse a call continuing a cycle of 2 to 4 calls (same arguments, same
-    # results) repeated this many times in a row; null: off.
-    cycle_threshold: Annotated[int, Field(ge=2)] | None = V1_DEFAULTS["cycle_threshold"]
-    # Coder mode: one `nudge` naming a call that returned the same result this many runs in a
-    # row with changes in between (default 3 in coder mode); null: never.
-    stall_nudge_at: Annotated[int, Field(ge=2)] | None = V1_DEFAULTS["stall_nudge_at"]
-    # Coder mode: stop with `no_effect` at this many such runs; null (the default): never.
-    stall_stop_at: Annotated[int, Field(ge=2)] | None = V1_DEFAULTS["stall_stop_at"]
-    # Addition to v1 (issue 13): refuse calls to a tool with an open `tool_failing` fleet
-    # incident (verdict code `fleet_incident`) until the fleet reports it closed.
-    fleet_breaker: bool = V1_DEFAULTS["fleet_breaker"]
-
-    @classmethod
-    def for_mode(cls, mode: str, overrides: dict[str, Any] | None = None) -> Policy:
-        """The effective policy of a run: the mode's defaults, then the run's own overrides."""
-        return cls.model_validate({**policy_defaults(mode), **(overrides or {})})
 
 
 class _Event(BaseModel):

@@ -20,6 +20,8 @@ class StopKind:
     short: str  # one sentence for the refusals that follow the stop
     # (detail key naming what failed or stalled, the heading operators' views list it under)
     subject: tuple[str, str] | None = None
+    # The words when `detail["refused"]` is true: the last call was refused, not failed.
+    words_refused: str | None = None
 
 
 STOPS: dict[str, StopKind] = {
@@ -40,7 +42,10 @@ STOPS: dict[str, StopKind] = {
         ("tool", "consecutive_failures", "threshold"),
         "Stopped: `{tool}` failed {consecutive_failures} times in a row. Tools are removed. "
         "{answer} Mention that `{tool}` was failing.",
-        "A tool kept failing.", subject=("tool", "stopped for failing")),
+        "A tool kept failing.", subject=("tool", "stopped for failing"),
+        words_refused="Stopped: the last {consecutive_failures} calls of `{tool}` were refused or "
+        "failed (chat mode counts a refused repeat as a failure). Tools are removed. {answer} Do "
+        "not call `{tool}` the same way again."),
     "round_limit": StopKind(
         "answer_without_tools", "round", ("round", "max_rounds", "extra_rounds"),
         "Stopped: the run reached its limit of {max_rounds} rounds. Tools are removed. {answer}",
@@ -72,4 +77,5 @@ def stop_words(code: str, detail: dict[str, Any]) -> str:
         kind = STOPS[code]
     except KeyError:
         raise ValueError(f"no words for stop code {code!r}") from None
-    return kind.words.format(answer=ANSWER, **detail)
+    words = kind.words_refused if detail.get("refused") and kind.words_refused else kind.words
+    return words.format(answer=ANSWER, **detail)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import base64
 import struct
+from collections import namedtuple
 from dataclasses import dataclass, field, fields
 from itertools import islice
 from typing import Any
 
 import orjson
 
-from stallwatch.contract.policy import V1_DEFAULTS
+from stallwatch.contract.policy import POLICY_FIELDS, V1_DEFAULTS
 
 # The sets of digests are packed as one base64 string each, oldest first: 16 bytes of digest
 # cost 22 characters in the changelog instead of ~40 as a JSON list of hex strings.
@@ -18,10 +19,18 @@ _DIGEST_SETS = ("signatures", "fingerprints")
 # States are stored as a JSON array of field values, in declaration order, behind this format
 # number: a third of the size of an object with field names, so the changelog is smaller and
 # recovery faster. Bump it whenever a field is added, removed or reordered, or its meaning changes.
-STATE_FORMAT = 4
+STATE_FORMAT = 5
+# The format before, without the run's tenant (read as none: the run's tallies count it under
+# no tenant), so that a worker upgraded in place keeps its runs.
+_NO_TENANT_FORMAT = 4
 # The format before, whose last field (a clock offset, now `seen_at`) is read as unknown, so that
 # a worker upgraded in place keeps its runs (they count as seen at the first scan).
 _CLOCK_OFFSET_FORMAT = 3
+# Its shape: the policy's fields before `fleet_breaker`, and after `event_ids` only stop_code,
+# ended, last_ts, last_offset and the clock offset. Read without these, a format 3 state
+# failed (`zip() argument 2 is shorter`) and its run could not be restored.
+_FORMAT_3_POLICY_FIELDS = 10
+_FORMAT_3_FIELDS_AFTER_EVENT_IDS = 5
 
 # What a run keeps is capped, so that a run of any length has a state far below the producer's
 # limit (a 96,000-event run's state passed 1 MB and crash-looped the workers). Past a cap the
@@ -42,23 +51,19 @@ EVENT_WINDOW = 512
 MAX_ADVISED = 32
 MAX_FLEET_INCIDENTS = 32
 
+# A run's effective policy, one attribute per field of the contract's `Policy`. A tuple, not the
+# model itself: immutable like the model, and ten times cheaper to build from a stored state.
+RunPolicy = namedtuple("RunPolicy", POLICY_FIELDS, defaults=tuple(V1_DEFAULTS.values()))
+# Contract v1's, for a state built without a policy (tests, tools): immutable, so shared.
+V1_POLICY = RunPolicy()
+
 
 @dataclass(slots=True)
 class RunState:
     mode: str
     started_ts: float
-    # The run's effective policy (the detector fills every field from the mode's defaults).
-    no_progress_threshold: int = V1_DEFAULTS["no_progress_threshold"]
-    loop_detect_threshold: int = V1_DEFAULTS["loop_detect_threshold"]
-    max_rounds: int = V1_DEFAULTS["max_rounds"]
-    call_budget: int | None = V1_DEFAULTS["call_budget"]
-    overloaded_exempt_max: int = V1_DEFAULTS["overloaded_exempt_max"]
-    time_limit_s: float | None = V1_DEFAULTS["time_limit_s"]
-    nudge_at: int | None = V1_DEFAULTS["nudge_at"]
-    cycle_threshold: int | None = V1_DEFAULTS["cycle_threshold"]
-    stall_nudge_at: int | None = V1_DEFAULTS["stall_nudge_at"]
-    stall_stop_at: int | None = V1_DEFAULTS["stall_stop_at"]
-    fleet_breaker: bool = V1_DEFAULTS["fleet_breaker"]
+    # The run's effective policy: the mode's defaults, then the run's own overrides.
+    policy: RunPolicy = V1_POLICY
     exempt_tools: list[str] = field(default_factory=list)
     approval_tools: list[str] = field(default_factory=list)
     # Tools that declare volatile fields, facts or patterns: name -> {"volatile": [...],
@@ -114,6 +119,8 @@ class RunState:
     # The broker's append time of the run's last event (stallwatch.engine.expiry), the only time
     # expiry reads; None in replay, where nothing expires.
     seen_at: float | None = None
+    # run_started's tenant, bounded like an id: the fleet's tallies count per (tenant, tool).
+    tenant: str | None = None
 
     def to_bytes(self) -> bytes:
         values: list[Any] = [STATE_FORMAT]
@@ -125,17 +132,24 @@ class RunState:
                 value = base64.b64encode(struct.pack(f">{len(value)}Q", *value)).decode()
             elif name == "last_signature" and value is not None:
                 value = value.hex()
+            elif name == "policy":  # its fields in line, as when each was a field of the state
+                values.extend(value)
+                continue
             values.append(value)
         return orjson.dumps(values)
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> RunState:
         values = orjson.loads(raw)
-        if values[0] == _CLOCK_OFFSET_FORMAT:  # its last field was a clock offset: no broker time
-            values = [STATE_FORMAT, *values[1:-1], None]
+        if values[0] == _CLOCK_OFFSET_FORMAT:
+            values = _from_clock_offset_format(values)
+        if values[0] == _NO_TENANT_FORMAT:
+            values = [STATE_FORMAT, *values[1:], None]
         if values[0] != STATE_FORMAT:
             raise ValueError(f"run state in format {values[0]}, this worker reads {STATE_FORMAT}")
-        data = dict(zip(_FIELD_NAMES, values[1:], strict=True))
+        policy_end = _POLICY_AT + len(POLICY_FIELDS)
+        data = dict(zip(_FIELD_NAMES, [*values[1:_POLICY_AT], RunPolicy(*values[_POLICY_AT:policy_end]),
+                                       *values[policy_end:]], strict=True))
         for name in _DIGEST_SETS:
             packed = base64.b64decode(data[name])
             data[name] = dict.fromkeys(packed[i:i + 16] for i in range(0, len(packed), 16))
@@ -201,6 +215,16 @@ class RunState:
         self.fleet_incidents = {}
 
 
+def _from_clock_offset_format(values: list) -> list:
+    """A format 3 state's values in format 4's places: its policy had no `fleet_breaker`
+    (off), it was told of no fleet incident, and its last field, a clock offset, gives way to an
+    unknown broker time."""
+    policy_end = _POLICY_AT + _FORMAT_3_POLICY_FIELDS
+    after_ids = len(values) - _FORMAT_3_FIELDS_AFTER_EVENT_IDS
+    return [_NO_TENANT_FORMAT, *values[1:policy_end], V1_DEFAULTS["fleet_breaker"],
+            *values[policy_end:after_ids], [], {}, *values[after_ids:-1], None]
+
+
 def _add(ordered: dict, key: object, cap: int) -> None:
     """Add to an ordered set; past `cap`, the oldest quarter goes at once. One by one, each
     eviction would scan the dict's deleted slots from its start (0.8 µs an event for a window
@@ -212,3 +236,5 @@ def _add(ordered: dict, key: object, cap: int) -> None:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(RunState))
+# Where the policy's values start in a stored state (after the format number).
+_POLICY_AT = 1 + _FIELD_NAMES.index("policy")

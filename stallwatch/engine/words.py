@@ -127,6 +127,9 @@ def system_prompt(mode: str, policy: Policy, exempt_tools: Iterable[str] = ()) -
     else:
         lines.append(f"- A tool that fails {policy.no_progress_threshold} times in a row ends "
                      "tool use.")
+    if policy.fleet_breaker:
+        lines.append("- A tool reported failing in many runs across the fleet is refused until "
+                     "the fleet sees it recover.")
     lines.append(f"- At most {policy.max_rounds} rounds of tool use.")
     if policy.call_budget is not None:
         lines.append(f"- At most {policy.call_budget} tool calls in all.")

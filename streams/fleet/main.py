@@ -7,12 +7,14 @@ import asyncio
 from faust.worker import Worker
 
 from stallwatch.kafka.topics import ensure_topics
+from stallwatch.logs import tame_kafka_loggers
 from stallwatch.settings import Settings
 from streams.fleet.service import FleetService
 from streams.fleet.settings import FleetSettings
 
 
 def main(settings: Settings) -> int:
+    tame_kafka_loggers()  # aiokafka under Faust, in an outage: a few counted lines
     cfg = FleetSettings.from_env(settings)
     asyncio.run(ensure_topics(settings))
     service = FleetService(cfg)

@@ -37,6 +37,9 @@ class FleetMetrics:
         self.advisories = Counter("stallwatch_fleet_advisories_total",
                                   "fleet_advisory events written, by phase (open, closed)",
                                   ["incident"], registry=r)
+        self.lag = Gauge("stallwatch_fleet_consumer_lag",
+                         "Records not yet committed on this worker's partitions, by step's input "
+                         "(tallies, partials)", ["topic"], registry=r)
         self.delay = Histogram("stallwatch_fleet_advisory_delay_seconds",
                                "Event time of the tally that opened an incident to its advisories sent",
                                buckets=_DELAY_BUCKETS, registry=r)

@@ -56,6 +56,7 @@ class FleetService:
             broker_session_timeout=cfg.session_timeout_s, broker_heartbeat_interval=1.0,
             broker_commit_interval=1.0, producer_acks=-1, consumer_auto_offset_reset="earliest",
             autodiscover=False)
+        # read_committed and the fetch wait: the consumer Faust builds, adjusted (transport.py).
         transport = transport_for(cfg.fetch_wait_ms)
         app._new_transport = lambda: transport(app.conf.broker_consumer, app)  # type: ignore[method-assign]
         self.tallies = _raw_topic(app, base.tallies_topic)
@@ -65,7 +66,8 @@ class FleetService:
         self.deadletter = _raw_topic(app, base.deadletter_topic)
         self.table = app.Table("fleet-state", default=None, partitions=base.partitions,
                                key_type=bytes)
-        # Faust derives the serializers from the types (json for both); keys are raw bytes.
+        # Tables take no serializer arguments (faust-streaming #556): Faust derives json from the
+        # types; keys are raw bytes, set before the changelog topic is first built.
         self.table.key_serializer = "raw"
         # This worker's view of its keys: least recently updated first, per partition (an evicted
         # key's tombstone must go to its own changelog partition), and the keys with open incidents.
@@ -115,11 +117,31 @@ class FleetService:
     async def _tick(self) -> None:
         """Every partition of the partials hears this worker's event time: incidents of tools no
         longer called still close."""
+        self._measure_lag()
         if self.watermark <= 0:
             return
         value = orjson.dumps({"tick": self.watermark})
         for partition in range(self.cfg.base.partitions):
             await self.partials.send(key=None, value=value, partition=partition)
+
+    def _measure_lag(self) -> None:
+        """Highwater minus committed offset over this worker's partitions of each input; Faust
+        keeps both, the committed one only in a private attribute (so a failure is tolerated)."""
+        consumer = self.app.consumer
+        try:
+            assigned = consumer.assignment()
+            committed = consumer._committed_offset
+            for label, topic in (("tallies", self.cfg.base.tallies_topic),
+                                 ("partials", self.cfg.base.fleet_partials_topic)):
+                lag = 0
+                for tp in assigned:
+                    if tp.topic == topic:
+                        highwater = consumer.highwater(tp)
+                        if highwater is not None and highwater >= 0:
+                            lag += max(0, highwater - (committed.get(tp) or 0))
+                self.metrics.lag.labels(label).set(lag)
+        except (AttributeError, KeyError, TypeError) as error:
+            log.debug("lag not measured: %s", error)
 
     # The judge step: one (tenant, tool) per key, windows in the table.
 
@@ -128,12 +150,19 @@ class FleetService:
             message = event.message
             if not self.indexed:
                 self._index()
-            record = orjson.loads(message.value)
-            if "tick" in record:
-                self.clock = max(self.clock, record["tick"])
-                self._close_quiet(message.partition)
-            else:
-                await self._apply(message.key, message.partition, record)
+            try:
+                record = orjson.loads(message.value)
+                if "tick" in record:
+                    self.clock = max(self.clock, record["tick"])
+                    self._close_quiet(message.partition)
+                else:
+                    await self._apply(message.key, message.partition, record)
+            except Exception:
+                # A crashed agent is restarted by Faust past the record anyway: say so and count it
+                # rather than lose the agent's place silently.
+                log.exception("judge: partials partition %s offset %s not applied",
+                              message.partition, message.offset)
+                self.metrics.dead_letters.labels("judge_error").inc()
             yield None
 
     async def _apply(self, key: bytes, partition: int, partial: Tally) -> None:
@@ -200,10 +229,15 @@ class FleetService:
     def _index(self) -> None:
         """After a recovery the table holds keys this worker has not touched yet: index them."""
         self.lru, self.open_keys = {}, {}
+        mine = {tp.partition for tp in self.app.assignor.assigned_actives()
+                if tp.topic == self.cfg.base.fleet_partials_topic}
         for key, state in list(self.table.data.items()):
-            if state is None:
-                continue
             partition = partition_of(key, self.cfg.base.partitions)
+            if state is None or partition not in mine:
+                # Faust's memory store keeps a revoked partition's keys: dropped from memory only
+                # (no tombstone), their new owner restored them from the changelog.
+                del self.table.data[key]
+                continue
             self.lru.setdefault(partition, OrderedDict())[key] = None
             if state.get("open"):
                 self.open_keys.setdefault(partition, set()).add(key)

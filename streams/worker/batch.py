@@ -12,6 +12,7 @@ from stallwatch.contract.parse import MAX_EVENT_BYTES, InvalidEvent, parse_recor
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.expiry import PartitionClock
 from stallwatch.engine.state import RunState
+from streams.worker.tallies import Tallies
 
 
 class SourceRecord(Protocol):
@@ -50,15 +51,20 @@ class BatchResult:
     states: dict[str, RunState] = field(default_factory=dict)  # every run the batch touched
     events_by_type: dict[str, int] = field(default_factory=dict)
     skipped: int = 0  # at or below a run's last applied offset
+    # Per-(tenant, tool) partial counts for the fleet app: (key, value) records of the tallies topic
+    tallies: list[tuple[bytes, bytes]] = field(default_factory=list)
 
 
 class BatchApplier:
     """Applies a partition's events in offset order; bad input becomes a dead letter."""
 
-    def __init__(self, detector: Detector, topic: str, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+    def __init__(self, detector: Detector, topic: str, max_event_bytes: int = MAX_EVENT_BYTES,
+                 tallies: Tallies | None = None) -> None:
+        """`tallies`: counts the batch for the fleet app (None: no tallies)."""
         self.detector = detector
         self.topic = topic
         self.max_event_bytes = max_event_bytes
+        self.tallies = tallies
 
     def apply(self, messages: Sequence[SourceRecord], load: Callable[[str], RunState | None],
               clock: PartitionClock, received_at: float) -> BatchResult:
@@ -69,6 +75,7 @@ class BatchApplier:
         result = BatchResult()
         states = result.states
         secret = self.detector.secret  # keys the digests a dead letter and a long id carry
+        tallies = self.tallies
         for message in messages:
             seen = (message.timestamp / 1000 if message.timestamp_type == LOG_APPEND_TIME
                     else received_at)
@@ -96,4 +103,8 @@ class BatchApplier:
                 state.last_offset = message.offset
                 clock.touch(state, kind, seen)
                 states[run_id] = state
+                if tallies is not None:
+                    tallies.observe(event, state, commands)
+        if tallies is not None:
+            result.tallies = tallies.records()
         return result

@@ -9,7 +9,7 @@ import time
 
 from aiohttp import web
 
-from streams.worker.pipeline import Progress
+from streams.worker.progress import Progress
 
 log = logging.getLogger(__name__)
 

@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Iterator
 
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.canonical import secret_from_key
@@ -15,7 +16,7 @@ from stallwatch.engine.detector import Detector
 from stallwatch.kafka.topics import ensure_topics
 from stallwatch.logs import configure as configure_logging
 from stallwatch.metrics import StallwatchMetrics
-from stallwatch.settings import Settings
+from stallwatch.settings import Settings, SetupError
 from streams.worker.health import HealthServer, start_watchdog
 from streams.worker.pipeline import Pipeline
 
@@ -29,6 +30,16 @@ STOP_MARGIN_S = 1.0
 # Exit status of a stop that abandoned a batch in flight (its events are read again by the next
 # owner): distinct from a crash's 1, a set-up error's 2 and a stall's 3.
 ABANDONED_EXIT_CODE = 4
+
+
+@contextlib.contextmanager
+def _port_setting(name: str, host: str, port: int) -> Iterator[None]:
+    """A port already taken (another worker on this machine) names the setting to change."""
+    try:
+        yield
+    except OSError as exc:
+        raise SetupError(f"cannot listen on {host}:{port} ({exc.strerror}): set {name} to a free "
+                         "port (0 picks one)") from None
 
 
 def main(settings: Settings) -> int:
@@ -46,7 +57,8 @@ async def serve(settings: Settings, metrics: StallwatchMetrics | None = None,
     policy = AdminPolicy.from_file(settings.policy_file)  # a bad file stops the worker before Kafka
     await ensure_topics(settings)
     metrics = metrics or StallwatchMetrics()
-    metrics.serve(settings.metrics_port, settings.metrics_bind)
+    with _port_setting("STALLWATCH_METRICS_PORT", settings.metrics_bind, settings.metrics_port):
+        metrics.serve(settings.metrics_port, settings.metrics_bind)
     pipeline = Pipeline(settings, metrics, Detector(policy,
                                                  secret_from_key(settings.fingerprint_key)))
     health = HealthServer(pipeline.progress, settings.stall_timeout_s, settings.web_bind,
@@ -61,7 +73,8 @@ async def serve(settings: Settings, metrics: StallwatchMetrics | None = None,
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal)
-    await health.start()
+    with _port_setting("STALLWATCH_WEB_PORT", settings.web_bind, settings.web_port):
+        await health.start()
     await pipeline.start()
     start_watchdog(pipeline.progress, settings.stall_timeout_s)
     log.info("worker ready: group %s, topic %s", settings.group_id, settings.events_topic)

@@ -6,11 +6,13 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
+from aiokafka.structs import ConsumerRecord
 
 from stallwatch.engine.expiry import PartitionClock
 from stallwatch.engine.state import RunState
 from stallwatch.kafka.options import aiokafka_options
+from stallwatch.kafka.read import committed_reader, read_to_end
 from stallwatch.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -24,8 +26,10 @@ class RunStore:
     """States by partition and run id. A state stays the raw changelog bytes until a batch first
     needs it, so restoring 100,000 runs costs a dict insert each, not a decode each.
 
-    The store is changed only after the transaction that carried the change committed; the
-    changelog is written by the pipeline in that same transaction.
+    A batch's new runs are put and its expired runs deleted only after its transaction committed,
+    but the detector changes a loaded state in place while it applies the batch: after a failed
+    transaction the store holds changes Kafka does not, and the partition must be rebuilt from the
+    changelog (`restore`) before it is served again (streams/worker/commit.py does).
     """
 
     def __init__(self) -> None:
@@ -83,31 +87,23 @@ class RunStore:
         """
         started = time.monotonic()
         raw: dict[int, dict[str, bytes]] = {p: {} for p in partitions}
-        consumer = AIOKafkaConsumer(
-            isolation_level="read_committed", enable_auto_commit=False,
-            fetch_max_bytes=RESTORE_FETCH_BYTES, max_partition_fetch_bytes=RESTORE_FETCH_BYTES,
-            **aiokafka_options(settings))
+        consumer = committed_reader(aiokafka_options(settings), fetch_max_bytes=RESTORE_FETCH_BYTES,
+                                    max_partition_fetch_bytes=RESTORE_FETCH_BYTES)
+
+        def take(tp: TopicPartition, records: list[ConsumerRecord]) -> None:
+            states = raw[tp.partition]
+            for record in records:
+                if record.value is None:
+                    states.pop(record.key.decode(), None)
+                else:
+                    states[record.key.decode()] = record.value
+
         try:
             await consumer.start()
             tps = [TopicPartition(settings.changelog_topic, p) for p in partitions]
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
-            ends = await consumer.end_offsets(tps)
-            pending = {tp for tp in tps if ends[tp] > 0}
-            while pending:
-                batches = await consumer.getmany(*pending, timeout_ms=500, max_records=100_000)
-                on_progress()
-                for tp, records in batches.items():
-                    states = raw[tp.partition]
-                    for record in records:
-                        if record.value is None:
-                            states.pop(record.key.decode(), None)
-                        else:
-                            states[record.key.decode()] = record.value
-                # Transaction markers take offsets too: done once the position passes the end.
-                for tp in list(pending):
-                    if await consumer.position(tp) >= ends[tp]:
-                        pending.discard(tp)
+            await read_to_end(consumer, tps, take, max_records=100_000, on_fetch=on_progress)
         finally:
             await consumer.stop()
         for partition in partitions:

@@ -88,3 +88,15 @@ def test_a_tool_that_raises_under_invoke_leaves_no_run_held():
         with pytest.raises(RuntimeError, match="did not answer"):
             _raising_agent(middleware).invoke(QUESTION)
         assert not middleware.guards and not client.client.runs
+
+
+async def test_chat_mode_words_say_the_calls_were_refused_not_that_the_tool_failed():
+    script, tools = scripts.Script([("search", {"q": "kafka compaction"})] * 10), scripts.Tools()
+    async with EmbeddedClient() as client:
+        out = await agent_for(script, tools, StallwatchMiddleware(client, mode="chat")).ainvoke(
+            QUESTION, {"recursion_limit": 100})
+    stop = out["stallwatch_stop"]
+    assert stop["code"] == "tool_failures" and tools.ran["search"] == 2  # the rest were refused
+    last = script.seen[-1]
+    assert last.tools == [] and stop["reason"] in last.instructions
+    assert "refused" in stop["reason"] and "failed 5 times" not in stop["reason"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import subprocess
 import sys
 import uuid
@@ -87,3 +88,15 @@ async def test_a_client_with_no_topics_says_so_and_names_the_prefix(caplog: pyte
         assert not client.connected
     (said,) = [r.getMessage() for r in caplog.records]
     assert "do not exist" in said and "STALLWATCH_TOPIC_PREFIX" in said and "stallwatch worker" in said
+
+
+@pytest.mark.kafka
+def test_a_port_in_use_names_its_setting():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = stallwatch(["worker"], {"STALLWATCH_BOOTSTRAP": BOOTSTRAP, "STALLWATCH_WEB_PORT": str(port),
+                                         "STALLWATCH_REPLICATION_FACTOR": "1",
+                                         "STALLWATCH_MIN_INSYNC_REPLICAS": "1"})
+    said_only(result, "STALLWATCH_WEB_PORT", f"127.0.0.1:{port}")

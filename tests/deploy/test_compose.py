@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from stallwatch.settings import Settings
+from streams.fleet.settings import FleetSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,7 +19,7 @@ def compose() -> dict:
 
 def test_the_stack_has_the_official_kafka_image_workers_prometheus_and_grafana():
     services = compose()["services"]
-    assert set(services) == {"kafka", "worker", "prometheus", "grafana"}
+    assert set(services) == {"kafka", "worker", "fleet", "prometheus", "grafana"}
     assert services["kafka"]["image"].startswith("apache/kafka:4.")
     assert services["worker"]["command"] == ["stallwatch", "worker"]
     assert services["worker"]["deploy"]["replicas"] >= 2
@@ -29,6 +30,17 @@ def test_worker_settings_are_ones_the_worker_reads():
     env = compose()["services"]["worker"]["environment"]
     assert set(env) <= known, set(env) - known
     assert env["STALLWATCH_BOOTSTRAP"].split(":")[0] == "kafka"
+
+
+def test_fleet_settings_are_ones_the_fleet_app_reads_and_prometheus_scrapes_its_port():
+    known = {f"STALLWATCH_{f.name.upper()}" for f in dataclasses.fields(Settings)}
+    known |= {f"STALLWATCH_FLEET_{f.name.upper()}" for f in dataclasses.fields(FleetSettings)}
+    fleet = compose()["services"]["fleet"]
+    assert fleet["command"] == ["stallwatch", "fleet"]
+    assert set(fleet["environment"]) <= known, set(fleet["environment"]) - known
+    scrape = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
+    job = next(j for j in scrape["scrape_configs"] if j["job_name"] == "stallwatch-fleet")
+    assert job["dns_sd_configs"][0]["port"] == int(fleet["environment"]["STALLWATCH_FLEET_WEB_PORT"])
 
 
 def test_mounted_files_and_the_build_context_exist():

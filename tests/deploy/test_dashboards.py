@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from stallwatch.metrics import StallwatchMetrics
+from streams.fleet.metrics import FleetMetrics
 
 GRAFANA = Path(__file__).resolve().parents[2] / "deploy" / "grafana"
 _HISTOGRAM_SERIES = re.compile(r"_(bucket|sum|count)$")
@@ -22,7 +23,8 @@ def build_module():
 
 def exported_metrics() -> set[str]:
     names = set()
-    for family in StallwatchMetrics().registry.collect():
+    families = [*StallwatchMetrics().registry.collect(), *FleetMetrics().registry.collect()]
+    for family in families:
         names.add(family.name)
         names.update(sample.name for sample in family.samples)
         if family.type == "histogram":
@@ -59,7 +61,7 @@ def test_every_panel_queries_metrics_the_worker_exports():
                    "stallwatch_stops_total", "stallwatch_active_runs",
                    "stallwatch_decision_latency_seconds", "stallwatch_consumer_lag",
                    "stallwatch_dead_letters_total", "stallwatch_stall_nudges_total",
-                   "stallwatch_workspace_version_at_stop"):
+                   "stallwatch_workspace_version_at_stop", "stallwatch_fleet_incidents_open"):
         assert metric in seen, metric
 
 

@@ -89,3 +89,15 @@ def test_chat_has_no_duplicate_rule_for_calls_not_back_to_back(run):
         s.call("get_price", {"symbol": "B"}, status="ok", result=PRICE)
     s.end_round()
     assert set(run(s).codes()) == {None}
+
+
+def test_a_stop_reached_by_refusals_does_not_say_the_tool_failed(run):
+    s = chat()
+    s.start_round()
+    for _ in range(7):
+        s.call("get_price", {"symbol": "ACME"})
+    s.end_round()
+    (stop,) = run(s).stops
+    assert stop.detail["refused"] is True
+    assert "refused" in stop.reason and "failed 5 times" not in stop.reason
+    assert "was failing" not in stop.reason

@@ -8,10 +8,11 @@ from typing import Any
 import orjson
 import pytest
 
-from stallwatch.contract.events import advisory_event_id
+from stallwatch.contract.events import Policy, advisory_event_id
 from stallwatch.contract.parse import InvalidEvent, parse_event
 from stallwatch.engine.fleet import Fleet
 from stallwatch.engine.state import RunState
+from stallwatch.engine.words import system_prompt
 from tests.script import RunScript
 
 EVIDENCE = {"calls": 40, "failures": 31, "runs": 12}
@@ -141,7 +142,7 @@ def test_the_breaker_and_the_told_incidents_survive_the_trip_through_bytes():
     state = fleet.runs[s.run_id]
     copy = RunState.from_bytes(state.to_bytes())
     assert copy.fleet_incidents == {"search": "inc-1"} and copy.advised == ["inc-1"]
-    assert copy.fleet_breaker is True
+    assert copy.policy.fleet_breaker is True
 
 
 def test_the_told_incidents_are_capped():
@@ -165,3 +166,10 @@ def test_the_event_id_is_derived_from_incident_run_and_state():
     assert advisory_event_id("inc-1", "r", "open") != advisory_event_id("inc-1", "r", "closed")
     assert advisory_event_id("inc-1", "r", "open").startswith("fa-")
     assert len(advisory_event_id("inc-1", "r", "open")) == 3 + 32
+
+
+def test_the_system_prompt_names_the_breaker_only_when_it_is_on():
+    on = system_prompt("researcher", Policy.for_mode("researcher", {"fleet_breaker": True}))
+    off = system_prompt("researcher", Policy.for_mode("researcher"))
+    assert "failing in many runs across the fleet is refused" in on
+    assert "fleet" not in off

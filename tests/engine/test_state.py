@@ -57,12 +57,39 @@ def test_a_state_in_another_format_is_refused_with_a_clear_error(run):
         RunState.from_bytes(orjson.dumps(values))
 
 
-def test_a_state_of_the_clock_offset_format_is_read_with_no_broker_time(run):
-    state = state_after(RunScript(), run)
-    values = orjson.loads(state.to_bytes())
-    values[0], values[-1] = 3, -25200.0  # format 3 ended with a clock offset, here 7 hours
-    read = RunState.from_bytes(orjson.dumps(values))
-    assert read.seen_at is None and read.started_ts == state.started_ts
+# A researcher run's state as the format 3 worker wrote it (before fleet advisories and broker
+# time): max_rounds 9, one round of one search, then a failing search; 7 hours of clock offset.
+FORMAT_3_STATE = (
+    b'[3,"researcher",1000.0,5,3,9,null,3,null,3,null,null,null,[],[],{},2,true,1,1,1,true,false,'
+    b'0,false,0,2,0,0,{"search":1},null,0,[],{},0,{},{},"yyV9yuGrouYZIkito/pxaJpKG0oEflsT6WiujOMK3k8='
+    b'","CvYHFzDa4iKbWPBbrcnqqRYTL2zrHaGKEr8OviEKCe0=","kA7dJgoSMVjmX0EWBy0XRmOZ92MqRxHh7vp5Y58emYe+F'
+    b'GkpbLbJb4d9lZttn8Yj52XeG4lNJmpjAzAjrNAnrw==",null,false,1003.5,41,-25200.0]')
+
+
+def test_a_state_of_the_clock_offset_format_is_read_with_no_broker_time():
+    read = RunState.from_bytes(FORMAT_3_STATE)
+    assert read.seen_at is None and read.started_ts == 1000.0 and read.last_offset == 41
+    assert read.policy.max_rounds == 9 and read.policy.fleet_breaker is False
+    assert read.advised == [] and read.fleet_incidents == {} and read.failures == {"search": 1}
+    assert len(read.signatures) == 2 and len(read.event_ids) == 8 and read.round == 2
+    assert RunState.from_bytes(read.to_bytes()) == read
+
+
+def test_a_state_of_the_format_before_tenants_is_read_with_no_tenant():
+    format_4 = orjson.loads(RunState.from_bytes(FORMAT_3_STATE).to_bytes())[:-1]
+    format_4[0] = 4  # what the format 4 worker wrote: the same fields but the tenant
+    read = RunState.from_bytes(orjson.dumps(format_4))
+    assert read.tenant is None and read.last_offset == 41 and read.policy.max_rounds == 9
+
+
+def test_the_tenant_is_kept_bounded_and_round_trips(run):
+    script = RunScript()
+    script.events[0]["tenant"] = "acme"
+    state = state_after(script, run)
+    assert state.tenant == "acme" and RunState.from_bytes(state.to_bytes()).tenant == "acme"
+    script = RunScript()
+    script.events[0]["tenant"] = "t" * 1000
+    assert len(state_after(script, run).tenant) <= 128
 
 
 def test_a_100000_event_run_keeps_a_small_state():

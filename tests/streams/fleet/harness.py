@@ -31,7 +31,8 @@ FAST = {"STALLWATCH_FLEET_WINDOW_S": "6", "STALLWATCH_FLEET_STEP_S": "1",
 class FleetProcess:
     """`stallwatch fleet` as a child process, in a directory of its own (Faust writes one)."""
 
-    def __init__(self, settings: Settings, name: str = "f", env: dict[str, str] | None = None) -> None:
+    def __init__(self, settings: Settings, name: str = "f", env: dict[str, str] | None = None,
+                 command: list[str] | None = None) -> None:
         self.web_port = free_port()
         self.log_path = Path(f"/tmp/stallwatch-{settings.topic_prefix}-fleet-{name}.log")
         self.workdir = tempfile.mkdtemp(prefix=f"fleet-{name}-")
@@ -40,7 +41,10 @@ class FleetProcess:
                 "STALLWATCH_PARTITIONS": str(settings.partitions),
                 "STALLWATCH_REPLICATION_FACTOR": "1", "STALLWATCH_MIN_INSYNC_REPLICAS": "1",
                 "STALLWATCH_FLEET_WEB_PORT": str(self.web_port), **FAST, **(env or {})}
-        self.proc = subprocess.Popen([sys.executable, "-m", "stallwatch.cli.main", "fleet"], env=full,
+        command = command or [sys.executable, "-m", "stallwatch.cli.main", "fleet"]
+        # The app is imported from the checkout wherever the process runs.
+        full["PYTHONPATH"] = str(Path(__file__).resolve().parents[3])
+        self.proc = subprocess.Popen(command, env=full,
                                      cwd=self.workdir, stdout=self.log_path.open("wb"),
                                      stderr=subprocess.STDOUT)
 
@@ -83,6 +87,10 @@ class FleetProcess:
         body = (self.get("/metrics") or b"").decode()
         return sum(float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
                    if line.startswith(name) and not line.startswith("#"))
+
+    def has_metric(self, name: str) -> bool:
+        body = (self.get("/metrics") or b"").decode()
+        return any(line.startswith(name) for line in body.splitlines())
 
     async def serving(self, timeout_s: float = 90.0) -> None:
         """Until its web view answers and it has joined its group (partitions assigned)."""

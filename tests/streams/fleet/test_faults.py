@@ -91,3 +91,32 @@ async def test_two_fleet_workers_share_the_tools_and_each_incident_opens_once() 
     finally:
         first.stop()
         second.stop()
+
+
+async def test_a_second_worker_takes_over_half_the_tools_and_the_first_lets_them_go() -> None:
+    settings = fresh_settings()
+    first = FleetProcess(settings, "first")
+    second = None
+    now = float(int(time.time()))
+    tools = [f"tool-{i}" for i in range(12)]
+    try:
+        await first.serving()
+        async with Tallies(settings) as tallies, Reader(settings, settings.incidents_topic) as incidents:
+            await tallies.send([_failing(i, now, tool) for tool in tools for i in range(5)])
+            await incidents.until(lambda vs: len({v["tool"] for v in vs}) == len(tools))
+            assert len(first.open_incidents()) == len(tools)
+            second = FleetProcess(settings, "second")
+            await second.serving()
+            # After the rebalance each open incident is listed by exactly one worker.
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                held = [o["incident_id"] for o in first.open_incidents() + second.open_incidents()]
+                if len(held) == len(tools) and second.open_incidents():
+                    break
+                await asyncio.sleep(0.5)
+            assert sorted(held) == sorted(set(held)) and len(held) == len(tools), held
+            assert second.open_incidents() and len(first.open_incidents()) < len(tools)
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()

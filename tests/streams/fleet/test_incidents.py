@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -70,5 +71,13 @@ async def test_an_incident_opens_once_is_updated_then_closes_and_tells_the_live_
             assert {e.incident_id for e in told} == {opened.incident_id}
             assert sorted(e.run_id for e in told if e.incident == "closed") == sorted(live)
             assert fleet.metric(f'stallwatch_fleet_incidents_opened_total{{kind="{kind}"}}') == 1
+            # Caught up: the tallies' lag falls to the transaction markers (one per partition
+            # after the last commit: the committed offset stops before it).
+            lag = 'stallwatch_fleet_consumer_lag{topic="tallies"}'
+            deadline = time.monotonic() + 20
+            while (not fleet.has_metric(lag) or fleet.metric(lag) > settings.partitions) \
+                    and time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
+            assert fleet.has_metric(lag) and fleet.metric(lag) <= settings.partitions
     finally:
         fleet.stop()

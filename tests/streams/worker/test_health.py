@@ -8,7 +8,7 @@ import urllib.error
 import urllib.request
 
 from streams.worker.health import HealthServer
-from streams.worker.pipeline import Progress
+from streams.worker.progress import Progress
 from tests.kafka_harness import free_port
 
 

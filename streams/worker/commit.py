@@ -1,0 +1,174 @@
+"""A partition batch's commit: a pure plan of everything it writes, and one transaction that writes it.
+
+What is true, and why a batch is exact: the plan's writes (commands, dead letters, changelog
+records, tallies) and the input offset after the batch go to Kafka in ONE transaction
+of the partition's own producer, so read-committed readers see all of it or none of it. The
+detector changes loaded states in place while it applies the batch, so the worker's memory runs
+ahead of Kafka until the commit; if the transaction fails, nothing of it is visible and the
+partition is rebuilt (a new producer, its states restored from the changelog, its position set to
+the committed offset) and the batch read again. Only a committed plan's new and expired runs are
+put into and deleted from the store. A fenced producer (another worker took the partition over)
+or a batch that keeps failing ends the worker: it must not go on past a batch it cannot commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaError, ProducerFenced
+
+from stallwatch.contract.commands import encode_command
+from stallwatch.engine.state import RunState
+from stallwatch.settings import Settings
+from streams.worker.batch import BatchApplier, BatchResult, SourceRecord
+from streams.worker.store import RunStore
+
+log = logging.getLogger(__name__)
+
+# A partition whose batch failed this many times in a row (each time rebuilt from Kafka and read
+# again) ends the worker: a failure that repeats is not the broker coming back.
+MAX_BATCH_FAILURES = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One record of a plan, written to the source partition's number on its topic (every topic
+    has the same partition count, so a run's records share its number)."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None  # None is a tombstone
+
+
+@dataclass(frozen=True, slots=True)
+class CommitTopics:
+    commands: str
+    deadletter: str
+    changelog: str
+    tallies: str
+
+    @classmethod
+    def of(cls, settings: Settings) -> CommitTopics:
+        return cls(settings.commands_topic, settings.deadletter_topic, settings.changelog_topic,
+                   settings.tallies_topic)
+
+
+@dataclass(frozen=True)
+class CommitPlan:
+    """Everything one partition batch writes, in the order written, and the offset it commits."""
+
+    source: TopicPartition
+    writes: list[Write]
+    next_offset: int  # the input offset the partition's next batch starts at
+    states: dict[str, RunState]  # every run the batch touched: the store takes them once committed
+    expired: list[str]  # runs whose tombstones the plan writes: the store drops them once committed
+
+
+def plan_commit(topics: CommitTopics, source: TopicPartition, result: BatchResult,
+                expired: Sequence[str], next_offset: int) -> CommitPlan:
+    """Pure: the writes of a batch's result (commands, dead letters, changed states, tombstones of
+    expired runs, the fleet app's tallies) and the offset after the batch."""
+    writes = [Write(topics.commands, c.run_id.encode(), encode_command(c)) for c in result.commands]
+    writes += [Write(topics.deadletter, key, letter) for key, letter, _ in result.letters]
+    writes += [Write(topics.changelog, run_id.encode(), state.to_bytes())
+               for run_id, state in result.states.items()]
+    writes += [Write(topics.changelog, run_id.encode(), None) for run_id in expired]
+    writes += [Write(topics.tallies, key, value) for key, value in result.tallies]
+    return CommitPlan(source, writes, next_offset, result.states, list(expired))
+
+
+class TransactionalProducer(Protocol):
+    """What a commit uses of aiokafka's transactional producer (a fake one in the unit tests)."""
+
+    def transaction(self) -> AbstractAsyncContextManager[Any]: ...
+
+    async def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+                   partition: int | None = None) -> Awaitable[Any]: ...
+
+    async def send_offsets_to_transaction(self, offsets: dict[TopicPartition, int],
+                                          group_id: str) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+async def write_plan(producer: TransactionalProducer, plan: CommitPlan, group_id: str) -> None:
+    """The plan in one transaction: committed whole, or aborted (and the exception raised)."""
+    partition = plan.source.partition
+    async with producer.transaction():
+        sent = [await producer.send(w.topic, w.value, key=w.key, partition=partition)
+                for w in plan.writes]
+        # The offsets only once the records are acknowledged: adding the offsets to the
+        # transaction (AddOffsetsToTxn) changes its state on the coordinator, and a record
+        # whose verification (KIP-890) meets that change is refused as NOT_ENOUGH_REPLICAS
+        # and retried: ~16 warnings a second on a healthy broker, for no gain in latency.
+        await asyncio.gather(*sent)
+        await producer.send_offsets_to_transaction({plan.source: plan.next_offset}, group_id)
+
+
+class BatchCommitter:
+    """One partition batch from records to committed: apply, plan, write, then the store takes the
+    plan's states; on a failed transaction the partition is rebuilt (see the module docstring)."""
+
+    def __init__(self, applier: BatchApplier, store: RunStore, topics: CommitTopics, group_id: str,
+                 producers: Mapping[int, TransactionalProducer],
+                 expired_runs: Callable[[int], list[str]],
+                 rebuild: Callable[[TopicPartition], Awaitable[None]],
+                 on_retry: Callable[[], None],
+                 timed_out: Callable[[TopicPartition], Awaitable[None]] | None = None,
+                 transaction_timeout_s: float = float("inf")) -> None:
+        self.applier = applier
+        self.store = store
+        self.topics = topics
+        self.group_id = group_id
+        self.producers = producers  # read at each batch: a rebuild replaces the partition's producer
+        self.expired_runs = expired_runs
+        self.rebuild = rebuild
+        self.on_retry = on_retry
+        # A fencing met by a transaction older than this may be the broker's abort of it for its
+        # age, not a successor's: `timed_out` decides (without it, every fencing is raised).
+        self.timed_out = timed_out
+        self.transaction_timeout_s = transaction_timeout_s
+        self._failures: dict[int, int] = {}  # partition -> its batches failed in a row
+
+    async def commit(self, tp: TopicPartition, records: Sequence[SourceRecord]) -> BatchResult | None:
+        """The batch's result once committed; None if its transaction failed and the partition was
+        rebuilt (the batch is then read again), or handed to `timed_out`. Raises ProducerFenced (a
+        successor's), and the last KafkaError of a batch that failed more than MAX_BATCH_FAILURES
+        times in a row."""
+        partition = tp.partition
+        began = time.monotonic()
+        try:
+            result = self.applier.apply(records, lambda run_id: self.store.load(partition, run_id),
+                                        self.store.clocks[partition], time.time())
+            plan = plan_commit(self.topics, tp, result, self.expired_runs(partition),
+                               records[-1].offset + 1)
+            await write_plan(self.producers[partition], plan, self.group_id)
+        except ProducerFenced:
+            # Younger than the timeout (on this clock, which started it before the broker saw
+            # it), the transaction cannot have been aborted for its age: a successor fenced it.
+            if self.timed_out is None or time.monotonic() - began < self.transaction_timeout_s:
+                raise
+            await self.timed_out(tp)
+            return None
+        except KafkaError as exc:
+            failures = self._failures[partition] = self._failures.get(partition, 0) + 1
+            if failures > MAX_BATCH_FAILURES:
+                raise
+            log.warning("partition %d: the batch's transaction failed (%r), attempt %d; rebuilding "
+                        "the partition from what Kafka committed", partition, exc, failures)
+            self.on_retry()
+            await self.rebuild(tp)
+            return None
+        self._failures.pop(partition, None)
+        for run_id, state in plan.states.items():
+            self.store.put(partition, run_id, state)
+        for run_id in plan.expired:
+            self.store.delete(partition, run_id)
+        return result

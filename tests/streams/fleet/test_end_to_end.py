@@ -1,0 +1,79 @@
+"""The decision worker, the fleet app and back: a tool breaks for many runs at once, the live
+runs that used it get the words (a nudge), and a replay of the events log gives the same."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import orjson
+import pytest
+
+from stallwatch.contract.envelope import envelope
+from stallwatch.kafka.topics import ensure_topics
+from tests.kafka_harness import (
+    WorkerProcess,
+    by_run,
+    fresh_settings,
+    produce,
+    replay_commands,
+    wait_until_serving,
+)
+from tests.streams.fleet.harness import FleetProcess, Reader
+
+pytestmark = pytest.mark.kafka
+
+TOOLS = [{"name": "search"}, {"name": "fetch"}]
+
+
+def _run(run_id: str, tool: str, status: str, ts: float, end: bool = False) -> list[dict]:
+    result = {"error": "upstream timeout"} if status == "error" else {"n": 1}
+    events = [envelope("run_started", run_id, f"{run_id}:0", ts, mode="researcher", tools=TOOLS,
+                       tenant="acme"),
+              envelope("round_started", run_id, f"{run_id}:1", ts, round=1),
+              envelope("call_proposed", run_id, f"{run_id}:2", ts, round=1, call_id="c1", tool=tool,
+                       args={"q": run_id}),
+              envelope("call_result", run_id, f"{run_id}:3", ts, round=1, call_id="c1", tool=tool,
+                       status=status, result=result),
+              envelope("round_ended", run_id, f"{run_id}:4", ts, round=1)]
+    if end:
+        events.append(envelope("run_ended", run_id, f"{run_id}:5", ts, reason="answered"))
+    return events
+
+
+async def test_a_tool_failing_for_many_runs_reaches_exactly_the_live_runs_that_used_it() -> None:
+    settings = fresh_settings()
+    await ensure_topics(settings)
+    worker = WorkerProcess(settings)
+    fleet = FleetProcess(settings)
+    now = time.time()
+    failing = [f"live-{i}" for i in range(5)]
+    try:
+        await asyncio.gather(wait_until_serving(settings), fleet.serving())
+        events = [e for run in failing for e in _run(run, "search", "error", now)]
+        events += _run("ended", "search", "error", now, end=True)     # used it, then finished
+        events += _run("bystander", "fetch", "ok", now)                 # never used it
+        await produce(settings, [orjson.dumps(e) for e in events])
+        async with Reader(settings, settings.commands_topic) as commands:
+            def nudged(values: list[dict]) -> set[str]:
+                return {v["run_id"] for v in values if v["type"] == "nudge" and "incident_id" in v["detail"]}
+            await commands.until(lambda vs: nudged(vs) >= set(failing), timeout_s=90)
+            await asyncio.sleep(3.0)
+            await commands.poll(1.0)
+            values = [v for _, v in commands.records]
+            assert nudged(values) == set(failing)
+            words = next(v for v in values if v["type"] == "nudge" and v["run_id"] == "live-0")["reason"]
+            assert "search" in words
+        # The events topic now holds the runs' events and the fleet's advisories: replaying it
+        # gives every run the same commands the worker published.
+        async with Reader(settings, settings.events_topic) as log:
+            await log.until(lambda vs: sum(v["type"] == "fleet_advisory" for v in vs) >= len(failing) + 1)
+            await log.poll(1.0)
+            lines = [orjson.dumps(v) for _, v in log.records if not v["run_id"].startswith("probe-")]
+        advisories = {orjson.loads(line)["run_id"] for line in lines if b"fleet_advisory" in line}
+        assert advisories == {*failing, "ended"}  # the fleet cannot know "ended" ended; the engine does
+        published = by_run([orjson.dumps(v) for v in values if not v["run_id"].startswith("probe-")])
+        assert by_run(replay_commands(lines)) == published
+    finally:
+        fleet.stop()
+        worker.stop()

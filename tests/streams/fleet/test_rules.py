@@ -1,0 +1,120 @@
+"""The fleet app's pure parts, no broker: tallies checked and merged, windows, the three rules."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from stallwatch.contract.events import EVENT_ADAPTER
+from stallwatch.contract.incidents import Incident, incident_id
+from streams.fleet.rules import Judge
+from streams.fleet.settings import FleetSettings
+from streams.fleet.tally import InvalidTally, merge, new_partial, parse_tally, tally_key
+from streams.fleet.window import BUCKET_RUNS_CAP, new_state
+from tests.streams.fleet.harness import tally
+
+CFG = FleetSettings(window_s=300.0, step_s=60.0)
+T0 = 1_800_000_000.0  # a multiple of 60: window starts are easy to read
+
+
+def _judge(partials: list[dict], clock: float = 0.0):
+    judge, state, outcomes = Judge(CFG), new_state("acme", "search"), []
+    for p in partials:
+        outcomes.append(judge.apply(state, p, clock))
+    return judge, state, outcomes
+
+
+@pytest.mark.parametrize(("raw", "error"), [
+    (b"nope", "not JSON"), (b"[]", '"v": 1'), (b'{"v": 1, "tool": "", "ts": 1}', "`tool`"),
+    (b'{"v": 1, "tool": "s", "ts": "x"}', "`ts`"),
+    (b'{"v": 1, "tool": "s", "ts": 1, "calls": 1, "failures": 2}', "more than `calls`"),
+    (b'{"v": 1, "tool": "s", "ts": 1, "runs": [1]}', "`runs`"),
+    (b'{"v": 1, "tool": "s", "ts": 1, "answers": [{"runs": []}]}', "`fingerprint`"),
+])
+def test_a_record_that_is_not_a_tally_is_refused_with_what_is_wrong(raw: bytes, error: str) -> None:
+    with pytest.raises(InvalidTally, match=None) as caught:
+        parse_tally(raw, None)
+    assert error in str(caught.value)
+
+
+def test_a_key_that_does_not_match_the_value_is_refused() -> None:
+    raw = orjson.dumps(tally("search", T0))
+    assert parse_tally(raw, tally_key("acme", "search"))["tool"] == "search"
+    with pytest.raises(InvalidTally, match="record key"):
+        parse_tally(raw, tally_key("other", "search"))
+
+
+def test_merging_caps_the_sets_and_counts_what_it_left_out() -> None:
+    partial = new_partial("acme", "search", T0)
+    for i in range(100):
+        record = tally("search", T0 + i, runs=[f"r{i}"], calls=2, failures=1)
+        merge(partial, parse_tally(orjson.dumps(record), None))
+    assert (partial["calls"], partial["failures"], partial["ts"]) == (200, 100, T0 + 99)
+    assert len(partial["runs"]) == 64 and partial["dropped"] == 36
+
+
+def test_tool_failing_needs_five_runs_and_half_the_calls_failed() -> None:
+    four = [tally("search", T0 + i, runs=[f"r{i}"], calls=2, failures=1) for i in range(4)]
+    _, state, outcomes = _judge(four)
+    assert not state["open"] and not any(o.opened for o in outcomes)
+    mostly_fine = [*four, tally("search", T0 + 5, runs=["r4"], calls=10, failures=0)]
+    _, state, _ = _judge(mostly_fine)
+    assert not state["open"]
+    _, state, outcomes = _judge([*four, tally("search", T0 + 5, runs=["r4"], calls=2, failures=1)])
+    assert outcomes[-1].opened == ["tool_failing"]
+    record = Incident.model_validate(next(iter(outcomes[-1].incidents.values())))
+    # The first window holding the crossing tally's bucket is the one that opened it.
+    assert record.opened_window_start == T0 - 240 and record.evidence.runs == 5
+    assert record.incident_id == incident_id("acme", "search", "tool_failing", T0 - 240)
+
+
+def test_tool_same_answer_needs_five_runs_and_five_different_args_for_one_fingerprint() -> None:
+    def answer(run: int, arg: str) -> dict:
+        return tally("search", T0 + run, runs=[f"r{run}"], calls=1,
+                     answers=[{"fingerprint": "a" * 32, "runs": [f"r{run}"], "args": [arg]}])
+    _, state, _ = _judge([answer(i, "same-question") for i in range(8)])
+    assert not state["open"]  # one question asked by many runs: a cache doing its job
+    _, state, _ = _judge([answer(i, f"q{i}") for i in range(5)])
+    assert list(state["open"]) == ["tool_same_answer"]
+
+
+def test_tool_looping_counts_runs_stopped_naming_the_tool() -> None:
+    _, state, outcomes = _judge([tally("search", T0 + i, runs=[f"r{i}"], stops=[f"r{i}"]) for i in range(5)])
+    assert list(state["open"]) == ["tool_looping"]
+    assert not any(o.advisories for o in outcomes)  # every run that used it was stopped
+
+
+def test_an_incident_opens_once_is_updated_and_closes_after_a_quiet_window() -> None:
+    failing = [tally("search", T0 + i, runs=[f"r{i}"], calls=1, failures=1) for i in range(5)]
+    later = [tally("search", T0 + 120 + i, runs=[f"r{i}"], calls=1, failures=1) for i in range(5)]
+    judge, state, outcomes = _judge(failing + later)
+    assert sum(len(o.opened) for o in outcomes) == 1
+    first_id = state["open"]["tool_failing"]["id"]
+    # Held until the end of the last window that holds `later` alone: it starts at their bucket.
+    held = T0 + 120 + 300
+    assert state["open"]["tool_failing"]["held"] == held
+    advisories = [a for o in outcomes for a in o.advisories]
+    assert sorted(a["run_id"] for a in advisories) == [f"r{i}" for i in range(5)]
+    for a in advisories:
+        EVENT_ADAPTER.validate_python(a)
+    # Healthy calls: windows stop holding; a quiet window of event time later, it closes.
+    quiet = judge.apply(state, tally("search", held + 300 - 1, runs=["r9"], calls=1), 0.0)
+    assert not quiet.closed
+    closing = judge.apply(state, tally("search", held + 300, runs=["r9"], calls=1), 0.0)
+    assert closing.closed == ["tool_failing"] and not state["open"]
+    assert {a["incident"] for a in closing.advisories} == {"closed"}
+    assert next(iter(closing.incidents.values()))["incident_id"] == first_id
+
+
+def test_a_replay_of_the_same_tallies_derives_the_same_ids_and_advisories() -> None:
+    failing = [tally("search", T0 + i, runs=[f"r{i}"], calls=1, failures=1) for i in range(6)]
+    _, _, first = _judge(failing)
+    _, _, second = _judge(failing)
+    assert [a["event_id"] for o in first for a in o.advisories] == \
+        [a["event_id"] for o in second for a in o.advisories]
+
+
+def test_a_flood_of_runs_in_one_bucket_is_capped() -> None:
+    _, state, _ = _judge([tally("search", T0, runs=[f"r{i}" for i in range(1000)], calls=1)])
+    bucket = next(iter(state["buckets"].values()))
+    assert len(bucket["runs"]) == BUCKET_RUNS_CAP and state["dropped"] > 0

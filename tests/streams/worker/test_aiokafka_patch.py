@@ -1,0 +1,46 @@
+"""The one patch of aiokafka's internals still does what it says: fails if aiokafka changes under it."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from types import SimpleNamespace
+
+import aiokafka.consumer.fetcher as fetcher
+import aiokafka.producer.sender as sender
+from aiokafka.errors import ConcurrentTransactions
+
+from streams.worker.aiokafka_patch import (
+    AIOKAFKA_BACKOFF_S,
+    CONCURRENT_TRANSACTIONS_BACKOFF_S,
+    set_fetch_max_wait,
+    shorten_concurrent_transactions_backoff,
+)
+
+
+def test_aiokafka_still_has_the_value_the_patch_replaces():
+    assignments = {target.id: node.value for node in ast.parse(inspect.getsource(sender)).body
+                   if isinstance(node, ast.Assign) for target in node.targets
+                   if isinstance(target, ast.Name)}
+    assert ast.literal_eval(assignments["BACKOFF_OVERRIDE"]) == AIOKAFKA_BACKOFF_S
+
+
+def test_a_refused_first_write_of_a_transaction_is_retried_after_the_patched_wait():
+    shorten_concurrent_transactions_backoff()
+    txn_manager = SimpleNamespace(txn_partitions=set())  # the transaction's first write
+    fake_sender = SimpleNamespace(_txn_manager=txn_manager)
+    handler = sender.AddPartitionsToTxnHandler.__new__(sender.AddPartitionsToTxnHandler)
+    handler._sender = fake_sender
+    handler._default_backoff = 0.1
+    response = SimpleNamespace(errors=[("t", [(0, ConcurrentTransactions.errno)])])
+    assert handler.handle_response(response) == CONCURRENT_TRANSACTIONS_BACKOFF_S
+
+
+def test_the_fetch_wait_set_on_a_running_consumer_is_the_one_its_fetch_requests_carry():
+    # The fetcher keeps its own copy of fetch_max_wait_ms and builds each fetch request from it.
+    init = inspect.getsource(fetcher.Fetcher.__init__)
+    assert "self._fetch_max_wait_ms = fetch_max_wait_ms" in init
+    assert "self._fetch_max_wait_ms" in inspect.getsource(fetcher.Fetcher._get_actions_per_node)
+    consumer = SimpleNamespace(_fetcher=SimpleNamespace(_fetch_max_wait_ms=500))
+    set_fetch_max_wait(consumer, 5)  # type: ignore[arg-type]
+    assert consumer._fetcher._fetch_max_wait_ms == 5
