@@ -1,10 +1,13 @@
-"""Replay throughput against orjson parse-only on the same file, and the size of run state.
+"""Replay throughput against orjson parse-only on the same lines, two fleet logs side by side.
 
     python benchmarks/replay_bench.py [--log benchmarks/data/fleet.jsonl]
 
-Generates the fleet log first when it is missing. Prints events/s of a full replay (parse,
-validate, detect, encode every command) and of parsing each line with orjson alone, their
-ratio, the memory each fingerprint held costs, and a typical run's serialised state.
+The logs: the generated fleet log (`fleet_log.py`, made first when missing; large results) and
+the worker tests' fleet log (`tests/streams/worker/fleet_logs.py`: every rule, then loopers,
+pagers and insisting chats; small events). For each, events/s of parsing each line with orjson
+alone and of a full replay (parse, validate, detect, encode every command), measured one after
+the other in this run, and their ratio; then the memory each fingerprint held costs and a
+typical run's serialised state. Instruction counts, steady under load: replay_instructions.py.
 """
 
 from __future__ import annotations
@@ -19,11 +22,16 @@ from pathlib import Path
 
 import orjson
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's tests package
+
 from stallwatch.contract.commands import encode_command
 from stallwatch.engine.canonical import derive_secret
 from stallwatch.engine.fleet import Fleet, Rejected
+from tests.streams.worker.fleet_logs import every_rule, interleave, mixed_fleet
 
 HERE = Path(__file__).parent
+# Runs of the worker tests' mixed fleet: ~128,000 events, enough to time steadily.
+WORKER_LOG_RUNS = 3000
 
 
 def best_of(runs: int, fn) -> float:
@@ -85,6 +93,25 @@ def _without_fingerprints(state) -> bytes:
         state.fingerprints = saved
 
 
+def worker_tests_log() -> list[bytes]:
+    """The worker tests' fleet log, as their larger tests build it."""
+    return interleave(every_rule() + mixed_fleet(WORKER_LOG_RUNS))
+
+
+def side_by_side(logs: dict[str, list[bytes]], repeat: int, secret: bytes | None) -> None:
+    """Parse-only and replay of each log, timed one after the other."""
+    print(f"{'log':<22}{'events':>10}{'bytes/event':>12}{'parse only/s':>14}{'replay/s':>11}"
+          f"{'replay/parse':>14}")
+    for name, lines in logs.items():
+        full_replay(lines[:1000])  # warm the caches of the first runs' paths
+        parse_s = best_of(repeat, lambda: parse_only(lines))  # noqa: B023 (called at once)
+        replay_s = best_of(repeat, lambda: full_replay(lines, secret))  # noqa: B023
+        size = sum(map(len, lines)) / len(lines)
+        print(f"{name:<22}{len(lines):>10,}{size:>12.0f}{len(lines) / parse_s:>14,.0f}"
+              f"{len(lines) / replay_s:>11,.0f}{replay_s / parse_s:>13.2f}x")
+    print(f"target: replay at most 3x parse-only{' (keyed digests)' if secret else ''}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--log", default=str(HERE / "data" / "fleet.jsonl"))
@@ -97,18 +124,11 @@ def main() -> None:
     if not log.exists():
         subprocess.run([sys.executable, str(HERE / "fleet_log.py"), "--out", str(log)], check=True)
     lines = log.read_bytes().splitlines()
-    size = sum(map(len, lines))
-    print(f"log: {log} - {len(lines):,} events, {size / 1e6:.0f} MB, "
-          f"mean {size / len(lines):.0f} bytes/event")
-    commands, rejected = full_replay(lines[:1000])
-    parse_s = best_of(args.repeat, lambda: parse_only(lines))
-    replay_s = best_of(args.repeat, lambda: full_replay(lines, secret))
+    logs = {"fleet log": lines, "worker tests' log": worker_tests_log()}
     commands, rejected = full_replay(lines, secret)
-    print(f"commands {commands:,}, dead letters {rejected:,}")
-    print(f"parse only (orjson.loads)       {len(lines) / parse_s:>12,.0f} events/s")
-    print(f"replay (parse+validate+detect)  {len(lines) / replay_s:>12,.0f} events/s"
-          f"{' (keyed digests)' if secret else ''}")
-    print(f"replay / parse-only time        {replay_s / parse_s:>12.2f} x (target <= 3)")
+    print(f"fleet log: {log} - {len(lines):,} events, commands {commands:,}, "
+          f"dead letters {rejected:,}")
+    side_by_side(logs, args.repeat, secret)
     state_sizes(lines[: len(lines) // 3])
 
 

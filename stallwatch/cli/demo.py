@@ -128,7 +128,7 @@ def start_worker(settings: Settings) -> subprocess.Popen:
 async def wait_for_worker(settings: Settings, worker: subprocess.Popen, timeout_s: float = 90) -> None:
     """A throwaway run's first call: answered once the worker has joined and recovered."""
     deadline = time.monotonic() + timeout_s
-    async with KafkaClient(settings, verdict_timeout_s=2.0) as client:
+    async with KafkaClient(settings) as client:  # the default timeout: a loaded machine is slow to connect
         while time.monotonic() < deadline:
             if worker.poll() is not None:
                 raise RuntimeError("the worker exited during start-up")

@@ -12,7 +12,7 @@ from typing import Any
 
 from xxhash import xxh3_64_intdigest
 
-from stallwatch.contract.commands import Command, Nudge, content_id
+from stallwatch.contract.commands import Command
 from stallwatch.contract.limits import bounded_id
 from stallwatch.contract.policy import policy_defaults
 from stallwatch.engine import words
@@ -20,7 +20,7 @@ from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.canonical import call_signature
 from stallwatch.engine.digests import fingerprint_digest, tool_spec
 from stallwatch.engine.rules import RULES_BY_MODE
-from stallwatch.engine.rules.base import Rules, command_id, verdict
+from stallwatch.engine.rules.base import Rules, nudge, verdict
 from stallwatch.engine.state import RunPolicy, RunState
 
 Event = dict[str, Any]
@@ -46,16 +46,11 @@ class Detector:
     def apply(self, state: RunState | None, event: Event) -> tuple[RunState | None, list[Command]]:
         """Apply one event. `state` is None for a run not seen yet; the state is changed in place.
 
-        Each command's id digests its cause and its whole content (`content_id`), so one id never
-        carries two contents at any distance: an event redelivered after its run's state expired,
-        or beyond the window of recent ids, is either recognised or answered under an id of its
-        own (docs/contract-additions.md, "Command ids")."""
-        state, out = self._decide(state, event)
-        for command in out:
-            command.command_id = content_id(command)
-        return state, out
-
-    def _decide(self, state: RunState | None, event: Event) -> tuple[RunState | None, list[Command]]:
+        Each command's id digests its cause and its whole content (`content_id`, given as each
+        command is built: `rules.base`), so one id never carries two contents at any distance: an
+        event redelivered after its run's state expired, or beyond the window of recent ids, is
+        either recognised or answered under an id of its own (docs/contract-additions.md,
+        "Command ids")."""
         out: list[Command] = []
         kind = event["type"]
         if state is None:
@@ -187,11 +182,10 @@ class Detector:
         if not state.advise(incident):
             return
         evidence = event.get("evidence") or {}
-        out.append(Nudge(command_id=command_id(event, 0), run_id=event["run_id"],
-                         caused_by=event["event_id"], round=state.round,
-                         reason=words.fleet_advisory(event["kind"], tool, evidence, event["window_s"]),
-                         detail={"incident_id": incident, "kind": event["kind"], "tool": tool,
-                                 "window_s": event["window_s"], **evidence}))
+        nudge(out, event, state.round,
+              words.fleet_advisory(event["kind"], tool, evidence, event["window_s"]),
+              {"incident_id": incident, "kind": event["kind"], "tool": tool,
+               "window_s": event["window_s"], **evidence})
 
     def _on_result(self, rules: Rules, state: RunState, event: Event, out: list[Command]) -> None:
         if state.stop_code is not None:

@@ -73,17 +73,18 @@ class Fleet:
         apply, runs, max_bytes = self.detector.apply, self.runs, self.max_event_bytes
         secret = self.detector.secret
         for offset, line in enumerate(lines):
-            if not line or line.isspace():
-                continue
             try:
                 event = parse_event(line, max_bytes, secret)
             except InvalidEvent as exc:
-                yield self._reject(line.rstrip(b"\r\n"), exc, source, 0, offset)
+                # Blank lines fail to parse too: skipped here rather than tested on every line.
+                if line and not line.isspace():
+                    yield self._reject(line.rstrip(b"\r\n"), exc, source, 0, offset)
                 continue
             run_id = event["run_id"]
-            state, commands = apply(runs.get(run_id), event)
-            if state is not None:
-                runs[run_id] = state
+            state = runs.get(run_id)
+            applied, commands = apply(state, event)
+            if applied is not state:  # a new run (the detector changes a known one in place)
+                runs[run_id] = applied
             yield commands
 
     def _reject(self, raw: bytes | str, error: InvalidEvent, topic: str, partition: int,

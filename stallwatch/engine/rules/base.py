@@ -6,7 +6,7 @@ from typing import Any
 
 from xxhash import xxh3_128_hexdigest
 
-from stallwatch.contract.commands import Command, Nudge, Stop, Verdict
+from stallwatch.contract.commands import Command, Nudge, Stop, Verdict, content_id
 from stallwatch.contract.stop_codes import STOPS
 from stallwatch.engine import words
 from stallwatch.engine.admin_policy import AdminPolicy
@@ -141,27 +141,34 @@ class Rules:
         state.stop_code = code
         self.annotate_stop(state, detail)
         round_no = state.round if closing else event.get("round", state.round)
-        out.append(Stop(command_id=command_id(event, len(out)), run_id=event["run_id"],
-                        caused_by=event["event_id"], round=round_no, code=code,
-                        action=STOPS[code].action, reason=words.stop_reason(code, detail),
-                        detail=detail))
+        command = Stop(command_id=command_id(event, len(out)), run_id=event["run_id"],
+                       caused_by=event["event_id"], round=round_no, code=code,
+                       action=STOPS[code].action, reason=words.stop_reason(code, detail),
+                       detail=detail)
+        command.command_id = content_id(command)
+        out.append(command)
 
 
 def command_id(event: Event, index: int) -> str:
-    """Derived from the causing event, so the same input always yields the same ids; the
-    detector adds the command's content to it (`content_id`)."""
+    """Derived from the causing event, so the same input always yields the same ids. Each
+    command is then given its final id, this and its whole content digested (`content_id`), so
+    one id never carries two contents: built complete, a command is never changed after."""
     return xxh3_128_hexdigest(f"{event['run_id']}\x00{event['event_id']}\x00{index}".encode())[:24]
 
 
 def verdict(out: list[Command], event: Event, decision: str, code: str | None, reason: str) -> None:
-    out.append(Verdict(command_id=command_id(event, len(out)), run_id=event["run_id"],
-                       caused_by=event["event_id"], call_id=event["call_id"], round=event["round"],
-                       decision=decision, code=code, reason=reason, tool=event["tool"]))
+    command = Verdict(command_id=command_id(event, len(out)), run_id=event["run_id"],
+                      caused_by=event["event_id"], call_id=event["call_id"], round=event["round"],
+                      decision=decision, code=code, reason=reason, tool=event["tool"])
+    command.command_id = content_id(command)
+    out.append(command)
 
 
 def nudge(out: list[Command], event: Event, round_no: int, reason: str, detail: dict) -> None:
-    out.append(Nudge(command_id=command_id(event, len(out)), run_id=event["run_id"],
-                     caused_by=event["event_id"], round=round_no, reason=reason, detail=detail))
+    command = Nudge(command_id=command_id(event, len(out)), run_id=event["run_id"],
+                    caused_by=event["event_id"], round=round_no, reason=reason, detail=detail)
+    command.command_id = content_id(command)
+    out.append(command)
 
 
 def count_new_fact(state: RunState, current: bool) -> None:
