@@ -22,6 +22,8 @@ from pathlib import Path
 
 import orjson
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's tests package
+
 from stallwatch.contract.commands import encode_command
 from stallwatch.engine.canonical import derive_secret
 from stallwatch.engine.fleet import Fleet, Rejected

@@ -81,9 +81,10 @@ class Fleet:
                     yield self._reject(line.rstrip(b"\r\n"), exc, source, 0, offset)
                 continue
             run_id = event["run_id"]
-            state, commands = apply(runs.get(run_id), event)
-            if state is not None:
-                runs[run_id] = state
+            state = runs.get(run_id)
+            applied, commands = apply(state, event)
+            if applied is not state:  # a new run (the detector changes a known one in place)
+                runs[run_id] = applied
             yield commands
 
     def _reject(self, raw: bytes | str, error: InvalidEvent, topic: str, partition: int,

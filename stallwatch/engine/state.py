@@ -161,9 +161,13 @@ class RunState:
 
     def seen_event(self, key: int) -> bool:
         """True for an event applied already (a redelivery); otherwise remembers it."""
-        if key in self.event_ids:
+        ids = self.event_ids
+        if key in ids:
             return True
-        _add(self.event_ids, key, EVENT_WINDOW)
+        ids[key] = None
+        if len(ids) > EVENT_WINDOW:  # on every event: `_add` in line
+            for old in list(islice(ids, len(ids) - EVENT_WINDOW * 3 // 4)):
+                del ids[old]
         return False
 
     def add_signature(self, signature: bytes) -> None:

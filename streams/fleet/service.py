@@ -56,6 +56,7 @@ class FleetService:
             broker_session_timeout=cfg.session_timeout_s, broker_heartbeat_interval=1.0,
             broker_commit_interval=1.0, producer_acks=-1, consumer_auto_offset_reset="earliest",
             autodiscover=False)
+        # read_committed and the fetch wait: the consumer Faust builds, adjusted (transport.py).
         transport = transport_for(cfg.fetch_wait_ms)
         app._new_transport = lambda: transport(app.conf.broker_consumer, app)  # type: ignore[method-assign]
         self.tallies = _raw_topic(app, base.tallies_topic)
@@ -65,7 +66,8 @@ class FleetService:
         self.deadletter = _raw_topic(app, base.deadletter_topic)
         self.table = app.Table("fleet-state", default=None, partitions=base.partitions,
                                key_type=bytes)
-        # Faust derives the serializers from the types (json for both); keys are raw bytes.
+        # Tables take no serializer arguments (faust-streaming #556): Faust derives json from the
+        # types; keys are raw bytes, set before the changelog topic is first built.
         self.table.key_serializer = "raw"
         # This worker's view of its keys: least recently updated first, per partition (an evicted
         # key's tombstone must go to its own changelog partition), and the keys with open incidents.
