@@ -120,7 +120,9 @@ class BatchCommitter:
                  producers: Mapping[int, TransactionalProducer],
                  expired_runs: Callable[[int], list[str]],
                  rebuild: Callable[[TopicPartition], Awaitable[None]],
-                 on_retry: Callable[[], None]) -> None:
+                 on_retry: Callable[[], None],
+                 timed_out: Callable[[TopicPartition], Awaitable[None]] | None = None,
+                 transaction_timeout_s: float = float("inf")) -> None:
         self.applier = applier
         self.store = store
         self.topics = topics
@@ -129,13 +131,19 @@ class BatchCommitter:
         self.expired_runs = expired_runs
         self.rebuild = rebuild
         self.on_retry = on_retry
+        # A fencing met by a transaction older than this may be the broker's abort of it for its
+        # age, not a successor's: `timed_out` decides (without it, every fencing is raised).
+        self.timed_out = timed_out
+        self.transaction_timeout_s = transaction_timeout_s
         self._failures: dict[int, int] = {}  # partition -> its batches failed in a row
 
     async def commit(self, tp: TopicPartition, records: Sequence[SourceRecord]) -> BatchResult | None:
         """The batch's result once committed; None if its transaction failed and the partition was
-        rebuilt (the batch is then read again). Raises ProducerFenced, and the last KafkaError of
-        a batch that failed more than MAX_BATCH_FAILURES times in a row."""
+        rebuilt (the batch is then read again), or handed to `timed_out`. Raises ProducerFenced (a
+        successor's), and the last KafkaError of a batch that failed more than MAX_BATCH_FAILURES
+        times in a row."""
         partition = tp.partition
+        began = time.monotonic()
         try:
             result = self.applier.apply(records, lambda run_id: self.store.load(partition, run_id),
                                         self.store.clocks[partition], time.time())
@@ -143,7 +151,12 @@ class BatchCommitter:
                                records[-1].offset + 1)
             await write_plan(self.producers[partition], plan, self.group_id)
         except ProducerFenced:
-            raise
+            # Younger than the timeout (on this clock, which started it before the broker saw
+            # it), the transaction cannot have been aborted for its age: a successor fenced it.
+            if self.timed_out is None or time.monotonic() - began < self.transaction_timeout_s:
+                raise
+            await self.timed_out(tp)
+            return None
         except KafkaError as exc:
             failures = self._failures[partition] = self._failures.get(partition, 0) + 1
             if failures > MAX_BATCH_FAILURES:

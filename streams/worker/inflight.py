@@ -34,6 +34,9 @@ class InFlight:
         self.on_change = on_change  # called when a batch starts and when one committed
         self.failure: BaseException | None = None
         self._tasks: dict[int, asyncio.Task[None]] = {}  # partition -> its batch's task
+        # Partitions kept paused after their batch (dropped, waiting to be rebuilt).
+        self.held: set[int] = set()
+        self._stopping = False  # set by `drain`: a batch cancelled from then on is abandoned
 
     def __contains__(self, partition: int) -> bool:
         return partition in self._tasks
@@ -53,20 +56,36 @@ class InFlight:
         if self._tasks.get(tp.partition) is task:
             del self._tasks[tp.partition]
             self.progress.batches_since.pop(tp.partition, None)
-        # exception() raises on a cancelled task: ask cancelled() first.
+        # exception() raises on a cancelled task: ask cancelled() first. Abandoned by a stop, a
+        # batch is no failure; cancelled otherwise (a rebalance callback cancelled while it
+        # waited for it), its commit may have landed unseen by the store.
         if task.cancelled():
-            self.failure = self.failure or asyncio.CancelledError(
-                f"the batch of partition {tp.partition} was cancelled")
+            if not self._stopping:
+                self.failure = self.failure or asyncio.CancelledError(
+                    f"the batch of partition {tp.partition} was cancelled")
             return
         exc = task.exception()
         if exc is not None:
             self.failure = self.failure or exc
             return
         self.on_change()
-        if tp in self.consumer.assignment():
+        if tp in self.consumer.assignment() and tp.partition not in self.held:
             self.consumer.resume(tp)
 
     async def settle(self) -> None:
         """Wait for every batch in flight to commit (or fail: the loop then raises)."""
         if self._tasks:
             await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+
+    async def drain(self, timeout_s: float) -> int:
+        """For a stop: wait up to `timeout_s` for the batches in flight to commit, then cancel the
+        ones still waiting (on a broker that does not answer); returns how many were abandoned.
+        Nothing of an abandoned batch is visible: its events are read again by the next owner."""
+        self._stopping = True
+        tasks = list(self._tasks.values())
+        if not tasks:
+            return 0
+        _, stuck = await asyncio.wait(tasks, timeout=timeout_s)
+        for task in stuck:
+            task.cancel()
+        return len(stuck)

@@ -3,7 +3,9 @@
 Fencing: each input partition has its own transactional id. A worker taking a partition over
 starts a producer with that id, which aborts the previous owner's open transaction and makes
 any later write of that owner fail, so a worker that was cut off and comes back cannot publish
-over its successor (it raises ProducerFenced and exits). A failed transaction otherwise rebuilds
+over its successor (it raises ProducerFenced and exits; a fencing that may be the broker's
+abort of a transaction past its timeout is the group's to judge, `_timed_out`). A failed
+transaction otherwise rebuilds
 its partition and reads the batch again (streams/worker/commit.py); one that keeps failing, or
 any other error, ends the worker (see `service`), which restarts from what Kafka committed.
 """
@@ -52,6 +54,12 @@ FETCH_MAX_WAIT_MS = 5
 IDLE_FETCH_MAX_WAIT_MS = 500
 # Retrying a call to a broker that is away: the first wait, doubled up to the last.
 RETRY_FIRST_S, RETRY_MAX_S = 0.5, 5.0
+# The consumer group's session: a member silent this long is removed and its partitions move.
+SESSION_TIMEOUT_MS = 6000
+# How long a partition whose transaction timed out waits before it is rebuilt: a session
+# timeout, within which a rebalance that gave it to a successor reaches this member by a
+# heartbeat (rebuilding sooner could fence that successor).
+GROUP_CONFIRM_S = SESSION_TIMEOUT_MS / 1000
 
 ProducerFactory = Callable[[int], Awaitable[TransactionalProducer]]
 
@@ -77,7 +85,8 @@ class Pipeline(ConsumerRebalanceListener):
                 detector.secret, detector.admin_policy) if settings.tallies else None),
             self.store, CommitTopics.of(settings),
             settings.group_id, self.producers, self.expiry.due, self._rebuild,
-            metrics.batch_retries.inc)
+            metrics.batch_retries.inc, self._timed_out,
+            producers.TRANSACTION_TIMEOUT_MS / 1000)
         # Held while batches are handed out and while partitions change hands; a rebalance first
         # waits for the batches in flight, so a partition is never given up half done.
         self._lock = asyncio.Lock()
@@ -86,6 +95,8 @@ class Pipeline(ConsumerRebalanceListener):
         # An error inside a rebalance callback, which aiokafka would only log: the loop raises it,
         # since a partition assigned but not restored would be held and never served.
         self._failure: BaseException | None = None
+        # Partitions dropped after a timed-out transaction, waiting for the group's word.
+        self._confirming: set[asyncio.Task[None]] = set()
         self.consumer = consumer or AIOKafkaConsumer(
             group_id=settings.group_id, group_instance_id=settings.instance_id,
             enable_auto_commit=False, auto_offset_reset="earliest",
@@ -93,7 +104,7 @@ class Pipeline(ConsumerRebalanceListener):
             max_poll_records=FETCH_MAX_RECORDS,
             # Short sessions: a dead worker's partitions move to a live one in seconds. 6 s is the
             # broker's default group.min.session.timeout.ms.
-            session_timeout_ms=6000, heartbeat_interval_ms=2000,
+            session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=2000,
             **aiokafka_options(settings))
         self.in_flight = InFlight(self.consumer, self.progress, self._set_fetch_wait)
 
@@ -104,11 +115,27 @@ class Pipeline(ConsumerRebalanceListener):
         await self.consumer.start()
         self.progress.tick()
 
-    async def stop(self) -> None:
-        async with self._lock:
-            await self.in_flight.settle()
-        # Not under the lock: the consumer's stop first lets a rebalance under way finish, and
-        # its callbacks take the lock (held here, they waited for it until the stop timed out).
+    async def stop(self, timeout_s: float) -> bool:
+        """Let the batches in flight commit, then leave the group and close the producers, all
+        within `timeout_s`. False when a batch was abandoned (still waiting on the broker at half
+        the time) or the rest did not finish in time. Not under the lock: a rebalance callback
+        holding it may itself wait on a stuck batch."""
+        deadline = time.monotonic() + timeout_s
+        for task in list(self._confirming):
+            task.cancel()
+        abandoned = await self.in_flight.drain(timeout_s / 2)
+        if abandoned:
+            log.warning("stopping: %d batches still waiting on the broker after %.1f s are "
+                        "abandoned; their events will be read again", abandoned, timeout_s / 2)
+        try:
+            await asyncio.wait_for(self._leave(), max(0.0, deadline - time.monotonic()))
+        except (TimeoutError, KafkaError, OSError) as exc:
+            log.warning("stopping: could not leave the group and close the producers in time "
+                        "(%r); the group will notice within its session timeout", exc)
+            return False
+        return not abandoned
+
+    async def _leave(self) -> None:
         await self.consumer.stop()  # leaves the group: the partitions move at once
         await self._close_producers(list(self.producers))
 
@@ -144,6 +171,48 @@ class Pipeline(ConsumerRebalanceListener):
         result = await self.committer.commit(tp, records)
         if result is not None:
             self._observe(tp, records, result, time.perf_counter() - started)
+
+    async def _timed_out(self, tp: TopicPartition) -> None:
+        """The broker aborted the transaction for its age (the broker, or the link to it, stalled
+        past the transaction timeout) and bumped the producer's epoch, which reads as a fencing.
+        Only the group can tell whether a successor took the partition meanwhile, and a rebuild
+        now (a new producer under the same id) would fence that successor. So the partition is
+        dropped (its producer, its states; it stays paused) and rebuilt once the group has had a
+        session timeout to say otherwise: a rebalance that moved it reaches this member by its
+        next heartbeat, and the assignment that follows rebuilds or forgets it."""
+        partition = tp.partition
+        log.warning("partition %d: its transaction outlived the transaction timeout (%d ms) and "
+                    "the broker aborted it; rebuilding the partition unless the group moved it",
+                    partition, producers.TRANSACTION_TIMEOUT_MS)
+        self.metrics.batch_retries.inc()
+        self.in_flight.held.add(partition)
+        await self._close_producers([partition])
+        self.store.drop(partition)
+        task = asyncio.create_task(self._rebuild_if_still_ours(tp, self._generation),
+                                   name=f"confirm-{partition}")
+        self._confirming.add(task)
+        task.add_done_callback(self._confirmed)
+
+    async def _rebuild_if_still_ours(self, tp: TopicPartition, generation: int) -> None:
+        await asyncio.sleep(GROUP_CONFIRM_S)
+        async with self._lock:
+            if (generation != self._generation or tp not in self.consumer.assignment()
+                    or tp.partition in self.producers):
+                return  # the group spoke: the assignment that followed rebuilt or forgot it
+            log.info("partition %d: still this worker's after %.0f s; rebuilding it",
+                     tp.partition, GROUP_CONFIRM_S)
+            self.progress.batches_since[tp.partition] = time.monotonic()
+            try:
+                await self._rebuild(tp)
+            finally:
+                self.progress.batches_since.pop(tp.partition, None)
+            self.in_flight.held.discard(tp.partition)
+            self.consumer.resume(tp)
+
+    def _confirmed(self, task: asyncio.Task[None]) -> None:
+        self._confirming.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self._failure = self._failure or task.exception()
 
     async def _rebuild(self, tp: TopicPartition) -> None:
         """A new producer under the partition's transactional id (aborting our own open
@@ -186,6 +255,8 @@ class Pipeline(ConsumerRebalanceListener):
         # Waits for the batches in flight to commit. The partitions' producers and states are
         # kept: most come back in the assignment that follows, and one that went to another
         # worker was fenced by it, so nothing stale can be published from here.
+        log.info("rebalance: revoking partitions %s once their batches in flight committed",
+                 sorted(tp.partition for tp in revoked))
         async with self._lock:
             self._generation += 1
             await self.in_flight.settle()
@@ -210,6 +281,7 @@ class Pipeline(ConsumerRebalanceListener):
                 with contextlib.suppress(KeyError):
                     self.metrics.lag.remove(str(partition))
             new = sorted(owned - set(self.producers))
+            self.in_flight.held.difference_update(new)  # rebuilt here if held after a timeout
             self.progress.restoring = True
             # Fence first: starting the producer aborts the previous owner's open transaction, so
             # the changelog read next is final and no zombie can write after it.

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import threading
 from collections.abc import Iterator
 
 from stallwatch.engine.admin_policy import AdminPolicy
@@ -23,6 +25,11 @@ log = logging.getLogger("streams.worker")
 # A clean stop (leave the group, close the producers) gets this long; a stuck one is cut short,
 # which is safe: everything committed is in Kafka, everything else is read again.
 STOP_TIMEOUT_S = 10.0
+# Of the stop's time, what is kept for the health server and the event loop's own shutdown.
+STOP_MARGIN_S = 1.0
+# Exit status of a stop that abandoned a batch in flight (its events are read again by the next
+# owner): distinct from a crash's 1, a set-up error's 2 and a stall's 3.
+ABANDONED_EXIT_CODE = 4
 
 
 @contextlib.contextmanager
@@ -37,10 +44,15 @@ def _port_setting(name: str, host: str, port: int) -> Iterator[None]:
 
 def main(settings: Settings) -> int:
     configure_logging()
-    return asyncio.run(serve(settings))
+    deadline = StopDeadline(STOP_TIMEOUT_S)
+    try:
+        return asyncio.run(serve(settings, deadline=deadline))
+    finally:
+        deadline.disarm()  # the loop's shutdown is over too
 
 
-async def serve(settings: Settings, metrics: StallwatchMetrics | None = None) -> int:
+async def serve(settings: Settings, metrics: StallwatchMetrics | None = None,
+                deadline: StopDeadline | None = None) -> int:
     """Run one worker until SIGTERM/SIGINT (exit 0) or a failure (exit 1)."""
     policy = AdminPolicy.from_file(settings.policy_file)  # a bad file stops the worker before Kafka
     await ensure_topics(settings)
@@ -52,9 +64,15 @@ async def serve(settings: Settings, metrics: StallwatchMetrics | None = None) ->
     health = HealthServer(pipeline.progress, settings.stall_timeout_s, settings.web_bind,
                           settings.web_port)
     stopping = asyncio.Event()
+    deadline = deadline or StopDeadline(STOP_TIMEOUT_S)
+
+    def on_signal() -> None:
+        stopping.set()
+        deadline.arm()
+
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stopping.set)
+        loop.add_signal_handler(signum, on_signal)
     with _port_setting("STALLWATCH_WEB_PORT", settings.web_bind, settings.web_port):
         await health.start()
     await pipeline.start()
@@ -63,6 +81,7 @@ async def serve(settings: Settings, metrics: StallwatchMetrics | None = None) ->
     consuming = asyncio.create_task(pipeline.run(), name="stallwatch-pipeline")
     stop_requested = asyncio.create_task(stopping.wait())
     await asyncio.wait({consuming, stop_requested}, return_when=asyncio.FIRST_COMPLETED)
+    deadline.arm()
     code = 0
     if consuming.done():
         log.critical("the pipeline failed; exiting so that the batch is read again",
@@ -73,10 +92,41 @@ async def serve(settings: Settings, metrics: StallwatchMetrics | None = None) ->
         with contextlib.suppress(asyncio.CancelledError):
             await consuming
     stop_requested.cancel()
-    try:
-        await asyncio.wait_for(pipeline.stop(), STOP_TIMEOUT_S)
-    except Exception:
-        log.warning("the worker did not stop cleanly within %.0f s", STOP_TIMEOUT_S, exc_info=True)
+    # A stop within the deadline, with a margin for what follows: the health server, the loop's
+    # own shutdown.
+    if not await pipeline.stop(STOP_TIMEOUT_S - STOP_MARGIN_S):
+        code = code or ABANDONED_EXIT_CODE
     await health.stop()
     log.info("worker stopped (exit %d)", code)
+    deadline.code = code
     return code
+
+
+class StopDeadline:
+    """From a stop signal, the process ends within `seconds` whatever it waits on: a thread,
+    so that it fires even if a task ignores its cancellation or the loop's own shutdown waits
+    on a broker that does not answer (a stuck worker otherwise ignored SIGTERM for 90 s)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.code = ABANDONED_EXIT_CODE  # until the stop finishes and says how it went
+        self._armed = False
+        self._over = threading.Event()
+
+    def arm(self) -> None:
+        if self._armed:
+            return
+        self._armed = True
+        threading.Thread(target=self._expire, name="stallwatch-stop-deadline", daemon=True).start()
+
+    def disarm(self) -> None:
+        """The stop is over, the loop closed: nothing left to cut short."""
+        self._over.set()
+
+    def _expire(self) -> None:
+        if self._over.wait(self.seconds):
+            return
+        log.warning("the worker did not stop within %.0f s; exiting (exit %d)", self.seconds,
+                    self.code)
+        logging.shutdown()
+        os._exit(self.code)

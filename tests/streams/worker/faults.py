@@ -63,7 +63,7 @@ async def _rebalancing(worker: WorkerProcess, since: int, timeout_s: float) -> N
     """Until the worker's log shows a rebalance beyond the first `since` ones."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if worker.log_path.read_text(errors="replace").count("Revoking previously") > since:
+        if worker.log_path.read_text(errors="replace").count("rebalance: revoking partitions") > since:
             return
         await asyncio.sleep(0.02)
 
@@ -88,7 +88,7 @@ async def three_kills(partitions: int = 8, runs: int = 480) -> Outcome:
         await asyncio.sleep(3)
         a.kill()
         outcome.kills.append("a, under load")
-        revokes = b.log_path.read_text(errors="replace").count("Revoking previously")
+        revokes = b.log_path.read_text(errors="replace").count("rebalance: revoking partitions")
         a = WorkerProcess(settings, "a2")
         workers.append(a)
         await _rebalancing(b, revokes, timeout_s=30)

@@ -171,3 +171,33 @@ async def test_a_batch_is_never_half_given_up_in_a_rebalance():
     loop.cancel()
     with pytest.raises(asyncio.CancelledError):
         await loop
+
+
+class TimedOutPartition0(Partition0):
+    """Partition 0 whose fencings past `timeout_s` go to a timed-out handler."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__()
+        self.timed_out: list[TopicPartition] = []
+
+        async def timed_out(tp: TopicPartition) -> None:
+            self.timed_out.append(tp)
+
+        self.committer.timed_out, self.committer.transaction_timeout_s = timed_out, timeout_s
+
+
+async def test_a_fencing_younger_than_the_transaction_timeout_is_a_successors_and_raised():
+    p = TimedOutPartition0(timeout_s=60.0)
+    p.producers[0] = FakeProducer(fail_commit=ProducerFenced())
+    with pytest.raises(ProducerFenced):
+        await p.committer.commit(SOURCE, looping_run())
+    assert not p.timed_out and p.rebuilds == 0
+
+
+async def test_a_fencing_past_the_transaction_timeout_goes_to_the_group_not_up():
+    p = TimedOutPartition0(timeout_s=0.05)
+    gate = asyncio.Event()
+    p.producers[0] = FakeProducer(fail_commit=ProducerFenced(), gate=gate)
+    asyncio.get_running_loop().call_later(0.1, gate.set)  # the commit outlives the timeout
+    assert await p.committer.commit(SOURCE, looping_run()) is None
+    assert p.timed_out == [SOURCE] and p.rebuilds == 0 and not p.committed.visible

@@ -47,3 +47,22 @@ async def test_a_failed_batch_is_the_loops_failure():
     await in_flight.settle()
     await asyncio.sleep(0)
     assert isinstance(in_flight.failure, RuntimeError) and TP in consumer.paused
+
+
+async def test_a_stop_abandons_a_batch_stuck_past_its_time_and_that_is_no_failure():
+    consumer = FakeConsumer([TP])
+    in_flight = InFlight(consumer, Progress())
+    in_flight.start(TP, asyncio.sleep(10))  # type: ignore[arg-type]  # a broker that never answers
+    assert await in_flight.drain(0.05) == 1
+    await asyncio.sleep(0.01)  # the cancellation lands, then the done callback
+    assert 0 not in in_flight and in_flight.failure is None and TP in consumer.paused
+
+
+async def test_a_held_partition_stays_paused_after_its_batch():
+    consumer = FakeConsumer([TP])
+    in_flight = InFlight(consumer, Progress())
+    in_flight.held.add(0)  # dropped after a timed-out transaction, waiting to be rebuilt
+    in_flight.start(TP, asyncio.sleep(0))  # type: ignore[arg-type]
+    await in_flight.settle()
+    await asyncio.sleep(0)
+    assert in_flight.failure is None and TP in consumer.paused
