@@ -47,11 +47,11 @@ test: setup prometheus
 	@$(call with_kafka,$(BIN)/pytest -q)
 
 # Replay against parse-only (no broker), the adapters against their frameworks alone, then the
-# worker against a bare echo on the broker.
+# worker against a bare echo on the broker, then the fleet app at the worker's throughput.
 bench: setup
 	$(BIN)/python benchmarks/replay_bench.py
 	$(BIN)/python benchmarks/adapters_bench.py
-	@$(call with_kafka,$(BIN)/python benchmarks/kafka_bench.py)
+	@$(call with_kafka,$(BIN)/python benchmarks/kafka_bench.py && $(BIN)/python benchmarks/fleet_bench.py)
 
 schemas: setup
 	$(BIN)/stallwatch schemas --write schemas/

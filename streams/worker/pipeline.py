@@ -255,9 +255,8 @@ class Pipeline(ConsumerRebalanceListener):
         # Waits for the batches in flight to commit. The partitions' producers and states are
         # kept: most come back in the assignment that follows, and one that went to another
         # worker was fenced by it, so nothing stale can be published from here.
-        if revoked:
-            log.info("partitions %s revoked: the group is rebalancing",
-                     sorted(tp.partition for tp in revoked))
+        log.info("rebalance: revoking partitions %s once their batches in flight committed",
+                 sorted(tp.partition for tp in revoked))
         async with self._lock:
             self._generation += 1
             await self.in_flight.settle()

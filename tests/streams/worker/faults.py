@@ -33,9 +33,6 @@ from tests.streams.worker.fleet_logs import interleave, mixed_fleet
 STEADY_EVERY, STEADY_PAUSE_S = 80, 0.1
 # The workers' group session (streams/worker/pipeline.py): a member silent this long is removed.
 SESSION_S = 6.0
-# What a worker logs when a rebalance takes its partitions (aiokafka's own INFO line, "Revoking
-# previously assigned partitions", is no longer shown: its loggers are at WARNING).
-REVOKED = "revoked: the group is rebalancing"
 # A cut meant to end before the session expires ends this long before it would: room for the
 # heartbeat held by the cut to reach the broker on a loaded machine.
 HEAL_MARGIN_S = 1.5
@@ -66,7 +63,7 @@ async def _rebalancing(worker: WorkerProcess, since: int, timeout_s: float) -> N
     """Until the worker's log shows a rebalance beyond the first `since` ones."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if worker.log_path.read_text(errors="replace").count(REVOKED) > since:
+        if worker.log_path.read_text(errors="replace").count("rebalance: revoking partitions") > since:
             return
         await asyncio.sleep(0.02)
 
@@ -91,7 +88,7 @@ async def three_kills(partitions: int = 8, runs: int = 480) -> Outcome:
         await asyncio.sleep(3)
         a.kill()
         outcome.kills.append("a, under load")
-        revokes = b.log_path.read_text(errors="replace").count(REVOKED)
+        revokes = b.log_path.read_text(errors="replace").count("rebalance: revoking partitions")
         a = WorkerProcess(settings, "a2")
         workers.append(a)
         await _rebalancing(b, revokes, timeout_s=30)
