@@ -146,32 +146,36 @@ def _check_declarations(event: dict[str, Any]) -> None:
 def _conforms(d: dict[str, Any], kind: str) -> bool:
     """True only when the models would accept the event (run_started and fleet_advisory
     excepted: rare and nested, they always go through pydantic) and none of its ids is too long
-    to copy as is."""
-    event_id, run_id, ts = d.get("event_id"), d.get("run_id"), d.get("ts")
-    if not (type(event_id) is str and 0 < len(event_id) <= MAX_ID_CHARS and type(run_id) is str
-            and 0 < len(run_id) <= MAX_ID_CHARS and (type(ts) is float or type(ts) is int)):
+    to copy as is. Required fields are read by subscript (a missing one fails the check), the
+    cheapest read there is on this path."""
+    try:
+        event_id, run_id, ts = d["event_id"], d["run_id"], d["ts"]
+        if not (type(event_id) is str and 0 < len(event_id) <= MAX_ID_CHARS and type(run_id) is str
+                and 0 < len(run_id) <= MAX_ID_CHARS and (type(ts) is float or type(ts) is int)):
+            return False
+        if kind == "run_ended":
+            reason = d.get("reason")
+            return reason is None or type(reason) is str
+        number = d["round"]
+        if type(number) is not int or number < 0:
+            return False
+        if kind in _ROUND_ONLY:
+            return True
+        call_id, tool = d["call_id"], d["tool"]
+        if not (type(call_id) is str and len(call_id) <= MAX_ID_CHARS and type(tool) is str
+                and len(tool) <= MAX_ID_CHARS):
+            return False
+        if kind == "call_result":
+            status, fingerprint, empty = d["status"], d.get("fingerprint"), d.get("empty")
+            return ("fact_fingerprints" not in d and type(status) is str and status in _STATUSES
+                    and (empty is None or type(empty) is bool)
+                    and (fingerprint is None or (type(fingerprint) is str and empty is not None)))
+        if kind == "call_proposed":
+            args_digest, effect = d.get("args_digest"), d.get("effect")
+            return ((args_digest is None or type(args_digest) is str)
+                    and (effect is None or (type(effect) is str and effect in _EFFECTS)))
+    except KeyError:
         return False
-    if kind == "run_ended":
-        reason = d.get("reason")
-        return reason is None or type(reason) is str
-    number = d.get("round")
-    if type(number) is not int or number < 0:
-        return False
-    if kind in _ROUND_ONLY:
-        return True
-    call_id, tool = d.get("call_id"), d.get("tool")
-    if not (type(call_id) is str and len(call_id) <= MAX_ID_CHARS and type(tool) is str
-            and len(tool) <= MAX_ID_CHARS):
-        return False
-    if kind == "call_proposed":
-        args_digest, effect = d.get("args_digest"), d.get("effect")
-        return ((args_digest is None or type(args_digest) is str)
-                and (effect is None or (type(effect) is str and effect in _EFFECTS)))
-    if kind == "call_result":
-        status, fingerprint, empty = d.get("status"), d.get("fingerprint"), d.get("empty")
-        return ("fact_fingerprints" not in d and type(status) is str and status in _STATUSES
-                and (empty is None or type(empty) is bool)
-                and (fingerprint is None or (type(fingerprint) is str and empty is not None)))
     return False  # run_started and fleet_advisory: rare, validated in full
 
 

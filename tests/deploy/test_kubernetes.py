@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from stallwatch.settings import Settings
+from streams.fleet.settings import FleetSettings
 
 K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
 KUBERNETES_VERSION = "1.30"
@@ -24,8 +25,8 @@ def resources() -> list[dict]:
     return docs
 
 
-def of_kind(kind: str) -> dict:
-    (found,) = [d for d in resources() if d["kind"] == kind]
+def of_kind(kind: str, name: str | None = None) -> dict:
+    (found,) = [d for d in resources() if d["kind"] == kind and name in (None, d["metadata"]["name"])]
     return found
 
 
@@ -37,8 +38,9 @@ def test_each_resource_is_valid_for_the_kubernetes_api(doc):
 def test_the_worker_runs_with_its_settings_and_probes_on_its_web_port():
     config = of_kind("ConfigMap")["data"]
     known = {f"STALLWATCH_{f.name.upper()}" for f in dataclasses.fields(Settings)}
+    known |= {f"STALLWATCH_FLEET_{f.name.upper()}" for f in dataclasses.fields(FleetSettings)}
     assert set(config) <= known, set(config) - known
-    pod = of_kind("Deployment")["spec"]["template"]
+    pod = of_kind("Deployment", "stallwatch-worker")["spec"]["template"]
     (container,) = pod["spec"]["containers"]
     assert container["command"] == ["stallwatch", "worker"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
@@ -55,13 +57,27 @@ def test_the_worker_runs_with_its_settings_and_probes_on_its_web_port():
 
 
 def test_there_are_no_more_replicas_than_partitions():
-    replicas = of_kind("Deployment")["spec"]["replicas"]
+    replicas = of_kind("Deployment", "stallwatch-worker")["spec"]["replicas"]
     assert 2 <= replicas <= int(of_kind("ConfigMap")["data"]["STALLWATCH_PARTITIONS"])
 
 
 def test_the_validator_rejects_a_broken_manifest():
-    broken = of_kind("Deployment")
+    broken = of_kind("Deployment", "stallwatch-worker")
     broken["spec"]["replicas"] = "two"
     broken["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGets"] = {}
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
+
+
+def test_the_fleet_app_runs_beside_the_workers_with_its_own_selector_and_web_port():
+    config = of_kind("ConfigMap")["data"]
+    worker = of_kind("Deployment", "stallwatch-worker")["spec"]
+    fleet = of_kind("Deployment", "stallwatch-fleet")["spec"]
+    # Selectors apart: neither Deployment may adopt the other's pods.
+    assert worker["selector"] != fleet["selector"]
+    (container,) = fleet["template"]["spec"]["containers"]
+    assert container["command"] == ["stallwatch", "fleet"]
+    assert container["ports"] == [{"name": "web", "containerPort": int(config["STALLWATCH_FLEET_WEB_PORT"])}]
+    # Faust writes its data directory under the working directory, on a read-only root.
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert container["workingDir"] in mounts
