@@ -14,6 +14,8 @@ from prometheus_client import generate_latest
 
 from stallwatch.contract.commands import DeadLetter
 from stallwatch.contract.incidents import INCIDENT_KINDS
+from stallwatch.kafka.options import ssl_context
+from stallwatch.settings import Settings
 from streams.fleet.metrics import FleetMetrics
 from streams.fleet.rules import Judge, Outcome
 from streams.fleet.settings import FleetSettings
@@ -40,6 +42,18 @@ def partition_of(key: bytes, partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
+def faust_credentials(settings: Settings) -> faust.types.auth.CredentialsT | None:
+    """The worker's and the client's Kafka security settings, in Faust's terms (SASL over plaintext
+    or TLS, or TLS alone), so that the fleet app reaches the brokers the workers reach."""
+    context = ssl_context(settings)
+    if settings.security_protocol.startswith("SASL"):
+        return faust.SASLCredentials(username=settings.sasl_username, password=settings.sasl_password,
+                                     ssl_context=context, mechanism=settings.sasl_mechanism)
+    if context is not None:
+        return faust.SSLCredentials(context)
+    return None
+
+
 class FleetService:
     """One Faust app: two agents (merge, judge), a timer (event-time ticks) and a web view."""
 
@@ -55,7 +69,7 @@ class FleetService:
             web_port=cfg.web_port, web_bind=base.web_bind, web_host=base.web_bind,
             broker_session_timeout=cfg.session_timeout_s, broker_heartbeat_interval=1.0,
             broker_commit_interval=1.0, producer_acks=-1, consumer_auto_offset_reset="earliest",
-            autodiscover=False)
+            broker_credentials=faust_credentials(base), autodiscover=False)
         # read_committed and the fetch wait: the consumer Faust builds, adjusted (transport.py).
         transport = transport_for(cfg.fetch_wait_ms)
         app._new_transport = lambda: transport(app.conf.broker_consumer, app)  # type: ignore[method-assign]
