@@ -20,10 +20,11 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from stallwatch.contract.commands import encode_command
 from stallwatch.engine.fleet import Fleet, Rejected
+from stallwatch.kafka.read import committed_reader, read_to_end
 from stallwatch.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -290,6 +291,23 @@ def _identity(value: bytes | None) -> str | None:
     """A command's id; None for anything else (a dead letter, a state, a tombstone)."""
     decoded = orjson.loads(value) if value else None
     return decoded.get("command_id") if isinstance(decoded, dict) else None
+
+
+async def stored_events(settings: Settings) -> list[bytes]:
+    """The events topic as the broker holds it, each partition in offset order: the log the
+    worker read. Replayed, it is the reference when the producer itself may have failed or
+    retried (a broker restart under load), where the list the test meant to send is not."""
+    consumer = committed_reader({"bootstrap_servers": settings.bootstrap})
+    await consumer.start()
+    try:
+        tps = [TopicPartition(settings.events_topic, p) for p in range(settings.partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        lines: list[bytes] = []
+        await read_to_end(consumer, tps, lambda _, records: lines.extend(r.value for r in records))
+        return lines
+    finally:
+        await consumer.stop()
 
 
 def replay_commands(lines: list[bytes]) -> list[bytes]:

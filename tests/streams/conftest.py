@@ -1,3 +1,5 @@
+"""The broker for the stream jobs' tests: started once, only for tests marked `kafka`."""
+
 from __future__ import annotations
 
 import pytest
