@@ -5,5 +5,5 @@ COPY pyproject.toml README.md ./
 COPY stallwatch ./stallwatch
 RUN pip install --no-cache-dir '.[worker]'
 USER nobody
-EXPOSE 6066 9400
+EXPOSE 9401 9400
 CMD ["stallwatch", "worker"]

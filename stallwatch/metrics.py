@@ -45,7 +45,7 @@ class StallwatchMetrics:
         self.streak_at_stop = Histogram("stallwatch_streak_length_at_stop",
                                         "The counter that fired, at the stop", ["code"],
                                         buckets=_STREAK_BUCKETS, registry=r)
-        self.active_runs = Gauge("stallwatch_active_runs", "Runs held in this worker's tables",
+        self.active_runs = Gauge("stallwatch_active_runs", "Runs held in this worker's run store",
                                  registry=r)
         self.fingerprints = Gauge("stallwatch_fingerprints_held",
                                   "Result fingerprints and fact digests held by this worker's runs",
@@ -69,7 +69,7 @@ class StallwatchMetrics:
             "stallwatch_batch_retries_total",
             "Batches whose transaction failed (nothing of it visible) and that were read again",
             registry=r)
-        self.recovery_seconds = Histogram("stallwatch_table_recovery_seconds",
+        self.recovery_seconds = Histogram("stallwatch_partition_restore_seconds",
                                           "Rebalance to ready: the hand-over and the replay of the "
                                           "run states' changelog", buckets=_RECOVERY_BUCKETS,
                                           registry=r)

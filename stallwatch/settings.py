@@ -64,7 +64,7 @@ class Settings:
     # Port of the worker's /metrics (Prometheus) endpoint.
     metrics_port: int = 9400
     # The worker's health endpoints (/health/live, /health/ready); one port per worker process.
-    web_port: int = 6066
+    web_port: int = 9401
     # Address the health endpoints listen on: loopback unless a probe comes from elsewhere.
     web_bind: str = "127.0.0.1"
     # Address /metrics listens on: all interfaces by default, so that Prometheus can scrape it

@@ -105,7 +105,7 @@ def per_worker() -> dashboard.Dashboard:
                                  "{{instance}}")))
         .with_panel(series("Table recovery after a rebalance (last hour, max)", "s",
                            query("histogram_quantile(1, sum by (le, instance) "
-                                 "(rate(stallwatch_table_recovery_seconds_bucket[1h])))", "{{instance}}")))
+                                 "(rate(stallwatch_partition_restore_seconds_bucket[1h])))", "{{instance}}")))
         .with_panel(series("Version", "short", query("stallwatch_build_info", "{{instance}} {{version}}")))
     )
 

@@ -92,7 +92,7 @@ async def test_prometheus_sees_the_counts_the_log_implies(prometheus):
             v == 1 for v in query('up{job="stallwatch-worker"}').values())
         latency = query("sum(stallwatch_decision_latency_seconds_count)")
         assert list(latency.values()) == [len(expected) + 1]
-        recoveries = list(query("sum(stallwatch_table_recovery_seconds_count)").values())
+        recoveries = list(query("sum(stallwatch_partition_restore_seconds_count)").values())
         assert recoveries and recoveries[0] >= 1  # at least its start-up
     finally:
         worker.stop()
