@@ -137,6 +137,7 @@ async def wait_for_worker(settings: Settings, worker: subprocess.Popen, timeout_
             await run.end("warm-up")
             if not decision.timed_out:
                 return
+            await asyncio.sleep(0.2)  # failing open answers at once: give the reconnection its turn
     raise RuntimeError(f"no worker answered within {timeout_s} s")
 
 

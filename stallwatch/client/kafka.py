@@ -31,6 +31,10 @@ DEFAULT_VERDICT_TIMEOUT_S = 5.0
 # a returning broker is found within seconds without hammering one that stays away.
 _RETRY_FIRST_S = 0.5
 _RETRY_MAX_S = 5.0
+# Topics created a moment ago (the worker's or the demo's first start) take a few hundred ms to
+# reach the broker's metadata: looking a few times first keeps a healthy start-up from reporting
+# them missing (and failing open) for a retry interval.
+_TOPIC_CHECKS, _TOPIC_CHECK_WAIT_S = 4, 0.25
 # Stopping a producer or consumer whose broker is gone must not hold up the runtime.
 _CLOSE_TIMEOUT_S = 2.0
 # What the broker being away looks like: aiokafka's errors, refused sockets, timeouts.
@@ -131,10 +135,13 @@ class KafkaClient(Client):
         """Whether the events and commands topics exist (else aiokafka waits out the timeout
         and the client would report the broker as unreachable)."""
         assert self._producer is not None
-        metadata = await self._producer.client.fetch_all_metadata()
         wanted = {self.settings.events_topic, self.settings.commands_topic}
-        if wanted <= metadata.topics():
-            return True
+        for attempt in range(_TOPIC_CHECKS):
+            metadata = await self._producer.client.fetch_all_metadata()
+            if wanted <= metadata.topics():
+                return True
+            if attempt < _TOPIC_CHECKS - 1:
+                await asyncio.sleep(_TOPIC_CHECK_WAIT_S)
         self._why_not = (f"the topics {', '.join(sorted(wanted - metadata.topics()))} do not exist: "
                          f"start `stallwatch worker` (it creates them), or set STALLWATCH_TOPIC_PREFIX "
                          f"to the workers' (now {self.settings.topic_prefix!r})")
@@ -227,6 +234,9 @@ class KafkaClient(Client):
         """Publish one event; False (at once while the broker is away) when it was not sent."""
         producer = self._producer
         if not self.connected or producer is None:
+            # A turn of the loop even so: a caller that retries at once (a warm-up loop) must
+            # not starve the reconnection task it is waiting for.
+            await asyncio.sleep(0)
             return False
         try:
             async with asyncio.timeout(self._send_timeout_s):
