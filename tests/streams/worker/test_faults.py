@@ -73,7 +73,8 @@ async def test_the_broker_restarted_under_load_changes_no_decision():
         stored = await stored_events(settings)
         expected = by_run(replay_commands(stored))
         got = await collect(settings, settings.commands_topic, sum(map(len, expected.values())) + 1, 120)
-        differing = {run for run in expected if by_run(got).get(run) != expected[run]}
+        got_by_run = by_run(got)
+        differing = {run for run in expected if got_by_run.get(run) != expected[run]}
         assert not differing, (sorted(differing), len(stored), len(log), len(set(stored)))
         assert worker.alive(), worker.log_tail()
     finally:
