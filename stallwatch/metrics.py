@@ -65,6 +65,10 @@ class StallwatchMetrics:
         self.decision_latency = Histogram("stallwatch_decision_latency_seconds",
                                           "Event time (`ts`) to its command produced and acked",
                                           buckets=_LATENCY_BUCKETS, registry=r)
+        self.fetch_delay = Histogram("stallwatch_fetch_delay_seconds",
+                                     "Broker append to the worker's fetch of a batch's first event "
+                                     "(its longest wait in Kafka; append-time topics only)",
+                                     buckets=_LATENCY_BUCKETS, registry=r)
         self.batch_retries = Counter(
             "stallwatch_batch_retries_total",
             "Batches whose transaction failed (nothing of it visible) and that were read again",

@@ -89,6 +89,9 @@ def per_worker() -> dashboard.Dashboard:
         .with_panel(series("Batch processing time (p99)", "s",
                            query("histogram_quantile(0.99, sum by (le, instance) "
                                  "(rate(stallwatch_batch_processing_seconds_bucket[5m])))", "{{instance}}")))
+        .with_panel(series("Fetch delay: events waiting in Kafka (p99)", "s",
+                           query("histogram_quantile(0.99, sum by (le, instance) "
+                                 "(rate(stallwatch_fetch_delay_seconds_bucket[5m])))", "{{instance}}")))
         .with_panel(series("Event processing time (p50, p99)", "s",
                            *[query(f"histogram_quantile({q}, sum by (le, instance) "
                                    f"(rate(stallwatch_event_processing_seconds_bucket[5m])))",

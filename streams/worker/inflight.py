@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any, Protocol
 
 from aiokafka import TopicPartition
@@ -27,11 +27,9 @@ class InFlight:
     batch that failed (or was cancelled) leaves its partition paused and sets `failure`, which the
     consume loop raises."""
 
-    def __init__(self, consumer: Pausable, progress: Progress,
-                 on_change: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, consumer: Pausable, progress: Progress) -> None:
         self.consumer = consumer
         self.progress = progress
-        self.on_change = on_change  # called when a batch starts and when one committed
         self.failure: BaseException | None = None
         self._tasks: dict[int, asyncio.Task[None]] = {}  # partition -> its batch's task
         # Partitions kept paused after their batch (dropped, waiting to be rebuilt).
@@ -50,7 +48,6 @@ class InFlight:
         task = asyncio.create_task(batch, name=f"batch-{tp.partition}")
         self._tasks[tp.partition] = task
         task.add_done_callback(lambda done: self._done(tp, done))
-        self.on_change()
 
     def _done(self, tp: TopicPartition, task: asyncio.Task[None]) -> None:
         if self._tasks.get(tp.partition) is task:
@@ -68,7 +65,6 @@ class InFlight:
         if exc is not None:
             self.failure = self.failure or exc
             return
-        self.on_change()
         if tp in self.consumer.assignment() and tp.partition not in self.held:
             self.consumer.resume(tp)
 

@@ -29,7 +29,7 @@ from stallwatch.metrics import StallwatchMetrics
 from stallwatch.settings import Settings
 from streams.worker import producers
 from streams.worker.aiokafka_patch import set_fetch_max_wait
-from streams.worker.batch import BatchApplier, BatchResult
+from streams.worker.batch import LOG_APPEND_TIME, BatchApplier, BatchResult
 from streams.worker.commit import BatchCommitter, CommitTopics, TransactionalProducer
 from streams.worker.expiry import ExpiryScan
 from streams.worker.inflight import InFlight
@@ -48,10 +48,14 @@ FETCH_TIMEOUT_MS = 100
 # after its transaction joins the next fetch request, which waits for the one in flight: so this
 # bounds how long a resumed partition's waiting events sit on the broker.
 FETCH_MAX_WAIT_MS = 5
-# ... but only while a batch is in flight: with no partition paused, every partition is in the
-# fetch, which the broker answers as soon as any record arrives, so a long wait costs no latency.
-# At 5 ms all the time, an idle worker sent 200 fetches a second and used ~9% of a core.
+# ... but only while the worker is busy (a batch in flight, or records fetched within
+# IDLE_AFTER_S). Idle, every partition is in the fetch, which the broker answers as soon as any
+# record arrives, so a long wait costs no latency. At 5 ms all the time, an idle worker sent 200
+# fetches a second and used ~9% of a core. The second of hysteresis keeps a steady trickle of
+# events from flipping the wait at every batch (a long fetch built between two batches held the
+# next batch's partition out for up to its whole wait).
 IDLE_FETCH_MAX_WAIT_MS = 500
+IDLE_AFTER_S = 1.0
 # Retrying a call to a broker that is away: the first wait, doubled up to the last.
 RETRY_FIRST_S, RETRY_MAX_S = 0.5, 5.0
 # The consumer group's session: a member silent this long is removed and its partitions move.
@@ -106,7 +110,9 @@ class Pipeline(ConsumerRebalanceListener):
             # broker's default group.min.session.timeout.ms.
             session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=2000,
             **aiokafka_options(settings))
-        self.in_flight = InFlight(self.consumer, self.progress, self._set_fetch_wait)
+        self.in_flight = InFlight(self.consumer, self.progress)
+        self._fetch_wait_ms = IDLE_FETCH_MAX_WAIT_MS
+        self._busy_at = 0.0  # monotonic time of the last fetch that returned records
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -145,6 +151,7 @@ class Pipeline(ConsumerRebalanceListener):
         while True:
             generation = self._generation
             batches = await self.consumer.getmany(timeout_ms=FETCH_TIMEOUT_MS)
+            self._set_fetch_wait(bool(batches))
             failure = self._failure or self.in_flight.failure
             if failure is not None:
                 raise failure
@@ -157,14 +164,23 @@ class Pipeline(ConsumerRebalanceListener):
                         # was fetched just before its partition's pause.
                         self.consumer.seek(tp, records[0].offset)
                     else:
+                        if records[0].timestamp_type == LOG_APPEND_TIME:
+                            self.metrics.fetch_delay.observe(
+                                max(0.0, time.time() - records[0].timestamp / 1000))
                         self.in_flight.start(tp, self._batch(tp, records))
             self.progress.tick()
 
-    def _set_fetch_wait(self) -> None:
-        """Short fetches while a batch is in flight (a partition resumed after its transaction
-        waits for the fetch then in flight, which does not include it), long ones otherwise."""
-        set_fetch_max_wait(self.consumer, FETCH_MAX_WAIT_MS if self.in_flight
-                           else IDLE_FETCH_MAX_WAIT_MS)
+    def _set_fetch_wait(self, fetched: bool) -> None:
+        """Short fetches while busy, long ones once idle (IDLE_AFTER_S); set before the loop
+        yields, so the fetch aiokafka builds next already has it."""
+        now = time.monotonic()
+        if fetched:
+            self._busy_at = now
+        busy = bool(self.in_flight) or now - self._busy_at < IDLE_AFTER_S
+        wait = FETCH_MAX_WAIT_MS if busy or fetched else IDLE_FETCH_MAX_WAIT_MS
+        if wait != self._fetch_wait_ms:
+            set_fetch_max_wait(self.consumer, wait)
+            self._fetch_wait_ms = wait
 
     async def _batch(self, tp: TopicPartition, records: list[ConsumerRecord]) -> None:
         started = time.perf_counter()
