@@ -18,6 +18,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -178,7 +179,7 @@ class StallwatchProcess:
     it: its output in a log file, stopped with SIGTERM (or SIGKILL, as a fault)."""
 
     # Every process started, so that a failed test shows their logs (tests/conftest.py).
-    started: list[StallwatchProcess] = []
+    started: ClassVar[list[StallwatchProcess]] = []
 
     def __init__(self, settings: Settings, command: str, log_name: str, env: dict[str, str],
                  argv: list[str] | None = None, cwd: str | None = None) -> None:
@@ -219,6 +220,19 @@ class StallwatchProcess:
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    metrics_port = 0  # where it serves Prometheus metrics (set by each kind)
+
+    def metric(self, name: str) -> float:
+        """The sum of a metric's samples on its /metrics (0 when absent or not answering)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
+                                        timeout=2) as r:
+                body = r.read().decode()
+        except OSError:
+            return 0.0
+        return sum(float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
+                   if line.startswith(name) and not line.startswith("#"))
 
 
 class WorkerProcess(StallwatchProcess):

@@ -78,14 +78,16 @@ up() {
     -Dlog4j2.configurationFile="$data/log4j2.properties" -cp "$libs/*" \
     kafka.Kafka "$data/server.properties" >"$log" 2>&1 &
   echo $! > "$pidfile"
-  for _ in $(seq 1 120); do
+  # Up to 3 minutes: a restart with thousands of partitions on a loaded 2-core machine took
+  # over a minute (the controller replays its metadata log first).
+  for _ in $(seq 1 360); do
     if answers; then echo "kafka: up on 127.0.0.1:$port (pid $(cat "$pidfile"))" >&2; return; fi
     if ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
       echo "kafka: the broker exited; last lines of $log:" >&2; tail -20 "$log" >&2; exit 1
     fi
     sleep 0.5
   done
-  echo "kafka: no answer on 127.0.0.1:$port after 60 s; see $log" >&2
+  echo "kafka: no answer on 127.0.0.1:$port after 180 s; see $log" >&2
   exit 1
 }
 

@@ -1,12 +1,14 @@
 """A partition batch's commit: a pure plan of everything it writes, and one transaction that writes it.
 
 What is true, and why a batch is exact: the plan's writes (commands, dead letters, changelog
-records, tallies) and the input offset after the batch go to Kafka in ONE transaction
-of the partition's own producer, so read-committed readers see all of it or none of it. The
-detector changes loaded states in place while it applies the batch, so the worker's memory runs
-ahead of Kafka until the commit; if the transaction fails, nothing of it is visible and the
-partition is rebuilt (a new producer, its states restored from the changelog, its position set to
-the committed offset) and the batch read again. Only a committed plan's new and expired runs are
+records, tallies) and the input offset after the batch (the partition's position, a record of its
+changelog) go to Kafka in ONE transaction of the partition's own producer, so read-committed
+readers see all of it or none of it, and a restore reads states and position from the same
+commits. The consumer group's offsets ride along at most every `group_offsets_interval_s`, for
+lag tools only. The detector changes loaded states in place while it applies the batch, so the
+worker's memory runs ahead of Kafka until the commit; if the transaction fails, nothing of it is
+visible and the partition is rebuilt (a new producer, its states and position restored from the
+changelog) and the batch read again. Only a committed plan's new and expired runs are
 put into and deleted from the store. A fenced producer (another worker took the partition over)
 or a batch that keeps failing ends the worker: it must not go on past a batch it cannot commit.
 """
@@ -28,7 +30,7 @@ from stallwatch.contract.commands import encode_command
 from stallwatch.engine.state import RunState
 from stallwatch.settings import Settings
 from streams.worker.batch import BatchApplier, BatchResult, SourceRecord
-from streams.worker.store import RunStore
+from streams.worker.store import POSITION_KEY, RunStore, encode_position
 
 log = logging.getLogger(__name__)
 
@@ -69,19 +71,21 @@ class CommitPlan:
     next_offset: int  # the input offset the partition's next batch starts at
     states: dict[str, RunState]  # every run the batch touched: the store takes them once committed
     expired: list[str]  # runs whose tombstones the plan writes: the store drops them once committed
+    group_offsets: bool = True  # the consumer group's offsets committed too (for lag tools)
 
 
 def plan_commit(topics: CommitTopics, source: TopicPartition, result: BatchResult,
-                expired: Sequence[str], next_offset: int) -> CommitPlan:
+                expired: Sequence[str], next_offset: int, group_offsets: bool = True) -> CommitPlan:
     """Pure: the writes of a batch's result (commands, dead letters, changed states, tombstones of
-    expired runs, the fleet app's tallies) and the offset after the batch."""
+    expired runs, the fleet app's tallies) and the position after the batch."""
     writes = [Write(topics.commands, c.run_id.encode(), encode_command(c)) for c in result.commands]
     writes += [Write(topics.deadletter, key, letter) for key, letter, _ in result.letters]
     writes += [Write(topics.changelog, run_id.encode(), state.to_bytes())
                for run_id, state in result.states.items()]
     writes += [Write(topics.changelog, run_id.encode(), None) for run_id in expired]
     writes += [Write(topics.tallies, key, value) for key, value in result.tallies]
-    return CommitPlan(source, writes, next_offset, result.states, list(expired))
+    writes.append(Write(topics.changelog, POSITION_KEY, encode_position(next_offset)))
+    return CommitPlan(source, writes, next_offset, result.states, list(expired), group_offsets)
 
 
 class TransactionalProducer(Protocol):
@@ -109,7 +113,8 @@ async def write_plan(producer: TransactionalProducer, plan: CommitPlan, group_id
         # whose verification (KIP-890) meets that change is refused as NOT_ENOUGH_REPLICAS
         # and retried: ~16 warnings a second on a healthy broker, for no gain in latency.
         await asyncio.gather(*sent)
-        await producer.send_offsets_to_transaction({plan.source: plan.next_offset}, group_id)
+        if plan.group_offsets:
+            await producer.send_offsets_to_transaction({plan.source: plan.next_offset}, group_id)
 
 
 class BatchCommitter:
@@ -122,7 +127,8 @@ class BatchCommitter:
                  rebuild: Callable[[TopicPartition], Awaitable[None]],
                  on_retry: Callable[[], None],
                  timed_out: Callable[[TopicPartition], Awaitable[None]] | None = None,
-                 transaction_timeout_s: float = float("inf")) -> None:
+                 transaction_timeout_s: float = float("inf"),
+                 group_offsets_interval_s: float = 0.0) -> None:
         self.applier = applier
         self.store = store
         self.topics = topics
@@ -136,6 +142,9 @@ class BatchCommitter:
         self.timed_out = timed_out
         self.transaction_timeout_s = transaction_timeout_s
         self._failures: dict[int, int] = {}  # partition -> its batches failed in a row
+        self.group_offsets_interval_s = group_offsets_interval_s
+        # partition -> when (monotonic) its group offsets were last committed
+        self._group_offsets_at: dict[int, float] = {}
 
     async def commit(self, tp: TopicPartition, records: Sequence[SourceRecord]) -> BatchResult | None:
         """The batch's result once committed; None if its transaction failed and the partition was
@@ -147,8 +156,10 @@ class BatchCommitter:
         try:
             result = self.applier.apply(records, lambda run_id: self.store.load(partition, run_id),
                                         self.store.clocks[partition], time.time())
+            group_offsets = (began - self._group_offsets_at.get(partition, float("-inf"))
+                             >= self.group_offsets_interval_s)
             plan = plan_commit(self.topics, tp, result, self.expired_runs(partition),
-                               records[-1].offset + 1)
+                               records[-1].offset + 1, group_offsets)
             await write_plan(self.producers[partition], plan, self.group_id)
         except ProducerFenced:
             # Younger than the timeout (on this clock, which started it before the broker saw
@@ -167,6 +178,9 @@ class BatchCommitter:
             await self.rebuild(tp)
             return None
         self._failures.pop(partition, None)
+        if group_offsets:
+            self._group_offsets_at[partition] = began
+        self.store.positions[partition] = plan.next_offset
         for run_id, state in plan.states.items():
             self.store.put(partition, run_id, state)
         for run_id in plan.expired:

@@ -90,7 +90,7 @@ class Pipeline(ConsumerRebalanceListener):
             self.store, CommitTopics.of(settings),
             settings.group_id, self.producers, self.expiry.due, self._rebuild,
             metrics.batch_retries.inc, self._timed_out,
-            producers.TRANSACTION_TIMEOUT_MS / 1000)
+            producers.TRANSACTION_TIMEOUT_MS / 1000, settings.group_offsets_interval_s)
         # Held while batches are handed out and while partitions change hands; a rebalance first
         # waits for the batches in flight, so a partition is never given up half done.
         self._lock = asyncio.Lock()
@@ -158,10 +158,13 @@ class Pipeline(ConsumerRebalanceListener):
             async with self._lock:
                 owned = {tp: records for tp, records in batches.items() if self.store.owns(tp.partition)}
                 for tp, records in owned.items():
-                    if generation != self._generation or tp.partition in self.in_flight:
-                        # Partitions changed hands while this batch was fetched (read it again
-                        # from its first record, in the new assignment's order of things), or it
-                        # was fetched just before its partition's pause.
+                    if generation != self._generation:
+                        # Partitions changed hands while this batch was fetched, perhaps from the
+                        # group's offset, which may lag: read on from the committed position.
+                        self.consumer.seek(tp, self.store.positions.get(tp.partition,
+                                                                        records[0].offset))
+                    elif tp.partition in self.in_flight:
+                        # Fetched just before its partition's pause: read it again after.
                         self.consumer.seek(tp, records[0].offset)
                     else:
                         if records[0].timestamp_type == LOG_APPEND_TIME:
@@ -232,16 +235,23 @@ class Pipeline(ConsumerRebalanceListener):
 
     async def _rebuild(self, tp: TopicPartition) -> None:
         """A new producer under the partition's transactional id (aborting our own open
-        transaction), its states and its offset as last committed."""
+        transaction), its states and its position as last committed."""
         partition = tp.partition
         await self._close_producers([partition])
         self.producers[partition] = await _until_done(lambda: self._start_producer(partition))
         await _until_done(lambda: self.store.restore(self.settings, [partition], self.progress.tick))
-        committed = await _until_done(lambda: self.consumer.committed(tp))
-        if committed is None:
+        await self._seek_to_position(tp)
+
+    async def _seek_to_position(self, tp: TopicPartition) -> None:
+        """The position its changelog holds, which the same commits as its states wrote; else (no
+        batch committed since positions were written) the group's offset, else the beginning."""
+        position = self.store.positions.get(tp.partition)
+        if position is None:
+            position = await _until_done(lambda: self.consumer.committed(tp))
+        if position is None:
             await self.consumer.seek_to_beginning(tp)
         else:
-            self.consumer.seek(tp, committed)
+            self.consumer.seek(tp, position)
 
     def _observe(self, tp: TopicPartition, records: list[ConsumerRecord], result: BatchResult,
                  seconds: float) -> None:
@@ -306,6 +316,13 @@ class Pipeline(ConsumerRebalanceListener):
             if new:
                 seconds = await self.store.restore(self.settings, new, self.progress.tick)
                 self.metrics.recovery_seconds.observe(seconds)
+            # Every partition, kept ones too: the consumer set them to the group's offsets, which
+            # may lag the positions committed since (group_offsets_interval_s).
+            for tp in assigned:
+                await self._seek_to_position(tp)
+            # Again at the end: a fetch that returned while this callback awaited (the consumer
+            # fetches from the group's offsets meanwhile) is then read again from the position.
+            self._generation += 1
             self.metrics.active_runs.set(len(self.store))
             self.progress.restoring = False
             self.progress.tick()

@@ -21,6 +21,19 @@ log = logging.getLogger(__name__)
 # small fetches would make recovery a chain of round trips.
 RESTORE_FETCH_BYTES = 16 * 1024 * 1024
 
+# The changelog key of a partition's position record (the input offset its next batch starts at),
+# written by every batch's transaction. Not valid UTF-8, so no run id (a JSON string, stored
+# UTF-8) can ever have it as its key.
+POSITION_KEY = b"\xffposition"
+
+
+def encode_position(offset: int) -> bytes:
+    return str(offset).encode()
+
+
+def decode_position(value: bytes) -> int:
+    return int(value)
+
 
 class RunStore:
     """States by partition and run id. A state stays the raw changelog bytes until a batch first
@@ -36,9 +49,15 @@ class RunStore:
         self._raw: dict[int, dict[str, bytes]] = {}
         self._decoded: dict[int, dict[str, RunState]] = {}
         self.clocks: dict[int, PartitionClock] = {}  # each partition's broker time
+        # Each partition's input offset after its last committed batch, from the changelog
+        # (absent: no batch committed since positions were written; the group's offset serves).
+        self.positions: dict[int, int] = {}
 
-    def adopt(self, partition: int, raw: dict[str, bytes]) -> None:
-        """Serve a partition from its restored states (run id -> changelog bytes)."""
+    def adopt(self, partition: int, raw: dict[str, bytes], position: int | None = None) -> None:
+        """Serve a partition from its restored states (run id -> changelog bytes) and position."""
+        self.positions.pop(partition, None)
+        if position is not None:
+            self.positions[partition] = position
         self._raw[partition] = raw
         self._decoded[partition] = {}
         self.clocks[partition] = PartitionClock()
@@ -76,6 +95,7 @@ class RunStore:
         self._raw.pop(partition, None)
         self._decoded.pop(partition, None)
         self.clocks.pop(partition, None)
+        self.positions.pop(partition, None)
 
     async def restore(self, settings: Settings, partitions: list[int],
                       on_progress: Callable[[], None]) -> float:
@@ -87,13 +107,16 @@ class RunStore:
         """
         started = time.monotonic()
         raw: dict[int, dict[str, bytes]] = {p: {} for p in partitions}
+        positions: dict[int, int] = {}
         consumer = committed_reader(aiokafka_options(settings), fetch_max_bytes=RESTORE_FETCH_BYTES,
                                     max_partition_fetch_bytes=RESTORE_FETCH_BYTES)
 
         def take(tp: TopicPartition, records: list[ConsumerRecord]) -> None:
             states = raw[tp.partition]
             for record in records:
-                if record.value is None:
+                if record.key == POSITION_KEY:
+                    positions[tp.partition] = decode_position(record.value)
+                elif record.value is None:
                     states.pop(record.key.decode(), None)
                 else:
                     states[record.key.decode()] = record.value
@@ -107,7 +130,7 @@ class RunStore:
         finally:
             await consumer.stop()
         for partition in partitions:
-            self.adopt(partition, raw[partition])
+            self.adopt(partition, raw[partition], positions.get(partition))
         seconds = time.monotonic() - started
         log.info("restored %d runs of partitions %s in %.2f s",
                  sum(len(r) for r in raw.values()), partitions, seconds)

@@ -29,7 +29,7 @@ class FleetProcess(StallwatchProcess):
 
     def __init__(self, settings: Settings, name: str = "f", env: dict[str, str] | None = None,
                  command: list[str] | None = None) -> None:
-        self.web_port = free_port()
+        self.web_port = self.metrics_port = free_port()
         super().__init__(settings, "fleet", f"fleet-{name}",
                          {"STALLWATCH_FLEET_WEB_PORT": str(self.web_port), **FAST, **(env or {})},
                          argv=command, cwd=tempfile.mkdtemp(prefix=f"fleet-{name}-"))
@@ -51,12 +51,6 @@ class FleetProcess(StallwatchProcess):
     def open_incidents(self) -> list[dict[str, Any]]:
         body = self.get("/incidents/")
         return [] if body is None else orjson.loads(body)["open"]
-
-    def metric(self, name: str) -> float:
-        """The sum of a metric's samples on /metrics (0 when absent)."""
-        body = (self.get("/metrics") or b"").decode()
-        return sum(float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
-                   if line.startswith(name) and not line.startswith("#"))
 
     def has_metric(self, name: str) -> bool:
         body = (self.get("/metrics") or b"").decode()

@@ -48,6 +48,9 @@ class Outcome:
     doubled: list[str] = field(default_factory=list)
     kills: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    # Events the last workers read again and skipped (at or below a run's last applied offset):
+    # none when every partition resumed at the position its last commit wrote.
+    skipped: float = 0.0
 
     @property
     def exact(self) -> bool:
@@ -68,19 +71,19 @@ async def _rebalancing(worker: WorkerProcess, since: int, timeout_s: float) -> N
         await asyncio.sleep(0.02)
 
 
-async def three_kills(partitions: int = 8, runs: int = 480) -> Outcome:
+async def three_kills(partitions: int = 8, runs: int = 480, env: dict[str, str] | None = None) -> Outcome:
     """Two workers; SIGKILL one and restart it; SIGKILL the other while the group rebalances
-    for the restarted one; later SIGKILL again; all under a steady load."""
+    for the restarted one; later SIGKILL again; all under a steady load. `env`: every worker's."""
     settings = fresh_settings(partitions)
     log = interleave(mixed_fleet(runs))
     expected = by_run(replay_commands(log))
-    a = WorkerProcess(settings, "a")
+    a = WorkerProcess(settings, "a", env)
     workers = [a]
     outcome = Outcome(runs=len(expected))
     begin = time.monotonic()
     try:
         await wait_until_serving(settings)
-        b = WorkerProcess(settings, "b")
+        b = WorkerProcess(settings, "b", env)
         workers.append(b)
         await b.ready()
         producing = asyncio.create_task(produce(settings, log, pause_every=STEADY_EVERY,
@@ -89,22 +92,23 @@ async def three_kills(partitions: int = 8, runs: int = 480) -> Outcome:
         a.kill()
         outcome.kills.append("a, under load")
         revokes = b.log_path.read_text(errors="replace").count("rebalance: revoking partitions")
-        a = WorkerProcess(settings, "a2")
+        a = WorkerProcess(settings, "a2", env)
         workers.append(a)
         await _rebalancing(b, revokes, timeout_s=30)
         b.kill()
         outcome.kills.append("b, while the group rebalanced for a2")
-        b = WorkerProcess(settings, "b2")
+        b = WorkerProcess(settings, "b2", env)
         workers.append(b)
         await b.ready(timeout_s=60)
         await asyncio.sleep(2)
         a.kill()
         outcome.kills.append("a2, after b2 joined")
-        a = WorkerProcess(settings, "a3")
+        a = WorkerProcess(settings, "a3", env)
         workers.append(a)
         assert not producing.done(), "the log ended before the third kill: make it longer"
         await producing
         got = await collect(settings, settings.commands_topic, sum(map(len, expected.values())) + 1, 180)
+        outcome.skipped = sum(w.metric("stallwatch_events_skipped_total") for w in (a, b))
     finally:
         for worker in workers:
             worker.stop()

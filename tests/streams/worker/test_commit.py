@@ -17,7 +17,7 @@ from stallwatch.settings import Settings
 from streams.worker.batch import BatchApplier, SourceMessage
 from streams.worker.commit import BatchCommitter, CommitTopics, Write, plan_commit
 from streams.worker.pipeline import Pipeline
-from streams.worker.store import RunStore
+from streams.worker.store import POSITION_KEY, RunStore
 from tests.script import RunScript
 from tests.streams.worker.fake_kafka import FakeConsumer, FakeProducer, consumer_records
 
@@ -41,22 +41,33 @@ def test_the_plan_writes_commands_letters_states_tombstones_and_tallies_then_the
     result.tallies.append((b"tenant|search", b"{}"))
     plan = plan_commit(TOPICS, SOURCE, result, ["old"], 5)
     assert [w.topic for w in plan.writes] == ["commands", "deadletter", "changelog", "changelog",
-                                              "tallies"]
+                                              "tallies", "changelog"]
     assert decode_command(plan.writes[0].value).run_id == "r1"
     assert plan.writes[2].value == result.states["r1"].to_bytes()
     assert plan.writes[3] == Write("changelog", b"old", None)
     assert plan.writes[4] == Write("tallies", b"tenant|search", b"{}")
+    # The position after the batch, in the same transaction as the states it matches.
+    assert plan.writes[5] == Write("changelog", POSITION_KEY, b"5")
     assert plan.next_offset == 5 and plan.expired == ["old"] and plan.states == result.states
 
 
-def committed_changelog(producer: FakeProducer) -> dict[str, bytes]:
+def test_a_position_key_is_never_a_run_ids_key():
+    with pytest.raises(UnicodeDecodeError):
+        POSITION_KEY.decode()  # a run id's key is its UTF-8 encoding, so it always decodes
+
+
+def committed_changelog(producer: FakeProducer) -> tuple[dict[str, bytes], int | None]:
+    """The states and the position a restore reads from what the fake committed."""
     states: dict[str, bytes] = {}
+    position = None
     for key, value in producer.records("changelog"):
-        if value is None:
+        if key == POSITION_KEY:
+            position = int(value)
+        elif value is None:
             states.pop(key.decode(), None)
         else:
             states[key.decode()] = value
-    return states
+    return states, position
 
 
 class Partition0:
@@ -75,7 +86,7 @@ class Partition0:
     async def rebuild(self, tp: TopicPartition) -> None:
         self.rebuilds += 1
         self.producers[0] = self.committed
-        self.store.adopt(0, committed_changelog(self.committed))
+        self.store.adopt(0, *committed_changelog(self.committed))
 
 
 async def test_a_failed_transaction_leaves_nothing_visible_and_the_partition_is_rebuilt():
@@ -166,7 +177,9 @@ async def test_a_batch_is_never_half_given_up_in_a_rebalance():
     # the offset after the batch's last record.
     commands = producer.records(pipeline.settings.commands_topic)
     assert len(commands) == 6
-    assert [k for k, _ in producer.records(pipeline.settings.changelog_topic)] == [b"r1"]
+    after = str(len(looping_run())).encode()
+    assert producer.records(pipeline.settings.changelog_topic) == [
+        (b"r1", pipeline.store.load(0, "r1").to_bytes()), (POSITION_KEY, after)]
     assert producer.offsets == {tp: len(looping_run())}
     loop.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -201,3 +214,22 @@ async def test_a_fencing_past_the_transaction_timeout_goes_to_the_group_not_up()
     asyncio.get_running_loop().call_later(0.1, gate.set)  # the commit outlives the timeout
     assert await p.committer.commit(SOURCE, looping_run()) is None
     assert p.timed_out == [SOURCE] and p.rebuilds == 0 and not p.committed.visible
+
+
+async def test_the_group_offsets_ride_along_at_most_once_an_interval_the_position_always():
+    p = Partition0()
+    p.committer.group_offsets_interval_s = 3600.0
+    messages = looping_run()
+    await p.committer.commit(SOURCE, messages[:3])
+    await p.committer.commit(SOURCE, messages[3:])
+    assert p.committed.offsets == {SOURCE: 3}  # the first batch's; the second's not yet
+    assert committed_changelog(p.committed)[1] == len(messages) == p.store.positions[0]
+
+
+async def test_an_assignment_seeks_every_partition_to_its_committed_position():
+    pipeline, consumer, started = pipeline_of(FakeProducer())
+    tp = next(iter(consumer.assigned))
+    pipeline.store.positions[0] = 42  # committed by this worker since the group's offset (7)
+    consumer.committed_offsets[tp] = 7
+    await pipeline.on_partitions_assigned([tp])
+    assert consumer.seeks == [(tp, 42)] and started == []  # kept: not rebuilt, but repositioned

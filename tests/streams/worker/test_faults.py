@@ -35,6 +35,15 @@ async def test_three_kills_under_steady_load_one_during_a_rebalance_change_no_de
     outcome = await three_kills()
     assert len(outcome.kills) == 3
     assert outcome.exact, outcome.summary()
+    assert outcome.skipped == 0
+
+
+async def test_three_kills_with_the_group_offsets_an_hour_behind_resume_at_the_changelog_position():
+    # The group's offsets are committed once per partition and then never again: every restart
+    # and takeover must resume at the position its changelog holds, or it reads events again.
+    outcome = await three_kills(env={"STALLWATCH_GROUP_OFFSETS_INTERVAL_S": "3600"})
+    assert outcome.exact, outcome.summary()
+    assert outcome.skipped == 0
 
 
 async def test_a_worker_cut_off_until_its_partitions_moved_is_fenced_on_return_and_changes_no_decision():
