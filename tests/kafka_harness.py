@@ -173,30 +173,34 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-class WorkerProcess:
-    """`stallwatch worker` as a child process, as an operator would run it."""
+class StallwatchProcess:
+    """A `stallwatch` command as a child process on the test's topics, as an operator would run
+    it: its output in a log file, stopped with SIGTERM (or SIGKILL, as a fault)."""
 
-    def __init__(self, settings: Settings, name: str = "w", env: dict[str, str] | None = None) -> None:
-        self.web_port, self.metrics_port = free_port(), free_port()
+    # Every process started, so that a failed test shows their logs (tests/conftest.py).
+    started: list[StallwatchProcess] = []
+
+    def __init__(self, settings: Settings, command: str, log_name: str, env: dict[str, str],
+                 argv: list[str] | None = None, cwd: str | None = None) -> None:
         self.settings = settings
-        self.log_path = Path(f"/tmp/stallwatch-{settings.topic_prefix}-{name}.log")
-        env = {**os.environ, "STALLWATCH_BOOTSTRAP": settings.bootstrap,
-               "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
-               "STALLWATCH_PARTITIONS": str(settings.partitions),
-               "STALLWATCH_REPLICATION_FACTOR": "1", "STALLWATCH_MIN_INSYNC_REPLICAS": "1",
-               "STALLWATCH_WEB_PORT": str(self.web_port),
-               "STALLWATCH_METRICS_PORT": str(self.metrics_port),
-               "STALLWATCH_LOG_LEVEL": "INFO", **(env or {})}
-        self.proc = subprocess.Popen([sys.executable, "-m", "stallwatch.cli.main", "worker"], env=env,
-                                     stdout=self.log_path.open("wb"), stderr=subprocess.STDOUT)
+        self.log_path = Path(f"/tmp/stallwatch-{settings.topic_prefix}-{log_name}.log")
+        full = {**os.environ, "STALLWATCH_BOOTSTRAP": settings.bootstrap,
+                "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
+                "STALLWATCH_PARTITIONS": str(settings.partitions),
+                "STALLWATCH_REPLICATION_FACTOR": "1", "STALLWATCH_MIN_INSYNC_REPLICAS": "1",
+                # The checkout is importable wherever the process runs (cwd may be elsewhere).
+                "PYTHONPATH": str(Path(__file__).resolve().parents[1]), **env}
+        self.proc = subprocess.Popen(argv or [sys.executable, "-m", "stallwatch.cli.main", command],
+                                     env=full, cwd=cwd, stdout=self.log_path.open("wb"),
+                                     stderr=subprocess.STDOUT)
+        StallwatchProcess.started.append(self)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
     def kill(self) -> None:
         """SIGKILL: no clean shutdown, no flush, no commit."""
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
+        self.kill_time()
 
     def kill_time(self) -> float:
         """SIGKILL, returning the moment it was sent (perf_counter)."""
@@ -212,6 +216,19 @@ class WorkerProcess:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+class WorkerProcess(StallwatchProcess):
+    """`stallwatch worker`."""
+
+    def __init__(self, settings: Settings, name: str = "w", env: dict[str, str] | None = None) -> None:
+        self.web_port, self.metrics_port = free_port(), free_port()
+        super().__init__(settings, "worker", name, {
+            "STALLWATCH_WEB_PORT": str(self.web_port), "STALLWATCH_METRICS_PORT": str(self.metrics_port),
+            "STALLWATCH_LOG_LEVEL": "INFO", **(env or {})})
 
     def health(self, path: str = "/health/ready") -> int:
         """The HTTP status of one of the worker's health endpoints (0 when nothing answers)."""
@@ -233,9 +250,6 @@ class WorkerProcess:
                 break
             await asyncio.sleep(0.2)
         raise AssertionError(f"worker not ready after {timeout_s} s:\n{self.log_tail()}")
-
-    def log_tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
 @contextlib.asynccontextmanager

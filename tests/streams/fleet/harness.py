@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -19,7 +15,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from stallwatch.kafka.topics import ensure_topics
 from stallwatch.settings import Settings
 from streams.fleet.tally import tally_key
-from tests.kafka_harness import free_port
+from tests.kafka_harness import StallwatchProcess, free_port
 
 # Small windows so a test sees an incident open and close in seconds: 6 s wide, 1 s step,
 # closed 3 s of event time after its rule last held.
@@ -28,41 +24,15 @@ FAST = {"STALLWATCH_FLEET_WINDOW_S": "6", "STALLWATCH_FLEET_STEP_S": "1",
         "STALLWATCH_FLEET_SESSION_TIMEOUT_S": "6"}
 
 
-class FleetProcess:
-    """`stallwatch fleet` as a child process, in a directory of its own (Faust writes one)."""
+class FleetProcess(StallwatchProcess):
+    """`stallwatch fleet`, in a directory of its own (Faust writes one)."""
 
     def __init__(self, settings: Settings, name: str = "f", env: dict[str, str] | None = None,
                  command: list[str] | None = None) -> None:
         self.web_port = free_port()
-        self.log_path = Path(f"/tmp/stallwatch-{settings.topic_prefix}-fleet-{name}.log")
-        self.workdir = tempfile.mkdtemp(prefix=f"fleet-{name}-")
-        full = {**os.environ, "STALLWATCH_BOOTSTRAP": settings.bootstrap,
-                "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
-                "STALLWATCH_PARTITIONS": str(settings.partitions),
-                "STALLWATCH_REPLICATION_FACTOR": "1", "STALLWATCH_MIN_INSYNC_REPLICAS": "1",
-                "STALLWATCH_FLEET_WEB_PORT": str(self.web_port), **FAST, **(env or {})}
-        command = command or [sys.executable, "-m", "stallwatch.cli.main", "fleet"]
-        # The app is imported from the checkout wherever the process runs.
-        full["PYTHONPATH"] = str(Path(__file__).resolve().parents[3])
-        self.proc = subprocess.Popen(command, env=full,
-                                     cwd=self.workdir, stdout=self.log_path.open("wb"),
-                                     stderr=subprocess.STDOUT)
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def kill(self) -> None:
-        """SIGKILL: no clean shutdown, no flush, no commit."""
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
-
-    def stop(self) -> None:
-        if self.alive():
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        super().__init__(settings, "fleet", f"fleet-{name}",
+                         {"STALLWATCH_FLEET_WEB_PORT": str(self.web_port), **FAST, **(env or {})},
+                         argv=command, cwd=tempfile.mkdtemp(prefix=f"fleet-{name}-"))
 
     def rss(self) -> int:
         """Resident memory of the process, in bytes."""
@@ -103,9 +73,6 @@ class FleetProcess:
                 return
             await asyncio.sleep(0.3)
         raise AssertionError(f"fleet app not serving after {timeout_s} s:\n{self.log_tail()}")
-
-    def log_tail(self, lines: int = 60) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
 def tally(tool: str, ts: float, *, tenant: str | None = "acme", runs: list[str] = (),  # type: ignore[assignment]
