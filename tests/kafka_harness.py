@@ -18,6 +18,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -178,7 +179,7 @@ class StallwatchProcess:
     it: its output in a log file, stopped with SIGTERM (or SIGKILL, as a fault)."""
 
     # Every process started, so that a failed test shows their logs (tests/conftest.py).
-    started: list[StallwatchProcess] = []
+    started: ClassVar[list[StallwatchProcess]] = []
 
     def __init__(self, settings: Settings, command: str, log_name: str, env: dict[str, str],
                  argv: list[str] | None = None, cwd: str | None = None) -> None:
