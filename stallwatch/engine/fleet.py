@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from stallwatch.contract.commands import Command, DeadLetter
-from stallwatch.contract.parse import MAX_EVENT_BYTES, InvalidEvent, parse_event
+from stallwatch.contract.parse import MAX_EVENT_BYTES, InvalidEvent
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.detector import Detector, Event
+from stallwatch.engine.records import RecordApplier
 from stallwatch.engine.state import RunState
 
 
@@ -39,6 +40,7 @@ class Fleet:
         """`secret`: the key of every digest, shared with the runtimes (Settings.fingerprint_secret)."""
         self.detector = Detector(admin_policy, secret)
         self.max_event_bytes = max_event_bytes
+        self.records = RecordApplier(self.detector, max_event_bytes)
         self.runs: dict[str, RunState] = {}
         # The workers' counters, kept only when asked for (prometheus-client installed).
         self.metrics = metrics
@@ -50,42 +52,34 @@ class Fleet:
         if state is not None:
             self.runs[run_id] = state
         if self.metrics is not None:
-            self.metrics.count_event(event["type"])
-            self.metrics.count_commands(commands)
+            self._count(0, event, state, commands)
         return commands
 
     def handle_raw(self, raw: bytes | str, topic: str = "-", partition: int = 0,
                    offset: int = 0) -> list[Command] | Rejected:
         """Parse and apply one serialised event; bad input becomes a dead letter, never an error."""
-        try:
-            event = parse_event(raw, self.max_event_bytes, self.detector.secret)
-        except InvalidEvent as exc:
-            return self._reject(raw, exc, topic, partition, offset)
-        return self.handle(event)
+        return next(self.records.apply(
+            (raw,), self.runs, lambda _, value, exc: self._reject(value, exc, topic, partition, offset),
+            applied=None if self.metrics is None else self._count))
 
     def replay(self, lines: Iterable[bytes], source: str = "-") -> Iterator[list[Command] | Rejected]:
-        """`handle_raw` over a log's lines, one result per non-blank line; the hot path, so inlined."""
-        if self.metrics is not None:  # the counting path; the lean one below counts nothing
-            for offset, line in enumerate(lines):
-                if line and not line.isspace():
-                    yield self.handle_raw(line.rstrip(b"\r\n"), source, 0, offset)
-            return
-        apply, runs, max_bytes = self.detector.apply, self.runs, self.max_event_bytes
-        secret = self.detector.secret
-        for offset, line in enumerate(lines):
-            try:
-                event = parse_event(line, max_bytes, secret)
-            except InvalidEvent as exc:
-                # Blank lines fail to parse too: skipped here rather than tested on every line.
-                if line and not line.isspace():
-                    yield self._reject(line.rstrip(b"\r\n"), exc, source, 0, offset)
-                continue
-            run_id = event["run_id"]
-            state = runs.get(run_id)
-            applied, commands = apply(state, event)
-            if applied is not state:  # a new run (the detector changes a known one in place)
-                runs[run_id] = applied
-            yield commands
+        """`handle_raw` over a log's lines (the offset of each is its line number), one result per
+        non-blank line: the engine's one path from records to runs (`RecordApplier`)."""
+        return self.records.apply(  # type: ignore[return-value]  # no offsets: never SKIPPED
+            lines, self.runs, lambda offset, line, exc: self._reject_line(line, exc, source, offset),
+            applied=None if self.metrics is None else self._count)
+
+    def _count(self, _: int, event: Event, state: RunState | None, commands: list[Command]) -> None:
+        self.metrics.count_event(event["type"])  # type: ignore[union-attr]  # set when called
+        self.metrics.count_commands(commands)  # type: ignore[union-attr]
+
+    def _reject_line(self, line: bytes, error: InvalidEvent, source: str,
+                     offset: int) -> Rejected | None:
+        """A log's bad line as a dead letter; a blank line (it fails to parse too: tested only
+        then, not on every line) is no event at all."""
+        if not line or line.isspace():
+            return None
+        return self._reject(line.rstrip(b"\r\n"), error, source, 0, offset)
 
     def _reject(self, raw: bytes | str, error: InvalidEvent, topic: str, partition: int,
                 offset: int) -> Rejected:

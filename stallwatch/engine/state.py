@@ -165,10 +165,15 @@ class RunState:
         if key in ids:
             return True
         ids[key] = None
-        if len(ids) > EVENT_WINDOW:  # on every event: `_add` in line
-            for old in list(islice(ids, len(ids) - EVENT_WINDOW * 3 // 4)):
-                del ids[old]
+        if len(ids) > EVENT_WINDOW:
+            self.forget_old_events()
         return False
+
+    def forget_old_events(self) -> None:
+        """Past EVENT_WINDOW recent ids, the oldest quarter goes (as `_add` does)."""
+        ids = self.event_ids
+        for old in list(islice(ids, len(ids) - EVENT_WINDOW * 3 // 4)):
+            del ids[old]
 
     def add_signature(self, signature: bytes) -> None:
         _add(self.signatures, signature, MAX_SIGNATURES)

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from stallwatch.contract.commands import Command, DeadLetter
 from stallwatch.contract.limits import bounded_key
-from stallwatch.contract.parse import MAX_EVENT_BYTES, InvalidEvent, parse_record
-from stallwatch.engine.detector import Detector
+from stallwatch.contract.parse import MAX_EVENT_BYTES, InvalidEvent
+from stallwatch.engine.detector import Detector, Event
 from stallwatch.engine.expiry import PartitionClock
+from stallwatch.engine.records import SKIPPED, RecordApplier
 from stallwatch.engine.state import RunState
 from streams.worker.tallies import Tallies
 
@@ -62,6 +63,7 @@ class BatchApplier:
                  tallies: Tallies | None = None) -> None:
         """`tallies`: counts the batch for the fleet app (None: no tallies)."""
         self.detector = detector
+        self.records = RecordApplier(detector, max_event_bytes)
         self.topic = topic
         self.max_event_bytes = max_event_bytes
         self.tallies = tallies
@@ -71,40 +73,47 @@ class BatchApplier:
         """`load` gives a run's stored state; the states the batch touched are in the result.
         `clock`, the partition's broker time, moves with every record: its append time, or
         `received_at` (the worker's clock) on a topic that keeps the producers' CreateTime.
-        Decisions read only the events' own `ts`, as replay does."""
+        Decisions read only the events' own `ts`, as replay does.
+
+        The engine's one path (`RecordApplier`) parses, loads, applies and keeps; around it, the
+        batch keys every record, skips the offsets applied already, moves the clock and counts."""
         result = BatchResult()
-        states = result.states
         secret = self.detector.secret  # keys the digests a dead letter and a long id carry
         tallies = self.tallies
-        for message in messages:
-            seen = (message.timestamp / 1000 if message.timestamp_type == LOG_APPEND_TIME
-                    else received_at)
-            clock.advance(seen)
-            try:
-                event = parse_record(message.key, message.value, self.max_event_bytes, secret)
-            except InvalidEvent as exc:
-                letter = DeadLetter.of(message.value, str(exc), self.topic, message.partition,
-                                       message.offset, secret)
-                result.letters.append((bounded_key(message.key, secret), letter.encode(), exc.reason))
-                continue
-            run_id = event["run_id"]
-            state = states[run_id] if run_id in states else load(run_id)
-            # Offsets and states are committed in one transaction, so this never fires; if that
-            # invariant were ever broken, applying an event twice is the worse outcome.
-            if state is not None and message.offset <= state.last_offset:
-                result.skipped += 1
-                continue
+        seen_at: list[float] = []
+
+        def values() -> Iterator[bytes | None]:
+            """Each record's value, the clock moved to its time first (bad input moves it too)."""
+            for message in messages:
+                seen = (message.timestamp / 1000 if message.timestamp_type == LOG_APPEND_TIME
+                        else received_at)
+                clock.advance(seen)
+                seen_at.append(seen)
+                yield message.value
+
+        def rejected(index: int, value: bytes | None, exc: InvalidEvent) -> None:
+            message = messages[index]
+            letter = DeadLetter.of(value, str(exc), self.topic, message.partition, message.offset,
+                                   secret)
+            result.letters.append((bounded_key(message.key, secret), letter.encode(), exc.reason))
+
+        def applied(index: int, event: Event, state: RunState | None,
+                    commands: list[Command]) -> None:
             kind = event["type"]
             result.events_by_type[kind] = result.events_by_type.get(kind, 0) + 1
-            state, commands = self.detector.apply(state, event)
             result.commands.extend(commands)
             result.caused_at.extend([event["ts"]] * len(commands))
             if state is not None:
-                state.last_offset = message.offset
-                clock.touch(state, kind, seen)
-                states[run_id] = state
+                clock.touch(state, kind, seen_at[index])
                 if tallies is not None:
                     tallies.observe(event, state, commands)
+
+        keys = [message.key for message in messages]
+        offsets = [message.offset for message in messages]
+        for outcome in self.records.apply(values(), result.states, rejected, load=load, keys=keys,
+                                          offsets=offsets, applied=applied):
+            if outcome is SKIPPED:
+                result.skipped += 1
         if tallies is not None:
             result.tallies = tallies.records()
         return result

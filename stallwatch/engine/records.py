@@ -1,0 +1,95 @@
+"""The one path from records to runs: parse each, load its run's state, apply the detector, keep it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TypeVar
+
+from stallwatch.contract.commands import Command
+from stallwatch.contract.parse import MAX_EVENT_BYTES, InvalidEvent, parse_event, parse_record
+from stallwatch.engine.detector import Detector, Event
+from stallwatch.engine.state import RunState
+
+Letter = TypeVar("Letter")
+
+
+class Skipped:
+    """What `RecordApplier.apply` yields for a record at or below its run's last applied offset."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "SKIPPED"
+
+
+SKIPPED = Skipped()
+
+
+class RecordApplier:
+    """Parse, load, apply, keep, record after record: replay (`Fleet.replay`) and the worker's
+    batch step (`streams.worker.batch`) both go through `apply`, each adding what it needs around
+    it (the worker: record keys, offsets, its partition's clock, tallies, dead letters with keys)."""
+
+    def __init__(self, detector: Detector, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        self.detector = detector
+        self.max_event_bytes = max_event_bytes
+
+    def apply(self, values: Iterable[bytes | None], states: dict[str, RunState],
+              rejected: Callable[[int, bytes | None, InvalidEvent], Letter | None], *,
+              load: Callable[[str], RunState | None] | None = None,
+              keys: Sequence[bytes | None] | None = None,
+              offsets: Sequence[int] | None = None,
+              applied: Callable[[int, Event, RunState | None, list[Command]], None] | None = None,
+              ) -> Iterator[list[Command] | Skipped | Letter]:
+        """One result per record of `values`, in order: the commands an event caused, SKIPPED, or
+        what `rejected(index, value, error)` makes of bad input (nothing when it returns None).
+
+        `states`: the states in hand, by run id; every state an event was applied to is kept
+        there. `load`: a run's state when it is not in hand (None: a new run). `keys`: each
+        record's key, which must be its event's run id (None: records without keys, as in a
+        log). `offsets`: each record's offset; a run remembers the last one applied, and a record
+        at or below it is SKIPPED (None: offsets are not kept). `applied(index, event, state,
+        commands)`: after each event applied (`state` is None for a call of an unknown run).
+
+        The hot loop of replay: every test is of a local, and nothing is done for what a caller
+        did not ask for."""
+        detect = self.detector.apply
+        max_bytes, secret = self.max_event_bytes, self.detector.secret
+        for index, value in enumerate(values):
+            try:
+                if keys is None:
+                    event = parse_event(value, max_bytes, secret)
+                else:
+                    event = parse_record(keys[index], value, max_bytes, secret)
+            except InvalidEvent as exc:
+                letter = rejected(index, value, exc)
+                if letter is not None:
+                    yield letter
+                continue
+            run_id = event["run_id"]
+            state = states.get(run_id)
+            if offsets is not None:
+                if state is None and load is not None:
+                    state = load(run_id)
+                    if state is not None and offsets[index] > state.last_offset:
+                        states[run_id] = state  # in hand from now on: the detector changes it
+                # Offsets and states are kept together (the worker commits them in one
+                # transaction), so this never fires; were it broken, applying an event twice
+                # is the worse outcome.
+                if state is not None and offsets[index] <= state.last_offset:
+                    yield SKIPPED
+                    continue
+            elif state is None and load is not None:
+                state = load(run_id)
+                if state is not None:
+                    states[run_id] = state
+            after, commands = detect(state, event)
+            if after is not state:  # a new run (the detector changes a state in hand in place)
+                states[run_id] = after  # type: ignore[assignment]  # never None: a new run's
+                if offsets is not None:
+                    after.last_offset = offsets[index]  # type: ignore[union-attr]
+            elif offsets is not None and after is not None:
+                after.last_offset = offsets[index]
+            if applied is not None:
+                applied(index, event, after, commands)
+            yield commands
