@@ -34,7 +34,14 @@ async def test_sigkill_mid_window_then_restart_opens_the_incident_once_with_the_
             await tallies.send([_failing(i, now + 0.5) for i in range(3, 5)])
             fleet = FleetProcess(settings, "b")
             await fleet.serving()
-            values = await incidents.until(lambda vs: any(v["state"] == "open" for v in vs))
+            try:
+                values = await incidents.until(lambda vs: any(v["state"] == "open" for v in vs))
+            except AssertionError as failure:
+                # Once in a CI run no incident came: say what the restarted app had taken in.
+                seen = {name: fleet.metric(name) for name in (
+                    "stallwatch_fleet_tallies_total", "stallwatch_fleet_partials_total",
+                    "stallwatch_fleet_tracked_keys", "stallwatch_fleet_dropped_entries_total")}
+                raise AssertionError(f"{failure}; the restarted app's counts: {seen}") from None
             await tallies.send([_failing(i, now + 1.0) for i in range(5)])
             await events.until(lambda vs: sum(v["incident"] == "open" for v in vs) >= 5)
             for _ in range(4):
