@@ -180,7 +180,7 @@ class Pipeline(ConsumerRebalanceListener):
         if fetched:
             self._busy_at = now
         busy = bool(self.in_flight) or now - self._busy_at < IDLE_AFTER_S
-        wait = FETCH_MAX_WAIT_MS if busy or fetched else IDLE_FETCH_MAX_WAIT_MS
+        wait = FETCH_MAX_WAIT_MS if busy else IDLE_FETCH_MAX_WAIT_MS
         if wait != self._fetch_wait_ms:
             set_fetch_max_wait(self.consumer, wait)
             self._fetch_wait_ms = wait
