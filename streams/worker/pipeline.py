@@ -316,10 +316,15 @@ class Pipeline(ConsumerRebalanceListener):
             if new:
                 seconds = await self.store.restore(self.settings, new, self.progress.tick)
                 self.metrics.recovery_seconds.observe(seconds)
-            # Every partition, kept ones too: the consumer set them to the group's offsets, which
-            # may lag the positions committed since (group_offsets_interval_s).
+            # Every partition with a committed position, kept ones too: the consumer set them to
+            # the group's offsets, which may lag (group_offsets_interval_s). No I/O here: a slow
+            # callback misses the group's rebalance and is thrown out of the group. A partition
+            # with no position yet starts where the consumer put it (the group's offset, else
+            # the beginning), as a partition did before positions were written.
             for tp in assigned:
-                await self._seek_to_position(tp)
+                position = self.store.positions.get(tp.partition)
+                if position is not None:
+                    self.consumer.seek(tp, position)
             # Again at the end: a fetch that returned while this callback awaited (the consumer
             # fetches from the group's offsets meanwhile) is then read again from the position.
             self._generation += 1
