@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError
@@ -22,6 +24,10 @@ FEED_RETENTION_MS = 3600 * 1000
 # Kafka's error codes for a topic the cluster refuses, and what to change for each: a first-time
 # user otherwise sees only `[('stallwatch.events', 38), ...]`.
 TOPIC_EXISTS, INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR = 36, 37, 38
+# How long ensure_topics waits for new topics to have a leader on every partition: created is not
+# yet usable, and a client that looked at once (the demo's, on a cold broker) reported them
+# missing. Past it, the callers' own retries take over.
+LEADERS_WAIT_S = 30.0
 INVALID_CONFIG, TOPIC_AUTHORIZATION_FAILED, POLICY_VIOLATION = 40, 29, 44
 
 
@@ -89,8 +95,22 @@ async def ensure_topics(settings: Settings) -> None:
                 brokers = len((await admin.describe_cluster()).get("brokers", []))
                 raise SetupError(refusal(settings, errors, brokers))
             log.info("created topics %s", [t.name for t in missing])
+            await _until_led(admin, [t.name for t in missing])
     finally:
         await admin.close()
+
+
+async def _until_led(admin: AIOKafkaAdminClient, names: list[str]) -> None:
+    """Until every partition of the topics has a leader (or LEADERS_WAIT_S passed)."""
+    deadline = time.monotonic() + LEADERS_WAIT_S
+    while time.monotonic() < deadline:
+        topics = await admin.describe_topics(names)
+        if all(t["error_code"] == 0 and t["partitions"] and
+               all(p["error_code"] == 0 and p["leader"] >= 0 for p in t["partitions"])
+               for t in topics):
+            return
+        await asyncio.sleep(0.1)
+    log.warning("topics %s created but not all led after %.0f s", names, LEADERS_WAIT_S)
 
 
 def refusal(settings: Settings, errors: dict[int, list[str]], brokers: int) -> str:
