@@ -39,7 +39,6 @@ class Fleet:
                  secret: bytes | None = None) -> None:
         """`secret`: the key of every digest, shared with the runtimes (Settings.fingerprint_secret)."""
         self.detector = Detector(admin_policy, secret)
-        self.max_event_bytes = max_event_bytes
         self.records = RecordApplier(self.detector, max_event_bytes)
         self.runs: dict[str, RunState] = {}
         # The workers' counters, kept only when asked for (prometheus-client installed).

@@ -65,7 +65,6 @@ class BatchApplier:
         self.detector = detector
         self.records = RecordApplier(detector, max_event_bytes)
         self.topic = topic
-        self.max_event_bytes = max_event_bytes
         self.tallies = tallies
 
     def apply(self, messages: Sequence[SourceRecord], load: Callable[[str], RunState | None],
