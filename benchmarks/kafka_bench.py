@@ -251,6 +251,7 @@ async def main() -> None:
     parser.add_argument("--log-runs", type=int, default=1000)
     parser.add_argument("--recovery-runs", type=int, default=100_000)
     parser.add_argument("--only", choices=["all", "recovery"], default="all")
+    parser.add_argument("--partitions", type=int, default=4)
     args = parser.parse_args()
     kafka("up")
     if args.only == "recovery":
@@ -258,14 +259,15 @@ async def main() -> None:
         return
     log = [orjson.dumps(e) for e in fleet_events(args.log_runs, seed=11, live=200)]
     commands = len(replay_commands(log))
-    print(f"broker {os.environ.get('STALLWATCH_BOOTSTRAP', '127.0.0.1:9092')}; 4 partitions; "
+    print(f"broker {os.environ.get('STALLWATCH_BOOTSTRAP', '127.0.0.1:9092')}; "
+          f"{args.partitions} partitions; "
           f"load: {args.runs} runs, {args.rate:g} calls/s for {args.seconds:g} s; "
           f"log: {len(log):,} events of {args.log_runs} runs -> {commands:,} commands")
     print(f"{'':<9} {'p50 ms':>7} {'p99 ms':>7} {'verdicts':>9} {'events/s':>9}   "
           "CPU us/event service / broker / client: at the latency load | at full throughput")
     results = {}
     for name in ("echo", "worker", "2 workers"):
-        settings = fresh_settings(partitions=4)
+        settings = fresh_settings(partitions=args.partitions)
         await ensure_topics(settings)
         services: list = []
         if name == "echo":
