@@ -245,18 +245,24 @@ class FleetService:
         self.lru, self.open_keys = {}, {}
         mine = {tp.partition for tp in self.app.assignor.assigned_actives()
                 if tp.topic == self.cfg.base.fleet_partials_topic}
+        dropped = 0
         for key, state in list(self.table.data.items()):
             partition = partition_of(key, self.cfg.base.partitions)
             if state is None or partition not in mine:
                 # Faust's memory store keeps a revoked partition's keys: dropped from memory only
                 # (no tombstone), their new owner restored them from the changelog.
                 del self.table.data[key]
+                dropped += 1
                 continue
             self.lru.setdefault(partition, OrderedDict())[key] = None
             if state.get("open"):
                 self.open_keys.setdefault(partition, set()).add(key)
         self.indexed = True
-        self.metrics.keys.set(sum(len(keys) for keys in self.lru.values()))
+        kept = sum(len(keys) for keys in self.lru.values())
+        self.metrics.keys.set(kept)
+        # Once per rebalance: a lost window after a restart reads here as kept 0 or as dropped.
+        log.info("judge: %d keys held on partitions %s after the rebalance, %d dropped",
+                 kept, sorted(mine), dropped)
 
     async def _on_assigned(self, app: faust.App, assigned: Any, **kwargs: Any) -> None:
         self.indexed = False
