@@ -128,3 +128,13 @@ def test_the_runs_told_of_one_incident_are_capped():
         advisories += outcome.advisories
     assert sorted(a["run_id"] for a in advisories) == ["r0", "r1", "r2"]
     assert state["open"]["tool_failing"]["advised"] == ["r0", "r1", "r2"]
+
+
+def test_one_failed_result_among_runs_still_waiting_on_theirs_opens_nothing():
+    waiting = [f"r{i}" for i in range(6)]  # six runs proposed; one result is in, a failure
+    _, state, _ = _judge([tally("search", T0, runs=waiting, calls=1, failures=1)])
+    assert not state["open"]
+    # Their results come in failing: half the runs' calls have failed, and it opens.
+    _, state, _ = _judge([tally("search", T0, runs=waiting, calls=1, failures=1),
+                          tally("search", T0 + 1, runs=waiting[:2], calls=2, failures=2)])
+    assert list(state["open"]) == ["tool_failing"]
