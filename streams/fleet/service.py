@@ -9,6 +9,7 @@ from typing import Any
 
 import faust
 import orjson
+from aiokafka.admin import NewTopic
 from aiokafka.partitioner import murmur2
 from prometheus_client import generate_latest
 
@@ -30,6 +31,20 @@ MERGE_BATCH = 1_000
 # A tally stamped further ahead of this worker's clock does not move the event-time clock that
 # closes incidents: one runtime with a wrong clock could otherwise close every incident at once.
 MAX_CLOCK_AHEAD_S = 60.0
+# The table of windows and incidents; Faust names its changelog `{app id}-{name}-changelog`.
+TABLE_NAME = "fleet-state"
+
+
+def changelog_topic(cfg: FleetSettings) -> NewTopic:
+    """The table's changelog as Faust would create it, for `stallwatch fleet` to create first: a
+    changelog Faust creates at start-up may be missing from the metadata when the group joins,
+    and is then counted as 0 partitions until the next metadata refresh (up to minutes), every
+    table write in between failing with PartitionsMismatch (seen in `make run` on a loaded
+    machine: the scene's incident never opened)."""
+    base = cfg.base
+    return NewTopic(f"{cfg.group_id}-{TABLE_NAME}-changelog", base.partitions, base.replication_factor,
+                    topic_configs={"cleanup.policy": "compact",
+                                   "min.insync.replicas": str(base.min_insync_replicas)})
 
 
 def _raw_topic(app: faust.App, name: str) -> faust.TopicT:
@@ -78,7 +93,7 @@ class FleetService:
         self.incidents = _raw_topic(app, base.incidents_topic)
         self.events = _raw_topic(app, base.events_topic)
         self.deadletter = _raw_topic(app, base.deadletter_topic)
-        self.table = app.Table("fleet-state", default=None, partitions=base.partitions,
+        self.table = app.Table(TABLE_NAME, default=None, partitions=base.partitions,
                                key_type=bytes)
         # Tables take no serializer arguments (faust-streaming #556): Faust derives json from the
         # types; keys are raw bytes, set before the changelog topic is first built.
