@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import OrderedDict
 from typing import Any
@@ -11,6 +12,7 @@ import faust
 import orjson
 from aiokafka.admin import NewTopic
 from aiokafka.partitioner import murmur2
+from faust.exceptions import PartitionsMismatch
 from prometheus_client import generate_latest
 
 from stallwatch.contract.commands import DeadLetter
@@ -31,6 +33,10 @@ MERGE_BATCH = 1_000
 # A tally stamped further ahead of this worker's clock does not move the event-time clock that
 # closes incidents: one runtime with a wrong clock could otherwise close every incident at once.
 MAX_CLOCK_AHEAD_S = 60.0
+# The exit status of a fleet worker whose table cannot be written (its changelog's partitions are
+# not the partials' in the consumer's view): skipping the record instead committed past windows
+# never saved, and a restart then never opened their incident (sysexits' EX_TEMPFAIL).
+EXIT_TABLE_UNWRITABLE = 75
 # The table of windows and incidents; Faust names its changelog `{app id}-{name}-changelog`.
 TABLE_NAME = "fleet-state"
 
@@ -186,6 +192,8 @@ class FleetService:
                     self._close_quiet(message.partition)
                 else:
                     await self._apply(message.key, message.partition, record)
+            except PartitionsMismatch as error:
+                self._exit_unwritable(message, error)
             except Exception:
                 # A crashed agent is restarted by Faust past the record anyway: say so and count it
                 # rather than lose the agent's place silently.
@@ -193,6 +201,17 @@ class FleetService:
                               message.partition, message.offset)
                 self.metrics.dead_letters.labels("judge_error").inc()
             yield None
+
+    def _exit_unwritable(self, message: Any, error: PartitionsMismatch) -> None:
+        """The table cannot be written: not this record's fault, and skipping it (as a record the
+        judge cannot apply is skipped) would commit past it, its window never saved. Exit as a
+        SIGKILL would, nothing acknowledged: the restart reads from the last commit again, with a
+        fresh view of the changelog's partitions."""
+        log.critical("judge: the table cannot be written, exiting (status %s) so that a restart "
+                     "applies partials partition %s from offset %s again: %s",
+                     EXIT_TABLE_UNWRITABLE, message.partition, message.offset, error)
+        logging.shutdown()
+        os._exit(EXIT_TABLE_UNWRITABLE)
 
     async def _apply(self, key: bytes, partition: int, partial: Tally) -> None:
         self.metrics.partials.inc()
