@@ -49,9 +49,12 @@ class Bridge:
         self.sync = client if isinstance(client, SyncClient) else None
 
     async def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """From an async hook: the SyncClient's loop is another loop, so wait on its future."""
+        """From an async hook: the SyncClient's loop is another loop, so wait on its future
+        (an inline SyncClient's call never waits: it runs here, under the client's lock)."""
         if self.sync is None:
             return await coro
+        if self.sync.inline:
+            return self.sync.do(coro)
         return await asyncio.wrap_future(self.sync.submit(coro))
 
     def run_blocking(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -60,7 +63,7 @@ class Bridge:
             coro.close()
             raise TypeError("a synchronous agent call needs stallwatch.client.SyncClient; "
                             "an asyncio client serves only the framework's async calls")
-        return self.sync.call(coro)
+        return self.sync.do(coro)
 
     @property
     def async_client(self) -> Client:
