@@ -142,10 +142,10 @@ class FleetService:
                 await self.partials.send(key=key, value=orjson.dumps(partial))
             yield len(events)
 
-    async def _dead_letter(self, message: Any, error: str) -> None:
-        log.warning("dead letter: tallies partition %s offset %s: %s", message.partition,
+    async def _dead_letter(self, message: Any, error: str, reason: str = "invalid_tally") -> None:
+        log.warning("dead letter: %s partition %s offset %s: %s", message.topic, message.partition,
                     message.offset, error)
-        self.metrics.dead_letters.labels("invalid_tally").inc()
+        self.metrics.dead_letters.labels(reason).inc()
         letter = DeadLetter.of(message.value, error, message.topic, message.partition, message.offset)
         await self.deadletter.send(key=message.key, value=letter.encode(), partition=message.partition)
 
@@ -194,12 +194,13 @@ class FleetService:
                     await self._apply(message.key, message.partition, record)
             except PartitionsMismatch as error:
                 self._exit_unwritable(message, error)
-            except Exception:
-                # A crashed agent is restarted by Faust past the record anyway: say so and count it
-                # rather than lose the agent's place silently.
+            except Exception as error:
+                # A crashed agent is restarted by Faust past the record anyway: the record goes to
+                # the dead letters with the error (a partial holds counts and digests only), so it
+                # can be read and replayed, rather than lost with the agent's place.
                 log.exception("judge: partials partition %s offset %s not applied",
                               message.partition, message.offset)
-                self.metrics.dead_letters.labels("judge_error").inc()
+                await self._dead_letter(message, f"judge: {error!r}", "judge_error")
             yield None
 
     def _exit_unwritable(self, message: Any, error: PartitionsMismatch) -> None:

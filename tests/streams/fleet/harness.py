@@ -104,9 +104,12 @@ class Tallies:
                 await self.producer.send(self.settings.tallies_topic, orjson.dumps(record),
                                          key=tally_key(record["tenant"], record["tool"]), partition=where)
 
-    async def send_raw(self, value: bytes, key: bytes | None, partition: int = 0) -> None:
+    async def send_raw(self, value: bytes, key: bytes | None, partition: int = 0,
+                       topic: str | None = None) -> None:
+        """One record as given, to the tallies topic unless `topic` says another."""
         async with self.producer.transaction():
-            await self.producer.send(self.settings.tallies_topic, value, key=key, partition=partition)
+            await self.producer.send(topic or self.settings.tallies_topic, value, key=key,
+                                     partition=partition)
 
 
 class Reader:

@@ -125,6 +125,29 @@ async def test_garbage_on_the_tallies_topic_is_dead_lettered_and_the_app_keeps_g
         fleet.stop()
 
 
+async def test_a_partial_the_judge_cannot_apply_is_dead_lettered_and_the_app_keeps_going() -> None:
+    settings = fresh_settings()
+    fleet = FleetProcess(settings)
+    now = float(int(time.time()))
+    try:
+        await fleet.serving()
+        async with Tallies(settings) as tallies, Reader(settings, settings.deadletter_topic) as letters, \
+                Reader(settings, settings.incidents_topic) as incidents:
+            # The partials topic is the app's own (merge to judge): a record there that the judge
+            # cannot apply is kept as a dead letter with the error, not only counted and skipped.
+            await tallies.send_raw(b'{"tenant": "acme"}', key=b"acme\x1fsearch",
+                                   topic=settings.fleet_partials_topic)
+            await tallies.send([_failing(i, now) for i in range(5)])
+            found = await letters.until(lambda vs: len(vs) >= 1)
+            letter = DeadLetter.model_validate(found[0])
+            assert letter.topic == settings.fleet_partials_topic
+            assert letter.error.startswith("judge: KeyError"), letter.error
+            await incidents.until(lambda vs: any(v["state"] == "open" for v in vs))
+            assert fleet.metric("stallwatch_fleet_dead_letters_total") == 1
+    finally:
+        fleet.stop()
+
+
 async def test_two_fleet_workers_share_the_tools_and_each_incident_opens_once() -> None:
     settings = fresh_settings()
     first, second = FleetProcess(settings, "one"), FleetProcess(settings, "two")
