@@ -1,11 +1,24 @@
-"""Faust's aiokafka transport with the two consumer settings Faust does not expose."""
+"""Faust's aiokafka transport with the two consumer settings Faust does not expose, and topics
+it creates known to its client before it goes on."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from typing import Any
 
 import aiokafka
+from aiokafka import TopicPartition
 from faust.transport.drivers import aiokafka as faust_aiokafka
+
+log = logging.getLogger(__name__)
+
+# How long a topic Faust just created may take to show all its partitions with leaders in the
+# client's metadata. Without the wait, a table's changelog created at start-up was counted as 0
+# partitions at the group's join (until the next metadata refresh, minutes later) and every table
+# write failed with PartitionsMismatch (seen with `faust -A streams.fleet.app worker`).
+TOPIC_KNOWN_WAIT_S = 30.0
 
 
 class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -29,6 +42,31 @@ class _Consumer(faust_aiokafka.Consumer):
 
 class Transport(faust_aiokafka.Transport):
     Consumer = _Consumer
+
+    async def _really_create_topic(self, owner: Any, client: aiokafka.AIOKafkaClient, topic: str,
+                                   partitions: int, replication: int, **kwargs: Any) -> None:
+        await super()._really_create_topic(owner, client, topic, partitions, replication, **kwargs)
+        await until_known(client, topic, partitions)
+
+
+async def until_known(client: aiokafka.AIOKafkaClient, topic: str, partitions: int,
+                      timeout_s: float = TOPIC_KNOWN_WAIT_S) -> bool:
+    """Refresh the client's metadata until `topic` shows `partitions` partitions, each with a
+    leader; False (and a warning) if it still does not after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        cluster = client.cluster
+        known = cluster.partitions_for_topic(topic) or set()
+        if len(known) >= partitions and all(
+                cluster.leader_for_partition(TopicPartition(topic, p)) not in (None, -1)
+                for p in known):
+            return True
+        if time.monotonic() >= deadline:
+            log.warning("topic %s: %d of its %d partitions known with a leader after %.0f s",
+                        topic, len(known), partitions, timeout_s)
+            return False
+        await client.force_metadata_update()
+        await asyncio.sleep(0.1)
 
 
 def transport_for(fetch_wait_ms: int) -> type[Transport]:
