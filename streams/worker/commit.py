@@ -75,16 +75,18 @@ class CommitPlan:
 
 
 def plan_commit(topics: CommitTopics, source: TopicPartition, result: BatchResult,
-                expired: Sequence[str], next_offset: int, group_offsets: bool = True) -> CommitPlan:
+                expired: Sequence[str], next_offset: int, group_offsets: bool = True,
+                clock: float | None = None) -> CommitPlan:
     """Pure: the writes of a batch's result (commands, dead letters, changed states, tombstones of
-    expired runs, the fleet app's tallies) and the position after the batch."""
+    expired runs, the fleet app's tallies) and the position after the batch, with the partition
+    clock there."""
     writes = [Write(topics.commands, c.run_id.encode(), encode_command(c)) for c in result.commands]
     writes += [Write(topics.deadletter, key, letter) for key, letter, _ in result.letters]
     writes += [Write(topics.changelog, run_id.encode(), state.to_bytes())
                for run_id, state in result.states.items()]
     writes += [Write(topics.changelog, run_id.encode(), None) for run_id in expired]
     writes += [Write(topics.tallies, key, value) for key, value in result.tallies]
-    writes.append(Write(topics.changelog, POSITION_KEY, encode_position(next_offset)))
+    writes.append(Write(topics.changelog, POSITION_KEY, encode_position(next_offset, clock)))
     return CommitPlan(source, writes, next_offset, result.states, list(expired), group_offsets)
 
 
@@ -159,7 +161,8 @@ class BatchCommitter:
             group_offsets = (began - self._group_offsets_at.get(partition, float("-inf"))
                              >= self.group_offsets_interval_s)
             plan = plan_commit(self.topics, tp, result, self.expired_runs(partition),
-                               records[-1].offset + 1, group_offsets)
+                               records[-1].offset + 1, group_offsets,
+                               self.store.clocks[partition].newest)
             await write_plan(self.producers[partition], plan, self.group_id)
         except ProducerFenced:
             # Younger than the timeout (on this clock, which started it before the broker saw

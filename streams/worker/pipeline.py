@@ -86,7 +86,9 @@ class Pipeline(ConsumerRebalanceListener):
                                  settings.ended_retention_s, settings.expiry_interval_s)
         self.committer = BatchCommitter(
             BatchApplier(detector, settings.events_topic, tallies=Tallies(
-                detector.secret, detector.admin_policy) if settings.tallies else None),
+                detector.secret, detector.admin_policy) if settings.tallies else None,
+                idle_timeout_s=settings.idle_timeout_s,
+                ended_retention_s=settings.ended_retention_s),
             self.store, CommitTopics.of(settings),
             settings.group_id, self.producers, self.expiry.due, self._rebuild,
             metrics.batch_retries.inc, self._timed_out,

@@ -27,12 +27,16 @@ RESTORE_FETCH_BYTES = 16 * 1024 * 1024
 POSITION_KEY = b"\xffposition"
 
 
-def encode_position(offset: int) -> bytes:
-    return str(offset).encode()
+def encode_position(offset: int, clock: float | None = None) -> bytes:
+    """The offset, then the partition clock after the batch (its float's exact repr), so that a
+    restore resumes the clock the commits had, not one rebuilt from whichever states it decodes."""
+    return str(offset).encode() if clock is None else f"{offset} {clock!r}".encode()
 
 
-def decode_position(value: bytes) -> int:
-    return int(value)
+def decode_position(value: bytes) -> tuple[int, float | None]:
+    """(offset, clock); the format before the clock (the offset alone) gives no clock."""
+    offset, _, clock = value.partition(b" ")
+    return int(offset), float(clock) if clock else None
 
 
 class RunStore:
@@ -53,14 +57,17 @@ class RunStore:
         # (absent: no batch committed since positions were written; the group's offset serves).
         self.positions: dict[int, int] = {}
 
-    def adopt(self, partition: int, raw: dict[str, bytes], position: int | None = None) -> None:
-        """Serve a partition from its restored states (run id -> changelog bytes) and position."""
+    def adopt(self, partition: int, raw: dict[str, bytes], position: int | None = None,
+              clock: float | None = None) -> None:
+        """Serve a partition from its restored states (run id -> changelog bytes), position and
+        clock (None: a position written before the clock was; the states decoded move it)."""
         self.positions.pop(partition, None)
         if position is not None:
             self.positions[partition] = position
         self._raw[partition] = raw
         self._decoded[partition] = {}
         self.clocks[partition] = PartitionClock()
+        self.clocks[partition].newest = clock
 
     def owns(self, partition: int) -> bool:
         return partition in self._decoded
@@ -107,7 +114,7 @@ class RunStore:
         """
         started = time.monotonic()
         raw: dict[int, dict[str, bytes]] = {p: {} for p in partitions}
-        positions: dict[int, int] = {}
+        positions: dict[int, tuple[int, float | None]] = {}
         consumer = committed_reader(aiokafka_options(settings), fetch_max_bytes=RESTORE_FETCH_BYTES,
                                     max_partition_fetch_bytes=RESTORE_FETCH_BYTES)
 
@@ -130,7 +137,7 @@ class RunStore:
         finally:
             await consumer.stop()
         for partition in partitions:
-            self.adopt(partition, raw[partition], positions.get(partition))
+            self.adopt(partition, raw[partition], *positions.get(partition, (None, None)))
         seconds = time.monotonic() - started
         log.info("restored %d runs of partitions %s in %.2f s",
                  sum(len(r) for r in raw.values()), partitions, seconds)
