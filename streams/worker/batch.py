@@ -54,6 +54,7 @@ class BatchResult:
     skipped: int = 0  # at or below a run's last applied offset
     # Per-(tenant, tool) partial counts for the fleet app: (key, value) records of the tallies topic
     tallies: list[tuple[bytes, bytes]] = field(default_factory=list)
+    published_at: float | None = None  # when its commands were acknowledged, if published ahead
 
 
 class BatchApplier:

@@ -26,10 +26,10 @@ from typing import Any, Protocol
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
 
-from stallwatch.contract.commands import encode_command
+from stallwatch.contract.commands import Command, encode_command
 from stallwatch.engine.state import RunState
 from stallwatch.settings import Settings
-from streams.worker.batch import BatchApplier, BatchResult, SourceRecord
+from streams.worker.batch import LOG_APPEND_TIME, BatchApplier, BatchResult, SourceRecord
 from streams.worker.store import POSITION_KEY, RunStore, encode_position
 
 log = logging.getLogger(__name__)
@@ -76,11 +76,12 @@ class CommitPlan:
 
 def plan_commit(topics: CommitTopics, source: TopicPartition, result: BatchResult,
                 expired: Sequence[str], next_offset: int, group_offsets: bool = True,
-                clock: float | None = None) -> CommitPlan:
-    """Pure: the writes of a batch's result (commands, dead letters, changed states, tombstones of
-    expired runs, the fleet app's tallies) and the position after the batch, with the partition
-    clock there."""
-    writes = [Write(topics.commands, c.run_id.encode(), encode_command(c)) for c in result.commands]
+                clock: float | None = None, commands_ahead: bool = False) -> CommitPlan:
+    """Pure: the writes of a batch's result (commands unless they were published ahead, dead
+    letters, changed states, tombstones of expired runs, the fleet app's tallies) and the
+    position after the batch, with the partition clock there."""
+    writes = [] if commands_ahead else [
+        Write(topics.commands, c.run_id.encode(), encode_command(c)) for c in result.commands]
     writes += [Write(topics.deadletter, key, letter) for key, letter, _ in result.letters]
     writes += [Write(topics.changelog, run_id.encode(), state.to_bytes())
                for run_id, state in result.states.items()]
@@ -102,6 +103,29 @@ class TransactionalProducer(Protocol):
                                           group_id: str) -> None: ...
 
     async def stop(self) -> None: ...
+
+
+class AheadProducer(Protocol):
+    """What publishing ahead uses of aiokafka's idempotent producer (a fake in the unit tests)."""
+
+    async def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+                   partition: int | None = None) -> Awaitable[Any]: ...
+
+    async def stop(self) -> None: ...
+
+
+def all_append_timed(records: Sequence[SourceRecord]) -> bool:
+    """Whether every record carries the broker's append time: only then is the partition clock,
+    and so expiry, a function of the log (a CreateTime record moves it to the worker's clock)."""
+    return all(record.timestamp_type == LOG_APPEND_TIME for record in records)
+
+
+async def publish_ahead(producer: AheadProducer, topic: str, partition: int,
+                        commands: Sequence[Command]) -> None:
+    """A batch's commands, acknowledged by every in-sync replica (or the exception raised)."""
+    sent = [await producer.send(topic, encode_command(c), key=c.run_id.encode(),
+                                partition=partition) for c in commands]
+    await asyncio.gather(*sent)
 
 
 async def write_plan(producer: TransactionalProducer, plan: CommitPlan, group_id: str) -> None:
@@ -147,6 +171,8 @@ class BatchCommitter:
         self.group_offsets_interval_s = group_offsets_interval_s
         # partition -> when (monotonic) its group offsets were last committed
         self._group_offsets_at: dict[int, float] = {}
+        # The idempotent producer that publishes commands ahead of their transaction (None: in it).
+        self.ahead: AheadProducer | None = None
 
     async def commit(self, tp: TopicPartition, records: Sequence[SourceRecord]) -> BatchResult | None:
         """The batch's result once committed; None if its transaction failed and the partition was
@@ -158,11 +184,19 @@ class BatchCommitter:
         try:
             result = self.applier.apply(records, lambda run_id: self.store.load(partition, run_id),
                                         self.store.clocks[partition], time.time())
+            ahead = self.ahead is not None and all_append_timed(records)
+            if ahead and result.commands:
+                # Final for readers from here: whoever reads this batch again (a rebuild, a
+                # successor) computes the same commands, byte for byte, from the same log and
+                # the same committed start state (docs/decisions.md, "Publishing ahead").
+                await publish_ahead(self.ahead, self.topics.commands, partition,  # type: ignore[arg-type]
+                                    result.commands)
+                result.published_at = time.time()
             group_offsets = (began - self._group_offsets_at.get(partition, float("-inf"))
                              >= self.group_offsets_interval_s)
             plan = plan_commit(self.topics, tp, result, self.expired_runs(partition),
                                records[-1].offset + 1, group_offsets,
-                               self.store.clocks[partition].newest)
+                               self.store.clocks[partition].newest, ahead)
             await write_plan(self.producers[partition], plan, self.group_id)
         except ProducerFenced:
             # Younger than the timeout (on this clock, which started it before the broker saw

@@ -119,6 +119,8 @@ class Pipeline(ConsumerRebalanceListener):
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.settings.publish_ahead and self.committer.ahead is None:
+            self.committer.ahead = await producers.start_ahead_producer(self.settings)
         self.consumer.subscribe([self.settings.events_topic], listener=self)
         await self.consumer.start()
         self.progress.tick()
@@ -146,6 +148,9 @@ class Pipeline(ConsumerRebalanceListener):
     async def _leave(self) -> None:
         await self.consumer.stop()  # leaves the group: the partitions move at once
         await self._close_producers(list(self.producers))
+        ahead, self.committer.ahead = self.committer.ahead, None
+        if ahead is not None:
+            await producers.stop_quietly(ahead)
 
     async def run(self) -> None:
         """Until cancelled; any failure (of a batch or of a rebalance) propagates and ends the
@@ -265,8 +270,9 @@ class Pipeline(ConsumerRebalanceListener):
             metrics.dead_letters.labels(reason).inc()
         metrics.skipped.inc(result.skipped)
         metrics.count_commands(result.commands)
+        published = result.published_at or committed  # the commands' acks, or the commit's
         for caused_at in result.caused_at:
-            metrics.decision_latency.observe(max(0.0, committed - caused_at))
+            metrics.decision_latency.observe(max(0.0, published - caused_at))
         metrics.batch_seconds.observe(seconds)
         per_event = seconds / len(records)
         for _ in records:
