@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 
+import orjson
 from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
@@ -28,15 +29,18 @@ POSITION_KEY = b"\xffposition"
 
 
 def encode_position(offset: int, clock: float | None = None) -> bytes:
-    """The offset, then the partition clock after the batch (its float's exact repr), so that a
-    restore resumes the clock the commits had, not one rebuilt from whichever states it decodes."""
-    return str(offset).encode() if clock is None else f"{offset} {clock!r}".encode()
+    """The offset, then the partition clock after the batch (JSON `[offset, clock]`, the float
+    exactly), so that a restore resumes the clock the commits had, not one rebuilt from whichever
+    states it decodes."""
+    return str(offset).encode() if clock is None else orjson.dumps([offset, clock])
 
 
 def decode_position(value: bytes) -> tuple[int, float | None]:
     """(offset, clock); the format before the clock (the offset alone) gives no clock."""
-    offset, _, clock = value.partition(b" ")
-    return int(offset), float(clock) if clock else None
+    if value.startswith(b"["):
+        offset, clock = orjson.loads(value)
+        return int(offset), float(clock)
+    return int(value), None
 
 
 class RunStore:
