@@ -121,11 +121,20 @@ def all_append_timed(records: Sequence[SourceRecord]) -> bool:
 
 
 async def publish_ahead(producer: AheadProducer, topic: str, partition: int,
-                        commands: Sequence[Command]) -> None:
-    """A batch's commands, acknowledged by every in-sync replica (or the exception raised)."""
-    sent = [await producer.send(topic, encode_command(c), key=c.run_id.encode(),
-                                partition=partition) for c in commands]
-    await asyncio.gather(*sent)
+                        commands: Sequence[Command]) -> list[asyncio.Future[Any]]:
+    """Send a batch's commands; their acknowledgements by every in-sync replica, to be awaited
+    before the batch's transaction (a send refused at once is a failed acknowledgement)."""
+    acks: list[asyncio.Future[Any]] = []
+    for command in commands:
+        try:
+            acks.append(asyncio.ensure_future(await producer.send(
+                topic, encode_command(command), key=command.run_id.encode(), partition=partition)))
+        except KafkaError as exc:
+            failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            failed.set_exception(exc)
+            acks.append(failed)
+            break
+    return acks
 
 
 async def write_plan(producer: TransactionalProducer, plan: CommitPlan, group_id: str) -> None:
@@ -143,9 +152,37 @@ async def write_plan(producer: TransactionalProducer, plan: CommitPlan, group_id
             await producer.send_offsets_to_transaction({plan.source: plan.next_offset}, group_id)
 
 
+@dataclass
+class Applied:
+    """A batch applied in memory (its commands published ahead, or being), waiting for the
+    transaction that commits it, alone or with the partition's next batches."""
+
+    records: int
+    last_offset: int
+    result: BatchResult
+    # Its writes, the position last, the states' bytes taken when it was applied: a later batch
+    # changes the states in place before this one commits.
+    plan: CommitPlan
+    acks: list[asyncio.Future[Any]]  # the ahead sends' acknowledgements
+    started: float  # perf_counter when the batch was applied
+
+
+def plan_batches(source: TopicPartition, batches: Sequence[Applied],
+                 group_offsets: bool = True) -> CommitPlan:
+    """Pure: consecutive applied batches of a partition as one plan: each batch's writes in
+    order but its position, then the position after the last."""
+    writes = [w for batch in batches for w in batch.plan.writes[:-1]]
+    writes.append(batches[-1].plan.writes[-1])
+    return CommitPlan(source, writes, batches[-1].plan.next_offset,
+                      {run: state for batch in batches for run, state in batch.plan.states.items()},
+                      [run for batch in batches for run in batch.plan.expired], group_offsets)
+
+
 class BatchCommitter:
-    """One partition batch from records to committed: apply, plan, write, then the store takes the
-    plan's states; on a failed transaction the partition is rebuilt (see the module docstring)."""
+    """Partition batches from records to committed: `apply` (in memory, commands published ahead),
+    then `commit` of one or more applied batches in one transaction once every ahead send is
+    acknowledged; on a failed send or transaction the partition is rebuilt (see the module
+    docstring) and everything applied but not committed is discarded, to be read again."""
 
     def __init__(self, applier: BatchApplier, store: RunStore, topics: CommitTopics, group_id: str,
                  producers: Mapping[int, TransactionalProducer],
@@ -174,29 +211,48 @@ class BatchCommitter:
         # The idempotent producer that publishes commands ahead of their transaction (None: in it).
         self.ahead: AheadProducer | None = None
 
-    async def commit(self, tp: TopicPartition, records: Sequence[SourceRecord]) -> BatchResult | None:
-        """The batch's result once committed; None if its transaction failed and the partition was
-        rebuilt (the batch is then read again), or handed to `timed_out`. Raises ProducerFenced (a
-        successor's), and the last KafkaError of a batch that failed more than MAX_BATCH_FAILURES
-        times in a row."""
+    async def apply(self, tp: TopicPartition, records: Sequence[SourceRecord]) -> Applied:
+        """Apply a batch to the partition's states in memory, the store taking its new runs and
+        dropping its expired ones at once (the next batch reads them before this one commits),
+        and send its commands ahead. Nothing of it is in Kafka's transactional record yet."""
+        partition = tp.partition
+        started = time.perf_counter()
+        result = self.applier.apply(records, lambda run_id: self.store.load(partition, run_id),
+                                    self.store.clocks[partition], time.time())
+        expired = self.expired_runs(partition)
+        for run_id, state in result.states.items():
+            self.store.put(partition, run_id, state)
+        for run_id in expired:
+            self.store.delete(partition, run_id)
+        ahead = self.ahead is not None and all_append_timed(records)
+        acks: list[asyncio.Future[Any]] = []
+        if ahead and result.commands:
+            # Final for readers once acknowledged: whoever reads this batch again (a rebuild, a
+            # successor) computes the same commands, byte for byte, from the same log and a
+            # committed start state (docs/decisions.md, "Publishing ahead").
+            acks = await publish_ahead(self.ahead, self.topics.commands,  # type: ignore[arg-type]
+                                       partition, result.commands)
+        plan = plan_commit(self.topics, tp, result, expired, records[-1].offset + 1, False,
+                           self.store.clocks[partition].newest, ahead)
+        return Applied(len(records), records[-1].offset, result, plan, acks, started)
+
+    async def commit_applied(self, tp: TopicPartition, batches: Sequence[Applied]) -> bool:
+        """The applied batches in one transaction, once their ahead sends are acknowledged. True
+        once committed; False if a send or the transaction failed and the partition was rebuilt
+        (its batches are then read again), or handed to `timed_out`. Raises ProducerFenced (a
+        successor's), and the last KafkaError of a partition that failed more than
+        MAX_BATCH_FAILURES times in a row."""
         partition = tp.partition
         began = time.monotonic()
         try:
-            result = self.applier.apply(records, lambda run_id: self.store.load(partition, run_id),
-                                        self.store.clocks[partition], time.time())
-            ahead = self.ahead is not None and all_append_timed(records)
-            if ahead and result.commands:
-                # Final for readers from here: whoever reads this batch again (a rebuild, a
-                # successor) computes the same commands, byte for byte, from the same log and
-                # the same committed start state (docs/decisions.md, "Publishing ahead").
-                await publish_ahead(self.ahead, self.topics.commands, partition,  # type: ignore[arg-type]
-                                    result.commands)
-                result.published_at = time.time()
+            await asyncio.gather(*(ack for batch in batches for ack in batch.acks))
+            acked = time.time()
+            for batch in batches:
+                if batch.acks:
+                    batch.result.published_at = acked
             group_offsets = (began - self._group_offsets_at.get(partition, float("-inf"))
                              >= self.group_offsets_interval_s)
-            plan = plan_commit(self.topics, tp, result, self.expired_runs(partition),
-                               records[-1].offset + 1, group_offsets,
-                               self.store.clocks[partition].newest, ahead)
+            plan = plan_batches(tp, batches, group_offsets)
             await write_plan(self.producers[partition], plan, self.group_id)
         except ProducerFenced:
             # Younger than the timeout (on this clock, which started it before the broker saw
@@ -204,7 +260,7 @@ class BatchCommitter:
             if self.timed_out is None or time.monotonic() - began < self.transaction_timeout_s:
                 raise
             await self.timed_out(tp)
-            return None
+            return False
         except KafkaError as exc:
             failures = self._failures[partition] = self._failures.get(partition, 0) + 1
             if failures > MAX_BATCH_FAILURES:
@@ -213,13 +269,15 @@ class BatchCommitter:
                         "the partition from what Kafka committed", partition, exc, failures)
             self.on_retry()
             await self.rebuild(tp)
-            return None
+            return False
         self._failures.pop(partition, None)
         if group_offsets:
             self._group_offsets_at[partition] = began
         self.store.positions[partition] = plan.next_offset
-        for run_id, state in plan.states.items():
-            self.store.put(partition, run_id, state)
-        for run_id in plan.expired:
-            self.store.delete(partition, run_id)
-        return result
+        return True
+
+    async def commit(self, tp: TopicPartition, records: Sequence[SourceRecord]) -> BatchResult | None:
+        """One batch from records to committed (`apply`, then `commit_applied` alone); None when
+        it was not committed (rebuilt, or handed to `timed_out`)."""
+        applied = await self.apply(tp, records)
+        return applied.result if await self.commit_applied(tp, [applied]) else None
