@@ -1,16 +1,20 @@
 """A partition batch's commit: a pure plan of everything it writes, and one transaction that writes it.
 
-What is true, and why a batch is exact: the plan's writes (commands, dead letters, changelog
-records, tallies) and the input offset after the batch (the partition's position, a record of its
-changelog) go to Kafka in ONE transaction of the partition's own producer, so read-committed
-readers see all of it or none of it, and a restore reads states and position from the same
-commits. The consumer group's offsets ride along at most every `group_offsets_interval_s`, for
-lag tools only. The detector changes loaded states in place while it applies the batch, so the
-worker's memory runs ahead of Kafka until the commit; if the transaction fails, nothing of it is
-visible and the partition is rebuilt (a new producer, its states and position restored from the
-changelog) and the batch read again. Only a committed plan's new and expired runs are
-put into and deleted from the store. A fenced producer (another worker took the partition over)
-or a batch that keeps failing ends the worker: it must not go on past a batch it cannot commit.
+What is true, and why a batch is exact: a batch is applied in memory as soon as it is fetched,
+its commands published at once by the worker's idempotent producer (ahead of the transaction,
+`publish_ahead`; final for readers, since whoever reads the batch again computes the same bytes:
+docs/decisions.md, "Publishing ahead"). Its other writes (dead letters, changelog records,
+tallies) and the input offset after it (the partition's position, with the partition clock, a
+record of its changelog) go to Kafka in ONE transaction of the partition's own producer, alone or
+with the partition's next batches applied meanwhile (streams/worker/inflight.py), once every
+command of them is acknowledged; read-committed readers see all of it or none of it, and a
+restore reads states and position from the same commits. The consumer group's offsets ride along
+at most every `group_offsets_interval_s`, for lag tools only. The store takes a batch's states as
+it is applied (the next batch reads them), so the worker's memory runs ahead of Kafka until the
+commit; if a send or the transaction fails, the partition is rebuilt (a new producer, its states
+and position restored from the changelog), everything applied since its last commit is discarded
+and read again. A fenced producer (another worker took the partition over) or a partition that
+keeps failing ends the worker: it must not go on past a batch it cannot commit.
 """
 
 from __future__ import annotations

@@ -73,7 +73,10 @@ class InFlight:
         if sum(batch.records for batch in pending) >= PENDING_MAX_RECORDS:
             self.consumer.pause(tp)
             self._full.add(partition)
-        if partition not in self._tasks:
+        running = self._tasks.get(partition)
+        # A commit loop that has just found nothing pending and ended, its done callback not yet
+        # run, would never take this batch: a new one does.
+        if running is None or running.done():
             self.progress.batches_since[partition] = time.monotonic()
             task = asyncio.create_task(self._commit_loop(tp, commit, observe),
                                        name=f"batch-{partition}")

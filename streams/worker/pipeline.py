@@ -44,8 +44,8 @@ FETCH_MAX_RECORDS = 4000
 # How long an empty fetch waits; also the longest the loop goes without a heartbeat of progress.
 FETCH_TIMEOUT_MS = 100
 # The broker answers a fetch as soon as one record is there, or after this. A partition resumed
-# after its transaction joins the next fetch request, which waits for the one in flight: so this
-# bounds how long a resumed partition's waiting events sit on the broker.
+# (after a rebuild, or below its bound of pending records) joins the next fetch request, which
+# waits for the one in flight: so this bounds how long its waiting events sit on the broker.
 FETCH_MAX_WAIT_MS = 5
 # ... but only while the worker is busy (a batch in flight, or records fetched within
 # IDLE_AFTER_S). Idle, every partition is in the fetch, which the broker answers as soon as any

@@ -47,10 +47,11 @@ class RunStore:
     """States by partition and run id. A state stays the raw changelog bytes until a batch first
     needs it, so restoring 100,000 runs costs a dict insert each, not a decode each.
 
-    A batch's new runs are put and its expired runs deleted only after its transaction committed,
-    but the detector changes a loaded state in place while it applies the batch: after a failed
-    transaction the store holds changes Kafka does not, and the partition must be rebuilt from the
-    changelog (`restore`) before it is served again (streams/worker/commit.py does).
+    A batch's new runs are put and its expired runs deleted as it is applied, before its
+    transaction commits (the next batch of the partition reads them), and the detector changes a
+    loaded state in place: after a failed transaction the store holds changes Kafka does not, and
+    the partition must be rebuilt from the changelog (`restore`) before it is served again
+    (streams/worker/commit.py does).
     """
 
     def __init__(self) -> None:
