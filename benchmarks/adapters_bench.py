@@ -40,6 +40,7 @@ from agents import (
     ToolOutputGuardrail,
 )
 from langchain.agents.middleware import AgentMiddleware
+from langchain_core.messages import AIMessage, ToolMessage
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.usage import UsageLimits
 
@@ -222,6 +223,67 @@ async def bare_client_round(calls: int) -> None:
             await run.end_round()
 
 
+async def langchain_hooks_direct(calls: int) -> dict[str, float]:
+    """CPU seconds per model call + tool call of LangChain's middleware hooks alone, called with
+    handlers that return at once (no graph, no model): the glue and the client, which the load of a
+    shared machine blurs far less than a whole agent's run. Keys: variant and path."""
+    requests: dict[str, Any] = {}
+
+    class Capture(NoopMiddleware):
+        async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+            requests.setdefault("model", request)
+            return await handler(request)
+
+        async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+            requests.setdefault("tool", request)
+            return await handler(request)
+
+    tools = scripts.Tools()
+    await langchain_model.agent_for(scripts.paging(2), tools, Capture()).ainvoke(
+        {"messages": [{"role": "user", "content": "go"}]})
+    answer, content = AIMessage(content="done"), tools.list_page(1)
+
+    def tool_answer(request: Any) -> ToolMessage:
+        return ToolMessage(content=content, tool_call_id=request.tool_call["id"], name="list_page")
+
+    async def amodel(request: Any) -> AIMessage:
+        return answer
+
+    async def atool(request: Any) -> ToolMessage:
+        return tool_answer(request)
+
+    def requests_for(state: dict[str, Any], page: int) -> tuple[Any, Any]:
+        model = requests["model"].override(state={**requests["model"].state, **state})
+        tool = requests["tool"]
+        call = {**tool.tool_call, "args": {"page": page}}
+        return model, dataclasses.replace(tool, state={**tool.state, **state}, tool_call=call)
+
+    out: dict[str, float] = {}
+    sync_client = SyncClient(EmbeddedClient)
+    async with EmbeddedClient() as client:
+        for variant, middleware in (("noop", NoopSyncMiddleware()),
+                                    ("stallwatch", StallwatchMiddleware(client, policy=POLICY)),
+                                    ("stallwatch+sync", StallwatchMiddleware(sync_client, policy=POLICY))):
+            state = await middleware.abefore_agent({}, None)
+            start = time.process_time()
+            for page in range(calls):
+                model, tool = requests_for(state, page)
+                await middleware.awrap_model_call(model, amodel)
+                await middleware.awrap_tool_call(tool, atool)
+            out[f"{variant} ainvoke"] = (time.process_time() - start) / calls
+            if variant == "stallwatch":
+                continue  # an asyncio client serves no sync hook
+            state = middleware.before_agent({}, None)
+            start = time.process_time()
+            for page in range(calls):
+                model, tool = requests_for(state, page)
+                middleware.wrap_model_call(model, lambda request: answer)
+                middleware.wrap_tool_call(tool, tool_answer)
+            out[f"{variant} invoke"] = (time.process_time() - start) / calls
+    sync_client.close()
+    return out
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     # Short runs: every framework's cost per model call grows with the history, which would
@@ -255,6 +317,15 @@ async def main() -> None:
               f"{'':>13}{hooks * us:7.1f}{client_s * us:8.1f}{adapter * us:9.1f}")
     if _SYNC_CLIENT is not None:
         _SYNC_CLIENT.close()
+    direct = await langchain_hooks_direct(3000)
+    noop_async, noop_sync = direct["noop ainvoke"], direct["noop invoke"]
+    print("\nLangChain's middleware hooks alone (one model call + one tool call, handlers that "
+          "return at once), µs:\n"
+          f"  no-op {noop_async * 1e6:.1f} (ainvoke), {noop_sync * 1e6:.1f} (invoke); stallwatch "
+          f"beyond the no-op: ainvoke {(direct['stallwatch ainvoke'] - noop_async) * 1e6:.1f}, "
+          f"ainvoke + SyncClient {(direct['stallwatch+sync ainvoke'] - noop_async) * 1e6:.1f}, "
+          f"invoke + SyncClient {(direct['stallwatch+sync invoke'] - noop_sync) * 1e6:.1f} "
+          f"(the client and engine included)")
     print("\nbare agent, stallwatch: best run. overhead: median of (stallwatch - bare agent) over "
           "paired runs, what a user measures; hooks: median of (no-op hooks - bare agent), the "
           "framework's extension mechanism; client: one round of the bare EmbeddedClient (the "

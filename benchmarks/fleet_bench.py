@@ -8,8 +8,12 @@ and each batch gives one tally per (tenant, tool) it touched (calls, failures, r
 fingerprints with their argument digests). They are written at the pace of `--rate` events/s (the
 worker's measured throughput, benchmarks/README.md) with one fleet app as a real process.
 (a) lag: the fleet group's lag on the tallies topic, sampled every 5 s for `--seconds`;
-(b) latency: every 2 s a tool of its own breaks in 5 runs (one crossing tally per run); the time
-    from the tally that crosses the threshold to its first fleet_advisory in the events topic;
+(b) latency: every 2 s a tool of its own breaks in 5 runs, twice: as tallies written straight to
+    the tallies topic (the time from the crossing tally to its first fleet_advisory in the events
+    topic: the fleet app's own step), and as events (run_started, round_started, call_proposed,
+    a failed call_result) through a real decision worker (the time from the crossing event, the
+    last failed result, to the advisory: the worker's batch transaction included). The worker
+    serves only these runs; the fleet app carries the whole tally load;
 (c) memory: the fleet app's resident memory before and after `--keys` new (tenant, tool) keys.
 """
 
@@ -32,10 +36,11 @@ from xxhash import xxh3_128_hexdigest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.fleet_log import fleet_events
+from stallwatch.contract.envelope import envelope
 from stallwatch.kafka.topics import ensure_topics
 from streams.fleet.service import partition_of
 from streams.fleet.tally import tally_key
-from tests.kafka_harness import fresh_settings, kafka
+from tests.kafka_harness import WorkerProcess, fresh_settings, kafka, wait_until_serving
 from tests.streams.fleet.harness import FleetProcess, tally
 
 PARTITIONS = 8
@@ -100,6 +105,33 @@ async def advisories(settings, seen: dict[str, float], stop: asyncio.Event) -> N
         await consumer.stop()
 
 
+def breaking_events(tool: str, runs: int = 5) -> list[dict]:
+    """`runs` runs of tenant "bench" each calling `tool` once and failing: the last failed result
+    crosses tool_failing's threshold."""
+    now = time.time()
+    events: list[dict] = []
+    for i in range(runs):
+        run_id = f"e-{tool}-{i}"
+        events += [envelope("run_started", run_id, f"{run_id}:0", now, mode="researcher",
+                            tools=[{"name": tool}], tenant="bench"),
+                   envelope("round_started", run_id, f"{run_id}:1", now, round=1),
+                   envelope("call_proposed", run_id, f"{run_id}:2", now, round=1, call_id="c1",
+                            tool=tool, args={"q": run_id})]
+    events += [envelope("call_result", f"e-{tool}-{i}", f"e-{tool}-{i}:3", now, round=1,
+                        call_id="c1", tool=tool, status="error", result={"error": "down"})
+               for i in range(runs)]
+    return events
+
+
+def percentiles(name: str, delays: list[float], of: int) -> str:
+    if not delays:
+        return f"{name}: no advisory seen for {of} incidents"
+    delays = sorted(delays)
+    p99 = delays[min(len(delays) - 1, int(len(delays) * 0.99))]
+    return (f"{name}: {len(delays)} of {of} incidents, p50 {statistics.median(delays) * 1000:.0f} "
+            f"ms, p99 {p99 * 1000:.0f} ms (target p99 <= 5 s)")
+
+
 async def run(args: argparse.Namespace) -> None:
     settings = fresh_settings(PARTITIONS)
     await ensure_topics(settings)
@@ -115,11 +147,13 @@ async def run(args: argparse.Namespace) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, linger_ms=5)
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
     probe = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap)
+    worker = WorkerProcess(settings, "bench")
     seen: dict[str, float] = {}
-    crossed: dict[str, float] = {}
+    crossed: dict[str, float] = {}  # tool broken by tallies -> when its crossing tally was sent
+    crossed_by_event: dict[str, float] = {}  # tool broken by events -> when the crossing one was
     stop = asyncio.Event()
     try:
-        await fleet.serving()
+        await asyncio.gather(fleet.serving(), wait_until_serving(settings))
         await producer.start()
         await admin.start()
         await probe.start()
@@ -146,6 +180,12 @@ async def run(args: argparse.Namespace) -> None:
                                         key=tally_key("bench", tool), partition=run % PARTITIONS)
                 await producer.flush()
                 crossed[tool] = time.perf_counter()
+                tool = f"broken-by-events-{uuid.uuid4().hex[:8]}"
+                for event in breaking_events(tool):
+                    await producer.send(settings.events_topic, orjson.dumps(event),
+                                        key=event["run_id"].encode())
+                await producer.flush()
+                crossed_by_event[tool] = time.perf_counter()
                 next_break += 2.0
             if elapsed >= next_sample:
                 samples.append((elapsed, await lag(admin, probe, group, settings.tallies_topic)))
@@ -159,14 +199,11 @@ async def run(args: argparse.Namespace) -> None:
         print(f"(a) sent {sent_events:,} events' tallies ({i:,} records) in {args.seconds:g} s")
         print("    lag of the fleet group on the tallies topic (records), every 5 s: "
               + ", ".join(f"{t:.0f}s:{n}" for t, n in samples))
-        delays = sorted(seen[t] - crossed[t] for t in crossed if t in seen)
-        if delays:
-            p99 = delays[min(len(delays) - 1, int(len(delays) * 0.99))]
-            print(f"(b) crossing tally to advisory: {len(delays)} of {len(crossed)} incidents, "
-                  f"p50 {statistics.median(delays) * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms "
-                  "(target p99 <= 5 s)")
-        else:
-            print(f"(b) no advisory seen for {len(crossed)} incidents")
+        print(percentiles("(b) crossing tally to advisory (the fleet app)",
+                          [seen[t] - crossed[t] for t in crossed if t in seen], len(crossed)))
+        print(percentiles("    crossing event to advisory (the worker and the fleet app)",
+                          [seen[t] - crossed_by_event[t] for t in crossed_by_event if t in seen],
+                          len(crossed_by_event)))
         before = fleet.rss()
         keys_before = fleet.metric("stallwatch_fleet_tracked_keys")
         for k in range(args.keys):
@@ -186,6 +223,7 @@ async def run(args: argparse.Namespace) -> None:
     finally:
         stop.set()
         fleet.stop()
+        worker.stop()
         await producer.stop()
         await admin.close()
         await probe.stop()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from stallwatch.logs import configure as configure_logging
 from tests.kafka_harness import kafka
 from tests.streams.worker.faults import three_kills
 
@@ -44,4 +45,5 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
+    configure_logging("WARNING")  # the passes on stdout; aiokafka's retried start-up noise folded
     sys.exit(asyncio.run(main()))

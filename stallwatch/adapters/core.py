@@ -17,6 +17,7 @@ from stallwatch.contract.commands import Stop
 T = TypeVar("T")
 
 _JSON_SCALARS = (str, int, float, bool, type(None))
+_SCALAR_TYPES = frozenset(_JSON_SCALARS)  # exact types: an enum or str subclass is converted
 
 
 @dataclass(frozen=True)
@@ -49,9 +50,12 @@ class Bridge:
         self.sync = client if isinstance(client, SyncClient) else None
 
     async def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """From an async hook: the SyncClient's loop is another loop, so wait on its future."""
+        """From an async hook: the SyncClient's loop is another loop, so wait on its future
+        (an inline SyncClient's call never waits: it runs here, under the client's lock)."""
         if self.sync is None:
             return await coro
+        if self.sync.inline:
+            return self.sync.do(coro)
         return await asyncio.wrap_future(self.sync.submit(coro))
 
     def run_blocking(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -60,7 +64,7 @@ class Bridge:
             coro.close()
             raise TypeError("a synchronous agent call needs stallwatch.client.SyncClient; "
                             "an asyncio client serves only the framework's async calls")
-        return self.sync.call(coro)
+        return self.sync.do(coro)
 
     @property
     def async_client(self) -> Client:
@@ -101,6 +105,7 @@ class Guard:
         self._nudges_shown = 0
         self._finished = False
         self._rules = ""
+        self.kept: dict[str, Any] = {}  # what an adapter reuses from one call of this run to the next
 
     @property
     def stop(self) -> Stop | None:
@@ -166,6 +171,9 @@ def _jsonable(value: Any) -> Any:
     """Framework objects (pydantic models, dataclasses, messages) as JSON values for hashing."""
     if isinstance(value, _JSON_SCALARS):
         return value
+    if type(value) is dict and all(type(k) is str and type(v) in _SCALAR_TYPES
+                                   for k, v in value.items()):
+        return value  # most tools' arguments: already JSON, read at once, never kept
     return to_jsonable_python(value, fallback=repr)  # repr: an unknown object still hashes (as new)
 
 

@@ -162,6 +162,11 @@ def main(settings: Settings) -> int:
         fleet_app.stop()
         worker.terminate()
         worker.wait(30)
+    # The fleet app's log is a file of its own (Faust's INFO would bury the demo): its errors are
+    # said here, so that a fault in it is seen.
+    if errors := fleet_app.errors():
+        print(f"stallwatch demo: the fleet app logged {len(errors)} error line(s), the first: "
+              f"{errors[0].strip()} (its log: {fleet_app.log_path})", file=sys.stderr, flush=True)
     print("\nsummary:")
     for out in outcomes:
         stop = out.run.stop

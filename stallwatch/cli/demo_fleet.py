@@ -56,6 +56,11 @@ class FleetApp:
     def ready(self) -> bool:
         return "Ready" in self.log_path.read_text(errors="replace")
 
+    def errors(self) -> list[str]:
+        """Its log's ERROR and CRITICAL lines (Faust's format: `[time] [pid] [LEVEL] message`)."""
+        return [line for line in self.log_path.read_text(errors="replace").splitlines()
+                if "] [ERROR] " in line or "] [CRITICAL] " in line]
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()

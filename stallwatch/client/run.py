@@ -232,6 +232,9 @@ class Client:
     _apply: Apply | None = None  # set by in-process clients
     fingerprint_secret: bytes | None = None  # keys the digests the runs send
     args_digest_only: bool = False  # runs send `args_digest` in place of `args`
+    # True for an in-process client whose coroutines never wait (no I/O): a SyncClient then runs
+    # them on the caller's thread under a lock instead of crossing to its loop thread and back.
+    runs_inline: bool = False
 
     def __init__(self) -> None:
         self.runs: dict[str, Run] = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError
@@ -70,9 +71,9 @@ def fleet_topics(settings: Settings) -> list[NewTopic]:
     ]
 
 
-async def ensure_topics(settings: Settings) -> None:
-    """Create the missing topics; existing ones are left as they are. A refusal raises SetupError
-    naming the setting to change."""
+async def ensure_topics(settings: Settings, extra: Sequence[NewTopic] = ()) -> None:
+    """Create the missing topics (the project's, and `extra`); existing ones are left as they are.
+    A refusal raises SetupError naming the setting to change."""
     admin = AIOKafkaAdminClient(**aiokafka_options(settings))
     try:
         await admin.start()
@@ -83,7 +84,7 @@ async def ensure_topics(settings: Settings) -> None:
                          "with `make kafka-up`") from None
     try:
         existing = set(await admin.list_topics())
-        missing = [t for t in wanted_topics(settings) if t.name not in existing]
+        missing = [t for t in [*wanted_topics(settings), *extra] if t.name not in existing]
         if missing:
             response = await admin.create_topics(missing)
             # TOPIC_EXISTS: another worker starting at the same moment created it first.

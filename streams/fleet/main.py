@@ -9,14 +9,14 @@ from faust.worker import Worker
 from stallwatch.kafka.topics import ensure_topics
 from stallwatch.logs import tame_kafka_loggers
 from stallwatch.settings import Settings
-from streams.fleet.service import FleetService
+from streams.fleet.service import FleetService, changelog_topic
 from streams.fleet.settings import FleetSettings
 
 
 def main(settings: Settings) -> int:
     tame_kafka_loggers()  # aiokafka under Faust, in an outage: a few counted lines
     cfg = FleetSettings.from_env(settings)
-    asyncio.run(ensure_topics(settings))
+    asyncio.run(ensure_topics(settings, [changelog_topic(cfg)]))  # the table's too: led before the join
     service = FleetService(cfg)
     worker = Worker(service.app, loglevel="INFO")
     worker.execute_from_commandline()

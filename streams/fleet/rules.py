@@ -25,8 +25,10 @@ class Outcome:
 def holds(kind: str, w: Window, cfg: FleetSettings) -> bool:
     """The issue's three rules, thresholds from the settings."""
     if kind == "tool_failing":
-        return (len(w.runs) >= cfg.failing_runs and w.calls > 0
-                and w.failures >= cfg.failing_ratio * w.calls)
+        # Every run counted made at least one call; one not reported yet is no failure. Else the
+        # first failed result among runs still waiting on theirs opened it ("1 of 1 calls").
+        calls = max(w.calls, len(w.runs))
+        return len(w.runs) >= cfg.failing_runs and w.failures >= cfg.failing_ratio * calls
     if kind == "tool_same_answer":
         return w.answer_runs >= cfg.same_answer_runs and w.answer_args >= cfg.same_answer_args
     return len(w.stops) >= cfg.looping_stops
@@ -121,7 +123,7 @@ class Judge:
 
     def advisory(self, state: State, kind: str, incident: dict[str, Any], run: str, phase: str,
                  ts: float) -> dict[str, Any]:
-        """The fleet_advisory event for one run (interfaces13.md section 2)."""
+        """The fleet_advisory event for one run (docs/contract-additions.md)."""
         return {"v": 1, "type": "fleet_advisory", "event_id": advisory_event_id(incident["id"], run, phase),
                 "run_id": run, "ts": ts, "incident_id": incident["id"], "incident": phase,
                 "kind": kind, "tool": state["tool"], "tenant": state["tenant"],

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import OrderedDict
 from typing import Any
 
 import faust
 import orjson
+from aiokafka.admin import NewTopic
 from aiokafka.partitioner import murmur2
+from faust.exceptions import PartitionsMismatch
 from prometheus_client import generate_latest
 
 from stallwatch.contract.commands import DeadLetter
@@ -30,6 +33,24 @@ MERGE_BATCH = 1_000
 # A tally stamped further ahead of this worker's clock does not move the event-time clock that
 # closes incidents: one runtime with a wrong clock could otherwise close every incident at once.
 MAX_CLOCK_AHEAD_S = 60.0
+# The exit status of a fleet worker whose table cannot be written (its changelog's partitions are
+# not the partials' in the consumer's view): skipping the record instead committed past windows
+# never saved, and a restart then never opened their incident (sysexits' EX_TEMPFAIL).
+EXIT_TABLE_UNWRITABLE = 75
+# The table of windows and incidents; Faust names its changelog `{app id}-{name}-changelog`.
+TABLE_NAME = "fleet-state"
+
+
+def changelog_topic(cfg: FleetSettings) -> NewTopic:
+    """The table's changelog as Faust would create it, for `stallwatch fleet` to create first: a
+    changelog Faust creates at start-up may be missing from the metadata when the group joins,
+    and is then counted as 0 partitions until the next metadata refresh (up to minutes), every
+    table write in between failing with PartitionsMismatch (seen in `make run` on a loaded
+    machine: the scene's incident never opened)."""
+    base = cfg.base
+    return NewTopic(f"{cfg.group_id}-{TABLE_NAME}-changelog", base.partitions, base.replication_factor,
+                    topic_configs={"cleanup.policy": "compact",
+                                   "min.insync.replicas": str(base.min_insync_replicas)})
 
 
 def _raw_topic(app: faust.App, name: str) -> faust.TopicT:
@@ -78,7 +99,7 @@ class FleetService:
         self.incidents = _raw_topic(app, base.incidents_topic)
         self.events = _raw_topic(app, base.events_topic)
         self.deadletter = _raw_topic(app, base.deadletter_topic)
-        self.table = app.Table("fleet-state", default=None, partitions=base.partitions,
+        self.table = app.Table(TABLE_NAME, default=None, partitions=base.partitions,
                                key_type=bytes)
         # Tables take no serializer arguments (faust-streaming #556): Faust derives json from the
         # types; keys are raw bytes, set before the changelog topic is first built.
@@ -171,6 +192,8 @@ class FleetService:
                     self._close_quiet(message.partition)
                 else:
                     await self._apply(message.key, message.partition, record)
+            except PartitionsMismatch as error:
+                self._exit_unwritable(message, error)
             except Exception:
                 # A crashed agent is restarted by Faust past the record anyway: say so and count it
                 # rather than lose the agent's place silently.
@@ -178,6 +201,17 @@ class FleetService:
                               message.partition, message.offset)
                 self.metrics.dead_letters.labels("judge_error").inc()
             yield None
+
+    def _exit_unwritable(self, message: Any, error: PartitionsMismatch) -> None:
+        """The table cannot be written: not this record's fault, and skipping it (as a record the
+        judge cannot apply is skipped) would commit past it, its window never saved. Exit as a
+        SIGKILL would, nothing acknowledged: the restart reads from the last commit again, with a
+        fresh view of the changelog's partitions."""
+        log.critical("judge: the table cannot be written, exiting (status %s) so that a restart "
+                     "applies partials partition %s from offset %s again: %s",
+                     EXIT_TABLE_UNWRITABLE, message.partition, message.offset, error)
+        logging.shutdown()
+        os._exit(EXIT_TABLE_UNWRITABLE)
 
     async def _apply(self, key: bytes, partition: int, partial: Tally) -> None:
         self.metrics.partials.inc()
@@ -245,18 +279,24 @@ class FleetService:
         self.lru, self.open_keys = {}, {}
         mine = {tp.partition for tp in self.app.assignor.assigned_actives()
                 if tp.topic == self.cfg.base.fleet_partials_topic}
+        dropped = 0
         for key, state in list(self.table.data.items()):
             partition = partition_of(key, self.cfg.base.partitions)
             if state is None or partition not in mine:
                 # Faust's memory store keeps a revoked partition's keys: dropped from memory only
                 # (no tombstone), their new owner restored them from the changelog.
                 del self.table.data[key]
+                dropped += 1
                 continue
             self.lru.setdefault(partition, OrderedDict())[key] = None
             if state.get("open"):
                 self.open_keys.setdefault(partition, set()).add(key)
         self.indexed = True
-        self.metrics.keys.set(sum(len(keys) for keys in self.lru.values()))
+        kept = sum(len(keys) for keys in self.lru.values())
+        self.metrics.keys.set(kept)
+        # Once per rebalance: a lost window after a restart reads here as kept 0 or as dropped.
+        log.info("judge: %d keys held on partitions %s after the rebalance, %d dropped",
+                 kept, sorted(mine), dropped)
 
     async def _on_assigned(self, app: faust.App, assigned: Any, **kwargs: Any) -> None:
         self.indexed = False

@@ -73,3 +73,19 @@ async def test_a_tool_retried_enough_is_stopped_by_the_failure_rule(caplog: pyte
     scripts.assert_failures_stopped(script, tools, result.output)
     assert result.metadata["stallwatch_stop"]["code"] == "tool_failures"
     assert not caplog.records
+
+
+async def test_a_tool_that_raises_ends_the_agent_run_and_leaves_no_run_held():
+    script, tools = scripts.failing(), scripts.Tools()
+    async with EmbeddedClient() as client:
+        agent: Agent[None, str] = Agent(model_for(script), capabilities=[Stallwatch(client)])
+
+        @agent.tool_plain
+        def fetch(url: str) -> str:
+            """Fetch a page."""
+            return tools.fetch(url)  # raises: PydanticAI lets a plain exception end the run
+
+        for _ in range(3):
+            with pytest.raises(scripts.FetchFailed):
+                await agent.run(QUESTION)
+        assert not client.runs

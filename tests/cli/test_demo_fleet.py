@@ -37,3 +37,14 @@ async def test_a_tool_breaking_for_everyone_opens_an_incident_tells_the_runs_and
         # Told long before its own rule (10 failures in a row) would have stopped it.
         assert member.run.stop is None
         assert member.calls.get("search failed", 0) < demo_fleet.OWN_FAILURE_LIMIT
+
+
+def test_the_fleet_apps_errors_are_found_in_its_log(tmp_path):
+    log = tmp_path / "fleet.log"
+    log.write_text("[2026-12-03 10:26:33,925] [25811] [INFO] [^Worker]: Ready \n"
+                   "[2026-12-03 10:26:40,743] [25811] [ERROR] judge: offset 0 not applied \n"
+                   "Traceback (most recent call last):\n"
+                   "[2026-12-03 10:27:25,646] [25811] [WARNING] Timer is overlapping \n")
+    app = demo_fleet.FleetApp(proc=None, log_path=log)  # type: ignore[arg-type]
+    assert [line.split("] ", 3)[3] for line in app.errors()] == [
+        "judge: offset 0 not applied "]

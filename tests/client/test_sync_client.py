@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 
 import pytest
 
@@ -59,3 +61,57 @@ def test_close_stops_the_thread_and_is_idempotent():
     client.close()
     client.close()
     assert not client._thread.is_alive()
+
+
+def test_an_in_process_clients_calls_run_on_the_callers_thread():
+    # Crossing to the loop thread and back was most of a guarded call's cost under SyncClient.
+    with SyncClient(EmbeddedClient) as client:
+        threads = set()
+        apply = client.client._apply
+        assert apply is not None
+
+        def recording(event: dict) -> list:
+            threads.add(threading.current_thread())
+            return apply(event)
+
+        client.client._apply = recording
+        run = client.start_run("s4", "researcher", [{"name": "search"}])
+        run.start_round()
+        call_id, _ = run.propose("search", {"q": 1})
+        run.result(call_id, "search", "ok", DOCS)
+        run.end_round()
+        assert threads == {threading.current_thread()}
+
+
+def test_wait_stopped_wakes_when_another_threads_call_stops_the_run():
+    with SyncClient(EmbeddedClient) as client:
+        run = client.start_run("s5", "researcher", [{"name": "search"}], {"max_rounds": 2})
+        woke = []
+        waiter = threading.Thread(target=lambda: woke.append(run.wait_stopped(10)))
+        waiter.start()
+        time.sleep(0.05)  # most often waiting by then: the stop must wake it
+        for _ in range(3):
+            run.start_round()
+            run.end_round()
+        waiter.join(10)
+        assert woke == [True] and run.stop is not None and run.stop.code == "round_limit"
+
+
+def test_a_coroutine_that_waits_still_runs_on_the_loop():
+    with SyncClient(EmbeddedClient) as client:
+        async def later() -> int:
+            await asyncio.sleep(0.01)
+            run = await client.client.start_run("s6")
+            await run.start_round()
+            return run.round
+
+        assert client.call(later()) == 1
+
+
+def test_an_inline_client_that_waits_is_a_clear_error():
+    class Waiting(EmbeddedClient):
+        async def _prepare(self, run_id: str) -> None:
+            await asyncio.sleep(0)
+
+    with SyncClient(Waiting) as client, pytest.raises(RuntimeError, match="runs_inline"):
+        client.start_run("s7")

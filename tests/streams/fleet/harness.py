@@ -10,10 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
+from stallwatch.kafka.read import committed_reader, read_to_end
 from stallwatch.kafka.topics import ensure_topics
 from stallwatch.settings import Settings
+from streams.fleet.settings import FleetSettings
 from streams.fleet.tally import tally_key
 from tests.kafka_harness import StallwatchProcess, free_port
 
@@ -136,3 +139,61 @@ class Reader:
             if check(values):
                 return values
         raise AssertionError(f"timed out; seen {len(self.records)} records: {self.records[-5:]}")
+
+
+def _runs(value: bytes | None) -> str:
+    """What a tallies, partials or changelog record says about runs, in a few characters."""
+    if value is None:
+        return "tombstone"
+    try:
+        record = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return "not JSON"
+    if "tick" in record:
+        return "tick"
+    runs = record.get("runs") or sorted({r for b in record.get("buckets", {}).values() for r in b["runs"]})
+    return ",".join(r.removeprefix("run-") for r in runs) or "-"
+
+
+async def fleet_evidence(settings: Settings) -> str:
+    """Where each run's tally went, for a failure message: every record of the tallies, partials
+    and table changelog topics (runs named, ticks counted) and the fleet group's committed
+    offsets. It tells an input the app never read (committed past a tally with no partial), a
+    partial never applied and a window state lost (a changelog record without the runs before)."""
+    group = FleetSettings(base=settings).group_id
+    topics = {"tallies": settings.tallies_topic, "partials": settings.fleet_partials_topic,
+              "changelog": f"{group}-fleet-state-changelog"}
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
+    await admin.start()
+    try:
+        committed = await admin.list_consumer_group_offsets(group)
+    finally:
+        await admin.close()
+    lines = []
+    for label, topic in topics.items():
+        reader = committed_reader({"bootstrap_servers": settings.bootstrap})
+        await reader.start()
+        try:
+            tps = [TopicPartition(topic, p) for p in range(settings.partitions)]
+            reader.assign(tps)
+            await reader.seek_to_beginning(*tps)
+            seen: list[str] = []
+            ticks: dict[int, int] = {}
+
+            def keep(tp: TopicPartition, records: list[Any], seen: list[str] = seen,
+                     ticks: dict[int, int] = ticks) -> None:
+                for r in records:
+                    runs = _runs(r.value)
+                    if runs == "tick":
+                        ticks[tp.partition] = ticks.get(tp.partition, 0) + 1
+                    else:
+                        seen.append(f"p{tp.partition}@{r.offset}:{runs}")
+
+            await read_to_end(reader, tps, keep)
+        finally:
+            await reader.stop()
+        offsets = {tp.partition: meta.offset for tp, meta in committed.items() if tp.topic == topic}
+        lines.append(f"{label}: {' '.join(seen) or 'none'}"
+                     + (f" (ticks per partition {ticks})" if ticks else "")
+                     + ("" if label == "changelog" else f"; committed {dict(sorted(offsets.items()))}"))
+    return "\n".join(lines)

@@ -6,10 +6,15 @@ import asyncio
 import time
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from stallwatch.contract.commands import DeadLetter
+from stallwatch.kafka.topics import ensure_topics
+from stallwatch.settings import Settings
+from streams.fleet.service import EXIT_TABLE_UNWRITABLE, changelog_topic
+from streams.fleet.settings import FleetSettings
 from tests.kafka_harness import fresh_settings
-from tests.streams.fleet.harness import FleetProcess, Reader, Tallies, tally
+from tests.streams.fleet.harness import FleetProcess, Reader, Tallies, fleet_evidence, tally
 
 pytestmark = pytest.mark.kafka
 
@@ -41,7 +46,8 @@ async def test_sigkill_mid_window_then_restart_opens_the_incident_once_with_the_
                 seen = {name: fleet.metric(name) for name in (
                     "stallwatch_fleet_tallies_total", "stallwatch_fleet_partials_total",
                     "stallwatch_fleet_tracked_keys", "stallwatch_fleet_dropped_entries_total")}
-                raise AssertionError(f"{failure}; the restarted app's counts: {seen}") from None
+                raise AssertionError(f"{failure}; the restarted app's counts: {seen}\n"
+                                     f"{await fleet_evidence(settings)}") from None
             await tallies.send([_failing(i, now + 1.0) for i in range(5)])
             await events.until(lambda vs: sum(v["incident"] == "open" for v in vs) >= 5)
             for _ in range(4):
@@ -53,6 +59,47 @@ async def test_sigkill_mid_window_then_restart_opens_the_incident_once_with_the_
             advised = [v for _, v in events.records if v["incident"] == "open"]
             assert sorted(v["run_id"] for v in advised) == [f"run-{i}" for i in range(5)]
             assert {v["incident_id"] for v in advised} == ids
+    finally:
+        fleet.stop()
+
+
+async def _recreate(settings: Settings, topic: NewTopic) -> None:
+    """Delete a topic and create it again as `topic` says (deletion finishes in the background)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics([topic.name])
+        while topic.name in await admin.list_topics():
+            await asyncio.sleep(0.2)
+    finally:
+        await admin.close()
+    await ensure_topics(settings, [topic])
+
+
+async def test_a_table_that_cannot_be_written_stops_the_app_before_it_commits_past_the_window() -> None:
+    # Once in CI the SIGKILL test's restarted app opened no incident: the killed app's changelog
+    # was counted with no partitions (Faust had created it as the group joined), every table write
+    # failed, and each partial was skipped with its offset committed, so the restart had neither
+    # the window nor the partials. Here a changelog of the wrong size makes the writes fail.
+    settings = fresh_settings()
+    right = changelog_topic(FleetSettings(base=settings))
+    await ensure_topics(settings, [NewTopic(right.name, 2, 1, topic_configs=right.topic_configs)])
+    fleet = FleetProcess(settings, "wrong")
+    now = float(int(time.time()))
+    try:
+        await fleet.serving()
+        async with Tallies(settings) as tallies, Reader(settings, settings.incidents_topic) as incidents:
+            await tallies.send([_failing(i, now) for i in range(5)])
+            deadline = time.monotonic() + 60
+            while fleet.alive() and time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
+            assert fleet.proc.poll() == EXIT_TABLE_UNWRITABLE, fleet.log_tail()
+            # The changelog made right, a restart applies the partials not committed and opens it.
+            await _recreate(settings, right)
+            fleet = FleetProcess(settings, "right")
+            await fleet.serving()
+            values = await incidents.until(lambda vs: any(v["state"] == "open" for v in vs))
+            assert values[-1]["evidence"]["runs"] == 5
     finally:
         fleet.stop()
 

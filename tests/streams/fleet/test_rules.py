@@ -118,3 +118,23 @@ def test_a_flood_of_runs_in_one_bucket_is_capped() -> None:
     _, state, _ = _judge([tally("search", T0, runs=[f"r{i}" for i in range(1000)], calls=1)])
     bucket = next(iter(state["buckets"].values()))
     assert len(bucket["runs"]) == BUCKET_RUNS_CAP and state["dropped"] > 0
+
+
+def test_the_runs_told_of_one_incident_are_capped():
+    judge = Judge(FleetSettings(window_s=300.0, step_s=60.0, max_advised_runs=3))
+    state, advisories = new_state("acme", "search"), []
+    for i in range(10):
+        outcome = judge.apply(state, tally("search", T0 + i, runs=[f"r{i}"], calls=1, failures=1), 0.0)
+        advisories += outcome.advisories
+    assert sorted(a["run_id"] for a in advisories) == ["r0", "r1", "r2"]
+    assert state["open"]["tool_failing"]["advised"] == ["r0", "r1", "r2"]
+
+
+def test_one_failed_result_among_runs_still_waiting_on_theirs_opens_nothing():
+    waiting = [f"r{i}" for i in range(6)]  # six runs proposed; one result is in, a failure
+    _, state, _ = _judge([tally("search", T0, runs=waiting, calls=1, failures=1)])
+    assert not state["open"]
+    # Their results come in failing: half the runs' calls have failed, and it opens.
+    _, state, _ = _judge([tally("search", T0, runs=waiting, calls=1, failures=1),
+                          tally("search", T0 + 1, runs=waiting[:2], calls=2, failures=2)])
+    assert list(state["open"]) == ["tool_failing"]

@@ -62,6 +62,21 @@ async def busy_worker(name: str, runs: int) -> tuple[WorkerProcess, list[bytes]]
     return worker, log
 
 
+async def test_sigterm_to_a_healthy_worker_is_a_clean_stop_exit_0_and_no_error_logged():
+    settings = fresh_settings(partitions=2)
+    worker = WorkerProcess(settings, "clean")
+    try:
+        await wait_until_serving(settings)
+        await produce(settings, interleave(mixed_fleet(20)))
+        await collect(settings, settings.commands_topic, 20, 60)
+        worker.proc.terminate()
+        code = await asyncio.to_thread(worker.proc.wait, STOP_TIMEOUT_S + EXIT_MARGIN_S)
+        assert code == 0, worker.log_tail()
+        assert errors_in(worker) == [], worker.log_tail()
+    finally:
+        worker.stop()
+
+
 async def test_sigterm_ends_a_worker_stuck_on_a_frozen_broker_within_its_stop_deadline():
     worker, _ = await busy_worker("stuck", runs=1000)
     try:
