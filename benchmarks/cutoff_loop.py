@@ -7,8 +7,9 @@ Each pass: two workers on eight partitions under a steady 800 events/s, worker A
 broker only through a proxy that cuts it off (tests/kafka_harness.py `CuttableLink`). `takeover`:
 the cut holds A's commit until B serves every partition, then heals; A must be fenced and exit 1.
 `heal-before-expiry`: the cut holds a transactional write and heals before A's session expires;
-A must carry on, without a rebalance. Every run's commands are compared with replay and every
-command id counted (none may be published twice). `--drop` resets A's connections at the cut
+A must carry on, without a rebalance. Every run's commands (the first copy of each command id) are
+compared with replay, and no command id may carry two different contents (one published again with
+the same bytes is counted, not a failure). `--drop` resets A's connections at the cut
 instead of holding them.
 """
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -112,6 +113,41 @@ class CpuMeter:
 
 def micros(per_event: dict[str, float | None]) -> str:
     return " / ".join("-" if v is None else f"{v * 1e6:5.0f}" for v in per_event.values())
+
+
+# The worker's histograms printed after the latency load: where a verdict's time goes.
+INTERNALS = (("fetch delay", "stallwatch_fetch_delay_seconds", 1e3),
+             ("batch", "stallwatch_batch_processing_seconds", 1e3),
+             ("decision", "stallwatch_decision_latency_seconds", 1e3),
+             ("events/batch", "stallwatch_batch_events", 1.0))
+
+
+def histogram_quantile(buckets: list[tuple[float, float]], q: float) -> float:
+    """Prometheus's histogram_quantile: linear within the bucket holding the q-th observation."""
+    total = buckets[-1][1]
+    rank, lower, below = q * total, 0.0, 0.0
+    for upper, count in buckets:
+        if count >= rank:
+            if upper == float("inf"):
+                return lower
+            return lower + (upper - lower) * (rank - below) / max(count - below, 1e-9)
+        lower, below = upper, count
+    return lower
+
+
+def internals(metrics_port: int) -> str:
+    """p50/p90/p99 of the worker's own histograms, scraped from its metrics port."""
+    import urllib.request
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read()
+    out = []
+    for label, name, scale in INTERNALS:
+        buckets = [(float(le), float(v)) for le, v in re.findall(
+            rf'^{name}_bucket{{le="([^"]+)"}} (\S+)$', text.decode(), re.M)]
+        if not buckets or buckets[-1][1] == 0:
+            continue
+        qs = "/".join(f"{histogram_quantile(buckets, q) * scale:.1f}" for q in (0.5, 0.9, 0.99))
+        out.append(f"{label} {qs}")
+    return "  worker p50/p90/p99 (ms; buckets interpolated): " + "; ".join(out)
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -284,6 +320,7 @@ async def main() -> None:
                 "client": [os.getpid()]}
         try:
             took, cpu_steady = await latency(settings, args.runs, args.rate, args.seconds, pids)
+            inside = internals(services[0].metrics_port) if name == "worker" else ""
             rate, cpu_full = await throughput(settings, log, len(log) if name == "echo" else commands,
                                               pids)
         finally:
@@ -293,6 +330,8 @@ async def main() -> None:
         p50, p99, n, eps = results[name]
         print(f"{name:<9} {p50:7.1f} {p99:7.1f} {n:9,} {eps:9,.0f}   "
               f"{micros(cpu_steady)} | {micros(cpu_full)}", flush=True)
+        if inside:
+            print(inside, flush=True)
     (e50, e99, _, e_eps), (w50, w99, _, w_eps) = results["echo"], results["worker"]
     print(f"worker/echo: p50 latency {w50 / e50:.2f}x, p99 latency {w99 / e99:.2f}x (target <= 2), "
           f"throughput {w_eps / e_eps:.2f}x (target >= 0.5); two workers / one: "

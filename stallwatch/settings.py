@@ -100,6 +100,13 @@ class Settings:
     # group's offsets only feed lag tools (kafka-consumer-groups, Burrow), which lag by this much.
     # Each commit of them costs a transaction two more round trips (about 30% of a small one).
     group_offsets_interval_s: float = 1.0
+    # The worker publishes a batch's commands as soon as the batch is applied, by an idempotent
+    # producer outside the batch's transaction, which commits once they are acknowledged: a
+    # verdict does not wait for the transaction. A command may then appear twice (same id, same
+    # bytes) after a worker's restart; readers keep the first copy of each id (contract
+    # additions, "Command ids"). Records of a topic that keeps the producers' CreateTime are
+    # never published ahead. False: every command in its batch's transaction, as before.
+    publish_ahead: bool = True
     # The secret shared by runtimes and workers that keys every digest reaching Kafka or a
     # state (result fingerprints, call signatures, fact digests), so that a fingerprint of a
     # small value cannot be reversed by hashing guesses. Unset: unkeyed XXH3-128, as before
@@ -148,6 +155,7 @@ class Settings:
             fingerprint_key=_fingerprint_key(),
             args_digest_only=_flag("STALLWATCH_ARGS_DIGEST_ONLY"),
             tallies=_flag("STALLWATCH_TALLIES", cls.tallies),
+            publish_ahead=_flag("STALLWATCH_PUBLISH_AHEAD", cls.publish_ahead),
             security_protocol=_env("STALLWATCH_SECURITY_PROTOCOL", cls.security_protocol),
             sasl_mechanism=_env("STALLWATCH_SASL_MECHANISM"),
             sasl_username=_env("STALLWATCH_SASL_USERNAME"),

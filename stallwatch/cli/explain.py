@@ -19,7 +19,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.structs import ConsumerRecord
 
 from stallwatch.cli.top import partitions_of
-from stallwatch.contract.commands import Command, decode_command
+from stallwatch.contract.commands import Command, ConflictingCommand, FirstCopies, decode_command
 from stallwatch.contract.parse import InvalidEvent, parse_event
 from stallwatch.contract.stop_codes import STOPS
 from stallwatch.engine.admin_policy import AdminPolicy
@@ -111,6 +111,7 @@ async def explain_from_topic(run_id: str, settings: Settings, out: TextIO) -> bo
     await consumer.start()
     seen = False
     round_no = None
+    copies = FirstCopies()
 
     def show(_: TopicPartition, records: list[ConsumerRecord]) -> None:
         nonlocal seen, round_no
@@ -118,6 +119,8 @@ async def explain_from_topic(run_id: str, settings: Settings, out: TextIO) -> bo
             if record.key != run_id.encode():
                 continue
             command = decode_command(record.value)
+            if not copies.first(command.command_id, record.value):
+                continue  # published again after a worker's restart: the same command
             seen = True
             if command.round != round_no:
                 round_no = command.round
@@ -139,7 +142,11 @@ async def explain_from_topic(run_id: str, settings: Settings, out: TextIO) -> bo
 
 def main(run_id: str, path: str | None, settings: Settings) -> int:
     if path is None:
-        return 0 if asyncio.run(explain_from_topic(run_id, settings, sys.stdout)) else 1
+        try:
+            return 0 if asyncio.run(explain_from_topic(run_id, settings, sys.stdout)) else 1
+        except ConflictingCommand as exc:
+            sys.stderr.write(f"stallwatch explain: {exc}: the workers broke the contract\n")
+            return 1
     return explain_file(run_id, path, AdminPolicy.from_file(settings.policy_file),
                         secret_from_key(settings.fingerprint_key))
 

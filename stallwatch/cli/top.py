@@ -15,6 +15,7 @@ import orjson
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
+from stallwatch.contract.commands import ConflictingCommand, FirstCopies
 from stallwatch.contract.stop_codes import STOPS
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.kafka.read import committed_reader, read_to_end
@@ -31,12 +32,16 @@ class Tally:
     workspace_versions: Counter = field(default_factory=Counter)
     # stop code -> what its stops name (a failing tool, a stalled call) -> stops
     subjects: dict[str, Counter] = field(default_factory=dict)
+    copies: FirstCopies = field(default_factory=FirstCopies)  # each command id counted once
 
     def add(self, raw: bytes) -> None:
         try:
             command = orjson.loads(raw)
         except orjson.JSONDecodeError:
             return
+        if not isinstance(command, dict) or not self.copies.first(
+                str(command.get("command_id")), raw):
+            return  # published again after a worker's restart: counted once
         kind = command.get("type")
         if kind == "stop":
             code = command.get("code")
@@ -179,5 +184,9 @@ async def partitions_of(topic: str, options: dict) -> set[int]:
 
 def main(settings: Settings, once: bool, from_beginning: bool) -> int:
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(top(settings, sys.stdout, once, from_beginning))
+        try:
+            asyncio.run(top(settings, sys.stdout, once, from_beginning))
+        except ConflictingCommand as exc:
+            sys.stderr.write(f"stallwatch top: {exc}: the workers broke the contract\n")
+            return 1
     return 0

@@ -107,8 +107,10 @@ class KafkaClient(Client):
         timeout_ms = max(int(self.verdict_timeout_s * 1000), 1000)
         self._producer = AIOKafkaProducer(acks="all", linger_ms=0, request_timeout_ms=timeout_ms,
                                           **options)
-        # read_committed: the workers publish commands in transactions; an aborted batch's
-        # commands are never seen.
+        # read_committed: commands published ahead of their batch's transaction are in none and
+        # seen at once; the others (CreateTime topics, STALLWATCH_PUBLISH_AHEAD=false) are in
+        # their batch's, and an aborted batch's are never seen. Copies of one id are dropped
+        # (`Run.deliver`): a batch read again publishes its commands again.
         self._consumer = AIOKafkaConsumer(enable_auto_commit=False, auto_offset_reset="latest",
                                           isolation_level="read_committed",
                                           fetch_max_wait_ms=100, **options)

@@ -126,3 +126,37 @@ class DeadLetter(BaseModel):
 
     def encode(self) -> bytes:
         return orjson.dumps(self.model_dump())
+
+
+class ConflictingCommand(ValueError):
+    """Two different contents under one command id: what no worker may ever publish."""
+
+
+# Command ids a long-lived reader (`stallwatch top`) remembers: a copy published again comes
+# within the batches a worker had not committed when it stopped, never this far behind.
+FIRST_COPIES_KEPT = 1_000_000
+
+
+class FirstCopies:
+    """What every reader of the commands topic does (docs/contract-additions.md, "Command ids"):
+    keep the first copy of each command id, drop a later copy with the same bytes (a command
+    published ahead of its batch's transaction is published again by whoever reads the batch
+    again), and refuse one with different bytes (ConflictingCommand). Remembers a digest per
+    id, the newest `limit` ids."""
+
+    def __init__(self, limit: int = FIRST_COPIES_KEPT) -> None:
+        self.limit = limit
+        self._digests: dict[str, str] = {}  # command id -> digest of its first copy, oldest first
+
+    def first(self, command_id: str, raw: bytes) -> bool:
+        """True for the first copy of `command_id`, False for a same-bytes repeat."""
+        digest_of = xxh3_128_hexdigest(raw)
+        kept = self._digests.get(command_id)
+        if kept is not None:
+            if kept != digest_of:
+                raise ConflictingCommand(f"two different commands share id {command_id}")
+            return False
+        self._digests[command_id] = digest_of
+        if len(self._digests) > self.limit:
+            del self._digests[next(iter(self._digests))]
+        return True

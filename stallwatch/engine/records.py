@@ -40,6 +40,7 @@ class RecordApplier:
               keys: Sequence[bytes | None] | None = None,
               offsets: Sequence[int] | None = None,
               applied: Callable[[int, Event, RunState | None, list[Command]], None] | None = None,
+              expired: Callable[[RunState], bool] | None = None,
               ) -> Iterator[list[Command] | Skipped | Letter]:
         """One result per record of `values`, in order: the commands an event caused, SKIPPED, or
         what `rejected(index, value, error)` makes of bad input (nothing when it returns None).
@@ -50,6 +51,10 @@ class RecordApplier:
         log). `offsets`: each record's offset; a run remembers the last one applied, and a record
         at or below it is SKIPPED (None: offsets are not kept). `applied(index, event, state,
         commands)`: after each event applied (`state` is None for a call of an unknown run).
+        `expired(state)`: true for a run expired by the time of this record (the worker's
+        partition clock, moved to the record first); its event then meets no state, as if the
+        expiry had deleted it already, so the answer does not depend on when the worker's scan
+        ran (None: nothing expires, as in replay).
 
         The hot loop of replay: every test is of a local, and nothing is done for what a caller
         did not ask for."""
@@ -83,6 +88,8 @@ class RecordApplier:
                 state = load(run_id)
                 if state is not None:
                     states[run_id] = state
+            if expired is not None and state is not None and expired(state):
+                state = None
             after, commands = detect(state, event)
             if after is not state:  # a new run (the detector changes a state in hand in place)
                 states[run_id] = after  # type: ignore[assignment]  # never None: a new run's

@@ -10,7 +10,7 @@ from stallwatch.contract.commands import Command, DeadLetter
 from stallwatch.contract.limits import bounded_key
 from stallwatch.contract.parse import MAX_EVENT_BYTES, InvalidEvent
 from stallwatch.engine.detector import Detector, Event
-from stallwatch.engine.expiry import PartitionClock
+from stallwatch.engine.expiry import PartitionClock, is_expired
 from stallwatch.engine.records import SKIPPED, RecordApplier
 from stallwatch.engine.state import RunState
 from streams.worker.tallies import Tallies
@@ -54,15 +54,21 @@ class BatchResult:
     skipped: int = 0  # at or below a run's last applied offset
     # Per-(tenant, tool) partial counts for the fleet app: (key, value) records of the tallies topic
     tallies: list[tuple[bytes, bytes]] = field(default_factory=list)
+    published_at: float | None = None  # when its commands were acknowledged, if published ahead
 
 
 class BatchApplier:
     """Applies a partition's events in offset order; bad input becomes a dead letter."""
 
     def __init__(self, detector: Detector, topic: str, max_event_bytes: int = MAX_EVENT_BYTES,
-                 tallies: Tallies | None = None) -> None:
-        """`tallies`: counts the batch for the fleet app (None: no tallies)."""
+                 tallies: Tallies | None = None, idle_timeout_s: float = float("inf"),
+                 ended_retention_s: float = float("inf")) -> None:
+        """`tallies`: counts the batch for the fleet app (None: no tallies). A run idle past
+        `idle_timeout_s` (ended: past `ended_retention_s`) on the partition clock at one of its
+        records is met as absent (stallwatch/engine/expiry.py)."""
         self.detector = detector
+        self.idle_timeout_s = idle_timeout_s
+        self.ended_retention_s = ended_retention_s
         self.records = RecordApplier(detector, max_event_bytes)
         self.topic = topic
         self.tallies = tallies
@@ -72,7 +78,10 @@ class BatchApplier:
         """`load` gives a run's stored state; the states the batch touched are in the result.
         `clock`, the partition's broker time, moves with every record: its append time, or
         `received_at` (the worker's clock) on a topic that keeps the producers' CreateTime.
-        Decisions read only the events' own `ts`, as replay does.
+        Decisions read only the events' own `ts`, as replay does; whether a run has expired reads
+        the clock as moved to the record, so on an append-time topic the answers are a function
+        of the partition's log and the state it started from, however the log is cut into
+        batches and whenever the worker's expiry scan ran.
 
         The engine's one path (`RecordApplier`) parses, loads, applies and keeps; around it, the
         batch keys every record, skips the offsets applied already, moves the clock and counts."""
@@ -107,10 +116,15 @@ class BatchApplier:
                 if tallies is not None:
                     tallies.observe(event, state, commands)
 
+        idle, ended = self.idle_timeout_s, self.ended_retention_s
+
+        def expired(state: RunState) -> bool:
+            return clock.newest is not None and is_expired(state, clock.newest, idle, ended)
+
         keys = [message.key for message in messages]
         offsets = [message.offset for message in messages]
         for outcome in self.records.apply(values(), result.states, rejected, load=load, keys=keys,
-                                          offsets=offsets, applied=applied):
+                                          offsets=offsets, applied=applied, expired=expired):
             if outcome is SKIPPED:
                 result.skipped += 1
         if tallies is not None:

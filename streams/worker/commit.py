@@ -1,16 +1,20 @@
 """A partition batch's commit: a pure plan of everything it writes, and one transaction that writes it.
 
-What is true, and why a batch is exact: the plan's writes (commands, dead letters, changelog
-records, tallies) and the input offset after the batch (the partition's position, a record of its
-changelog) go to Kafka in ONE transaction of the partition's own producer, so read-committed
-readers see all of it or none of it, and a restore reads states and position from the same
-commits. The consumer group's offsets ride along at most every `group_offsets_interval_s`, for
-lag tools only. The detector changes loaded states in place while it applies the batch, so the
-worker's memory runs ahead of Kafka until the commit; if the transaction fails, nothing of it is
-visible and the partition is rebuilt (a new producer, its states and position restored from the
-changelog) and the batch read again. Only a committed plan's new and expired runs are
-put into and deleted from the store. A fenced producer (another worker took the partition over)
-or a batch that keeps failing ends the worker: it must not go on past a batch it cannot commit.
+What is true, and why a batch is exact: a batch is applied in memory as soon as it is fetched,
+its commands published at once by the worker's idempotent producer (ahead of the transaction,
+`publish_ahead`; final for readers, since whoever reads the batch again computes the same bytes:
+docs/decisions.md, "Publishing ahead"). Its other writes (dead letters, changelog records,
+tallies) and the input offset after it (the partition's position, with the partition clock, a
+record of its changelog) go to Kafka in ONE transaction of the partition's own producer, alone or
+with the partition's next batches applied meanwhile (streams/worker/inflight.py), once every
+command of them is acknowledged; read-committed readers see all of it or none of it, and a
+restore reads states and position from the same commits. The consumer group's offsets ride along
+at most every `group_offsets_interval_s`, for lag tools only. The store takes a batch's states as
+it is applied (the next batch reads them), so the worker's memory runs ahead of Kafka until the
+commit; if a send or the transaction fails, the partition is rebuilt (a new producer, its states
+and position restored from the changelog), everything applied since its last commit is discarded
+and read again. A fenced producer (another worker took the partition over) or a partition that
+keeps failing ends the worker: it must not go on past a batch it cannot commit.
 """
 
 from __future__ import annotations
@@ -26,10 +30,10 @@ from typing import Any, Protocol
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
 
-from stallwatch.contract.commands import encode_command
+from stallwatch.contract.commands import Command, encode_command
 from stallwatch.engine.state import RunState
 from stallwatch.settings import Settings
-from streams.worker.batch import BatchApplier, BatchResult, SourceRecord
+from streams.worker.batch import LOG_APPEND_TIME, BatchApplier, BatchResult, SourceRecord
 from streams.worker.store import POSITION_KEY, RunStore, encode_position
 
 log = logging.getLogger(__name__)
@@ -75,16 +79,19 @@ class CommitPlan:
 
 
 def plan_commit(topics: CommitTopics, source: TopicPartition, result: BatchResult,
-                expired: Sequence[str], next_offset: int, group_offsets: bool = True) -> CommitPlan:
-    """Pure: the writes of a batch's result (commands, dead letters, changed states, tombstones of
-    expired runs, the fleet app's tallies) and the position after the batch."""
-    writes = [Write(topics.commands, c.run_id.encode(), encode_command(c)) for c in result.commands]
+                expired: Sequence[str], next_offset: int, group_offsets: bool = True,
+                clock: float | None = None, commands_ahead: bool = False) -> CommitPlan:
+    """Pure: the writes of a batch's result (commands unless they were published ahead, dead
+    letters, changed states, tombstones of expired runs, the fleet app's tallies) and the
+    position after the batch, with the partition clock there."""
+    writes = [] if commands_ahead else [
+        Write(topics.commands, c.run_id.encode(), encode_command(c)) for c in result.commands]
     writes += [Write(topics.deadletter, key, letter) for key, letter, _ in result.letters]
     writes += [Write(topics.changelog, run_id.encode(), state.to_bytes())
                for run_id, state in result.states.items()]
     writes += [Write(topics.changelog, run_id.encode(), None) for run_id in expired]
     writes += [Write(topics.tallies, key, value) for key, value in result.tallies]
-    writes.append(Write(topics.changelog, POSITION_KEY, encode_position(next_offset)))
+    writes.append(Write(topics.changelog, POSITION_KEY, encode_position(next_offset, clock)))
     return CommitPlan(source, writes, next_offset, result.states, list(expired), group_offsets)
 
 
@@ -102,6 +109,38 @@ class TransactionalProducer(Protocol):
     async def stop(self) -> None: ...
 
 
+class AheadProducer(Protocol):
+    """What publishing ahead uses of aiokafka's idempotent producer (a fake in the unit tests)."""
+
+    async def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+                   partition: int | None = None) -> Awaitable[Any]: ...
+
+    async def stop(self) -> None: ...
+
+
+def all_append_timed(records: Sequence[SourceRecord]) -> bool:
+    """Whether every record carries the broker's append time: only then is the partition clock,
+    and so expiry, a function of the log (a CreateTime record moves it to the worker's clock)."""
+    return all(record.timestamp_type == LOG_APPEND_TIME for record in records)
+
+
+async def publish_ahead(producer: AheadProducer, topic: str, partition: int,
+                        commands: Sequence[Command]) -> list[asyncio.Future[Any]]:
+    """Send a batch's commands; their acknowledgements by every in-sync replica, to be awaited
+    before the batch's transaction (a send refused at once is a failed acknowledgement)."""
+    acks: list[asyncio.Future[Any]] = []
+    for command in commands:
+        try:
+            acks.append(asyncio.ensure_future(await producer.send(
+                topic, encode_command(command), key=command.run_id.encode(), partition=partition)))
+        except KafkaError as exc:
+            failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            failed.set_exception(exc)
+            acks.append(failed)
+            break
+    return acks
+
+
 async def write_plan(producer: TransactionalProducer, plan: CommitPlan, group_id: str) -> None:
     """The plan in one transaction: committed whole, or aborted (and the exception raised)."""
     partition = plan.source.partition
@@ -117,9 +156,37 @@ async def write_plan(producer: TransactionalProducer, plan: CommitPlan, group_id
             await producer.send_offsets_to_transaction({plan.source: plan.next_offset}, group_id)
 
 
+@dataclass
+class Applied:
+    """A batch applied in memory (its commands published ahead, or being), waiting for the
+    transaction that commits it, alone or with the partition's next batches."""
+
+    records: int
+    last_offset: int
+    result: BatchResult
+    # Its writes, the position last, the states' bytes taken when it was applied: a later batch
+    # changes the states in place before this one commits.
+    plan: CommitPlan
+    acks: list[asyncio.Future[Any]]  # the ahead sends' acknowledgements
+    started: float  # perf_counter when the batch was applied
+
+
+def plan_batches(source: TopicPartition, batches: Sequence[Applied],
+                 group_offsets: bool = True) -> CommitPlan:
+    """Pure: consecutive applied batches of a partition as one plan: each batch's writes in
+    order but its position, then the position after the last."""
+    writes = [w for batch in batches for w in batch.plan.writes[:-1]]
+    writes.append(batches[-1].plan.writes[-1])
+    return CommitPlan(source, writes, batches[-1].plan.next_offset,
+                      {run: state for batch in batches for run, state in batch.plan.states.items()},
+                      [run for batch in batches for run in batch.plan.expired], group_offsets)
+
+
 class BatchCommitter:
-    """One partition batch from records to committed: apply, plan, write, then the store takes the
-    plan's states; on a failed transaction the partition is rebuilt (see the module docstring)."""
+    """Partition batches from records to committed: `apply` (in memory, commands published ahead),
+    then `commit` of one or more applied batches in one transaction once every ahead send is
+    acknowledged; on a failed send or transaction the partition is rebuilt (see the module
+    docstring) and everything applied but not committed is discarded, to be read again."""
 
     def __init__(self, applier: BatchApplier, store: RunStore, topics: CommitTopics, group_id: str,
                  producers: Mapping[int, TransactionalProducer],
@@ -145,21 +212,51 @@ class BatchCommitter:
         self.group_offsets_interval_s = group_offsets_interval_s
         # partition -> when (monotonic) its group offsets were last committed
         self._group_offsets_at: dict[int, float] = {}
+        # The idempotent producer that publishes commands ahead of their transaction (None: in it).
+        self.ahead: AheadProducer | None = None
 
-    async def commit(self, tp: TopicPartition, records: Sequence[SourceRecord]) -> BatchResult | None:
-        """The batch's result once committed; None if its transaction failed and the partition was
-        rebuilt (the batch is then read again), or handed to `timed_out`. Raises ProducerFenced (a
-        successor's), and the last KafkaError of a batch that failed more than MAX_BATCH_FAILURES
-        times in a row."""
+    async def apply(self, tp: TopicPartition, records: Sequence[SourceRecord]) -> Applied:
+        """Apply a batch to the partition's states in memory, the store taking its new runs and
+        dropping its expired ones at once (the next batch reads them before this one commits),
+        and send its commands ahead. Nothing of it is in Kafka's transactional record yet."""
+        partition = tp.partition
+        started = time.perf_counter()
+        result = self.applier.apply(records, lambda run_id: self.store.load(partition, run_id),
+                                    self.store.clocks[partition], time.time())
+        expired = self.expired_runs(partition)
+        for run_id, state in result.states.items():
+            self.store.put(partition, run_id, state)
+        for run_id in expired:
+            self.store.delete(partition, run_id)
+        ahead = self.ahead is not None and all_append_timed(records)
+        acks: list[asyncio.Future[Any]] = []
+        if ahead and result.commands:
+            # Final for readers once acknowledged: whoever reads this batch again (a rebuild, a
+            # successor) computes the same commands, byte for byte, from the same log and a
+            # committed start state (docs/decisions.md, "Publishing ahead").
+            acks = await publish_ahead(self.ahead, self.topics.commands,  # type: ignore[arg-type]
+                                       partition, result.commands)
+        plan = plan_commit(self.topics, tp, result, expired, records[-1].offset + 1, False,
+                           self.store.clocks[partition].newest, ahead)
+        return Applied(len(records), records[-1].offset, result, plan, acks, started)
+
+    async def commit_applied(self, tp: TopicPartition, batches: Sequence[Applied]) -> bool:
+        """The applied batches in one transaction, once their ahead sends are acknowledged. True
+        once committed; False if a send or the transaction failed and the partition was rebuilt
+        (its batches are then read again), or handed to `timed_out`. Raises ProducerFenced (a
+        successor's), and the last KafkaError of a partition that failed more than
+        MAX_BATCH_FAILURES times in a row."""
         partition = tp.partition
         began = time.monotonic()
         try:
-            result = self.applier.apply(records, lambda run_id: self.store.load(partition, run_id),
-                                        self.store.clocks[partition], time.time())
+            await asyncio.gather(*(ack for batch in batches for ack in batch.acks))
+            acked = time.time()
+            for batch in batches:
+                if batch.acks:
+                    batch.result.published_at = acked
             group_offsets = (began - self._group_offsets_at.get(partition, float("-inf"))
                              >= self.group_offsets_interval_s)
-            plan = plan_commit(self.topics, tp, result, self.expired_runs(partition),
-                               records[-1].offset + 1, group_offsets)
+            plan = plan_batches(tp, batches, group_offsets)
             await write_plan(self.producers[partition], plan, self.group_id)
         except ProducerFenced:
             # Younger than the timeout (on this clock, which started it before the broker saw
@@ -167,7 +264,7 @@ class BatchCommitter:
             if self.timed_out is None or time.monotonic() - began < self.transaction_timeout_s:
                 raise
             await self.timed_out(tp)
-            return None
+            return False
         except KafkaError as exc:
             failures = self._failures[partition] = self._failures.get(partition, 0) + 1
             if failures > MAX_BATCH_FAILURES:
@@ -176,13 +273,15 @@ class BatchCommitter:
                         "the partition from what Kafka committed", partition, exc, failures)
             self.on_retry()
             await self.rebuild(tp)
-            return None
+            return False
         self._failures.pop(partition, None)
         if group_offsets:
             self._group_offsets_at[partition] = began
         self.store.positions[partition] = plan.next_offset
-        for run_id, state in plan.states.items():
-            self.store.put(partition, run_id, state)
-        for run_id in plan.expired:
-            self.store.delete(partition, run_id)
-        return result
+        return True
+
+    async def commit(self, tp: TopicPartition, records: Sequence[SourceRecord]) -> BatchResult | None:
+        """One batch from records to committed (`apply`, then `commit_applied` alone); None when
+        it was not committed (rebuilt, or handed to `timed_out`)."""
+        applied = await self.apply(tp, records)
+        return applied.result if await self.commit_applied(tp, [applied]) else None

@@ -13,10 +13,14 @@ log = logging.getLogger(__name__)
 
 
 class ExpiryScan:
-    """Scans a partition's runs at most once an interval of the worker's own clock (so which batch
-    carries an expiry depends on timing); which runs a scan finds expired depends on the
-    partition's broker clock only (stallwatch/engine/expiry.py). Counts the fingerprints held on
-    the way."""
+    """Collects garbage: scans a partition's runs at most once an interval of the worker's own
+    clock and tombstones the runs expired on the partition's broker clock. Which batch carries a
+    tombstone depends on timing, but no answer does: the batch step already meets a run expired
+    by the time of its record as absent (streams/worker/batch.py), with the same test on the
+    same clock, so a scan only deletes what no event can see any more. A state with no broker
+    time (written before issue 17) is not placed on the clock here, which would hide it from
+    then on at a time of the worker's choosing: it gets its time from its run's next event.
+    Counts the fingerprints held on the way."""
 
     def __init__(self, store: RunStore, metrics: StallwatchMetrics, idle_timeout_s: float,
                  ended_retention_s: float, interval_s: float) -> None:
@@ -39,8 +43,6 @@ class ExpiryScan:
         newest = clock.newest
         if newest is None:
             return []
-        for _, state in states:
-            clock.place(state)
         expired = [run_id for run_id, state in states
                    if is_expired(state, newest, self.idle_timeout_s, self.ended_retention_s)]
         # Counted from the states this scan decoded anyway, one partition at a time.

@@ -21,7 +21,6 @@ from typing import TypeVar
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
-from aiokafka.structs import ConsumerRecord
 
 from stallwatch.engine.detector import Detector
 from stallwatch.kafka.options import aiokafka_options
@@ -29,8 +28,8 @@ from stallwatch.metrics import StallwatchMetrics
 from stallwatch.settings import Settings
 from streams.worker import producers
 from streams.worker.aiokafka_patch import set_fetch_max_wait
-from streams.worker.batch import LOG_APPEND_TIME, BatchApplier, BatchResult
-from streams.worker.commit import BatchCommitter, CommitTopics, TransactionalProducer
+from streams.worker.batch import LOG_APPEND_TIME, BatchApplier
+from streams.worker.commit import Applied, BatchCommitter, CommitTopics, TransactionalProducer
 from streams.worker.expiry import ExpiryScan
 from streams.worker.inflight import InFlight
 from streams.worker.progress import Progress
@@ -45,8 +44,8 @@ FETCH_MAX_RECORDS = 4000
 # How long an empty fetch waits; also the longest the loop goes without a heartbeat of progress.
 FETCH_TIMEOUT_MS = 100
 # The broker answers a fetch as soon as one record is there, or after this. A partition resumed
-# after its transaction joins the next fetch request, which waits for the one in flight: so this
-# bounds how long a resumed partition's waiting events sit on the broker.
+# (after a rebuild, or below its bound of pending records) joins the next fetch request, which
+# waits for the one in flight: so this bounds how long its waiting events sit on the broker.
 FETCH_MAX_WAIT_MS = 5
 # ... but only while the worker is busy (a batch in flight, or records fetched within
 # IDLE_AFTER_S). Idle, every partition is in the fetch, which the broker answers as soon as any
@@ -86,7 +85,9 @@ class Pipeline(ConsumerRebalanceListener):
                                  settings.ended_retention_s, settings.expiry_interval_s)
         self.committer = BatchCommitter(
             BatchApplier(detector, settings.events_topic, tallies=Tallies(
-                detector.secret, detector.admin_policy) if settings.tallies else None),
+                detector.secret, detector.admin_policy) if settings.tallies else None,
+                idle_timeout_s=settings.idle_timeout_s,
+                ended_retention_s=settings.ended_retention_s),
             self.store, CommitTopics.of(settings),
             settings.group_id, self.producers, self.expiry.due, self._rebuild,
             metrics.batch_retries.inc, self._timed_out,
@@ -117,6 +118,8 @@ class Pipeline(ConsumerRebalanceListener):
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.settings.publish_ahead and self.committer.ahead is None:
+            self.committer.ahead = await producers.start_ahead_producer(self.settings)
         self.consumer.subscribe([self.settings.events_topic], listener=self)
         await self.consumer.start()
         self.progress.tick()
@@ -144,33 +147,46 @@ class Pipeline(ConsumerRebalanceListener):
     async def _leave(self) -> None:
         await self.consumer.stop()  # leaves the group: the partitions move at once
         await self._close_producers(list(self.producers))
+        ahead, self.committer.ahead = self.committer.ahead, None
+        if ahead is not None:
+            await producers.stop_quietly(ahead)
 
     async def run(self) -> None:
         """Until cancelled; any failure (of a batch or of a rebalance) propagates and ends the
         worker."""
+        in_flight = self.in_flight
         while True:
             generation = self._generation
+            epochs = dict(in_flight.epoch)
             batches = await self.consumer.getmany(timeout_ms=FETCH_TIMEOUT_MS)
             self._set_fetch_wait(bool(batches))
-            failure = self._failure or self.in_flight.failure
+            failure = self._failure or in_flight.failure
             if failure is not None:
                 raise failure
             async with self._lock:
                 owned = {tp: records for tp, records in batches.items() if self.store.owns(tp.partition)}
                 for tp, records in owned.items():
+                    partition = tp.partition
                     if generation != self._generation:
                         # Partitions changed hands while this batch was fetched, perhaps from the
-                        # group's offset, which may lag: read on from the committed position.
-                        self.consumer.seek(tp, self.store.positions.get(tp.partition,
+                        # group's offset, which may lag: read on from the committed position
+                        # (every batch applied before the rebalance has committed).
+                        self.consumer.seek(tp, self.store.positions.get(partition,
                                                                         records[0].offset))
-                    elif tp.partition in self.in_flight:
-                        # Fetched just before its partition's pause: read it again after.
-                        self.consumer.seek(tp, records[0].offset)
+                    elif partition in in_flight:
+                        pass  # being rebuilt: its rebuild seeks it to the committed position
+                    elif in_flight.epoch.get(partition) != epochs.get(partition):
+                        # Fetched before its partition's rebuild (from the failed batches' end):
+                        # read on from where the rebuilt partition stands.
+                        self.consumer.seek(tp, in_flight.next_offset.get(
+                            partition, self.store.positions.get(partition, records[0].offset)))
                     else:
                         if records[0].timestamp_type == LOG_APPEND_TIME:
                             self.metrics.fetch_delay.observe(
                                 max(0.0, time.time() - records[0].timestamp / 1000))
-                        self.in_flight.start(tp, self._batch(tp, records))
+                        applied = await self.committer.apply(tp, records)
+                        in_flight.add(tp, applied, self.committer.commit_applied,
+                                      lambda batch, tp=tp: self._observe(tp, batch))
             self.progress.tick()
 
     def _set_fetch_wait(self, fetched: bool) -> None:
@@ -185,12 +201,6 @@ class Pipeline(ConsumerRebalanceListener):
             set_fetch_max_wait(self.consumer, wait)
             self._fetch_wait_ms = wait
 
-    async def _batch(self, tp: TopicPartition, records: list[ConsumerRecord]) -> None:
-        started = time.perf_counter()
-        result = await self.committer.commit(tp, records)
-        if result is not None:
-            self._observe(tp, records, result, time.perf_counter() - started)
-
     async def _timed_out(self, tp: TopicPartition) -> None:
         """The broker aborted the transaction for its age (the broker, or the link to it, stalled
         past the transaction timeout) and bumped the producer's epoch, which reads as a fencing.
@@ -204,7 +214,7 @@ class Pipeline(ConsumerRebalanceListener):
                     "the broker aborted it; rebuilding the partition unless the group moved it",
                     partition, producers.TRANSACTION_TIMEOUT_MS)
         self.metrics.batch_retries.inc()
-        self.in_flight.held.add(partition)
+        self.in_flight.rebuilding(tp)
         await self._close_producers([partition])
         self.store.drop(partition)
         task = asyncio.create_task(self._rebuild_if_still_ours(tp, self._generation),
@@ -237,14 +247,16 @@ class Pipeline(ConsumerRebalanceListener):
         """A new producer under the partition's transactional id (aborting our own open
         transaction), its states and its position as last committed."""
         partition = tp.partition
+        self.in_flight.rebuilding(tp)
         await self._close_producers([partition])
         self.producers[partition] = await _until_done(lambda: self._start_producer(partition))
         await _until_done(lambda: self.store.restore(self.settings, [partition], self.progress.tick))
-        await self._seek_to_position(tp)
+        self.in_flight.rebuilt(tp, await self._seek_to_position(tp))
 
-    async def _seek_to_position(self, tp: TopicPartition) -> None:
+    async def _seek_to_position(self, tp: TopicPartition) -> int | None:
         """The position its changelog holds, which the same commits as its states wrote; else (no
-        batch committed since positions were written) the group's offset, else the beginning."""
+        batch committed since positions were written) the group's offset, else the beginning
+        (None: the offset is not known here)."""
         position = self.store.positions.get(tp.partition)
         if position is None:
             position = await _until_done(lambda: self.consumer.committed(tp))
@@ -252,10 +264,12 @@ class Pipeline(ConsumerRebalanceListener):
             await self.consumer.seek_to_beginning(tp)
         else:
             self.consumer.seek(tp, position)
+        return position
 
-    def _observe(self, tp: TopicPartition, records: list[ConsumerRecord], result: BatchResult,
-                 seconds: float) -> None:
-        metrics = self.metrics
+    def _observe(self, tp: TopicPartition, batch: Applied) -> None:
+        """A batch committed: its counts, and the seconds from its apply to its commit."""
+        metrics, result, events = self.metrics, batch.result, batch.records
+        seconds = time.perf_counter() - batch.started
         committed = time.time()
         for kind, count in result.events_by_type.items():
             metrics.events.labels(kind).inc(count)
@@ -263,17 +277,18 @@ class Pipeline(ConsumerRebalanceListener):
             metrics.dead_letters.labels(reason).inc()
         metrics.skipped.inc(result.skipped)
         metrics.count_commands(result.commands)
+        published = result.published_at or committed  # the commands' acks, or the commit's
         for caused_at in result.caused_at:
-            metrics.decision_latency.observe(max(0.0, committed - caused_at))
+            metrics.decision_latency.observe(max(0.0, published - caused_at))
         metrics.batch_seconds.observe(seconds)
-        per_event = seconds / len(records)
-        for _ in records:
+        per_event = seconds / events
+        for _ in range(events):
             metrics.event_seconds.observe(per_event)
-        metrics.batch_events.observe(len(records))
+        metrics.batch_events.observe(events)
         metrics.active_runs.set(len(self.store))
         highwater = self.consumer.highwater(tp)
         if highwater is not None:
-            metrics.lag.labels(str(tp.partition)).set(max(0, highwater - records[-1].offset - 1))
+            metrics.lag.labels(str(tp.partition)).set(max(0, highwater - batch.last_offset - 1))
 
     # -- partitions changing hands -----------------------------------------------------------
 
@@ -302,6 +317,7 @@ class Pipeline(ConsumerRebalanceListener):
             lost = [p for p in self.producers if p not in owned]
             await self._close_producers(lost)
             for partition in lost:
+                self.in_flight.forget(partition)
                 self.store.drop(partition)
                 self.expiry.forget(partition)
                 with contextlib.suppress(KeyError):

@@ -9,7 +9,7 @@ from aiokafka import AIOKafkaProducer
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.settings import Settings
 from streams.worker.aiokafka_patch import shorten_concurrent_transactions_backoff
-from streams.worker.commit import TransactionalProducer
+from streams.worker.commit import AheadProducer, TransactionalProducer
 
 # Other retries of the transactional producer back off this long: the same refusal met by the
 # offsets later in a transaction (at 10 ms, the decision latency's p50 was
@@ -42,6 +42,21 @@ async def start_producer(settings: Settings, partition: int) -> TransactionalPro
     return producer
 
 
-async def stop_quietly(producer: TransactionalProducer) -> None:
+async def start_ahead_producer(settings: Settings) -> AIOKafkaProducer:
+    """The worker's one producer of commands published ahead of their batch's transaction:
+    idempotent (a retried send is written once, in order), acknowledged by every in-sync
+    replica, never part of a transaction (so the commands topic holds no open transaction and
+    read-committed readers see a command as soon as it is acknowledged)."""
+    producer = AIOKafkaProducer(enable_idempotence=True, acks="all", linger_ms=0,
+                                retry_backoff_ms=RETRY_BACKOFF_MS, **aiokafka_options(settings))
+    try:
+        await producer.start()
+    except BaseException:
+        await producer.stop()
+        raise
+    return producer
+
+
+async def stop_quietly(producer: TransactionalProducer | AheadProducer) -> None:
     with contextlib.suppress(Exception):  # a fenced producer may refuse to close cleanly
         await producer.stop()

@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 
+import orjson
 from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
@@ -27,22 +28,30 @@ RESTORE_FETCH_BYTES = 16 * 1024 * 1024
 POSITION_KEY = b"\xffposition"
 
 
-def encode_position(offset: int) -> bytes:
-    return str(offset).encode()
+def encode_position(offset: int, clock: float | None = None) -> bytes:
+    """The offset, then the partition clock after the batch (JSON `[offset, clock]`, the float
+    exactly), so that a restore resumes the clock the commits had, not one rebuilt from whichever
+    states it decodes."""
+    return str(offset).encode() if clock is None else orjson.dumps([offset, clock])
 
 
-def decode_position(value: bytes) -> int:
-    return int(value)
+def decode_position(value: bytes) -> tuple[int, float | None]:
+    """(offset, clock); the format before the clock (the offset alone) gives no clock."""
+    if value.startswith(b"["):
+        offset, clock = orjson.loads(value)
+        return int(offset), float(clock)
+    return int(value), None
 
 
 class RunStore:
     """States by partition and run id. A state stays the raw changelog bytes until a batch first
     needs it, so restoring 100,000 runs costs a dict insert each, not a decode each.
 
-    A batch's new runs are put and its expired runs deleted only after its transaction committed,
-    but the detector changes a loaded state in place while it applies the batch: after a failed
-    transaction the store holds changes Kafka does not, and the partition must be rebuilt from the
-    changelog (`restore`) before it is served again (streams/worker/commit.py does).
+    A batch's new runs are put and its expired runs deleted as it is applied, before its
+    transaction commits (the next batch of the partition reads them), and the detector changes a
+    loaded state in place: after a failed transaction the store holds changes Kafka does not, and
+    the partition must be rebuilt from the changelog (`restore`) before it is served again
+    (streams/worker/commit.py does).
     """
 
     def __init__(self) -> None:
@@ -53,14 +62,17 @@ class RunStore:
         # (absent: no batch committed since positions were written; the group's offset serves).
         self.positions: dict[int, int] = {}
 
-    def adopt(self, partition: int, raw: dict[str, bytes], position: int | None = None) -> None:
-        """Serve a partition from its restored states (run id -> changelog bytes) and position."""
+    def adopt(self, partition: int, raw: dict[str, bytes], position: int | None = None,
+              clock: float | None = None) -> None:
+        """Serve a partition from its restored states (run id -> changelog bytes), position and
+        clock (None: a position written before the clock was; the states decoded move it)."""
         self.positions.pop(partition, None)
         if position is not None:
             self.positions[partition] = position
         self._raw[partition] = raw
         self._decoded[partition] = {}
         self.clocks[partition] = PartitionClock()
+        self.clocks[partition].newest = clock
 
     def owns(self, partition: int) -> bool:
         return partition in self._decoded
@@ -107,7 +119,7 @@ class RunStore:
         """
         started = time.monotonic()
         raw: dict[int, dict[str, bytes]] = {p: {} for p in partitions}
-        positions: dict[int, int] = {}
+        positions: dict[int, tuple[int, float | None]] = {}
         consumer = committed_reader(aiokafka_options(settings), fetch_max_bytes=RESTORE_FETCH_BYTES,
                                     max_partition_fetch_bytes=RESTORE_FETCH_BYTES)
 
@@ -130,7 +142,7 @@ class RunStore:
         finally:
             await consumer.stop()
         for partition in partitions:
-            self.adopt(partition, raw[partition], positions.get(partition))
+            self.adopt(partition, raw[partition], *positions.get(partition, (None, None)))
         seconds = time.monotonic() - started
         log.info("restored %d runs of partitions %s in %.2f s",
                  sum(len(r) for r in raw.values()), partitions, seconds)

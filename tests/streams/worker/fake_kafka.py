@@ -110,3 +110,33 @@ def consumer_records(topic: str, partition: int, key: bytes, values: list[bytes]
                      first_offset: int = 0) -> list[ConsumerRecord]:
     return [ConsumerRecord(topic, partition, first_offset + i, 0, 0, key, value, None,
                            len(key), len(value), []) for i, value in enumerate(values)]
+
+
+class FakeAheadProducer:
+    """The idempotent producer of commands published ahead: `sent` is what reached the topic;
+    with `fail`, every send's acknowledgement raises it and nothing reaches the topic. With
+    `transactional`, a send inside its open transaction is an error (ahead means before it)."""
+
+    def __init__(self, fail: BaseException | None = None,
+                 transactional: FakeProducer | None = None) -> None:
+        self.fail = fail
+        self.transactional = transactional
+        self.sent: list[tuple[str, int | None, bytes | None, bytes | None]] = []
+
+    async def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+                   partition: int | None = None) -> asyncio.Future[None]:
+        if self.transactional is not None:
+            assert self.transactional._open is None, "published inside the batch's transaction"
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.fail is not None:
+            done.set_exception(self.fail)
+        else:
+            self.sent.append((topic, partition, key, value))
+            done.set_result(None)
+        return done
+
+    async def stop(self) -> None:
+        pass
+
+    def records(self, topic: str) -> list[tuple[bytes | None, bytes | None]]:
+        return [(key, value) for t, _, key, value in self.sent if t == topic]

@@ -40,11 +40,15 @@ HEAL_MARGIN_S = 1.5
 
 @dataclass
 class Outcome:
-    """What a scenario saw: the runs whose commands differ from replay, and any command id
-    published more than once (with transactions, there must be none)."""
+    """What a scenario saw: the runs whose commands (the first copy of each command id) differ
+    from replay, any command id published with two different contents (there must be none), and
+    the ids published more than once with the same bytes (harmless: a command published ahead of
+    its batch's transaction is published again by whoever reads the batch again, and readers keep
+    the first copy of an id)."""
 
     runs: int
     differing: list[str] = field(default_factory=list)
+    conflicting: list[str] = field(default_factory=list)
     doubled: list[str] = field(default_factory=list)
     kills: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -54,12 +58,13 @@ class Outcome:
 
     @property
     def exact(self) -> bool:
-        return not self.differing and not self.doubled
+        return not self.differing and not self.conflicting
 
     def summary(self) -> str:
         return (f"{len(self.differing)} of {self.runs} runs differ from replay (e.g. "
-                f"{self.differing[:3]}), {len(self.doubled)} command ids published twice (e.g. "
-                f"{self.doubled[:3]})")
+                f"{self.differing[:3]}), {len(self.conflicting)} command ids with two different "
+                f"contents (e.g. {self.conflicting[:3]}); {len(self.doubled)} ids published "
+                f"again with the same bytes")
 
 
 async def _rebalancing(worker: WorkerProcess, since: int, timeout_s: float) -> None:
@@ -118,9 +123,17 @@ async def three_kills(partitions: int = 8, runs: int = 480, env: dict[str, str] 
 
 
 def _compare(outcome: Outcome, expected: dict[str, list[bytes]], got: list[bytes]) -> None:
-    """Every command id counted (none twice) and every run's commands against replay."""
+    """No command id with two different contents, and every run's commands (the first copy of each
+    id, as readers keep) against replay: every replay command present, nothing else."""
     ids = Counter(orjson.loads(raw)["command_id"] for raw in got)
     outcome.doubled = [command_id for command_id, n in ids.items() if n > 1]
+    contents: dict[str, set[bytes]] = {}
+    for raw in got:
+        contents.setdefault(orjson.loads(raw)["command_id"], set()).add(raw)
+    outcome.conflicting = [command_id for command_id, raws in contents.items() if len(raws) > 1]
+    if outcome.conflicting:
+        outcome.differing = ["(not compared: conflicting ids)"]
+        return
     runs_got = by_run(got)
     outcome.differing = [run for run in expected if runs_got.get(run) != expected[run]]
 

@@ -22,7 +22,8 @@ async def test_explain_reads_the_runs_commands_from_the_topic():
     await ensure_topics(settings)
     producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap)
     await producer.start()
-    for raw in replay_commands(interleave(every_rule())):
+    # Every command twice, as after a worker's restart (published ahead, then again): shown once.
+    for raw in replay_commands(interleave(every_rule())) * 2:
         await producer.send(settings.commands_topic, raw, key=orjson.loads(raw)["run_id"].encode())
     await producer.stop()
     env = {**os.environ, "STALLWATCH_BOOTSTRAP": settings.bootstrap,
@@ -38,7 +39,27 @@ async def test_explain_reads_the_runs_commands_from_the_topic():
     assert lines[:2] == ["round 1", "  allowed search"]
     assert "  nudge: Nothing new has come back for 3 rounds: every result was one you had seen. " \
            "Change the approach, or answer from what you have." in lines
-    assert any(line.startswith("  STOP at round 6 [no_new_facts, answer_without_tools]") for line in lines)
+    assert sum(line.startswith("  STOP at round 6 [no_new_facts, answer_without_tools]")
+               for line in lines) == 1
+    assert lines.count("round 1") == 1
     assert "pager" not in done.stdout
     missing = explain("nobody")
     assert missing.returncode == 1 and "no command of run 'nobody'" in missing.stdout
+
+
+async def test_explain_refuses_two_different_commands_under_one_id():
+    settings = fresh_settings(partitions=1)
+    await ensure_topics(settings)
+    raw = next(r for r in replay_commands(interleave(every_rule())) if b'"looper"' in r)
+    other = orjson.loads(raw)
+    other["reason"] = "something else"
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap)
+    await producer.start()
+    for value in (raw, orjson.dumps(other)):
+        await producer.send(settings.commands_topic, value, key=b"looper")
+    await producer.stop()
+    env = {**os.environ, "STALLWATCH_BOOTSTRAP": settings.bootstrap,
+           "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix}
+    done = subprocess.run([sys.executable, "-m", "stallwatch.cli.main", "explain", "looper"],
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1 and "two different commands share id" in done.stderr

@@ -23,7 +23,8 @@ async def test_top_counts_stops_per_code_and_verdicts_per_tool():
     commands = replay_commands(interleave(every_rule()))
     producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap)
     await producer.start()
-    for raw in commands:
+    # Every command twice, as after a worker's restart (published ahead, then again): counted once.
+    for raw in commands * 2:
         await producer.send(settings.commands_topic, raw, key=b"k" + raw[-3:])
     await producer.stop()
     env = {**os.environ, "STALLWATCH_BOOTSTRAP": settings.bootstrap,
@@ -68,3 +69,21 @@ async def test_top_lists_the_open_incidents_of_the_compacted_topic():
     assert lines[0] == "open incidents: 1"
     assert lines[1].split() == ["tool_failing", "search", "tenant", "acme", "opened", "22:18:20",
                                 "UTC", "calls", "40,", "failures", "31,", "runs", "12"]
+
+
+async def test_top_refuses_two_different_commands_under_one_id():
+    settings = fresh_settings(partitions=1)
+    await ensure_topics(settings)
+    raw = replay_commands(interleave(every_rule()))[0]
+    other = orjson.loads(raw)
+    other["reason"] = "something else"
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap)
+    await producer.start()
+    for value in (raw, orjson.dumps(other)):
+        await producer.send(settings.commands_topic, value, key=b"k")
+    await producer.stop()
+    env = {**os.environ, "STALLWATCH_BOOTSTRAP": settings.bootstrap,
+           "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix}
+    done = subprocess.run([sys.executable, "-m", "stallwatch.cli.main", "top", "--once", "--from-beginning"],
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1 and "two different commands share id" in done.stderr

@@ -1,0 +1,121 @@
+"""Expiry as a function of the partition's log: the same log cut into batches of any size, scanned
+at any time, restored between any two batches, gives the same commands byte for byte (what
+publishing a command ahead of its batch's transaction rests on)."""
+
+from __future__ import annotations
+
+import itertools
+
+import orjson
+import pytest
+from aiokafka import TopicPartition
+
+from stallwatch.engine.detector import Detector
+from stallwatch.metrics import StallwatchMetrics
+from streams.worker.batch import BatchApplier, SourceMessage
+from streams.worker.commit import BatchCommitter, CommitTopics
+from streams.worker.expiry import ExpiryScan
+from streams.worker.store import RunStore, decode_position, encode_position
+from tests.script import RunScript
+from tests.streams.worker.fake_kafka import FakeProducer
+from tests.streams.worker.test_commit import committed_changelog
+
+TOPICS = CommitTopics("commands", "deadletter", "changelog", "tallies")
+SOURCE = TopicPartition("events", 0)
+IDLE_S, ENDED_S = 3600.0, 600.0
+T0_MS = 1_800_000_000_000
+
+
+def partition_log() -> list[SourceMessage]:
+    """Runs whose next event comes after their state expired on the broker's clock, beside a busy
+    one that moves the clock: a looping run (refused while its state lives, allowed as unknown
+    once gone), an ended run called again, and a broker clock that steps back once."""
+    loop, ended, busy = RunScript("loop"), RunScript("ended"), RunScript("busy")
+    loop.start_round()
+    for _ in range(4):
+        loop.call("search", {"q": 1}, status="ok", result="same")
+    ended.start_round()
+    ended.call("search", {"q": 1}, status="ok", result="r")
+    ended.end()
+    busy.start_round()
+    timed: list[tuple[RunScript, dict, float]] = []  # (script, event, append time in s)
+    timed += [(loop, e, 0.0) for e in loop.events] + [(ended, e, 1.0) for e in ended.events]
+    timed += [(busy, e, 2.0) for e in busy.events]
+    # The busy run's calls over more than the idle timeout, then one more repeat of the loop
+    # (its state expired by then), a call of the ended run and the ended run started again.
+    for step in range(1, 9):
+        n = len(busy.events)
+        busy.call("search", {"q": step}, status="ok", result=f"r{step}")
+        timed += [(busy, e, step * IDLE_S / 6) for e in busy.events[n:]]
+        if step == 4:
+            n = len(ended.events)
+            ended.call("search", {"q": 1})
+            timed += [(ended, e, step * IDLE_S / 6) for e in ended.events[n:]]
+    late = 8 * IDLE_S / 6
+    for script in (loop, ended):
+        n = len(script.events)
+        script.call("search", {"q": 1})
+        # The broker's clock stepped back (a new leader's): the partition clock does not.
+        timed += [(script, e, late - IDLE_S / 2) for e in script.events[n:]]
+    again = RunScript("ended", ts=ended.ts)
+    again.events[0]["event_id"] = "ended/again"
+    timed.append((again, again.events[0], late + 1))
+    return [SourceMessage(script.run_id.encode(), orjson.dumps(event), 0, offset,
+                          timestamp=T0_MS + int(seconds * 1000))
+            for offset, (script, event, seconds) in enumerate(timed)]
+
+
+class Partition:
+    """Partition 0 of a worker: its committer, its scan and what Kafka committed (a fake)."""
+
+    def __init__(self, scan_interval_s: float) -> None:
+        self.store = RunStore()
+        self.store.adopt(0, {})
+        self.committed = FakeProducer()
+        self.scan = ExpiryScan(self.store, StallwatchMetrics(), IDLE_S, ENDED_S, scan_interval_s)
+        applier = BatchApplier(Detector(), "events", idle_timeout_s=IDLE_S,
+                               ended_retention_s=ENDED_S)
+        self.committer = BatchCommitter(applier, self.store, TOPICS, "group", {0: self.committed},
+                                        self.scan.due, self.restore, lambda: None)
+
+    async def restore(self, tp: TopicPartition | None = None) -> None:
+        """What a successor (or a rebuild) starts from: the committed states, position, clock."""
+        self.store.adopt(0, *committed_changelog(self.committed))
+        self.scan.forget(0)
+
+
+async def commands_of(log: list[SourceMessage], size: int, scan: bool, restore: bool) -> list[bytes]:
+    p = Partition(0.0 if scan else float("inf"))
+    for start in range(0, len(log), size):
+        assert await p.committer.commit(SOURCE, log[start:start + size]) is not None
+        if restore:
+            await p.restore()
+    return [value for _, value in p.committed.records("commands") if value is not None]
+
+
+@pytest.mark.parametrize(("size", "scan", "restore"),
+                         list(itertools.product([1, 2, 5, 7], [False, True], [False, True])))
+async def test_the_commands_are_the_same_however_the_log_is_cut_scanned_and_restored(
+        size: int, scan: bool, restore: bool) -> None:
+    log = partition_log()
+    whole = await commands_of(log, len(log), scan=False, restore=False)
+    assert await commands_of(log, size, scan, restore) == whole
+
+
+async def test_a_run_expired_by_the_time_of_its_record_is_met_as_absent() -> None:
+    log = partition_log()
+    decisions = [(c["run_id"], c.get("decision"), c.get("reason_code"))
+                 for c in map(orjson.loads, await commands_of(log, len(log), False, False))]
+    loop = [d for run, d, _ in decisions if run == "loop"]
+    # Refused while its state lived; its last repeat came after the idle timeout: unknown, allowed.
+    assert "refuse" in loop and loop[-1] == "allow"
+    ended = [d for run, d, _ in decisions if run == "ended"]
+    assert ended[-1] == "allow"
+
+
+def test_the_position_carries_the_clock_and_the_format_before_still_reads() -> None:
+    assert decode_position(encode_position(42, 1_800_000_123.456789)) == (42, 1_800_000_123.456789)
+    assert decode_position(b"42") == (42, None)
+    store = RunStore()
+    store.adopt(0, {}, 42, 1_800_000_123.5)
+    assert store.positions[0] == 42 and store.clocks[0].newest == 1_800_000_123.5
