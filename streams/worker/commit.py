@@ -169,6 +169,7 @@ class Applied:
     plan: CommitPlan
     acks: list[asyncio.Future[Any]]  # the ahead sends' acknowledgements
     started: float  # perf_counter when the batch was applied
+    ahead: bool = False  # its commands were published ahead: no verdict waits for its commit
 
 
 def plan_batches(source: TopicPartition, batches: Sequence[Applied],
@@ -238,7 +239,7 @@ class BatchCommitter:
                                        partition, result.commands)
         plan = plan_commit(self.topics, tp, result, expired, records[-1].offset + 1, False,
                            self.store.clocks[partition].newest, ahead)
-        return Applied(len(records), records[-1].offset, result, plan, acks, started)
+        return Applied(len(records), records[-1].offset, result, plan, acks, started, ahead)
 
     async def commit_applied(self, tp: TopicPartition, batches: Sequence[Applied]) -> bool:
         """The applied batches in one transaction, once their ahead sends are acknowledged. True

@@ -40,9 +40,13 @@ class InFlight:
     before the rebuild are never applied after it. A batch that raised (or was cancelled) leaves
     its partition paused and sets `failure`, which the consume loop raises."""
 
-    def __init__(self, consumer: Pausable, progress: Progress) -> None:
+    def __init__(self, consumer: Pausable, progress: Progress, commit_interval_s: float = 0.0) -> None:
+        """`commit_interval_s`: a partition's transactions begin at least this far apart while
+        every batch waiting for one had its commands published ahead (no verdict waits for it)."""
         self.consumer = consumer
         self.progress = progress
+        self.commit_interval_s = commit_interval_s
+        self._began: dict[int, float] = {}  # partition -> when (monotonic) its last commit began
         self.failure: BaseException | None = None
         self._tasks: dict[int, asyncio.Task[None]] = {}  # partition -> its commit loop
         self._pending: dict[int, list[Applied]] = {}  # partition -> applied, not yet committing
@@ -86,7 +90,12 @@ class InFlight:
     async def _commit_loop(self, tp: TopicPartition, commit: Commit,
                            observe: Callable[[Applied], None]) -> None:
         partition = tp.partition
-        while batches := self._pending.pop(partition, None):
+        while True:
+            await self._spaced(partition)
+            batches = self._pending.pop(partition, None)
+            if not batches:
+                break
+            self._began[partition] = time.monotonic()
             self.progress.batches_since[partition] = time.monotonic()
             if not await commit(tp, batches):
                 # Rebuilt (`rebuilding` discarded what was applied on top of the failed
@@ -100,6 +109,16 @@ class InFlight:
                 self._resume(tp)
         self._full.discard(partition)
         self._resume(tp)
+
+    async def _spaced(self, partition: int) -> None:
+        """Wait out the commit interval since the partition's last transaction began, unless a
+        verdict waits for the next one (a batch not published ahead) or the worker stops."""
+        pending = self._pending.get(partition)
+        if not pending or self._stopping or not all(batch.ahead for batch in pending):
+            return
+        wait = self._began.get(partition, float("-inf")) + self.commit_interval_s - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
 
     def _resume(self, tp: TopicPartition) -> None:
         if tp in self.consumer.assignment() and tp.partition not in self.held:

@@ -111,7 +111,7 @@ class Pipeline(ConsumerRebalanceListener):
             # broker's default group.min.session.timeout.ms.
             session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=2000,
             **aiokafka_options(settings))
-        self.in_flight = InFlight(self.consumer, self.progress)
+        self.in_flight = InFlight(self.consumer, self.progress, settings.commit_interval_s)
         self._fetch_wait_ms = IDLE_FETCH_MAX_WAIT_MS
         self._busy_at = 0.0  # monotonic time of the last fetch that returned records
 

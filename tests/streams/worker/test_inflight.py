@@ -128,3 +128,35 @@ async def test_a_held_partition_stays_paused_after_its_commit():
     commits.gate.set()
     await settled(in_flight)
     assert in_flight.failure is None and TP in consumer.paused
+
+
+def ahead_batch(last_offset: int) -> Applied:
+    return Applied(1, last_offset, BatchResult(), None, [], 0.0, ahead=True)  # type: ignore[arg-type]
+
+
+async def test_transactions_of_batches_published_ahead_begin_a_commit_interval_apart():
+    consumer = FakeConsumer([TP])
+    in_flight, commits = InFlight(consumer, Progress(), commit_interval_s=0.2), Commits()
+    commits.gate.set()
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    in_flight.add(TP, ahead_batch(0), commits, commits.observe)  # the first commits at once
+    await asyncio.sleep(0.01)
+    for offset in (1, 2, 3):  # applied meanwhile: they wait out the interval, then go together
+        in_flight.add(TP, ahead_batch(offset), commits, commits.observe)
+        await asyncio.sleep(0.01)
+    assert commits.transactions == [[0]]
+    await settled(in_flight)
+    assert commits.transactions == [[0], [1, 2, 3]] and commits.observed == [0, 1, 2, 3]
+    assert loop.time() - began >= 0.2
+
+
+async def test_a_batch_whose_verdicts_wait_for_its_transaction_is_committed_at_once():
+    consumer = FakeConsumer([TP])
+    in_flight, commits = InFlight(consumer, Progress(), commit_interval_s=60.0), Commits()
+    commits.gate.set()
+    in_flight.add(TP, ahead_batch(0), commits, commits.observe)
+    await asyncio.sleep(0.01)
+    in_flight.add(TP, batch(1), commits, commits.observe)  # its commands are in the transaction
+    await asyncio.wait_for(settled(in_flight), 5)
+    assert commits.transactions == [[0], [1]]
