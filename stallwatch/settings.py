@@ -188,7 +188,7 @@ class Settings:
 
     @property
     def changelog_topic(self) -> str:
-        """The run states, compacted: written in the same transactions as the commands."""
+        """The run states, compacted: written in each partition batch's transaction with its position."""
         return f"{self.topic_prefix}.runs-changelog"
 
     @property

@@ -73,8 +73,10 @@ class CommitPlan:
     source: TopicPartition
     writes: list[Write]
     next_offset: int  # the input offset the partition's next batch starts at
-    states: dict[str, RunState]  # every run the batch touched: the store takes them once committed
-    expired: list[str]  # runs whose tombstones the plan writes: the store drops them once committed
+    # Every run the batch touched, and the runs whose tombstones it writes (the store took and
+    # dropped them when the batch was applied; nothing reads these two once the plan is made).
+    states: dict[str, RunState]
+    expired: list[str]
     group_offsets: bool = True  # the consumer group's offsets committed too (for lag tools)
 
 

@@ -232,11 +232,9 @@ class Pipeline(ConsumerRebalanceListener):
                      tp.partition, GROUP_CONFIRM_S)
             self.progress.batches_since[tp.partition] = time.monotonic()
             try:
-                await self._rebuild(tp)
+                await self._rebuild(tp)  # resumes it (`InFlight.rebuilt`)
             finally:
                 self.progress.batches_since.pop(tp.partition, None)
-            self.in_flight.held.discard(tp.partition)
-            self.consumer.resume(tp)
 
     def _confirmed(self, task: asyncio.Task[None]) -> None:
         self._confirming.discard(task)
