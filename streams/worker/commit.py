@@ -232,6 +232,10 @@ class BatchCommitter:
         for run_id in expired:
             self.store.delete(partition, run_id)
         ahead = self.ahead is not None and all_append_timed(records)
+        # Planned before the sends' await: the partition may be rebuilt or dropped meanwhile (the
+        # caller then discards this batch), and its clock with it.
+        plan = plan_commit(self.topics, tp, result, expired, records[-1].offset + 1, False,
+                           self.store.clocks[partition].newest, ahead)
         acks: list[asyncio.Future[Any]] = []
         if ahead and result.commands:
             # Final for readers once acknowledged: whoever reads this batch again (a rebuild, a
@@ -239,8 +243,6 @@ class BatchCommitter:
             # committed start state (docs/decisions.md, "Publishing ahead").
             acks = await publish_ahead(self.ahead, self.topics.commands,  # type: ignore[arg-type]
                                        partition, result.commands)
-        plan = plan_commit(self.topics, tp, result, expired, records[-1].offset + 1, False,
-                           self.store.clocks[partition].newest, ahead)
         return Applied(len(records), records[-1].offset, result, plan, acks, started, ahead)
 
     async def commit_applied(self, tp: TopicPartition, batches: Sequence[Applied]) -> bool:

@@ -185,9 +185,21 @@ class Pipeline(ConsumerRebalanceListener):
                             self.metrics.fetch_delay.observe(
                                 max(0.0, time.time() - records[0].timestamp / 1000))
                         applied = await self.committer.apply(tp, records)
+                        if self._rebuilt_meanwhile(tp, epochs):
+                            continue
                         in_flight.add(tp, applied, self.committer.commit_applied,
                                       lambda batch, tp=tp: self._observe(tp, batch))
             self.progress.tick()
+
+    def _rebuilt_meanwhile(self, tp: TopicPartition, epochs: dict[int, int]) -> bool:
+        """Whether the partition was rebuilt or dropped while a batch applied to it sent its
+        commands (a commit of its earlier batches failed meanwhile): the batch was applied on
+        states the rebuild discarded, so it is not committed. Its records are read again from
+        where the rebuild seeks the partition, after this batch was fetched (a dropped partition
+        is sought when it is rebuilt); its commands, sent already, are the same bytes."""
+        partition = tp.partition
+        return (self.in_flight.epoch.get(partition) != epochs.get(partition)
+                or partition in self.in_flight or not self.store.owns(partition))
 
     def _set_fetch_wait(self, fetched: bool) -> None:
         """Short fetches while busy, long ones once idle (IDLE_AFTER_S); set before the loop

@@ -5,10 +5,19 @@ bytes; records stamped with the producers' CreateTime are never published ahead.
 
 from __future__ import annotations
 
-from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError
+import asyncio
+import contextlib
 
-from streams.worker.batch import SourceMessage
-from tests.streams.worker.fake_kafka import FakeAheadProducer, FakeProducer
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError
+from aiokafka.structs import ConsumerRecord
+
+from stallwatch.engine.detector import Detector
+from stallwatch.metrics import StallwatchMetrics
+from stallwatch.settings import Settings
+from streams.worker.batch import LOG_APPEND_TIME, SourceMessage
+from streams.worker.pipeline import Pipeline
+from tests.streams.worker.fake_kafka import FakeAheadProducer, FakeConsumer, FakeProducer
 from tests.streams.worker.test_commit import SOURCE, Partition0, looping_run
 
 
@@ -63,3 +72,68 @@ async def test_records_stamped_by_their_producer_are_never_published_ahead():
     p, ahead = ahead_partition()
     assert await p.committer.commit(SOURCE, create_time) is not None
     assert ahead.sent == [] and len(p.committed.records("commands")) == 6
+
+
+class HeldAheadProducer(FakeAheadProducer):
+    """Holds the sends of one run's commands until `release` is set (a send waiting on the
+    broker: aiokafka's buffer full, or metadata)."""
+
+    def __init__(self, held_key: bytes) -> None:
+        super().__init__()
+        self.held_key = held_key
+        self.release = asyncio.Event()
+
+    async def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+                   partition: int | None = None) -> asyncio.Future[None]:
+        if key == self.held_key:
+            await self.release.wait()
+        return await super().send(topic, value, key, partition)
+
+
+def append_timed(topic: str, run: bytes, first_offset: int) -> list[ConsumerRecord]:
+    values = [m.value.replace(b'"r1"', b'"' + run + b'"') for m in looping_run()]
+    return [ConsumerRecord(topic, 0, first_offset + i, 1_700_000_000_000, LOG_APPEND_TIME, run,
+                           value, None, len(run), len(value), []) for i, value in enumerate(values)]
+
+
+async def test_a_batch_whose_sends_outlast_a_rebuild_of_its_partition_is_never_committed():
+    gate = asyncio.Event()
+    failing = FakeProducer(fail_commit=KafkaConnectionError("the broker went away"), gate=gate)
+    fresh = FakeProducer()
+    settings = Settings(topic_prefix="t")
+    tp = TopicPartition(settings.events_topic, 0)
+    consumer = FakeConsumer([tp])
+
+    async def start_producer(partition: int) -> FakeProducer:
+        return fresh
+
+    pipeline = Pipeline(settings, StallwatchMetrics(), Detector(), consumer=consumer,  # type: ignore[arg-type]
+                        start_producer=start_producer)
+    pipeline.store.adopt(0, {})
+    pipeline.producers[0] = failing
+    ahead = pipeline.committer.ahead = HeldAheadProducer(b"r2")
+
+    async def restore(settings: Settings, partitions: list[int], tick: object) -> float:
+        pipeline.store.adopt(0, {})  # nothing committed: the changelog is empty
+        return 0.0
+
+    pipeline.store.restore = restore  # type: ignore[method-assign]
+    first = append_timed(settings.events_topic, b"r1", 0)
+    consumer.queued.append({tp: first})
+    consumer.queued.append({tp: append_timed(settings.events_topic, b"r2", len(first))})
+    loop = asyncio.create_task(pipeline.run())
+    try:
+        while not failing.transactions:  # r1's batch in its transaction, held by the gate
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.05)  # r2's batch applied, its sends held
+        gate.set()  # r1's transaction fails: the partition is rebuilt on the fresh producer
+        while pipeline.in_flight.epoch.get(0, 0) < 2:
+            await asyncio.sleep(0.001)
+        ahead.release.set()
+        await asyncio.sleep(0.2)
+        # r2's batch was applied on r1's discarded states: it must be read again, not committed.
+        assert fresh.visible == [], fresh.visible
+    finally:
+        loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loop
