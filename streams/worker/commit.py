@@ -243,6 +243,9 @@ class BatchCommitter:
             # committed start state (docs/decisions.md, "Publishing ahead").
             acks = await publish_ahead(self.ahead, self.topics.commands,  # type: ignore[arg-type]
                                        partition, result.commands)
+            # When its verdicts were out (an idempotent producer acknowledges in order), for the
+            # decision latency: its commit may come a commit interval later.
+            acks[-1].add_done_callback(lambda _: setattr(result, "published_at", time.time()))
         return Applied(len(records), records[-1].offset, result, plan, acks, started, ahead)
 
     async def commit_applied(self, tp: TopicPartition, batches: Sequence[Applied]) -> bool:
@@ -257,7 +260,7 @@ class BatchCommitter:
             await asyncio.gather(*(ack for batch in batches for ack in batch.acks))
             acked = time.time()
             for batch in batches:
-                if batch.acks:
+                if batch.acks and batch.result.published_at is None:
                     batch.result.published_at = acked
             group_offsets = (began - self._group_offsets_at.get(partition, float("-inf"))
                              >= self.group_offsets_interval_s)
