@@ -389,3 +389,25 @@ async def wait_until_serving(settings: Settings, timeout_s: float = 90.0,
     finally:
         await consumer.stop()
     raise AssertionError(f"no worker answered on {settings.topic_prefix} within {timeout_s} s")
+
+
+async def publish_two_contents(settings: Settings, raw: bytes, key: bytes) -> None:
+    """Command `raw`, then another content under its id (no worker writes that): what readers
+    of the commands topic must refuse."""
+    other = orjson.loads(raw)
+    other["reason"] = "something else"
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap)
+    await producer.start()
+    try:
+        for value in (raw, orjson.dumps(other)):
+            await producer.send(settings.commands_topic, value, key=key)
+    finally:
+        await producer.stop()
+
+
+def run_cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    """`stallwatch ARGS` as a process on these settings' broker and topics."""
+    env = {**os.environ, "STALLWATCH_BOOTSTRAP": settings.bootstrap,
+           "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix}
+    return subprocess.run([sys.executable, "-m", "stallwatch.cli.main", *args], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)

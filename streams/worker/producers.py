@@ -34,12 +34,7 @@ async def start_producer(settings: Settings, partition: int) -> TransactionalPro
         transaction_timeout_ms=TRANSACTION_TIMEOUT_MS, linger_ms=0,
         retry_backoff_ms=RETRY_BACKOFF_MS,
         **aiokafka_options(settings))
-    try:
-        await producer.start()
-    except BaseException:
-        await producer.stop()
-        raise
-    return producer
+    return await _started(producer)
 
 
 async def start_ahead_producer(settings: Settings) -> AIOKafkaProducer:
@@ -47,8 +42,13 @@ async def start_ahead_producer(settings: Settings) -> AIOKafkaProducer:
     idempotent (a retried send is written once, in order), acknowledged by every in-sync
     replica, never part of a transaction (so the commands topic holds no open transaction and
     read-committed readers see a command as soon as it is acknowledged)."""
-    producer = AIOKafkaProducer(enable_idempotence=True, acks="all", linger_ms=0,
-                                retry_backoff_ms=RETRY_BACKOFF_MS, **aiokafka_options(settings))
+    return await _started(AIOKafkaProducer(enable_idempotence=True, acks="all", linger_ms=0,
+                                           retry_backoff_ms=RETRY_BACKOFF_MS,
+                                           **aiokafka_options(settings)))
+
+
+async def _started(producer: AIOKafkaProducer) -> AIOKafkaProducer:
+    """Started, or stopped again (its connections closed) and the error raised."""
     try:
         await producer.start()
     except BaseException:

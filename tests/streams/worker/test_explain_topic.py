@@ -11,7 +11,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from stallwatch.kafka.topics import ensure_topics
-from tests.kafka_harness import fresh_settings, replay_commands
+from tests.kafka_harness import fresh_settings, publish_two_contents, replay_commands, run_cli
 from tests.streams.worker.fleet_logs import every_rule, interleave
 
 pytestmark = pytest.mark.kafka
@@ -51,15 +51,6 @@ async def test_explain_refuses_two_different_commands_under_one_id():
     settings = fresh_settings(partitions=1)
     await ensure_topics(settings)
     raw = next(r for r in replay_commands(interleave(every_rule())) if b'"looper"' in r)
-    other = orjson.loads(raw)
-    other["reason"] = "something else"
-    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap)
-    await producer.start()
-    for value in (raw, orjson.dumps(other)):
-        await producer.send(settings.commands_topic, value, key=b"looper")
-    await producer.stop()
-    env = {**os.environ, "STALLWATCH_BOOTSTRAP": settings.bootstrap,
-           "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix}
-    done = subprocess.run([sys.executable, "-m", "stallwatch.cli.main", "explain", "looper"],
-                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    await publish_two_contents(settings, raw, key=b"looper")
+    done = run_cli(settings, "explain", "looper")
     assert done.returncode == 1 and "two different commands share id" in done.stderr

@@ -11,7 +11,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from stallwatch.kafka.topics import ensure_topics
-from tests.kafka_harness import fresh_settings, replay_commands
+from tests.kafka_harness import fresh_settings, publish_two_contents, replay_commands, run_cli
 from tests.streams.worker.fleet_logs import every_rule, interleave
 
 pytestmark = pytest.mark.kafka
@@ -75,15 +75,6 @@ async def test_top_refuses_two_different_commands_under_one_id():
     settings = fresh_settings(partitions=1)
     await ensure_topics(settings)
     raw = replay_commands(interleave(every_rule()))[0]
-    other = orjson.loads(raw)
-    other["reason"] = "something else"
-    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap)
-    await producer.start()
-    for value in (raw, orjson.dumps(other)):
-        await producer.send(settings.commands_topic, value, key=b"k")
-    await producer.stop()
-    env = {**os.environ, "STALLWATCH_BOOTSTRAP": settings.bootstrap,
-           "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix}
-    done = subprocess.run([sys.executable, "-m", "stallwatch.cli.main", "top", "--once", "--from-beginning"],
-                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    await publish_two_contents(settings, raw, key=b"k")
+    done = run_cli(settings, "top", "--once", "--from-beginning")
     assert done.returncode == 1 and "two different commands share id" in done.stderr
