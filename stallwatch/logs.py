@@ -61,6 +61,8 @@ _KINDS: dict[str, str] = {
     "Heartbeat send request failed: %s. Will retry.": UNREACHABLE,
     "Heartbeat session expired - marking coordinator dead": UNREACHABLE,
     "Failed fetch messages from %s: %s": UNREACHABLE,
+    # Logged, then raised to the caller (who retries): authorisation failures are raised apart.
+    "FindCoordinator Request failed: %s": UNREACHABLE,
     "Topic %s not found in cluster metadata": NOT_READY,
     "Topic %s is not available during auto-create initialization": NOT_READY,
     "Group Coordinator Request failed: %s": NOT_READY,
