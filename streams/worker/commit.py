@@ -217,6 +217,10 @@ class BatchCommitter:
         self._group_offsets_at: dict[int, float] = {}
         # The idempotent producer that publishes commands ahead of their transaction (None: in it).
         self.ahead: AheadProducer | None = None
+        # partition -> the last offset of an applied batch that moved its clock to this worker's
+        # receipt time (CreateTime records). Until that batch commits, its clock is in no log: a
+        # successor would read it again at another time, so no later batch is published ahead.
+        self._clock_of_receipt: dict[int, int] = {}
 
     async def apply(self, tp: TopicPartition, records: Sequence[SourceRecord]) -> Applied:
         """Apply a batch to the partition's states in memory, the store taking its new runs and
@@ -231,7 +235,10 @@ class BatchCommitter:
             self.store.put(partition, run_id, state)
         for run_id in expired:
             self.store.delete(partition, run_id)
-        ahead = self.ahead is not None and all_append_timed(records)
+        if all_append_timed(records):
+            ahead = self.ahead is not None and partition not in self._clock_of_receipt
+        else:
+            ahead, self._clock_of_receipt[partition] = False, records[-1].offset
         # Planned before the sends' await: the partition may be rebuilt or dropped meanwhile (the
         # caller then discards this batch), and its clock with it.
         plan = plan_commit(self.topics, tp, result, expired, records[-1].offset + 1, False,
@@ -286,6 +293,8 @@ class BatchCommitter:
         if group_offsets:
             self._group_offsets_at[partition] = began
         self.store.positions[partition] = plan.next_offset
+        if self._clock_of_receipt.get(partition, plan.next_offset) < plan.next_offset:
+            del self._clock_of_receipt[partition]  # that clock is committed now
         return True
 
     async def commit(self, tp: TopicPartition, records: Sequence[SourceRecord]) -> BatchResult | None:

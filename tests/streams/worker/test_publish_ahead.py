@@ -74,6 +74,22 @@ async def test_records_stamped_by_their_producer_are_never_published_ahead():
     assert ahead.sent == [] and len(p.committed.records("commands")) == 6
 
 
+async def test_a_clock_moved_by_a_receipt_time_holds_later_batches_back_until_it_commits():
+    # A CreateTime batch moves the partition clock to this worker's receipt time. Until it
+    # commits, a successor would read it again at another time and expire other runs: a later
+    # append-time batch published ahead could carry a verdict the successor would not give.
+    messages = looping_run()
+    create_time = [SourceMessage(m.key, m.value, m.partition, m.offset, m.timestamp, 0)
+                   for m in messages[:3]]
+    p, ahead = ahead_partition()
+    first = await p.committer.apply(SOURCE, create_time)
+    second = await p.committer.apply(SOURCE, messages[3:5])
+    assert not first.ahead and not second.ahead and ahead.sent == []
+    assert await p.committer.commit_applied(SOURCE, [first, second])
+    third = await p.committer.apply(SOURCE, messages[5:])
+    assert third.ahead and ahead.sent
+
+
 class HeldAheadProducer(FakeAheadProducer):
     """Holds the sends of one run's commands until `release` is set (a send waiting on the
     broker: aiokafka's buffer full, or metadata)."""
