@@ -262,7 +262,7 @@ class BatchCommitter:
         successor's), and the last KafkaError of a partition that failed more than
         MAX_BATCH_FAILURES times in a row."""
         partition = tp.partition
-        began = time.monotonic()
+        began = txn_began = time.monotonic()
         try:
             await asyncio.gather(*(ack for batch in batches for ack in batch.acks))
             acked = time.time()
@@ -272,11 +272,14 @@ class BatchCommitter:
             group_offsets = (began - self._group_offsets_at.get(partition, float("-inf"))
                              >= self.group_offsets_interval_s)
             plan = plan_batches(tp, batches, group_offsets)
+            # The transaction's age starts here, after the acks: a long wait for them is no age
+            # of the transaction, and would make a successor's fencing look like a timeout.
+            txn_began = time.monotonic()
             await write_plan(self.producers[partition], plan, self.group_id)
         except ProducerFenced:
             # Younger than the timeout (on this clock, which started it before the broker saw
             # it), the transaction cannot have been aborted for its age: a successor fenced it.
-            if self.timed_out is None or time.monotonic() - began < self.transaction_timeout_s:
+            if self.timed_out is None or time.monotonic() - txn_began < self.transaction_timeout_s:
                 raise
             await self.timed_out(tp)
             return False

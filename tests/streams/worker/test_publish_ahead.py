@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+import pytest
 from aiokafka import TopicPartition
-from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError
+from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, ProducerFenced
 from aiokafka.structs import ConsumerRecord
 
 from stallwatch.engine.detector import Detector
@@ -18,7 +19,7 @@ from stallwatch.settings import Settings
 from streams.worker.batch import LOG_APPEND_TIME, SourceMessage
 from streams.worker.pipeline import Pipeline
 from tests.streams.worker.fake_kafka import FakeAheadProducer, FakeConsumer, FakeProducer
-from tests.streams.worker.test_commit import SOURCE, Partition0, looping_run
+from tests.streams.worker.test_commit import SOURCE, Partition0, TimedOutPartition0, looping_run
 
 
 def ahead_partition(fail: BaseException | None = None) -> tuple[Partition0, FakeAheadProducer]:
@@ -88,6 +89,32 @@ async def test_a_clock_moved_by_a_receipt_time_holds_later_batches_back_until_it
     assert await p.committer.commit_applied(SOURCE, [first, second])
     third = await p.committer.apply(SOURCE, messages[5:])
     assert third.ahead and ahead.sent
+
+
+class SlowAckProducer(FakeAheadProducer):
+    """Acknowledges each send `delay_s` after it (in-sync replicas slow to answer)."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+
+    async def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+                   partition: int | None = None) -> asyncio.Future[None]:
+        sent = await super().send(topic, value, key, partition)
+        slow: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_later(self.delay_s, slow.set_result, sent.result())
+        return slow
+
+
+async def test_a_long_wait_for_acks_does_not_age_the_transaction_a_successor_fenced():
+    # The transaction begins after the acks: fenced at once, it is a successor's, however long
+    # the acks took (it was read as the broker's abort of an old transaction, and waited on).
+    p = TimedOutPartition0(timeout_s=0.05)
+    p.committer.ahead = SlowAckProducer(delay_s=0.1)
+    p.producers[0] = FakeProducer(fail_commit=ProducerFenced())
+    with pytest.raises(ProducerFenced):
+        await p.committer.commit(SOURCE, looping_run())
+    assert not p.timed_out
 
 
 class HeldAheadProducer(FakeAheadProducer):
