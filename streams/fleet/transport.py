@@ -1,16 +1,19 @@
-"""Faust's aiokafka transport with the two consumer settings Faust does not expose, and topics
-it creates known to its client before it goes on."""
+"""Faust's aiokafka transport: two consumer settings Faust does not expose, a fetch that never
+drains a partition Faust would drop, and topics it creates known to its client before it goes on."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from collections.abc import Iterator, Mapping, Set
 from typing import Any
 
 import aiokafka
 from aiokafka import TopicPartition
+from aiokafka.errors import IllegalStateError
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +36,52 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         consumer._isolation_level = "read_committed"
         consumer._fetch_max_wait_ms = self.fetch_wait_ms
         return consumer
+
+    async def _fetch_records(self, consumer: aiokafka.AIOKafkaConsumer, active_partitions: Set[TP],
+                             timeout: float | None = None,
+                             max_records: int | None = None) -> Mapping[TP, list[Any]]:
+        """Faust's fetch, with nothing drained that Faust would then drop (docs/decisions.md,
+        "Fleet app: recovery after a rebalance"): aiokafka reads an empty partition set as "every
+        partition", and Faust discards a batch that arrives after its flow stopped. Either way
+        the consumer's position had moved past records nobody read; a table changelog (never
+        committed, so never sought back) then left its recovery waiting forever."""
+        records = await super()._fetch_records(consumer, _OnlyThese(active_partitions),
+                                               timeout=timeout, max_records=max_records)
+        if records and not self.consumer.flow_active:
+            rewind(consumer, records)
+            return {}
+        return records
+
+
+class _OnlyThese(Set[TP]):
+    """Faust's live set of the partitions it reads (pausing one removes it, even during a fetch
+    already waiting), never empty in aiokafka's eyes: an empty one means "none", not "all"."""
+
+    def __init__(self, live: Set[TP]) -> None:
+        self.live = live
+
+    def __contains__(self, tp: object) -> bool:
+        return tp in self.live
+
+    def __iter__(self) -> Iterator[TP]:
+        return iter(list(self.live))
+
+    def __len__(self) -> int:
+        return len(self.live)
+
+    def __bool__(self) -> bool:
+        return True
+
+
+def rewind(consumer: aiokafka.AIOKafkaConsumer, records: Mapping[TP, list[Any]]) -> None:
+    """Put each partition back at the first of its drained records, as if never fetched. Called
+    in the consumer's own thread right after the fetch returned, so no seek came in between."""
+    for tp, batch in records.items():
+        if batch:
+            try:
+                consumer.seek(tp, batch[0].offset)
+            except IllegalStateError:
+                continue  # no longer assigned: its new owner reads it from the committed offset
 
 
 class _Consumer(faust_aiokafka.Consumer):
