@@ -259,6 +259,9 @@ class FleetService:
             keys.add(key)
         else:
             keys.discard(key)
+        self._count_open()
+
+    def _count_open(self) -> None:
         held = [(self.table.get(k) or {}).get("open", {}) for ks in self.open_keys.values() for k in ks]
         for kind in INCIDENT_KINDS:
             self.metrics.open.labels(kind).set(sum(kind in incidents for incidents in held))
@@ -275,11 +278,15 @@ class FleetService:
         for kind in outcome.closed:
             self.metrics.closed.labels(kind).inc()
 
+    def _held_partitions(self) -> set[int]:
+        """The partials partitions (so the keys) this worker judges since the last rebalance."""
+        return {tp.partition for tp in self.app.assignor.assigned_actives()
+                if tp.topic == self.cfg.base.fleet_partials_topic}
+
     def _index(self) -> None:
         """After a recovery the table holds keys this worker has not touched yet: index them."""
         self.lru, self.open_keys = {}, {}
-        mine = {tp.partition for tp in self.app.assignor.assigned_actives()
-                if tp.topic == self.cfg.base.fleet_partials_topic}
+        mine = self._held_partitions()
         dropped = 0
         for key, state in list(self.table.data.items()):
             partition = partition_of(key, self.cfg.base.partitions)
@@ -300,7 +307,17 @@ class FleetService:
                  kept, sorted(mine), dropped)
 
     async def _on_assigned(self, app: faust.App, assigned: Any, **kwargs: Any) -> None:
+        """The keys of partitions given away leave the view and the gauges now: the index is only
+        rebuilt at the judge's next record, which may come late (no tick, a slow recovery), and
+        the view meanwhile listed incidents another worker now owns."""
         self.indexed = False
+        mine = self._held_partitions()
+        for partition in [p for p in self.open_keys if p not in mine]:
+            del self.open_keys[partition]
+        for partition in [p for p in self.lru if p not in mine]:
+            del self.lru[partition]
+        self.metrics.keys.set(sum(len(keys) for keys in self.lru.values()))
+        self._count_open()
 
     # The web view.
 

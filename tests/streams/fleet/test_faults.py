@@ -11,8 +11,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from stallwatch.contract.commands import DeadLetter
 from stallwatch.kafka.topics import ensure_topics
 from stallwatch.settings import Settings
-from streams.fleet.service import EXIT_TABLE_UNWRITABLE, changelog_topic
+from streams.fleet.service import EXIT_TABLE_UNWRITABLE, changelog_topic, partition_of
 from streams.fleet.settings import FleetSettings
+from streams.fleet.tally import tally_key
 from tests.kafka_harness import fresh_settings
 from tests.streams.fleet.harness import FleetProcess, Reader, Tallies, fleet_evidence, tally
 
@@ -176,6 +177,35 @@ async def test_a_second_worker_takes_over_half_the_tools_and_the_first_lets_them
                 await asyncio.sleep(0.5)
             assert sorted(held) == sorted(set(held)) and len(held) == len(tools), held
             assert second.open_incidents() and len(first.open_incidents()) < len(tools)
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+
+
+async def test_a_worker_giving_partitions_away_stops_listing_their_incidents_before_its_next_record() -> None:
+    # No ticks: after the rebalance the first worker's judge gets no record at all (its index of
+    # open incidents used to be rebuilt only then), yet its view must drop the tools it gave away.
+    settings = fresh_settings()
+    quiet = {"STALLWATCH_FLEET_TICK_INTERVAL_S": "600"}
+    first = FleetProcess(settings, "first", env=quiet)
+    second = None
+    now = float(int(time.time()))
+    tools = [f"tool-{i}" for i in range(12)]
+    try:
+        await first.serving()
+        async with Tallies(settings) as tallies, Reader(settings, settings.incidents_topic) as incidents:
+            await tallies.send([_failing(i, now, tool) for tool in tools for i in range(5)])
+            await incidents.until(lambda vs: len({v["tool"] for v in vs}) == len(tools))
+            assert len(first.open_incidents()) == len(tools)
+            second = FleetProcess(settings, "second", env=quiet)
+            await second.serving()
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and len(first.open_incidents()) == len(tools):
+                await asyncio.sleep(0.5)
+            listed = {o["tool"] for o in first.open_incidents()}
+            held = {partition_of(tally_key("acme", tool), settings.partitions) for tool in listed}
+            assert listed and len(listed) < len(tools) and len(held) <= settings.partitions // 2, listed
     finally:
         first.stop()
         if second is not None:
