@@ -49,6 +49,9 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
                                                timeout=timeout, max_records=max_records)
         if records and not self.consumer.flow_active:
             rewind(consumer, records)
+            # At most once a rebalance: shows the race happened and cost nothing.
+            log.info("fetch: %d records of %d partitions fetched as a rebalance stopped the flow, "
+                     "put back to be read again", sum(map(len, records.values())), len(records))
             return {}
         return records
 
