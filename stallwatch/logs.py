@@ -72,6 +72,8 @@ _KINDS: dict[str, str] = {
     "OffsetFetchRequest -- unknown topic %s": NOT_READY,
     "Attempt to fetch offsets for partition %s failed due to: %s": NOT_READY,
     "Heartbeat failed for group %s because it is rebalancing": NOT_READY,
+    "Heartbeat failed: local member_id was not recognized; resetting and re-joining group": NOT_READY,
+    "Heartbeat failed for group %s: generation id is not  current.": NOT_READY,
     "Auto offset commit failed: %s": NOT_READY,
     "Got error produce response: %s": NOT_READY,
 }
@@ -80,10 +82,31 @@ _GRACE = {UNREACHABLE: UNREACHABLE_GRACE_S, NOT_READY: NOT_READY_GRACE_S}
 KAFKA_LOGGERS = ("aiokafka", "faust.transport.drivers.aiokafka")
 
 
+# aiokafka's catch-all in its producer's sender: a broken connection while it looks up a
+# coordinator ends there, traceback and all, once per outage per producer. Folded only when the
+# broken connection is its cause; any other cause is a real surprise and passes through.
+_SENDER_CATCH_ALL = "Unexpected error in sender routine"
+
+
+def _caused_by_lost_connection(record: logging.LogRecord) -> bool:
+    from aiokafka.errors import KafkaConnectionError
+
+    exc = record.exc_info[1] if record.exc_info else None
+    for _ in range(8):  # a cause chain is short; a cycle must not hang the logger
+        if exc is None:
+            return False
+        if isinstance(exc, (KafkaConnectionError, ConnectionError)):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def _kind(record: logging.LogRecord) -> str | None:
     msg = record.msg
     if msg in _KINDS:
         return _KINDS[msg]
+    if msg == _SENDER_CATCH_ALL:
+        return UNREACHABLE if _caused_by_lost_connection(record) else None
     # Messages aiokafka builds from several string literals: matched on their fixed opening.
     if isinstance(msg, str) and msg.startswith(("Heartbeat failed for group %s: coordinator",
                                                 "Received unknown topic or partition error",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from stallwatch import logs
 
@@ -83,6 +84,25 @@ def test_other_aiokafka_lines_pass_through_untouched(trouble, caplog):
     assert folder.filter(record("Unexpected error in sender routine", ())) is True
     assert folder.filter(record("Topic %s is not authorized for this client", ("x",))) is True
     assert folder.episode is None and folder.total_folded == 0
+
+
+def _raised(exc: BaseException, cause: BaseException) -> BaseException:
+    try:
+        raise exc from cause
+    except BaseException as raised:  # a real raise, for its cause chain
+        return raised
+
+
+def test_the_senders_catch_all_is_folded_only_for_a_lost_connection(trouble):
+    folder, _ = trouble
+    lost = _raised(KafkaError("Unexpected error during batch delivery"),
+                   _raised(KafkaError("KafkaConnectionError(...)"), KafkaConnectionError("closed")))
+    other = _raised(KafkaError("Unexpected error during batch delivery"), ValueError("a bug"))
+    for exc, folded in ((lost, True), (other, False)):
+        line = record("Unexpected error in sender routine", (), name="aiokafka.producer.sender")
+        line.exc_info = (type(exc), exc, exc.__traceback__)
+        assert folder.filter(line) is not folded
+    assert folder.total_folded == 1
 
 
 def test_the_filter_sits_on_every_aiokafka_logger():
