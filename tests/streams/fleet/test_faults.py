@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -154,59 +156,53 @@ async def test_two_fleet_workers_share_the_tools_and_each_incident_opens_once() 
         second.stop()
 
 
-async def test_a_second_worker_takes_over_half_the_tools_and_the_first_lets_them_go() -> None:
+TWELVE_TOOLS = [f"tool-{i}" for i in range(12)]
+
+
+@contextlib.asynccontextmanager
+async def second_worker_joins(env: dict[str, str] | None = None
+                              ) -> AsyncIterator[tuple[Settings, FleetProcess, FleetProcess]]:
+    """A first fleet worker opens an incident for each of TWELVE_TOOLS, then a second one joins
+    its group (both with `env`); yields the settings and the two workers once it serves."""
     settings = fresh_settings()
-    first = FleetProcess(settings, "first")
+    first = FleetProcess(settings, "first", env=env)
     second = None
     now = float(int(time.time()))
-    tools = [f"tool-{i}" for i in range(12)]
     try:
         await first.serving()
         async with Tallies(settings) as tallies, Reader(settings, settings.incidents_topic) as incidents:
-            await tallies.send([_failing(i, now, tool) for tool in tools for i in range(5)])
-            await incidents.until(lambda vs: len({v["tool"] for v in vs}) == len(tools))
-            assert len(first.open_incidents()) == len(tools)
-            second = FleetProcess(settings, "second")
-            await second.serving()
-            # After the rebalance each open incident is listed by exactly one worker.
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                held = [o["incident_id"] for o in first.open_incidents() + second.open_incidents()]
-                if len(held) == len(tools) and second.open_incidents():
-                    break
-                await asyncio.sleep(0.5)
-            assert sorted(held) == sorted(set(held)) and len(held) == len(tools), held
-            assert second.open_incidents() and len(first.open_incidents()) < len(tools)
+            await tallies.send([_failing(i, now, tool) for tool in TWELVE_TOOLS for i in range(5)])
+            await incidents.until(lambda vs: len({v["tool"] for v in vs}) == len(TWELVE_TOOLS))
+        assert len(first.open_incidents()) == len(TWELVE_TOOLS)
+        second = FleetProcess(settings, "second", env=env)
+        await second.serving()
+        yield settings, first, second
     finally:
         first.stop()
         if second is not None:
             second.stop()
+
+
+async def test_a_second_worker_takes_over_half_the_tools_and_the_first_lets_them_go() -> None:
+    async with second_worker_joins() as (_, first, second):
+        # After the rebalance each open incident is listed by exactly one worker.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            held = [o["incident_id"] for o in first.open_incidents() + second.open_incidents()]
+            if len(held) == len(TWELVE_TOOLS) and second.open_incidents():
+                break
+            await asyncio.sleep(0.5)
+        assert sorted(held) == sorted(set(held)) and len(held) == len(TWELVE_TOOLS), held
+        assert second.open_incidents() and len(first.open_incidents()) < len(TWELVE_TOOLS)
 
 
 async def test_a_worker_giving_partitions_away_stops_listing_their_incidents_before_its_next_record() -> None:
     # No ticks: after the rebalance the first worker's judge gets no record at all (its index of
     # open incidents used to be rebuilt only then), yet its view must drop the tools it gave away.
-    settings = fresh_settings()
-    quiet = {"STALLWATCH_FLEET_TICK_INTERVAL_S": "600"}
-    first = FleetProcess(settings, "first", env=quiet)
-    second = None
-    now = float(int(time.time()))
-    tools = [f"tool-{i}" for i in range(12)]
-    try:
-        await first.serving()
-        async with Tallies(settings) as tallies, Reader(settings, settings.incidents_topic) as incidents:
-            await tallies.send([_failing(i, now, tool) for tool in tools for i in range(5)])
-            await incidents.until(lambda vs: len({v["tool"] for v in vs}) == len(tools))
-            assert len(first.open_incidents()) == len(tools)
-            second = FleetProcess(settings, "second", env=quiet)
-            await second.serving()
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and len(first.open_incidents()) == len(tools):
-                await asyncio.sleep(0.5)
-            listed = {o["tool"] for o in first.open_incidents()}
-            held = {partition_of(tally_key("acme", tool), settings.partitions) for tool in listed}
-            assert listed and len(listed) < len(tools) and len(held) <= settings.partitions // 2, listed
-    finally:
-        first.stop()
-        if second is not None:
-            second.stop()
+    async with second_worker_joins({"STALLWATCH_FLEET_TICK_INTERVAL_S": "600"}) as (settings, first, _):
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(first.open_incidents()) == len(TWELVE_TOOLS):
+            await asyncio.sleep(0.5)
+        listed = {o["tool"] for o in first.open_incidents()}
+        held = {partition_of(tally_key("acme", tool), settings.partitions) for tool in listed}
+        assert listed and len(listed) < len(TWELVE_TOOLS) and len(held) <= settings.partitions // 2, listed
