@@ -4,6 +4,7 @@ command collector. No mocks: everything here talks to Apache Kafka over TCP."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import signal
@@ -22,6 +23,8 @@ from typing import ClassVar
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
 
 from stallwatch.contract.commands import encode_command
 from stallwatch.engine.fleet import Fleet, Rejected
@@ -52,6 +55,27 @@ def frozen_broker() -> Iterator[None]:
         yield
     finally:
         os.kill(pid, signal.SIGCONT)
+        # Thawed, the broker is fenced by its controller until its next heartbeat and lists no
+        # broker: wait that out here, so that the next test does not start in it.
+        with concurrent.futures.ThreadPoolExecutor(1) as thread:
+            thread.submit(asyncio.run, until_broker_listed()).result()
+
+
+async def until_broker_listed(timeout_s: float = 30.0) -> None:
+    """Until the broker's metadata lists a broker (or `timeout_s` passed, then AssertionError)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        admin = AIOKafkaAdminClient(bootstrap_servers=BOOTSTRAP)
+        try:
+            await admin.start()
+            if (await admin.describe_cluster()).get("brokers"):
+                return
+        except KafkaError:
+            pass
+        finally:
+            await admin.close()
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the broker at {BOOTSTRAP} listed no broker for {timeout_s:.0f} s")
 
 
 # Kafka API keys the link tells apart: a cut can wait for a write or a commit of a transaction

@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaConnectionError
+from aiokafka.errors import KafkaConnectionError, NodeNotReadyError, RequestTimedOutError
 
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.settings import Settings, SetupError
@@ -30,6 +31,15 @@ TOPIC_EXISTS, INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR = 36, 37, 38
 # missing. Past it, the callers' own retries take over.
 LEADERS_WAIT_S = 30.0
 INVALID_CONFIG, TOPIC_AUTHORIZATION_FAILED, POLICY_VIOLATION = 40, 29, 44
+# How long ensure_topics retries a broker that answers but names no broker ready: a KRaft broker
+# back from a pause or a restart is fenced until its next heartbeat, and its metadata lists no
+# broker meanwhile (aiokafka then raises NodeNotReadyError, node id None). A worker started in
+# that moment crashed with that error; past this wait, a SetupError says what was seen.
+BROKER_READY_WAIT_S = 30.0
+# How often it asks again meanwhile: the window is usually well under a second.
+BROKER_READY_POLL_S = 0.2
+
+T = TypeVar("T")
 
 
 def wanted_topics(settings: Settings) -> list[NewTopic]:
@@ -83,29 +93,47 @@ async def ensure_topics(settings: Settings, extra: Sequence[NewTopic] = ()) -> N
                          "to your brokers (host:port, comma-separated), or start the local one "
                          "with `make kafka-up`") from None
     try:
-        existing = set(await admin.list_topics())
+        existing = set(await until_ready(settings, admin.list_topics))
         missing = [t for t in [*wanted_topics(settings), *extra] if t.name not in existing]
         if missing:
-            response = await admin.create_topics(missing)
+            response = await until_ready(settings, lambda: admin.create_topics(missing))
             # TOPIC_EXISTS: another worker starting at the same moment created it first.
             errors = {code: [] for _, code, *_ in response.topic_errors if code not in (0, TOPIC_EXISTS)}
             for name, code, *_ in response.topic_errors:
                 if code in errors:
                     errors[code].append(name)
             if errors:
-                brokers = len((await admin.describe_cluster()).get("brokers", []))
+                brokers = len((await until_ready(settings, admin.describe_cluster)).get("brokers", []))
                 raise SetupError(refusal(settings, errors, brokers))
             log.info("created topics %s", [t.name for t in missing])
-            await _until_led(admin, [t.name for t in missing])
+            await _until_led(settings, admin, [t.name for t in missing])
     finally:
         await admin.close()
 
 
-async def _until_led(admin: AIOKafkaAdminClient, names: list[str]) -> None:
+async def until_ready(settings: Settings, call: Callable[[], Awaitable[T]],
+                      wait_s: float = BROKER_READY_WAIT_S) -> T:
+    """`call`'s answer, asked again while the cluster has no broker ready to take it (see
+    BROKER_READY_WAIT_S); a SetupError naming the address once `wait_s` passed."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return await call()
+        except (NodeNotReadyError, RequestTimedOutError, KafkaConnectionError) as exc:
+            if time.monotonic() >= deadline:
+                raise SetupError(
+                    f"the Kafka cluster at {settings.bootstrap} answers but had no broker ready "
+                    f"for {wait_s:.0f} s ({exc}): a broker still starting or fenced by its "
+                    f"controller; check the brokers' logs, or STALLWATCH_BOOTSTRAP") from None
+            log.debug("no broker ready yet (%r); asking again", exc)
+            await asyncio.sleep(BROKER_READY_POLL_S)
+
+
+async def _until_led(settings: Settings, admin: AIOKafkaAdminClient, names: list[str]) -> None:
     """Until every partition of the topics has a leader (or LEADERS_WAIT_S passed)."""
     deadline = time.monotonic() + LEADERS_WAIT_S
     while time.monotonic() < deadline:
-        topics = await admin.describe_topics(names)
+        topics = await until_ready(settings, lambda: admin.describe_topics(names))
         if all(t["error_code"] == 0 and t["partitions"] and
                all(p["error_code"] == 0 and p["leader"] >= 0 for p in t["partitions"])
                for t in topics):
