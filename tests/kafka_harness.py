@@ -37,6 +37,15 @@ BOOTSTRAP = os.environ.get("STALLWATCH_BOOTSTRAP", "127.0.0.1:9092")
 
 def kafka(command: str) -> None:
     subprocess.run([str(ROOT / "deploy/kafka/kafka.sh"), command], check=True, timeout=600)
+    if command == "up":
+        # The port answers before the controller has unfenced the broker: wait until listed.
+        until_listed()
+
+
+def until_listed() -> None:
+    """`until_broker_listed` from sync code, whether or not an event loop runs in this thread."""
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:
+        thread.submit(asyncio.run, until_broker_listed()).result()
 
 
 def broker_pid() -> int:
@@ -57,8 +66,7 @@ def frozen_broker() -> Iterator[None]:
         os.kill(pid, signal.SIGCONT)
         # Thawed, the broker is fenced by its controller until its next heartbeat and lists no
         # broker: wait that out here, so that the next test does not start in it.
-        with concurrent.futures.ThreadPoolExecutor(1) as thread:
-            thread.submit(asyncio.run, until_broker_listed()).result()
+        until_listed()
 
 
 async def until_broker_listed(timeout_s: float = 30.0) -> None:
