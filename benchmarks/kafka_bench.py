@@ -35,6 +35,7 @@ from benchmarks.fleet_log import fleet_events
 from stallwatch.contract.envelope import envelope
 from stallwatch.kafka.topics import ensure_topics
 from stallwatch.logs import configure as configure_logging
+from streams.worker.pipeline import SESSION_TIMEOUT_MS
 from tests.kafka_harness import (
     WorkerProcess,
     fresh_settings,
@@ -344,8 +345,11 @@ async def report_recovery(runs: int) -> None:
     for standby, how in ((False, "restarted under the same instance id"),
                          (True, "taken over by a second worker")):
         elapsed, restored = await recovery(runs, standby)
+        # A takeover cannot begin before the group expires the killed member's session (the
+        # worker's 6 s, from its last heartbeat): 4 to 6 s of the figure are that wait.
+        bound = f"; the group's {SESSION_TIMEOUT_MS / 1000:.0f} s session timeout first" if standby else ""
         print(f"recovery: {runs:,} live runs; SIGKILL, {how}: its runs answered again after "
-              f"{elapsed:.1f} s (target < 5 s)\n  {restored}")
+              f"{elapsed:.1f} s (target < 5 s{bound})\n  {restored}")
 
 
 if __name__ == "__main__":
