@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from stallwatch.settings import Settings, _env, _number
+from stallwatch.settings import Settings, SetupError, _env, _number
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class FleetSettings:
         window = _number("STALLWATCH_FLEET_WINDOW_S", cls.window_s, float, 1.0)
         step = _number("STALLWATCH_FLEET_STEP_S", cls.step_s, float, 0.1)
         if window / step != int(window / step):
-            raise ValueError(f"STALLWATCH_FLEET_WINDOW_S={window:g} is not a whole number of "
+            raise SetupError(f"STALLWATCH_FLEET_WINDOW_S={window:g} is not a whole number of "
                              f"STALLWATCH_FLEET_STEP_S={step:g}")
         quiet = _env("STALLWATCH_FLEET_QUIET_S")
         return cls(

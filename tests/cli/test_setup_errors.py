@@ -66,6 +66,11 @@ def test_a_bad_number_is_named():
     said_only(stallwatch(["worker"], {"STALLWATCH_PARTITIONS": "six"}), "STALLWATCH_PARTITIONS")
 
 
+def test_a_fleet_window_that_is_no_whole_number_of_steps_is_named():
+    said_only(stallwatch(["fleet"], {"STALLWATCH_FLEET_WINDOW_S": "100", "STALLWATCH_FLEET_STEP_S": "30"}),
+              "STALLWATCH_FLEET_WINDOW_S=100", "STALLWATCH_FLEET_STEP_S=30")
+
+
 def test_a_missing_extra_is_named():
     result = stallwatch(["worker"], {}, prelude="import sys; sys.modules['prometheus_client'] = None")
     said_only(result, "[worker] extra", "pip install 'stallwatch[worker]'")
