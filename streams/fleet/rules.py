@@ -102,14 +102,24 @@ class Judge:
     def close_quiet(self, state: State, clock: float, outcome: Outcome) -> None:
         """Close the incidents whose rule has not held for a quiet window of event time."""
         for kind in [k for k, i in state["open"].items() if clock >= i["held"] + self.cfg.quiet]:
-            incident = state["open"].pop(kind)
-            closed_at = incident["held"] + self.cfg.quiet
-            state["closed"][kind] = incident["held"]
-            stopped = stopped_runs(state)
-            outcome.advisories.extend(self.advisory(state, kind, incident, run, "closed", closed_at)
-                                      for run in incident["advised"] if run not in stopped)
-            outcome.incidents[incident["id"]] = self.record(state, kind, incident, closed_at)
-            outcome.closed.append(kind)
+            self._close(state, kind, state["open"][kind]["held"] + self.cfg.quiet, outcome)
+
+    def close_evicted(self, state: State, clock: float, outcome: Outcome) -> None:
+        """Close every open incident of a key evicted for room (STALLWATCH_FLEET_MAX_KEYS), at
+        `clock`: with its windows gone, no quiet window would ever close it, and a run under
+        `fleet_breaker` would be refused the tool for good."""
+        for kind in list(state["open"]):
+            self._close(state, kind, max(clock, state["open"][kind]["held"]), outcome)
+
+    def _close(self, state: State, kind: str, closed_at: float, outcome: Outcome) -> None:
+        """The incident's closed record, and a closed advisory to each run told it opened."""
+        incident = state["open"].pop(kind)
+        state["closed"][kind] = incident["held"]
+        stopped = stopped_runs(state)
+        outcome.advisories.extend(self.advisory(state, kind, incident, run, "closed", closed_at)
+                                  for run in incident["advised"] if run not in stopped)
+        outcome.incidents[incident["id"]] = self.record(state, kind, incident, closed_at)
+        outcome.closed.append(kind)
 
     def record(self, state: State, kind: str, incident: dict[str, Any],
                closed_at: float | None) -> dict[str, Any]:

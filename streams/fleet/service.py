@@ -219,7 +219,7 @@ class FleetService:
         state = self.table.get(key)
         if state is None:
             state = new_state(partial["tenant"], partial["tool"])
-            self._evict_for(partition, key)
+            await self._publish(self._evict_for(partition, key), self.clock)
         dropped, late = state["dropped"], state["late"]
         outcome = self.judge.apply(state, partial, self.clock)
         self.metrics.dropped.labels("cap").inc(state["dropped"] - dropped)
@@ -243,15 +243,23 @@ class FleetService:
                 self._track_open(partition, key, state)
                 self.app.loop.create_task(self._publish(outcome, self.clock))
 
-    def _evict_for(self, partition: int, key: bytes) -> None:
-        """Make room for a new key: the least recently updated key of this partition goes."""
+    def _evict_for(self, partition: int, key: bytes) -> Outcome:
+        """Make room for a new key: the least recently updated key of this partition goes, its
+        open incidents closed (what to publish is returned)."""
         lru = self.lru.setdefault(partition, OrderedDict())
+        closed = Outcome()
         while sum(len(keys) for keys in self.lru.values()) >= self.cfg.max_keys and lru:
             old, _ = lru.popitem(last=False)
             self.open_keys.get(partition, set()).discard(old)
+            evicted = self.table.get(old)
             del self.table[old]
+            if evicted is not None and evicted["open"]:
+                self.judge.close_evicted(evicted, self.clock, closed)
             self.metrics.evicted.inc()
+        if closed.closed:
+            self._count_open()
         self.metrics.keys.set(sum(len(keys) for keys in self.lru.values()) + 1)
+        return closed
 
     def _track_open(self, partition: int, key: bytes, state: dict[str, Any]) -> None:
         keys = self.open_keys.setdefault(partition, set())

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from stallwatch.contract.incidents import Incident
 from tests.kafka_harness import fresh_settings, kafka
 from tests.streams.fleet.harness import FleetProcess, Reader, Tallies, tally
 
@@ -37,6 +38,34 @@ async def test_a_hundred_thousand_tool_names_keep_memory_under_the_bound() -> No
         assert fleet.metric("stallwatch_fleet_tracked_keys") <= MAX_KEYS
         assert fleet.metric("stallwatch_fleet_evicted_keys_total") >= FLOOD_TOOLS - MAX_KEYS
         assert fleet.rss() < RSS_BOUND, f"{fleet.rss() / 1e6:.0f} MB"
+    finally:
+        fleet.stop()
+
+
+async def test_a_key_evicted_for_room_closes_its_open_incident_and_tells_its_runs() -> None:
+    # One partition, so that the new keys and the incident's key share one worker's LRU.
+    settings = fresh_settings(partitions=1)
+    fleet = FleetProcess(settings, env={"STALLWATCH_FLEET_MAX_KEYS": "3"})
+    now = float(int(time.time()))
+    try:
+        await fleet.serving()
+        async with Tallies(settings) as tallies, Reader(settings, settings.incidents_topic) as incidents, \
+                Reader(settings, settings.events_topic) as events:
+            await tallies.send([tally("search", now, runs=[f"run-{i}"], calls=2, failures=2)
+                                for i in range(5)])
+            values = await incidents.until(lambda vs: any(v["state"] == "open" for v in vs))
+            opened = Incident.model_validate(values[-1])
+            # Three other tools, later: "search" is the least recently updated key and goes.
+            await tallies.send([tally(f"other-{k}", now + 1 + k, runs=["run-9"], calls=1)
+                                for k in range(3)])
+            values = await incidents.until(lambda vs: any(v["state"] == "closed" for v in vs))
+            closed = Incident.model_validate(values[-1])
+            assert (closed.incident_id, closed.state) == (opened.incident_id, "closed")
+            told = await events.until(lambda vs: sum(v.get("incident") == "closed" for v in vs) >= 5)
+            assert sorted(v["run_id"] for v in told if v.get("incident") == "closed") == \
+                [f"run-{i}" for i in range(5)]
+        assert fleet.open_incidents() == []
+        assert fleet.metric("stallwatch_fleet_evicted_keys_total") >= 1
     finally:
         fleet.stop()
 

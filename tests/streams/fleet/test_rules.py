@@ -7,7 +7,7 @@ import pytest
 
 from stallwatch.contract.events import EVENT_ADAPTER
 from stallwatch.contract.incidents import Incident, incident_id
-from streams.fleet.rules import Judge
+from streams.fleet.rules import Judge, Outcome
 from streams.fleet.settings import FleetSettings
 from streams.fleet.tally import InvalidTally, merge, new_partial, parse_tally, tally_key
 from streams.fleet.window import BUCKET_RUNS_CAP, new_state
@@ -138,3 +138,20 @@ def test_one_failed_result_among_runs_still_waiting_on_theirs_opens_nothing():
     _, state, _ = _judge([tally("search", T0, runs=waiting, calls=1, failures=1),
                           tally("search", T0 + 1, runs=waiting[:2], calls=2, failures=2)])
     assert list(state["open"]) == ["tool_failing"]
+
+
+def test_an_evicted_key_closes_its_open_incidents_and_tells_the_runs_told_it_opened():
+    # Evicted for room, a key's windows are gone: no quiet window would close its incident, and
+    # runs under fleet_breaker would be refused the tool for good.
+    judge, state, _ = _judge(
+        [tally("search", T0 + i, runs=[f"r{i}"], calls=1, failures=1) for i in range(5)])
+    opened = state["open"]["tool_failing"]
+    closing = Outcome()
+    judge.close_evicted(state, T0 + 30, closing)
+    assert closing.closed == ["tool_failing"] and not state["open"]
+    record = Incident.model_validate(closing.incidents[opened["id"]])
+    assert record.state == "closed" and record.closed_at == opened["held"]  # never before held
+    assert sorted(a["run_id"] for a in closing.advisories) == [f"r{i}" for i in range(5)]
+    assert {a["incident"] for a in closing.advisories} == {"closed"}
+    for a in closing.advisories:
+        EVENT_ADAPTER.validate_python(a)
