@@ -16,6 +16,7 @@ from faust.exceptions import PartitionsMismatch
 from prometheus_client import generate_latest
 
 from stallwatch.contract.commands import DeadLetter
+from stallwatch.contract.digests import secret_from_key
 from stallwatch.contract.incidents import INCIDENT_KINDS
 from stallwatch.kafka.options import ssl_context
 from stallwatch.settings import Settings
@@ -83,6 +84,9 @@ class FleetService:
         base = cfg.base
         self.metrics = metrics or FleetMetrics()
         self.judge = Judge(cfg)
+        # Keys the digest of a dead letter's input, as the workers' (issue 17: every digest
+        # that leaves a process is keyed when a key is set).
+        self.secret = secret_from_key(base.fingerprint_key)
         self.app = app = faust.App(
             cfg.group_id, broker=[f"kafka://{b.strip()}" for b in base.bootstrap.split(",")],
             store="memory://", topic_partitions=base.partitions,
@@ -146,7 +150,8 @@ class FleetService:
         log.warning("dead letter: %s partition %s offset %s: %s", message.topic, message.partition,
                     message.offset, error)
         self.metrics.dead_letters.labels(reason).inc()
-        letter = DeadLetter.of(message.value, error, message.topic, message.partition, message.offset)
+        letter = DeadLetter.of(message.value, error, message.topic, message.partition, message.offset,
+                               self.secret)
         await self.deadletter.send(key=message.key, value=letter.encode(), partition=message.partition)
 
     async def _tick(self) -> None:

@@ -11,6 +11,7 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from stallwatch.contract.commands import DeadLetter
+from stallwatch.contract.digests import digest, secret_from_key
 from stallwatch.kafka.topics import ensure_topics
 from stallwatch.settings import Settings
 from streams.fleet.service import EXIT_TABLE_UNWRITABLE, changelog_topic, partition_of
@@ -130,6 +131,20 @@ async def test_garbage_on_the_apps_inputs_is_dead_lettered_and_the_app_keeps_goi
             assert len(from_partials) == 1 and from_partials[0].startswith("judge: KeyError"), found
             await incidents.until(lambda vs: any(v["state"] == "open" for v in vs))
             assert fleet.metric("stallwatch_fleet_dead_letters_total") == 3
+    finally:
+        fleet.stop()
+
+
+async def test_a_dead_letters_digest_is_keyed_when_a_fingerprint_key_is_set() -> None:
+    settings, key = fresh_settings(), "a fleet key of sixteen or more"
+    fleet = FleetProcess(settings, env={"STALLWATCH_FINGERPRINT_KEY": key})
+    raw = b'{"v": 1, "tool": "search", "ts": "secret 4711"}'
+    try:
+        await fleet.serving()
+        async with Tallies(settings) as tallies, Reader(settings, settings.deadletter_topic) as letters:
+            await tallies.send_raw(raw, key=b"acme\x1fsearch")
+            [letter] = [DeadLetter.model_validate(v) for v in await letters.until(lambda vs: len(vs) >= 1)]
+        assert letter.raw_digest == digest(raw, secret_from_key(key)).hex() != digest(raw, None).hex()
     finally:
         fleet.stop()
 
