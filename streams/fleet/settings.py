@@ -27,9 +27,10 @@ class FleetSettings:
     same_answer_args: int = 5
     # tool_looping: at least this many runs stopped in a window with the tool named in the stop.
     looping_stops: int = 5
-    # (tenant, tool) keys tracked by one fleet worker; the least recently updated one is evicted
-    # beyond it (counted in stallwatch_fleet_evicted_keys_total), so a flood of tool names
-    # cannot grow memory without limit.
+    # (tenant, tool) keys tracked by one fleet worker; beyond it a new key evicts the least
+    # recently updated key of its partition, whose open incidents close (counted in
+    # stallwatch_fleet_evicted_keys_total), so a flood of tool names cannot grow memory without
+    # limit.
     max_keys: int = 50_000
     # Live runs told of one incident (fleet_advisory events): a bound on what one incident writes.
     max_advised_runs: int = 64
