@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.fleet_log import fleet_events
 from stallwatch.contract.envelope import envelope
 from stallwatch.kafka.topics import ensure_topics
+from stallwatch.logs import configure as configure_logging
 from streams.fleet.service import partition_of
 from streams.fleet.tally import tally_key
 from tests.kafka_harness import WorkerProcess, fresh_settings, kafka, wait_until_serving
@@ -242,4 +243,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    configure_logging("WARNING")  # the figures on stdout; only what goes wrong on stderr
     main()

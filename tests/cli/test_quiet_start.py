@@ -1,5 +1,5 @@
-"""`stallwatch demo` (`make run`) and the Kafka benchmark start and stop with no warning line on a
-healthy broker, and what the demo's worker says does reach its stderr (a fault is seen)."""
+"""`stallwatch demo` (`make run`) and the Kafka and fleet benchmarks (`make bench`) start and stop
+with no warning line on a healthy broker, and what the demo's worker says does reach its stderr (a fault is seen)."""
 
 from __future__ import annotations
 
@@ -45,3 +45,13 @@ def test_the_kafka_bench_prints_figures_and_no_warning():
     said = [line for line in result.stderr.splitlines() if not line.startswith("kafka: ")]
     assert said == []
     assert "throughput" in result.stdout
+
+
+def test_the_fleet_bench_prints_figures_and_no_warning():
+    result = run([sys.executable, "benchmarks/fleet_bench.py", "--rate", "2000", "--seconds", "6",
+                  "--runs", "50", "--keys", "200"], 600)
+    assert result.returncode == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if not line.startswith("kafka: ")]
+    assert said == []
+    assert "crossing tally to advisory" in result.stdout
+
