@@ -1,5 +1,6 @@
 """`stallwatch demo` (`make run`) and the Kafka and fleet benchmarks (`make bench`) start and stop
-with no warning line on a healthy broker, and what the demo's worker says does reach its stderr (a fault is seen)."""
+with no warning line on a healthy broker, and what the demo's worker says does reach its stderr
+(a fault is seen)."""
 
 from __future__ import annotations
 
