@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaConnectionError, NodeNotReadyError, RequestTimedOutError
+from aiokafka.errors import KafkaConnectionError, NodeNotReadyError
 
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.settings import Settings, SetupError
@@ -38,6 +38,8 @@ INVALID_CONFIG, TOPIC_AUTHORIZATION_FAILED, POLICY_VIOLATION = 40, 29, 44
 BROKER_READY_WAIT_S = 30.0
 # How often it asks again meanwhile: the window is usually well under a second.
 BROKER_READY_POLL_S = 0.2
+# After this long, one WARNING says what it waits for: start-up is otherwise silent meanwhile.
+BROKER_READY_SAY_S = 3.0
 
 T = TypeVar("T")
 
@@ -114,26 +116,45 @@ async def ensure_topics(settings: Settings, extra: Sequence[NewTopic] = ()) -> N
 async def until_ready(settings: Settings, call: Callable[[], Awaitable[T]],
                       wait_s: float = BROKER_READY_WAIT_S) -> T:
     """`call`'s answer, asked again while the cluster has no broker ready to take it (see
-    BROKER_READY_WAIT_S); a SetupError naming the address once `wait_s` passed."""
-    deadline = time.monotonic() + wait_s
+    BROKER_READY_WAIT_S): aiokafka's NodeNotReadyError only, any other error at once. A
+    SetupError naming the address and the likely cause once `wait_s` passed."""
+    began = time.monotonic()
+    said = False
     while True:
         try:
             return await call()
-        except (NodeNotReadyError, RequestTimedOutError, KafkaConnectionError) as exc:
-            if time.monotonic() >= deadline:
-                raise SetupError(
-                    f"the Kafka cluster at {settings.bootstrap} answers but had no broker ready "
-                    f"for {wait_s:.0f} s ({exc}): a broker still starting or fenced by its "
-                    f"controller; check the brokers' logs, or STALLWATCH_BOOTSTRAP") from None
-            log.debug("no broker ready yet (%r); asking again", exc)
+        except NodeNotReadyError as exc:
+            waited = time.monotonic() - began
+            if waited >= wait_s:
+                raise SetupError(_not_ready(settings, exc, wait_s)) from None
+            if waited >= BROKER_READY_SAY_S and not said:
+                said = True  # one line: start-up is otherwise silent for up to wait_s
+                log.warning("the Kafka cluster at %s has no broker ready yet (%s); asking again "
+                            "for up to %.0f s", settings.bootstrap, exc, wait_s)
             await asyncio.sleep(BROKER_READY_POLL_S)
+
+
+def _not_ready(settings: Settings, exc: NodeNotReadyError, wait_s: float) -> str:
+    """What a broker that never became ready most likely means, by what aiokafka said."""
+    if "node id None" in str(exc):  # the metadata listed no broker at all
+        cause = ("it lists no broker: a broker still starting, or fenced by its controller; "
+                 "check the brokers' logs")
+    else:  # a broker is listed, but its advertised address does not answer
+        cause = ("its brokers' advertised addresses do not answer: check their "
+                 "advertised.listeners, and STALLWATCH_SECURITY_PROTOCOL and the SASL/TLS settings")
+    return (f"the Kafka cluster at {settings.bootstrap} answered, but no broker was ready for "
+            f"{wait_s:.0f} s ({exc}): {cause}")
 
 
 async def _until_led(settings: Settings, admin: AIOKafkaAdminClient, names: list[str]) -> None:
     """Until every partition of the topics has a leader (or LEADERS_WAIT_S passed)."""
     deadline = time.monotonic() + LEADERS_WAIT_S
     while time.monotonic() < deadline:
-        topics = await until_ready(settings, lambda: admin.describe_topics(names))
+        try:
+            topics = await until_ready(settings, lambda: admin.describe_topics(names),
+                                       wait_s=max(0.0, deadline - time.monotonic()))
+        except SetupError:
+            break  # created already: the callers' own retries take over, as below
         if all(t["error_code"] == 0 and t["partitions"] and
                all(p["error_code"] == 0 and p["leader"] >= 0 for p in t["partitions"])
                for t in topics):
