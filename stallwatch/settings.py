@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,8 @@ def _number(name: str, default: float, kind: type, minimum: float, maximum: floa
         value = kind(raw)
     except ValueError:
         raise SetupError(f"{name}={raw!r}: expected {'an integer' if kind is int else 'a number'}") from None
+    if not math.isfinite(value):  # nan passes every comparison below; inf breaks the arithmetic
+        raise SetupError(f"{name}={raw!r}: expected a finite number")
     if value < minimum or (maximum is not None and value > maximum):
         bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
         raise SetupError(f"{name}={raw!r}: must be {bound}")

@@ -28,7 +28,7 @@ class FleetSettings:
     # tool_looping: at least this many runs stopped in a window with the tool named in the stop.
     looping_stops: int = 5
     # (tenant, tool) keys tracked by one fleet worker; beyond it a new key evicts the least
-    # recently updated key of its partition, whose open incidents close (counted in
+    # recently updated key of its partition, one without an open incident first (counted in
     # stallwatch_fleet_evicted_keys_total), so a flood of tool names cannot grow memory without
     # limit.
     max_keys: int = 50_000
@@ -61,7 +61,8 @@ class FleetSettings:
         base = base or Settings.from_env()
         window = _number("STALLWATCH_FLEET_WINDOW_S", cls.window_s, float, 1.0)
         step = _number("STALLWATCH_FLEET_STEP_S", cls.step_s, float, 0.1)
-        if window / step != int(window / step):
+        # A whole number of steps, up to float rounding (1.2 / 0.1 is 11.999999999999998).
+        if abs(window / step - round(window / step)) > 1e-9:
             raise SetupError(f"STALLWATCH_FLEET_WINDOW_S={window:g} is not a whole number of "
                              f"STALLWATCH_FLEET_STEP_S={step:g}")
         quiet = _env("STALLWATCH_FLEET_QUIET_S")

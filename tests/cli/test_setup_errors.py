@@ -66,6 +66,12 @@ def test_a_bad_number_is_named():
     said_only(stallwatch(["worker"], {"STALLWATCH_PARTITIONS": "six"}), "STALLWATCH_PARTITIONS")
 
 
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_a_number_that_is_not_finite_is_named(value: str):
+    said_only(stallwatch(["fleet"], {"STALLWATCH_FLEET_STEP_S": value}), "STALLWATCH_FLEET_STEP_S",
+              "finite")
+
+
 def test_a_fleet_window_that_is_no_whole_number_of_steps_is_named():
     said_only(stallwatch(["fleet"], {"STALLWATCH_FLEET_WINDOW_S": "100", "STALLWATCH_FLEET_STEP_S": "30"}),
               "STALLWATCH_FLEET_WINDOW_S=100", "STALLWATCH_FLEET_STEP_S=30")
