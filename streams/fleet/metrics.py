@@ -25,6 +25,10 @@ class FleetMetrics:
                           registry=r)
         self.evicted = Counter("stallwatch_fleet_evicted_keys_total",
                                "(tenant, tool) keys evicted at STALLWATCH_FLEET_MAX_KEYS", registry=r)
+        self.evicted_open = Counter(
+            "stallwatch_fleet_evicted_open_keys_total",
+            "Evicted keys that had an open incident, closed by the eviction (every tracked key of "
+            "their partition had one)", registry=r)
         self.dropped = Counter("stallwatch_fleet_dropped_entries_total",
                                "Run ids, fingerprints or args left out by a cap, or buckets too late",
                                ["what"], registry=r)

@@ -106,8 +106,9 @@ class Judge:
 
     def close_evicted(self, state: State, clock: float, outcome: Outcome) -> None:
         """Close every open incident of a key evicted for room (STALLWATCH_FLEET_MAX_KEYS), at
-        `clock`: with its windows gone, no quiet window would ever close it, and a run under
-        `fleet_breaker` would be refused the tool for good."""
+        the fleet clock and never before the end of the last window that held it: with its
+        windows gone, no quiet window would ever close it, and a run under `fleet_breaker` would
+        be refused the tool for good."""
         for kind in list(state["open"]):
             self._close(state, kind, max(clock, state["open"][kind]["held"]), outcome)
 

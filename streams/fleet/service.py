@@ -221,10 +221,10 @@ class FleetService:
 
     async def _apply(self, key: bytes, partition: int, partial: Tally) -> None:
         self.metrics.partials.inc()
-        state = self.table.get(key)
+        state, evicted = self.table.get(key), None
         if state is None:
             state = new_state(partial["tenant"], partial["tool"])
-            await self._publish(self._evict_for(partition, key), self.clock)
+            evicted = self._evict_for(partition, key)
         dropped, late = state["dropped"], state["late"]
         outcome = self.judge.apply(state, partial, self.clock)
         self.metrics.dropped.labels("cap").inc(state["dropped"] - dropped)
@@ -234,6 +234,8 @@ class FleetService:
         lru[key] = None
         lru.move_to_end(key)
         self._track_open(partition, key, state)
+        if evicted is not None:
+            await self._publish(evicted, self.clock)
         await self._publish(outcome, partial["ts"])
 
     def _close_quiet(self, partition: int) -> None:
@@ -249,20 +251,25 @@ class FleetService:
                 self.app.loop.create_task(self._publish(outcome, self.clock))
 
     def _evict_for(self, partition: int, key: bytes) -> Outcome:
-        """Make room for a new key: the least recently updated key of this partition goes, its
-        open incidents closed (what to publish is returned)."""
+        """Make room for a new key: the least recently updated key of this partition without an
+        open incident goes, or, when every one has one, the least recently updated, its
+        incidents closed (what to publish is returned). So a flood of made-up tool names cannot
+        close another tenant's incident while quieter keys are left to evict."""
         lru = self.lru.setdefault(partition, OrderedDict())
+        open_here = self.open_keys.get(partition, set())
         closed = Outcome()
         while sum(len(keys) for keys in self.lru.values()) >= self.cfg.max_keys and lru:
-            old, _ = lru.popitem(last=False)
-            self.open_keys.get(partition, set()).discard(old)
+            old = next((k for k in lru if k not in open_here), None)
+            if old is None:
+                old = next(iter(lru))
+            del lru[old]
+            open_here.discard(old)
             evicted = self.table.get(old)
             del self.table[old]
             if evicted is not None and evicted["open"]:
                 self.judge.close_evicted(evicted, self.clock, closed)
+                self.metrics.evicted_open.inc()
             self.metrics.evicted.inc()
-        if closed.closed:
-            self._count_open()
         self.metrics.keys.set(sum(len(keys) for keys in self.lru.values()) + 1)
         return closed
 

@@ -42,30 +42,41 @@ async def test_a_hundred_thousand_tool_names_keep_memory_under_the_bound() -> No
         fleet.stop()
 
 
-async def test_a_key_evicted_for_room_closes_its_open_incident_and_tells_its_runs() -> None:
-    # One partition, so that the new keys and the incident's key share one worker's LRU.
+async def test_eviction_spares_keys_with_an_open_incident_and_closes_them_only_when_all_have_one() -> None:
+    # One partition, so that every key shares one worker's LRU; room for two keys.
     settings = fresh_settings(partitions=1)
-    fleet = FleetProcess(settings, env={"STALLWATCH_FLEET_MAX_KEYS": "3"})
+    fleet = FleetProcess(settings, env={"STALLWATCH_FLEET_MAX_KEYS": "2"})
     now = float(int(time.time()))
+    failing = [f"run-{i}" for i in range(5)]
     try:
         await fleet.serving()
         async with Tallies(settings) as tallies, Reader(settings, settings.incidents_topic) as incidents, \
                 Reader(settings, settings.events_topic) as events:
-            await tallies.send([tally("search", now, runs=[f"run-{i}"], calls=2, failures=2)
-                                for i in range(5)])
+            await tallies.send([tally("search", now, runs=[run], calls=2, failures=2) for run in failing])
             values = await incidents.until(lambda vs: any(v["state"] == "open" for v in vs))
             opened = Incident.model_validate(values[-1])
-            # Three other tools, later: "search" is the least recently updated key and goes.
-            await tallies.send([tally(f"other-{k}", now + 1 + k, runs=["run-9"], calls=1)
-                                for k in range(3)])
+            # Two quiet tools: the second evicts the first, never the key with the open incident.
+            for k in range(2):
+                await tallies.send([tally(f"quiet-{k}", now + 1 + k, runs=["run-9"], calls=1)])
+                await asyncio.sleep(1.0)
+            deadline = time.monotonic() + 60
+            while fleet.metric("stallwatch_fleet_evicted_keys_total") < 1 and time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
+            assert [i["incident_id"] for i in fleet.open_incidents()] == [opened.incident_id]
+            # "quiet-1" fails for five runs too: now every key has an open incident, and a new
+            # tool evicts the least recently updated, "search", closing its incident.
+            await tallies.send([tally("quiet-1", now + 3, runs=[run], calls=2, failures=2)
+                                for run in failing])
+            await incidents.until(lambda vs: sum(v["state"] == "open" for v in vs) >= 2)
+            await tallies.send([tally("new", now + 4, runs=["run-9"], calls=1)])
             values = await incidents.until(lambda vs: any(v["state"] == "closed" for v in vs))
-            closed = Incident.model_validate(values[-1])
-            assert (closed.incident_id, closed.state) == (opened.incident_id, "closed")
+            [closed] = [Incident.model_validate(v) for v in values if v["state"] == "closed"]
+            assert closed.incident_id == opened.incident_id
             told = await events.until(lambda vs: sum(v.get("incident") == "closed" for v in vs) >= 5)
             assert sorted(v["run_id"] for v in told if v.get("incident") == "closed") == \
                 [f"run-{i}" for i in range(5)]
-        assert fleet.open_incidents() == []
-        assert fleet.metric("stallwatch_fleet_evicted_keys_total") >= 1
+        assert fleet.metric("stallwatch_fleet_evicted_open_keys_total") == 1
+        assert [i["tool"] for i in fleet.open_incidents()] == ["quiet-1"]
     finally:
         fleet.stop()
 

@@ -155,3 +155,13 @@ def test_an_evicted_key_closes_its_open_incidents_and_tells_the_runs_told_it_ope
     assert {a["incident"] for a in closing.advisories} == {"closed"}
     for a in closing.advisories:
         EVENT_ADAPTER.validate_python(a)
+
+
+def test_an_evicted_incident_closes_at_the_clock_once_its_last_window_has_passed():
+    judge, state, _ = _judge(
+        [tally("search", T0 + i, runs=[f"r{i}"], calls=1, failures=1) for i in range(5)])
+    held = state["open"]["tool_failing"]["held"]
+    closing = Outcome()
+    judge.close_evicted(state, held + 42, closing)
+    assert next(iter(closing.incidents.values()))["closed_at"] == held + 42
+
