@@ -62,28 +62,44 @@ def frozen_broker() -> Iterator[None]:
     os.kill(pid, signal.SIGSTOP)
     try:
         yield
-    finally:
+    except BaseException:
         os.kill(pid, signal.SIGCONT)
-        # Thawed, the broker is fenced by its controller until its next heartbeat and lists no
-        # broker: wait that out here, so that the next test does not start in it.
-        until_listed()
+        with contextlib.suppress(AssertionError):  # the body's failure is the one to report
+            until_listed()
+        raise
+    os.kill(pid, signal.SIGCONT)
+    # Thawed, the broker is fenced by its controller until its next heartbeat and lists no
+    # broker: wait that out here, so that the next test does not start in it.
+    until_listed()
 
 
-async def until_broker_listed(timeout_s: float = 30.0) -> None:
-    """Until the broker's metadata lists a broker (or `timeout_s` passed, then AssertionError)."""
+# How long the broker must list itself without a break: a broker just thawed may answer from
+# its metadata of before the freeze for a moment, before it applies its own fencing.
+LISTED_STEADY_S = 2.0
+
+
+async def until_broker_listed(timeout_s: float = 60.0) -> None:
+    """Until the broker's metadata has listed a broker in every answer for LISTED_STEADY_S (or
+    `timeout_s` passed, then AssertionError)."""
     deadline = time.monotonic() + timeout_s
+    listed_since: float | None = None
     while time.monotonic() < deadline:
         admin = AIOKafkaAdminClient(bootstrap_servers=BOOTSTRAP)
         try:
             await admin.start()
-            if (await admin.describe_cluster()).get("brokers"):
-                return
+            listed = bool((await admin.describe_cluster()).get("brokers"))
         except KafkaError:
-            pass
+            listed = False
         finally:
             await admin.close()
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"the broker at {BOOTSTRAP} listed no broker for {timeout_s:.0f} s")
+        if not listed:
+            listed_since = None
+        elif listed_since is None:
+            listed_since = time.monotonic()
+        elif time.monotonic() - listed_since >= LISTED_STEADY_S:
+            return
+        await asyncio.sleep(0.25)
+    raise AssertionError(f"the broker at {BOOTSTRAP} did not list itself steadily for {timeout_s:.0f} s")
 
 
 # Kafka API keys the link tells apart: a cut can wait for a write or a commit of a transaction
