@@ -38,7 +38,7 @@ INVALID_CONFIG, TOPIC_AUTHORIZATION_FAILED, POLICY_VIOLATION = 40, 29, 44
 BROKER_READY_WAIT_S = 30.0
 # How often it asks again meanwhile: the window is usually well under a second.
 BROKER_READY_POLL_S = 0.2
-# After this long, one WARNING says what it waits for: start-up is otherwise silent meanwhile.
+# After this long, one INFO line says what it waits for: start-up is otherwise silent meanwhile.
 BROKER_READY_SAY_S = 3.0
 
 T = TypeVar("T")
@@ -128,8 +128,9 @@ async def until_ready(settings: Settings, call: Callable[[], Awaitable[T]],
             if waited >= wait_s:
                 raise SetupError(_not_ready(settings, exc, wait_s)) from None
             if waited >= BROKER_READY_SAY_S and not said:
-                said = True  # one line: start-up is otherwise silent for up to wait_s
-                log.warning("the Kafka cluster at %s has no broker ready yet (%s); asking again "
+                said = True  # one line: start-up is otherwise silent for up to wait_s (INFO:
+                # a broker starting beside the worker is no fault; the SetupError is the loud one)
+                log.info("the Kafka cluster at %s has no broker ready yet (%s); asking again "
                             "for up to %.0f s", settings.bootstrap, exc, wait_s)
             await asyncio.sleep(BROKER_READY_POLL_S)
 
