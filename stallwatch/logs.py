@@ -124,6 +124,9 @@ class Episode:
     last_at: float = 0.0
     last_line: str = ""
     counts: Counter[str] = field(default_factory=Counter)
+    # Per kind, the first and the latest time a line of it came: a kind is trouble only once its
+    # lines span its grace (one stray refused connect, three seconds old, is no outage).
+    spans: dict[str, tuple[float, float]] = field(default_factory=dict)
     announced: bool = False
     summary_at: float = 0.0
 
@@ -157,6 +160,7 @@ class KafkaTrouble(logging.Filter):
             ep = self.episode
             ep.last_at, ep.last_line = now, line
             ep.counts[kind] += 1
+            ep.spans[kind] = (ep.spans.get(kind, (now, now))[0], now)
             self.total_folded += 1
             if self._ticker is None:
                 self._ticker = threading.Thread(target=self._tick_while_open, daemon=True,
@@ -189,7 +193,7 @@ class KafkaTrouble(logging.Filter):
                 log.info("Kafka settled after %.1f s (start-up, rebalance or a short blip); %s",
                          lasted, ep.folded())
             return False
-        if not ep.announced and any(now - ep.first_at >= _GRACE[k] for k in ep.counts):
+        if not ep.announced and any(last - first >= _GRACE[k] for k, (first, last) in ep.spans.items()):
             ep.announced, ep.summary_at = True, now
             log.warning("Kafka trouble for %.0f s: %s. aiokafka retries on its own; its repeats "
                         "are folded here, with a summary every %.0f s and a line when it is over",

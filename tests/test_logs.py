@@ -69,6 +69,20 @@ def test_start_up_noise_leaves_one_info_line_with_its_count(trouble, caplog):
                              "leaders))")]
 
 
+def test_one_stray_line_of_each_kind_is_no_outage_whatever_time_passes(trouble, caplog):
+    # `make run` printed "Kafka trouble for 3 s" for one refused connect and one coordinator
+    # not yet available, at a group's start, then "Kafka answers again after 0 s of trouble".
+    folder, clock = trouble
+    folder.filter(record("Group Coordinator Request failed: %s", ("[Error 15]",)))
+    folder.filter(record(*UNREACHABLE))
+    for _ in range(20):
+        clock.now += 0.5
+        folder.tick()
+    assert said(caplog) == [(logging.INFO, "Kafka settled after 0.0 s (start-up, rebalance or a short "
+                             "blip); 2 aiokafka lines folded (1 not ready (topics, group coordinator, "
+                             "leaders), 1 broker unreachable)")]
+
+
 def test_topics_missing_for_long_are_announced_with_aiokafkas_words(trouble, caplog):
     folder, clock = trouble
     while clock.now < 100 + logs.NOT_READY_GRACE_S + 1:
