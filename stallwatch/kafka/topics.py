@@ -131,7 +131,7 @@ async def until_ready(settings: Settings, call: Callable[[], Awaitable[T]],
                 said = True  # one line: start-up is otherwise silent for up to wait_s (INFO:
                 # a broker starting beside the worker is no fault; the SetupError is the loud one)
                 log.info("the Kafka cluster at %s has no broker ready yet (%s); asking again "
-                            "for up to %.0f s", settings.bootstrap, exc, wait_s)
+                         "for up to %.0f s", settings.bootstrap, exc, wait_s)
             await asyncio.sleep(BROKER_READY_POLL_S)
 
 
