@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import BinaryIO
 
@@ -30,10 +31,22 @@ def replay(source: BinaryIO, out: BinaryIO, err: BinaryIO, name: str = "-",
     return commands, rejected
 
 
-def main(path: str, admin_policy: AdminPolicy | None = None, secret: bytes | None = None) -> int:
-    if path == "-":
-        replay(sys.stdin.buffer, sys.stdout.buffer, sys.stderr.buffer, "-", admin_policy, secret)
+def main(path: str, admin_policy: AdminPolicy | None = None, secret: bytes | None = None,
+         jobs: int = 1) -> int:
+    """`jobs` above 1: the runs shared among that many processes (`replay_jobs`), the same output."""
+    out, err = sys.stdout.buffer, sys.stderr.buffer
+    if jobs > 1:
+        from stallwatch.cli.replay_jobs import replay_jobs, spooled
+
+        log = spooled(sys.stdin.buffer) if path == "-" else path
+        try:
+            replay_jobs(log, jobs, out, err, path, admin_policy, secret)
+        finally:
+            if path == "-":
+                os.unlink(log)
+    elif path == "-":
+        replay(sys.stdin.buffer, out, err, "-", admin_policy, secret)
     else:
         with open(path, "rb") as source:
-            replay(source, sys.stdout.buffer, sys.stderr.buffer, path, admin_policy, secret)
+            replay(source, out, err, path, admin_policy, secret)
     return 0

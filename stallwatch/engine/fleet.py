@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -61,12 +61,20 @@ class Fleet:
             (raw,), self.runs, lambda _, value, exc: self._reject(value, exc, topic, partition, offset),
             applied=None if self.metrics is None else self._count))
 
-    def replay(self, lines: Iterable[bytes], source: str = "-") -> Iterator[list[Command] | Rejected]:
+    def replay(self, lines: Iterable[bytes], source: str = "-",
+               line_number: Callable[[int], int] | None = None,
+               applied: Callable[[int, Event, RunState | None, list[Command]], None] | None = None,
+               ) -> Iterator[list[Command] | Rejected]:
         """`handle_raw` over a log's lines (the offset of each is its line number), one result per
-        non-blank line: the engine's one path from records to runs (`RecordApplier`)."""
+        non-blank line: the engine's one path from records to runs (`RecordApplier`).
+        For a share of a log (`stallwatch replay --jobs`): `line_number(index)`, the log's line
+        number of the index-th line given (by default, the index); `applied`, called after each
+        event applied, in place of the metrics' count."""
+        number = line_number or (lambda index: index)
         return self.records.apply(  # type: ignore[return-value]  # no offsets: never SKIPPED
-            lines, self.runs, lambda offset, line, exc: self._reject_line(line, exc, source, offset),
-            applied=None if self.metrics is None else self._count)
+            lines, self.runs,
+            lambda index, line, exc: self._reject_line(line, exc, source, number(index)),
+            applied=applied or (None if self.metrics is None else self._count))
 
     def _count(self, _: int, event: Event, state: RunState | None, commands: list[Command]) -> None:
         self.metrics.count_event(event["type"])  # type: ignore[union-attr]  # set when called

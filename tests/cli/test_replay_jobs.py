@@ -1,0 +1,122 @@
+"""`stallwatch replay --jobs N`: the same bytes as one process, whatever the log holds."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from benchmarks.replay_hashes import mixed_log
+from stallwatch.cli.replay import replay
+from stallwatch.cli.replay_jobs import _literal_run_id, owner, replay_jobs
+from stallwatch.contract.envelope import envelope
+from stallwatch.engine.canonical import derive_secret
+
+
+def sequential(path: Path, secret: bytes | None = None) -> tuple[bytes, bytes, tuple[int, int]]:
+    out, err = io.BytesIO(), io.BytesIO()
+    with path.open("rb") as source:
+        counts = replay(source, out, err, "log", secret=secret)
+    return out.getvalue(), err.getvalue(), counts
+
+
+def in_jobs(path: Path, jobs: int, secret: bytes | None = None) -> tuple[bytes, bytes, tuple[int, int]]:
+    out, err = io.BytesIO(), io.BytesIO()
+    counts = replay_jobs(str(path), jobs, out, err, "log", None, secret)
+    return out.getvalue(), err.getvalue(), counts
+
+
+def written(tmp_path: Path, lines: list[bytes]) -> Path:
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+@pytest.mark.parametrize("jobs", [2, 3])
+@pytest.mark.parametrize("keyed", [False, True])
+def test_jobs_write_the_same_commands_and_dead_letters_as_one_process(tmp_path, jobs, keyed):
+    """Every mode and declaration, redeliveries near and beyond the id window, and bad input of
+    every kind the parser names (blank lines, a line over the size limit, invalid UTF-8)."""
+    secret = derive_secret("jobs test key") if keyed else None
+    path = written(tmp_path, mixed_log(runs=200, seed=7))
+    out, err, counts = sequential(path, secret)
+    assert counts[0] > 1000 and counts[1] > 20  # the log reaches commands and dead letters
+    assert in_jobs(path, jobs, secret) == (out, err, counts)
+
+
+def test_a_run_id_key_nested_first_misroutes_the_quick_reading_and_the_jobs_redo_it_exactly(tmp_path):
+    """The quick reading takes the first `"run_id"` key; an event whose arguments hold one first
+    goes to the wrong job. That job finds out when it applies the event, and the replay is
+    redone with every line parsed: still the same output."""
+    lines = []
+    for run in ("alpha", "beta"):
+        lines.append(orjson.dumps(envelope("run_started", run, f"{run}-0", 1, mode="researcher")))
+    for i in range(1, 30):
+        for run in ("alpha", "beta"):
+            other = "beta" if run == "alpha" else "alpha"
+            call = {"args": {"run_id": other, "q": f"question {i % 4}"},
+                    **envelope("call_proposed", run, f"{run}-{i}", i, round=i, call_id=f"c{i}",
+                               tool="search")}
+            lines.append(orjson.dumps(call))
+    path = written(tmp_path, lines)
+    misrouted = [line for number, line in enumerate(lines)
+                 if owner(line, number, 2) != owner(line, number, 2, exact=True)]
+    assert misrouted  # the quick reading is wrong for these lines: the check must catch them
+    assert in_jobs(path, 2) == sequential(path)
+
+
+@pytest.mark.parametrize("line, run_id", [
+    (b'{"v":1,"run_id":"r-1","type":"round_started"}', b"r-1"),
+    (b'{"run_id" :\t "r 2" , "v":1}', b"r 2"),
+    (b'{"run_id":"caf\xc3\xa9"}', "café".encode()),
+    (b'{"run_id":"a\\"b"}', None),  # an escape: parsed instead
+    (b'{"run_\\u0069d":"r"}', None),  # the key itself escaped: never found, parsed
+    (b'{"run_id":7}', None),
+    (b'{"run_id":"' + b"x" * 600 + b'"}', None),  # too long for an id: parsed, then refused
+    (b'{"tool":"run_id","v":1}', None),  # a value, not a key
+    (b"", None),
+])
+def test_the_quick_reading_takes_only_a_plain_string_after_the_key(line, run_id):
+    assert _literal_run_id(line) == run_id
+
+
+def test_a_blank_line_goes_to_no_job_and_bad_input_to_one():
+    assert owner(b"   \r\n", 4, 3) is None
+    assert owner(b"not json\n", 4, 3) == 4 % 3
+    assert owner(b'{"run_id": 5}\n', 5, 3) == 5 % 3
+
+
+def test_a_job_that_fails_fails_the_replay_and_writes_nothing(tmp_path):
+    out, err = io.BytesIO(), io.BytesIO()
+    with pytest.raises(RuntimeError, match="replay job 0"):
+        replay_jobs(str(tmp_path / "missing.jsonl"), 2, out, err, "log", None, None)
+    assert out.getvalue() == err.getvalue() == b""
+
+
+def cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "stallwatch.cli.main", "replay", *args],
+                          input=stdin, capture_output=True, timeout=120, check=False)
+
+
+def test_the_command_line_takes_jobs_from_standard_input_too(tmp_path):
+    path = written(tmp_path, mixed_log(runs=60, seed=3))
+    one = cli(str(path))
+    assert one.returncode == 0 and one.stdout
+    from_file = cli("--jobs", "2", str(path))
+    from_stdin = cli("--jobs", "3", "-", stdin=path.read_bytes())
+    assert (from_file.returncode, from_file.stdout) == (0, one.stdout)
+    assert from_file.stderr == one.stderr
+    # Read from standard input, the dead letters name "-" as their topic, as one process does.
+    assert (from_stdin.returncode, from_stdin.stdout) == (0, one.stdout)
+    assert from_stdin.stderr == cli("-", stdin=path.read_bytes()).stderr
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "two", "257"])
+def test_a_bad_number_of_jobs_is_named(value, tmp_path):
+    done = cli("--jobs", value, str(tmp_path / "log.jsonl"))
+    assert done.returncode == 2
+    assert b"--jobs" in done.stderr and value.encode() in done.stderr
