@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import BinaryIO
 
@@ -36,14 +35,9 @@ def main(path: str, admin_policy: AdminPolicy | None = None, secret: bytes | Non
     """`jobs` above 1: the runs shared among that many processes (`replay_jobs`), the same output."""
     out, err = sys.stdout.buffer, sys.stderr.buffer
     if jobs > 1:
-        from stallwatch.cli.replay_jobs import replay_jobs, spooled
+        from stallwatch.cli.replay_jobs import replay_jobs
 
-        log = spooled(sys.stdin.buffer) if path == "-" else path
-        try:
-            replay_jobs(log, jobs, out, err, path, admin_policy, secret)
-        finally:
-            if path == "-":
-                os.unlink(log)
+        replay_jobs(path, jobs, out, err, path, admin_policy, secret)
     elif path == "-":
         replay(sys.stdin.buffer, out, err, "-", admin_policy, secret)
     else:

@@ -16,10 +16,12 @@ import heapq
 import multiprocessing
 import os
 import shutil
+import stat
 import struct
 import sys
 import tempfile
 from collections.abc import Iterator
+from contextlib import nullcontext
 from typing import BinaryIO
 
 import orjson
@@ -49,8 +51,10 @@ _BUFFER = 1 << 20
 
 def replay_jobs(path: str, jobs: int, out: BinaryIO, err: BinaryIO, name: str,
                 admin_policy: AdminPolicy | None, secret: bytes | None) -> tuple[int, int]:
-    """As `stallwatch.cli.replay.replay`, with the runs shared among `jobs` forked processes."""
+    """As `stallwatch.cli.replay.replay`, with the runs shared among `jobs` forked processes;
+    `path` is a file, or - for standard input."""
     with tempfile.TemporaryDirectory(prefix="stallwatch-replay-") as folder:
+        path = _whole_file(path, folder)
         outputs = [os.path.join(folder, f"job-{job}") for job in range(jobs)]
         if not _run_jobs(path, jobs, False, outputs, name, admin_policy, secret):
             _run_jobs(path, jobs, True, outputs, name, admin_policy, secret)
@@ -91,13 +95,17 @@ def _run_jobs(path: str, jobs: int, exact: bool, outputs: list[str], name: str,
     return MISROUTED not in codes
 
 
-def spooled(source: BinaryIO) -> str:
-    """A copy of a stream (standard input) in a temporary file, which every job can read whole;
-    the caller removes it."""
-    with tempfile.NamedTemporaryFile(prefix="stallwatch-replay-", suffix=".jsonl",
-                                     delete=False) as copy:
-        shutil.copyfileobj(source, copy, _BUFFER)
-    return copy.name
+def _whole_file(path: str, folder: str) -> str:
+    """A file every job can read whole: `path` when it is a regular file; else (standard input,
+    a pipe such as `<(...)` or /dev/stdin, of which each job would read a part) a copy of it in
+    `folder`. Opened here, so that a missing file fails as in one process, before any job."""
+    with nullcontext(sys.stdin.buffer) if path == "-" else open(path, "rb") as source:
+        if path != "-" and stat.S_ISREG(os.fstat(source.fileno()).st_mode):
+            return path
+        copy = os.path.join(folder, "log")
+        with open(copy, "wb") as target:
+            shutil.copyfileobj(source, target, _BUFFER)
+    return copy
 
 
 def owner(line: bytes, number: int, jobs: int, exact: bool = False) -> int | None:

@@ -5,16 +5,19 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
 
+import stallwatch.cli.replay_jobs
 from benchmarks.replay_hashes import mixed_log
 from stallwatch.cli.replay import replay
 from stallwatch.cli.replay_jobs import _literal_run_id, owner, replay_jobs
 from stallwatch.contract.envelope import envelope
 from stallwatch.engine.canonical import derive_secret
+from stallwatch.engine.fleet import Fleet
 
 
 def sequential(path: Path, secret: bytes | None = None) -> tuple[bytes, bytes, tuple[int, int]]:
@@ -90,10 +93,17 @@ def test_a_blank_line_goes_to_no_job_and_bad_input_to_one():
     assert owner(b'{"run_id": 5}\n', 5, 3) == 5 % 3
 
 
-def test_a_job_that_fails_fails_the_replay_and_writes_nothing(tmp_path):
+def test_a_job_that_fails_fails_the_replay_and_writes_nothing(tmp_path, monkeypatch):
+    class Failing(Fleet):
+        """A job's engine that fails (a full disk, a bug): the forked jobs inherit it."""
+
+        def replay(self, *args: object, **kwargs: object) -> Iterator[object]:
+            raise OSError("the job's own failure")
+
+    monkeypatch.setattr(stallwatch.cli.replay_jobs, "Fleet", Failing)
     out, err = io.BytesIO(), io.BytesIO()
     with pytest.raises(RuntimeError, match="replay job 0"):
-        replay_jobs(str(tmp_path / "missing.jsonl"), 2, out, err, "log", None, None)
+        replay_jobs(str(written(tmp_path, mixed_log(runs=5, seed=1))), 2, out, err, "log", None, None)
     assert out.getvalue() == err.getvalue() == b""
 
 
@@ -120,3 +130,21 @@ def test_a_bad_number_of_jobs_is_named(value, tmp_path):
     done = cli("--jobs", value, str(tmp_path / "log.jsonl"))
     assert done.returncode == 2
     assert b"--jobs" in done.stderr and value.encode() in done.stderr
+
+
+def test_a_log_read_through_a_pipe_path_is_read_whole_by_every_job(tmp_path):
+    """`/dev/stdin` on a pipe, or a shell's `<(...)`: every job opening the path would share one
+    pipe, each reading a part of the log."""
+    path = written(tmp_path, mixed_log(runs=60, seed=5))
+    one = cli(str(path))
+    piped = cli("--jobs", "2", "/dev/stdin", stdin=path.read_bytes())
+    assert (piped.returncode, piped.stdout) == (0, one.stdout)
+    assert piped.stderr == cli("/dev/stdin", stdin=path.read_bytes()).stderr
+
+
+def test_a_missing_log_fails_as_in_one_process_before_any_job_starts(tmp_path):
+    missing = str(tmp_path / "missing.jsonl")
+    one, jobs = cli(missing), cli("--jobs", "3", missing)
+    assert jobs.returncode == one.returncode != 0
+    assert jobs.stderr.splitlines()[-1] == one.stderr.splitlines()[-1]
+    assert jobs.stderr.count(b"Traceback") == one.stderr.count(b"Traceback") == 1
