@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from typing import BinaryIO
 
@@ -37,6 +38,9 @@ def main(path: str, admin_policy: AdminPolicy | None = None, secret: bytes | Non
     if jobs > 1:
         from stallwatch.cli.replay_jobs import replay_jobs
 
+        # SIGTERM as an exit, not a sudden end: the jobs are stopped and the temporary files
+        # removed on the way out.
+        signal.signal(signal.SIGTERM, _exit)
         replay_jobs(path, jobs, out, err, path, admin_policy, secret)
     elif path == "-":
         replay(sys.stdin.buffer, out, err, "-", admin_policy, secret)
@@ -44,3 +48,7 @@ def main(path: str, admin_policy: AdminPolicy | None = None, secret: bytes | Non
         with open(path, "rb") as source:
             replay(source, out, err, path, admin_policy, secret)
     return 0
+
+
+def _exit(signum: int, _: object) -> None:
+    raise SystemExit(128 + signum)  # the shell's code for a process ended by that signal

@@ -16,6 +16,7 @@ import heapq
 import multiprocessing
 import os
 import shutil
+import signal
 import stat
 import struct
 import sys
@@ -84,10 +85,16 @@ def _run_jobs(path: str, jobs: int, exact: bool, outputs: list[str], name: str,
                                  args=(path, job, jobs, exact, outputs[job], name, admin_policy,
                                        secret))
                  for job in range(jobs)]
-    for process in processes:
-        process.start()
-    for process in processes:
-        process.join()
+    try:
+        for process in processes:
+            process.start()
+        for process in processes:
+            process.join()
+    finally:  # the parent stopped (Ctrl-C, SIGTERM): no job outlives it, writing on
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+                process.join()
     codes = [process.exitcode for process in processes]
     failed = [p.name for p, code in zip(processes, codes, strict=True) if code not in (0, MISROUTED)]
     if failed:
@@ -145,6 +152,10 @@ def _job(path: str, job: int, jobs: int, exact: bool, output: str, name: str,
          admin_policy: AdminPolicy | None, secret: bytes | None) -> None:
     """One job, in its own process: replay the log's lines it owns into `output`, each line's
     output tagged with its number. Exits MISROUTED when a line of another job's run came."""
+    # Stopped by the parent alone: Ctrl-C reaches the whole group, and a traceback per job
+    # would bury the parent's.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     fleet = Fleet(admin_policy, secret=secret)
     with open(path, "rb", buffering=_BUFFER) as log, open(output, "wb", buffering=_BUFFER) as tagged:
         share = _Share(log, job, jobs, exact)

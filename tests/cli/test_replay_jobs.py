@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import io
+import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -148,3 +151,27 @@ def test_a_missing_log_fails_as_in_one_process_before_any_job_starts(tmp_path):
     assert jobs.returncode == one.returncode != 0
     assert jobs.stderr.splitlines()[-1] == one.stderr.splitlines()[-1]
     assert jobs.stderr.count(b"Traceback") == one.stderr.count(b"Traceback") == 1
+
+
+def test_a_replay_stopped_by_sigterm_leaves_no_job_running_and_no_temporary_file(tmp_path):
+    """A stopped parent must take its jobs with it: orphaned, they replayed on to the end into
+    a temporary folder no one would remove (beside the copy of standard input)."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    log = written(tmp_path, mixed_log(runs=1500, seed=9))
+    with log.open("rb") as source:
+        parent = subprocess.Popen([sys.executable, "-m", "stallwatch.cli.main", "replay", "--jobs",
+                                   "2", "-"], stdin=source, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(folder)})
+        try:
+            deadline = time.monotonic() + 60
+            while not list(folder.glob("*/job-*")) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            children = Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split()
+            assert parent.poll() is None and len(children) == 2  # stopped while the jobs run
+            parent.send_signal(signal.SIGTERM)
+            assert parent.wait(timeout=30) != 0
+        finally:
+            parent.kill()
+    assert not [child for child in children if Path(f"/proc/{child}").exists()]
+    assert list(folder.iterdir()) == []
