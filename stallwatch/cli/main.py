@@ -14,7 +14,8 @@ from stallwatch.settings import Settings, SetupError
 # The module each command's extra brings, and the extra that brings it: a missing one is named.
 _EXTRAS = {"prometheus_client": "worker", "aiohttp": "worker", "faust": "worker", "mode": "worker",
            "mcp": "mcp"}
-# Replay jobs at most: each holds a pipe and reads the whole log; more than cores gains nothing.
+# Replay jobs at most: each reads the whole log and writes a file of its own (in TMPDIR); more
+# jobs than cores gain nothing.
 _MAX_JOBS = 256
 
 
@@ -26,7 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("file", help="the log, or - for standard input")
     p.add_argument("--jobs", type=_jobs, default=1, metavar="N",
                    help="share the runs among N processes, the same output in the same order "
-                   "(default 1; a log of many runs replays up to N times faster, less its parse)")
+                   "(default 1; a log of many runs replays up to N times faster, less the reading of every "
+                   "line by every job; the output passes through temporary files)")
 
     p = sub.add_parser("explain", help="one run's timeline, from a recorded log or the commands topic")
     p.add_argument("run_id")
