@@ -6,7 +6,7 @@ import signal
 import sys
 from typing import BinaryIO
 
-from stallwatch.contract.commands import encode_command
+from stallwatch.contract.commands import Command, encode_command
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.fleet import Fleet, Rejected
 
@@ -22,13 +22,18 @@ def replay(source: BinaryIO, out: BinaryIO, err: BinaryIO, name: str = "-",
         if isinstance(result, Rejected):
             rejected += 1
             write_err(result.letter.encode() + b"\n")
-        else:
-            for command in result:
-                commands += 1
-                write(encode_command(command) + b"\n")
+        elif result:
+            commands += len(result)
+            write(command_lines(result))
     out.flush()
     err.flush()
     return commands, rejected
+
+
+def command_lines(commands: list[Command]) -> bytes:
+    """A line's commands, one JSON line each, for one write: `--jobs` writes the same pieces, so
+    that sent to one file with the dead letters (2>&1) both buffers flush at the same points."""
+    return b"".join(encode_command(command) + b"\n" for command in commands)
 
 
 def main(path: str, admin_policy: AdminPolicy | None = None, secret: bytes | None = None,

@@ -28,7 +28,7 @@ from typing import BinaryIO
 import orjson
 from xxhash import xxh3_64_intdigest
 
-from stallwatch.contract.commands import encode_command
+from stallwatch.cli.replay import command_lines
 from stallwatch.contract.limits import MAX_ID_CHARS
 from stallwatch.contract.parse import MAX_EVENT_BYTES
 from stallwatch.engine.admin_policy import AdminPolicy
@@ -164,7 +164,7 @@ def _job(path: str, job: int, jobs: int, exact: bool, output: str, name: str,
                 if isinstance(result, Rejected):
                     payload, stream = result.letter.encode() + b"\n", _ERR
                 elif result:
-                    payload, stream = b"".join(encode_command(c) + b"\n" for c in result), _OUT
+                    payload, stream = command_lines(result), _OUT
                 else:
                     continue
                 tagged.write(_HEADER.pack(share.number, stream, len(payload)))

@@ -175,3 +175,32 @@ def test_a_replay_stopped_by_sigterm_leaves_no_job_running_and_no_temporary_file
             parent.kill()
     assert not [child for child in children if Path(f"/proc/{child}").exists()]
     assert list(folder.iterdir()) == []
+
+
+class _OneFile(io.RawIOBase):
+    """Standard output and error sent to one file (`> all.log 2>&1`): what each buffer flushes,
+    in the order flushed."""
+
+    def __init__(self, flushed: list[bytes]) -> None:
+        self.flushed = flushed
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        self.flushed.append(bytes(data))
+        return len(data)
+
+
+def test_output_and_dead_letters_sent_to_one_file_come_out_the_same(tmp_path):
+    """Each stream's buffer flushes when a write does not fit, so the two streams interleave in
+    one file the same way only if both write the same pieces: a line's commands in one write."""
+    path = written(tmp_path, mixed_log(runs=300, seed=2))
+    one: list[bytes] = []
+    out, err = (io.BufferedWriter(_OneFile(one)) for _ in range(2))
+    with path.open("rb") as source:
+        replay(source, out, err, "log")
+    shared: list[bytes] = []
+    out, err = (io.BufferedWriter(_OneFile(shared)) for _ in range(2))
+    replay_jobs(str(path), 2, out, err, "log", None, None)
+    assert b"".join(shared) == b"".join(one)
