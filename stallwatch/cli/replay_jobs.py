@@ -130,7 +130,12 @@ def owner(line: bytes, number: int, jobs: int, exact: bool = False) -> int | Non
         else:
             found = event.get("run_id") if type(event) is dict else None
             run_id = found.encode() if type(found) is str else None
-    return number % jobs if run_id is None else xxh3_64_intdigest(run_id) % jobs
+    return number % jobs if run_id is None else job_of(run_id, jobs)
+
+
+def job_of(run_id: bytes, jobs: int) -> int:
+    """The job of a run, by its id's UTF-8."""
+    return xxh3_64_intdigest(run_id) % jobs
 
 
 def _literal_run_id(line: bytes) -> bytes | None:
@@ -198,7 +203,7 @@ class _Share:
     def check(self, _: int, event: Event, state: object, commands: object) -> None:
         """After each event applied: its run is this job's, or the whole replay is redone with
         every line parsed to find its run (a run seen by two jobs answers wrongly in both)."""
-        if xxh3_64_intdigest(event["run_id"].encode()) % self.jobs != self.job:
+        if job_of(event["run_id"].encode(), self.jobs) != self.job:
             raise _Misrouted
 
 
