@@ -178,8 +178,10 @@ def _job(path: str, job: int, jobs: int, exact: bool, output: str, name: str,
             sys.exit(MISROUTED)
 
 
-class _Misrouted(Exception):
-    """A line whose run belongs to another job: its key was not the event's run id."""
+class _Misrouted(BaseException):
+    """A line whose run belongs to another job: its key was not the event's run id. A signal
+    that ends the job's replay, so not an Exception: the engine keeps every Exception raised
+    while it applies an event with that event (stallwatch.engine.records)."""
 
 
 class _Share:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from stallwatch.contract.limits import MAX_ID_CHARS
+from stallwatch.contract.patterns import MAX_PATTERN_CHARS, MAX_PATTERNS, PatternError, compiled
 from stallwatch.contract.policy import Policy
 
 CONTRACT_VERSION = 1
@@ -16,9 +16,11 @@ CONTRACT_VERSION = 1
 # Strict about what the rules read (types, `v`, required fields); extra fields are ignored so
 # that newer runtimes can add fields without older workers dead-lettering their events.
 _STRICT = ConfigDict(extra="ignore", strict=True, frozen=True)
-# Bounds on a tool's volatile patterns: every string of every result is matched against them.
-MAX_PATTERNS = 32
-MAX_PATTERN_CHARS = 500
+
+# Bounds on a tool's volatile fields: applying them to a result costs at most (the result's
+# nodes the paths reach) x (the number of paths) (stallwatch.engine.canonical.PathTree).
+MAX_VOLATILE_FIELDS = 64
+MAX_PATH_CHARS = 256
 
 Mode = Literal["researcher", "chat", "coder"]
 # What a call does to the agent's workspace (coder mode); `unknown` is treated as a change.
@@ -45,7 +47,8 @@ class ToolSpec(BaseModel):
     requires_approval: bool = False
     # Dotted paths into the result whose values change on every call (`took_ms`,
     # `items.*.score`; `*` matches any key or list index); removed before comparison.
-    volatile_fields: list[str] = []
+    volatile_fields: Annotated[list[Annotated[str, Field(max_length=MAX_PATH_CHARS)]],
+                               Field(max_length=MAX_VOLATILE_FIELDS)] = []
     facts: FactsSpec | None = None
     # Coder mode: what the tool's calls do to the workspace; null: the mode's default (unknown).
     effect: Effect | None = None
@@ -57,12 +60,12 @@ class ToolSpec(BaseModel):
     @field_validator("volatile_patterns")
     @classmethod
     def _patterns_compile(cls, value: list[str] | None) -> list[str] | None:
-        for pattern in value or ():
+        # The engine's own compilation: what is validated is what runs.
+        if value:
             try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"volatile pattern {pattern!r} is not a regular expression: {exc}") \
-                    from None
+                compiled(tuple(value))
+            except PatternError as exc:
+                raise ValueError(str(exc)) from None
         return value
 
 

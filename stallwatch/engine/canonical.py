@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -98,48 +100,98 @@ def _is_empty(value: Any) -> bool:
     return True
 
 
-def without_volatile(value: Any, paths: tuple[tuple[str, ...], ...]) -> Any:
-    """The value with every field a volatile path matches removed; the input is not changed.
+class PathTree:
+    """Volatile paths compiled into one tree, so that a result is walked once whatever the
+    number of paths: the work is at most (nodes of the result the paths reach) x (paths), and
+    the walk goes no deeper than the longest path, however deep the result nests.
 
-    A path is split on dots; a `*` segment matches any key or list index. A path that matches
-    nothing changes nothing.
-    """
-    for path in paths:
-        value = _remove(value, path)
-    return value
+    A path is split on dots; a `*` segment matches any key or list index. Every field some
+    path matches in the result is removed (list indexes are those of the result as given); a
+    path that matches nothing changes nothing."""
+
+    __slots__ = ("children", "leaf", "star")
+
+    def __init__(self) -> None:
+        self.children: dict[str, PathTree] = {}
+        self.star: PathTree | None = None
+        self.leaf = False
+
+    @classmethod
+    def of(cls, paths: Iterable[str]) -> PathTree:
+        root = cls()
+        for path in paths:
+            if not path:
+                continue
+            node = root
+            for segment in path.split("."):
+                if segment == "*":
+                    node.star = node = node.star or cls()
+                else:
+                    node = node.children.setdefault(segment, cls())
+            node.leaf = True
+        return root
 
 
-def _remove(value: Any, path: tuple[str, ...]) -> Any:
-    head, rest = path[0], path[1:]
+def without_volatile(value: Any, paths: tuple[str, ...] | PathTree) -> Any:
+    """The value with every field a volatile path matches removed; the input is not changed."""
+    tree = paths if isinstance(paths, PathTree) else _tree(tuple(paths))
+    return _strip(value, (tree,))
+
+
+@lru_cache(maxsize=256)  # declarations repeat across runs and results; bounded, since runs declare them
+def _tree(paths: tuple[str, ...]) -> PathTree:
+    return PathTree.of(paths)
+
+
+def _steps(nodes: tuple[PathTree, ...], segment: str) -> tuple[PathTree, ...]:
+    """The tree nodes that the field `segment` leads to from `nodes`."""
+    out = []
+    for node in nodes:
+        child = node.children.get(segment)
+        if child is not None:
+            out.append(child)
+        if node.star is not None:
+            out.append(node.star)
+    return tuple(out)
+
+
+def _strip(value: Any, nodes: tuple[PathTree, ...]) -> Any:
     if type(value) is dict:
-        keys = list(value) if head == "*" else [head] if head in value else []
-        if not keys:
+        wild = any(node.star is not None for node in nodes)
+        names = value if wild else {name for node in nodes for name in node.children if name in value}
+        changed: dict[str, Any] = {}
+        for name in names:
+            after = _steps(nodes, name)
+            if any(node.leaf for node in after):
+                changed[name] = _MISSING
+            elif after:
+                inner = _strip(value[name], after)
+                if inner is not value[name]:
+                    changed[name] = inner
+        if not changed:
             return value
-        copy = dict(value)
-        for key in keys:
-            if rest:
-                copy[key] = _remove(copy[key], rest)
-            else:
-                del copy[key]
-        return copy
+        return {k: changed.get(k, v) for k, v in value.items() if changed.get(k) is not _MISSING}
     if type(value) is list:
-        if head == "*":
-            indexes = range(len(value))
-        elif head.isdigit() and int(head) < len(value):
-            indexes = range(int(head), int(head) + 1)
-        else:
+        # What each index leads to: `*`, and any segment of digits naming it ("7", "07").
+        by_index: dict[int, list[PathTree]] = {}
+        for node in nodes:
+            for name, child in node.children.items():
+                if name.isascii() and name.isdigit() and int(name) < len(value):
+                    by_index.setdefault(int(name), []).append(child)
+        stars = [node.star for node in nodes if node.star is not None]
+        changed_at: dict[int, Any] = {}
+        for i in range(len(value)) if stars else sorted(by_index):
+            after = (*by_index.get(i, ()), *stars)
+            if any(node.leaf for node in after):
+                changed_at[i] = _MISSING
+            elif after:
+                inner = _strip(value[i], after)
+                if inner is not value[i]:
+                    changed_at[i] = inner
+        if not changed_at:
             return value
-        if not rest:
-            return [item for i, item in enumerate(value) if i not in indexes]
-        copy = list(value)
-        for i in indexes:
-            copy[i] = _remove(copy[i], rest)
-        return copy
+        return [changed_at.get(i, v) for i, v in enumerate(value) if changed_at.get(i) is not _MISSING]
     return value
-
-
-def split_paths(paths: list[str]) -> tuple[tuple[str, ...], ...]:
-    return tuple(tuple(p.split(".")) for p in paths if p)
 
 
 _MISSING = object()
@@ -189,7 +241,7 @@ def declared_view(tool: str, result: Any, volatile: list[str], facts: dict | Non
     if patterns:
         result = mask_strings(result, patterns)
     if volatile:
-        result = without_volatile(result, split_paths(volatile))
+        result = without_volatile(result, tuple(volatile))
     items = fact_items(result, facts["path"]) if facts else None
     return result, None if items is None else fact_digests(tool, items, facts.get("key"), secret)
 

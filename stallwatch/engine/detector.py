@@ -68,6 +68,8 @@ class Detector:
         event_ids[key] = None
         if len(event_ids) > EVENT_WINDOW:
             state.forget_old_events()
+        if state.quarantined:
+            return state, self.quarantined_verdict(event) if kind == "call_proposed" else out
         if kind == "fleet_advisory":  # before the clock: an advisory never moves run time
             self._on_advisory(state, event, out)
             return state, out
@@ -94,6 +96,24 @@ class Detector:
             state.release()
         # A second run_started changes nothing.
         return state, out
+
+    def quarantine(self, state: RunState | None, event: Event) -> RunState | None:
+        """The run after the engine failed on `event`: marked quarantined (its state may be half
+        changed, so nothing of it is judged again), or, for a run_started, a new quarantined run
+        that holds its id. None for any other event of a run not seen."""
+        if state is None:
+            if event["type"] != "run_started":
+                return None
+            state = RunState(mode=event["mode"], started_ts=event["ts"], last_ts=event["ts"])
+            state.seen_event(xxh3_64_intdigest(event["event_id"].encode()))
+        state.quarantined = True
+        return state
+
+    def quarantined_verdict(self, event: Event) -> list[Command]:
+        """What a quarantined run's call gets: allowed, since nothing of the run is judged."""
+        out: list[Command] = []
+        verdict(out, event, "allow", None, words.quarantined())
+        return out
 
     # -- run and round lifecycle ------------------------------------------------------------
 

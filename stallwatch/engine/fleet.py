@@ -47,7 +47,15 @@ class Fleet:
     def handle(self, event: Event) -> list[Command]:
         """Apply one validated event (a dict, as `parse_event` returns it)."""
         run_id = event["run_id"]
-        state, commands = self.detector.apply(self.runs.get(run_id), event)
+        before = self.runs.get(run_id)
+        try:
+            state, commands = self.detector.apply(before, event)
+        except Exception:  # the fault stays with the event; the run is quarantined
+            state, commands = self.detector.quarantine(before, event), []
+            if self.metrics is not None:
+                self.metrics.count_dead_letter("engine_fault")
+            if event["type"] == "call_proposed":  # answered at once, as every later call is
+                commands = self.detector.quarantined_verdict(event)
         if state is not None:
             self.runs[run_id] = state
         if self.metrics is not None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import TypeVar
 
 from stallwatch.contract.commands import Command
@@ -23,6 +25,21 @@ class Skipped:
 
 
 SKIPPED = Skipped()
+
+
+class EngineFault(InvalidEvent):
+    """A record the engine failed on (a bug, or input no check foresaw), as a dead letter's
+    error: the exception's type and where it was raised, never its message, which may quote the
+    event's content."""
+
+    def __init__(self, reason: str, exc: BaseException, run_id: str | None) -> None:
+        frame = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+        where = f" at {Path(frame[0].filename).name}:{frame[0].lineno}" if frame else ""
+        what = "parsing" if run_id is None else "applying"
+        then = "" if run_id is None else (
+            "; its run is quarantined: no longer judged, its calls are allowed")
+        super().__init__(reason, f"stallwatch failed {what} this event ({type(exc).__name__}"
+                                 f"{where}){then}")
 
 
 class RecordApplier:
@@ -71,32 +88,50 @@ class RecordApplier:
                 if letter is not None:
                     yield letter
                 continue
+            except Exception as exc:  # a fault of the parser itself: this record alone fails
+                letter = rejected(index, value, EngineFault("parse_fault", exc, None))
+                if letter is not None:
+                    yield letter
+                continue
             run_id = event["run_id"]
             state = states.get(run_id)
-            if offsets is not None:
-                if state is None and load is not None:
-                    state = load(run_id)
-                    if state is not None and offsets[index] > state.last_offset:
-                        states[run_id] = state  # in hand from now on: the detector changes it
-                # Offsets and states are kept together (the worker commits them in one
-                # transaction), so this never fires; were it broken, applying an event twice
-                # is the worse outcome.
-                if state is not None and offsets[index] <= state.last_offset:
-                    yield SKIPPED
-                    continue
-            elif state is None and load is not None:
-                state = load(run_id)
-                if state is not None:
-                    states[run_id] = state
-            if expired is not None and state is not None and expired(state):
-                state = None
-            after, commands = detect(state, event)
-            if after is not state:  # a new run (the detector changes a state in hand in place)
-                states[run_id] = after  # type: ignore[assignment]  # never None: a new run's
+            try:
                 if offsets is not None:
-                    after.last_offset = offsets[index]  # type: ignore[union-attr]
-            elif offsets is not None and after is not None:
-                after.last_offset = offsets[index]
-            if applied is not None:
-                applied(index, event, after, commands)
-            yield commands
+                    if state is None and load is not None:
+                        state = load(run_id)
+                        if state is not None and offsets[index] > state.last_offset:
+                            states[run_id] = state  # in hand from now on: the detector changes it
+                    # Offsets and states are kept together (the worker commits them in one
+                    # transaction), so this never fires; were it broken, applying an event twice
+                    # is the worse outcome.
+                    if state is not None and offsets[index] <= state.last_offset:
+                        yield SKIPPED
+                        continue
+                elif state is None and load is not None:
+                    state = load(run_id)
+                    if state is not None:
+                        states[run_id] = state
+                if expired is not None and state is not None and expired(state):
+                    state = None
+                after, commands = detect(state, event)
+                if after is not state:  # a new run (the detector changes a state in hand in place)
+                    states[run_id] = after  # type: ignore[assignment]  # never None: a new run's
+                    if offsets is not None:
+                        after.last_offset = offsets[index]  # type: ignore[union-attr]
+                elif offsets is not None and after is not None:
+                    after.last_offset = offsets[index]
+                if applied is not None:
+                    applied(index, event, after, commands)
+                yield commands
+            except Exception as exc:
+                # Any fault while applying one event stays with it: the event is dead-lettered,
+                # its run quarantined (no longer judged: its calls are allowed), and every other
+                # record and run goes on. Replay and the worker fail on the same event alike.
+                after = self.detector.quarantine(state, event)
+                if after is not None:
+                    states[run_id] = after
+                    if offsets is not None:
+                        after.last_offset = offsets[index]
+                letter = rejected(index, value, EngineFault("engine_fault", exc, run_id))
+                if letter is not None:
+                    yield letter

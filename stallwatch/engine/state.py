@@ -121,6 +121,10 @@ class RunState:
     seen_at: float | None = None
     # run_started's tenant, bounded like an id: the fleet's tallies count per (tenant, tool).
     tenant: str | None = None
+    # The engine failed on one of the run's events (stallwatch.engine.records): the run is no
+    # longer judged, and its calls are allowed. Stored only when true, as one trailing value, so
+    # that every other state keeps format 5's bytes.
+    quarantined: bool = False
 
     def to_bytes(self) -> bytes:
         values: list[Any] = [STATE_FORMAT]
@@ -136,6 +140,8 @@ class RunState:
                 values.extend(value)
                 continue
             values.append(value)
+        if not self.quarantined:
+            values.pop()
         return orjson.dumps(values)
 
     @classmethod
@@ -147,6 +153,8 @@ class RunState:
             values = [STATE_FORMAT, *values[1:], None]
         if values[0] != STATE_FORMAT:
             raise ValueError(f"run state in format {values[0]}, this worker reads {STATE_FORMAT}")
+        if len(values) == _STORED_WITHOUT_QUARANTINE:
+            values.append(False)
         policy_end = _POLICY_AT + len(POLICY_FIELDS)
         data = dict(zip(_FIELD_NAMES, [*values[1:_POLICY_AT], RunPolicy(*values[_POLICY_AT:policy_end]),
                                        *values[policy_end:]], strict=True))
@@ -247,3 +255,5 @@ def _add(ordered: dict, key: object, cap: int) -> None:
 _FIELD_NAMES = tuple(f.name for f in fields(RunState))
 # Where the policy's values start in a stored state (after the format number).
 _POLICY_AT = 1 + _FIELD_NAMES.index("policy")
+# A stored state's length without its optional trailing `quarantined`.
+_STORED_WITHOUT_QUARANTINE = len(_FIELD_NAMES) + len(POLICY_FIELDS) - 1

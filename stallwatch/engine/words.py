@@ -93,6 +93,11 @@ def unknown_run() -> str:
     return ("Allowed: stallwatch has no record of this run's start, so it cannot judge this call.")
 
 
+def quarantined() -> str:
+    return ("Allowed: stallwatch failed on one of this run's events and no longer judges the "
+            "run; its calls run unguarded.")
+
+
 def stop_reason(code: str, detail: dict) -> str:
     return stop_words(code, detail)
 

@@ -314,7 +314,7 @@ def test_a_pattern_that_is_no_regular_expression_is_a_dead_letter():
     bad = coder(tools=[{"name": "bash", "volatile_patterns": ["(unclosed"]}])
     fleet = Fleet()
     rejected = fleet.handle_raw(orjson.dumps(bad.events[0]))
-    assert "is not a regular expression" in rejected.letter.error
+    assert "is not an RE2 regular expression" in rejected.letter.error
 
 
 # -- labels, state --------------------------------------------------------------------------------
