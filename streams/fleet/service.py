@@ -129,22 +129,31 @@ class FleetService:
             for event in events:
                 message = event.message
                 try:
-                    tally = parse_tally(message.value, message.key)
+                    self._merge_one(partials, message)
                 except InvalidTally as error:
                     await self._dead_letter(message, str(error))
-                    continue
-                self.metrics.tallies.inc()
-                key = message.key or b""
-                if tally["ts"] <= time.time() + MAX_CLOCK_AHEAD_S:
-                    self.watermark = max(self.watermark, tally["ts"])
-                slot = (key, bucket_of(tally["ts"], self.cfg.step_s))
-                partial = partials.get(slot)
-                if partial is None:
-                    partial = partials[slot] = new_partial(tally["tenant"], tally["tool"], tally["ts"])
-                merge(partial, tally)
+                except Exception as error:
+                    # Any other fault stays with its record, as in the judge step: the rest of
+                    # the batch merges, and the record goes to the dead letters.
+                    log.exception("merge: tallies partition %s offset %s not merged",
+                                  message.partition, message.offset)
+                    await self._dead_letter(message, f"merge: {type(error).__name__}", "merge_error")
             for (key, _), partial in partials.items():
                 await self.partials.send(key=key, value=orjson.dumps(partial))
             yield len(events)
+
+    def _merge_one(self, partials: dict[tuple[bytes, int], Tally], message: Any) -> None:
+        """One tally record into the batch's partials; raises InvalidTally for bad input."""
+        tally = parse_tally(message.value, message.key)
+        self.metrics.tallies.inc()
+        key = message.key or b""
+        if tally["ts"] <= time.time() + MAX_CLOCK_AHEAD_S:
+            self.watermark = max(self.watermark, tally["ts"])
+        slot = (key, bucket_of(tally["ts"], self.cfg.step_s))
+        partial = partials.get(slot)
+        if partial is None:
+            partial = partials[slot] = new_partial(tally["tenant"], tally["tool"], tally["ts"])
+        merge(partial, tally)
 
     async def _dead_letter(self, message: Any, error: str, reason: str = "invalid_tally") -> None:
         log.warning("dead letter: %s partition %s offset %s: %s", message.topic, message.partition,
