@@ -9,7 +9,7 @@ export STALLWATCH_BOOTSTRAP ?= 127.0.0.1:$(STALLWATCH_KAFKA_PORT)
 export STALLWATCH_REPLICATION_FACTOR ?= 1
 export STALLWATCH_MIN_INSYNC_REPLICAS ?= 1
 
-.PHONY: setup run test lint kafka-up kafka-down bench schemas dashboards clean prometheus
+.PHONY: setup run test lint kafka-up kafka-down bench fuzz schemas dashboards clean prometheus
 
 $(BIN)/stallwatch: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,8 +50,13 @@ test: setup prometheus
 # worker against a bare echo on the broker, then the fleet app at the worker's throughput.
 bench: setup
 	$(BIN)/python benchmarks/replay_bench.py
+	$(BIN)/python benchmarks/hostile_bench.py
 	$(BIN)/python benchmarks/adapters_bench.py
 	@$(call with_kafka,$(BIN)/python benchmarks/kafka_bench.py && $(BIN)/python benchmarks/fleet_bench.py)
+
+# The fuzz harness at length (make test runs a fixed number of its examples): no broker needed.
+fuzz: setup
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q tests/engine/test_fuzz.py
 
 schemas: setup
 	$(BIN)/stallwatch schemas --write schemas/

@@ -1,0 +1,166 @@
+"""A fuzz harness over everything a runtime can send: events of every type with fields valid and
+not, declarations built to make the engine work hard, results of any JSON up to the size limits,
+deep nesting and odd Unicode, raw bytes. Replay and the worker's batch step never raise, answer
+alike, and no event costs more than the bound stated in docs/decisions.md ("Bounded work per
+event").
+
+`make test` runs a fixed number of examples (the `ci` profile); `make fuzz` runs many more
+(HYPOTHESIS_PROFILE=fuzz)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from stallwatch.contract.commands import encode_command
+from stallwatch.contract.events import EVENT_TYPES
+from stallwatch.engine.detector import Detector
+from stallwatch.engine.expiry import PartitionClock
+from stallwatch.engine.fleet import Fleet, Rejected
+from stallwatch.engine.state import RunState
+from streams.worker.batch import BatchApplier, SourceMessage
+
+settings.register_profile("ci", max_examples=120, deadline=None,
+                          suppress_health_check=list(HealthCheck))
+settings.register_profile("fuzz", max_examples=5_000, deadline=None,
+                          suppress_health_check=list(HealthCheck))
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# The bound per event, in CPU seconds: a fixed part and a part per byte of the event. Measured
+# worst cases (benchmarks/hostile_bench.py) stay far below it; the margin absorbs a loaded CI.
+FIXED_S = 0.5
+PER_BYTE_S = 3e-6
+
+RUNS = ["r1", "r2", "r3"]
+TOOLS = ["search", "fetch", "bash", "wait", "t" * 200]
+
+odd_text = st.text(st.characters(codec="utf-8"), max_size=40) | st.sampled_from(
+    ["", "\u202e\u2066bidi", "\x1b[31mred", "line\nbreak", "\u0000nul", "é" * 50, "a" * 300])
+scalars = (st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False)
+           | odd_text)
+json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=6)
+                           | st.dictionaries(odd_text | st.sampled_from(["z1", "id", "items", "0"]),
+                                             inner, max_size=6), max_leaves=40)
+segments = st.sampled_from(["*", "items", "id", "0", "1", "z1", "a", "", "²", "007"])
+paths = st.lists(segments, min_size=1, max_size=5).map(".".join)
+patterns = st.sampled_from(["\\d+ms", "(?i)token", "(?P<t>a)", "(a+)+$", "[ab]*a[ab]{12}", "(",
+                            "(?<=x)y", "a{1001}", "\\pL{1000}", "x*", "", "(a)\\1", "[[:alpha:]]+"])
+tool_specs = st.fixed_dictionaries({"name": st.sampled_from(TOOLS) | odd_text}, optional={
+    "repeat_exempt": st.booleans() | scalars,
+    "volatile_fields": st.lists(paths, max_size=70),
+    "volatile_patterns": st.none() | st.lists(patterns, max_size=34),
+    "facts": st.fixed_dictionaries({"path": paths}, optional={"key": st.none() | paths}) | scalars,
+    "effect": st.sampled_from(["read", "write", "unknown", "bogus"]),
+})
+policies = st.dictionaries(st.sampled_from(["max_rounds", "call_budget", "nudge_at", "fleet_breaker",
+                                            "cycle_threshold", "time_limit_s", "bogus"]),
+                           st.none() | st.integers(-1, 50) | st.booleans() | st.floats(0, 100),
+                           max_size=3)
+
+
+def event(kind: str, run: str, n: int, extra: dict) -> dict:
+    return {"v": 1, "type": kind, "event_id": f"{run}-{n}", "run_id": run, "ts": 1000.0 + n, **extra}
+
+
+@st.composite
+def events(draw: st.DrawFn, n: int) -> bytes:
+    run = draw(st.sampled_from(RUNS))
+    kind = draw(st.sampled_from([*EVENT_TYPES, "call_proposed", "call_result", "junk"]))
+    round_no = draw(st.integers(0, 8) | st.sampled_from([-1, 2**63]))
+    call = {"round": round_no, "call_id": draw(st.sampled_from(["c1", "c2", "c3"]) | odd_text),
+            "tool": draw(st.sampled_from(TOOLS) | odd_text)}
+    extra: dict = {
+        "run_started": lambda: {"mode": draw(st.sampled_from(["researcher", "chat", "coder", "x"])),
+                                "tools": draw(st.lists(tool_specs, max_size=4)),
+                                "policy": draw(policies), "tenant": draw(st.none() | odd_text)},
+        "call_proposed": lambda: {**call, "args": draw(json_values)},
+        "call_result": lambda: {**call, "status": draw(st.sampled_from(["ok", "error", "overloaded", "?"])),
+                                "result": draw(json_values)},
+        "round_started": lambda: {"round": round_no},
+        "round_ended": lambda: {"round": round_no},
+        "run_ended": lambda: {"reason": draw(st.none() | odd_text)},
+        "fleet_advisory": lambda: {"incident_id": "i1", "incident": draw(st.sampled_from(["open", "closed"])),
+                                   "kind": "tool_failing", "tool": call["tool"], "window_s": 60.0},
+    }.get(kind, dict)()
+    raw = _dumps(event(kind, run, n, extra))
+    mangle = draw(st.sampled_from(["none"] * 8 + ["cut", "deep", "bytes", "big"]))
+    if mangle == "cut":
+        raw = raw[:draw(st.integers(0, len(raw)))]
+    elif mangle == "deep":
+        depth = draw(st.integers(250, 1100))
+        raw = raw[:-1] + b',"result":' + b"[" * depth + b"]" * depth + b"}"
+    elif mangle == "bytes":
+        raw = draw(st.binary(max_size=64))
+    elif mangle == "big":  # near the broker's limit, strings the patterns scan
+        raw = raw[:-1] + b',"result":{"items":[{"id":1,"z1":"' + b"a" * 200_000 + b'!"}]}}'
+    return raw
+
+
+@st.composite
+def logs(draw: st.DrawFn) -> list[bytes]:
+    count = draw(st.integers(1, 30))
+    lines = []
+    for run in RUNS:  # most logs start their runs, so that later events meet a state
+        if draw(st.booleans()):
+            tools = draw(st.lists(tool_specs, max_size=3))
+            lines.append(_dumps(event("run_started", run, -1, {
+                "mode": draw(st.sampled_from(["researcher", "chat", "coder"])), "tools": tools})))
+    return lines + [draw(events(n)) for n in range(count)]
+
+
+def costed_replay(lines: list[bytes]) -> list[bytes]:
+    """Replay's commands (dead letters as their errors), each line's CPU time within the bound."""
+    out: list[bytes] = []
+    results = Fleet().replay(lines)
+    for line in lines:
+        started = time.process_time()
+        result = next(results, None) if line.strip() else None
+        elapsed = time.process_time() - started
+        assert elapsed < FIXED_S + PER_BYTE_S * len(line), (elapsed, len(line), line[:200])
+        if isinstance(result, Rejected):
+            out.append(b"dead letter: " + result.letter.error.encode())
+        elif result:
+            out.extend(encode_command(c) for c in result)
+    return out
+
+
+@given(logs())
+def test_replay_never_raises_and_no_event_costs_more_than_the_bound(lines):
+    costed_replay(lines)
+
+
+@given(logs(), st.integers(1, 5))
+def test_the_batch_step_never_raises_and_answers_as_replay_does(lines, batch_size):
+    expected = [c for c in costed_replay(lines) if not c.startswith(b"dead letter")]
+    states: dict[str, RunState] = {}
+    applier = BatchApplier(Detector(), "stallwatch.events")
+    got: list[bytes] = []
+    for start in range(0, len(lines), batch_size):
+        batch = [SourceMessage(_key(line), line, 0, start + i)
+                 for i, line in enumerate(lines[start:start + batch_size])]
+        result = applier.apply(batch, states.get, PartitionClock(), 0.0)
+        states = {run: RunState.from_bytes(state.to_bytes()) for run, state in
+                  {**states, **result.states}.items()}  # as the changelog keeps them
+        got += [encode_command(c) for c in result.commands]
+    assert got == expected
+
+
+def _dumps(value: object) -> bytes:
+    """JSON as any runtime may write it: the standard library's, which takes integers of any size
+    (orjson refuses those past 64 bits) and non-ASCII text as is."""
+    return json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+def _key(line: bytes) -> bytes | None:
+    """The record key a runtime gives an event: its run id, when there is one to read."""
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return b"garbage"
+    run = value.get("run_id") if type(value) is dict else None
+    return run.encode("utf-8", "surrogatepass") if type(run) is str else b"garbage"
