@@ -3,11 +3,8 @@ serve, hook, hooks."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-
-from stallwatch.settings import SetupError
 
 # The module each command's extra brings, and the extra that brings it: a missing one is named.
 _EXTRAS = {"prometheus_client": "worker", "aiohttp": "worker", "faust": "worker", "mode": "worker",
@@ -19,6 +16,8 @@ _MAX_JOBS = 256
 
 def main(argv: list[str] | None = None) -> int:
     # Imported here, not at the top: `stallwatch hook` runs on every tool call and needs none.
+    import argparse
+
     from stallwatch.engine.admin_policy import AdminPolicy
     from stallwatch.engine.canonical import secret_from_key
     from stallwatch.mcp.rounds import DEFAULT_NEW_RUN_AFTER_S, DEFAULT_ROUND_GAP_S
@@ -155,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _jobs(text: str) -> int:
     """`--jobs`: a whole number of processes from 1 to 256 (argparse names a bad one)."""
+    import argparse
+
     try:
         jobs = int(text)
     except ValueError:
@@ -170,6 +171,8 @@ def entry() -> int:
         from stallwatch.hooks.command import main as hook_main
 
         return hook_main(sys.argv[2:])
+    from stallwatch.settings import SetupError
+
     try:
         return main()
     except SetupError as exc:  # a setting to change, named in the message: no traceback
