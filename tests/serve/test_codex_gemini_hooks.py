@@ -65,7 +65,7 @@ async def test_gemini_loop_is_denied_then_ended_with_continue_false(server):
     assert stopped and stopped[0]["reason"] == stopped[0]["stopReason"] == run.stop.reason
 
 
-async def test_gemini_failures_are_read_from_the_exit_code_and_the_pgid_is_not_a_new_fact(server):
+async def test_gemini_failures_are_read_from_the_exit_code(server):
     call = {"tool_name": "run_shell_command", "tool_input": {"command": "python run.py"}}
     for i in range(8):
         await _gemini(server, "gf", "BeforeModel", llm_request={})
