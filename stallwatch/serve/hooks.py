@@ -136,6 +136,7 @@ class Hooks:
         session = payload.get("session_id")
         if not isinstance(session, str) or not session:
             return {}
+        await self.service.sweep()  # sessions killed without SessionEnd are ended after a while
         if event in agent.pre_events:
             return await self.before_call(agent, session, payload)
         if event in agent.post_events:

@@ -226,3 +226,12 @@ async def test_junk_and_unknown_agents_get_no_opinion(server):
     assert answer == {}
     status, answer = await server.post("/hooks/cursor", {})
     assert status == 404 and "claude" in answer["error"]
+
+
+async def test_a_session_idle_for_too_long_is_ended_at_the_next_hook(server, tmp_path):
+    old, new = Session(server, tmp_path, "old"), Session(server, tmp_path, "new")
+    await old.run("Bash", bash("ls"), shell_out("a"))
+    server.service.idle_s = 0.0
+    server.service._last_sweep = -1e9  # the once-a-minute sweep is due
+    await new.run("Bash", bash("ls"), shell_out("a"))
+    assert set(server.service.held) == {"new"}
