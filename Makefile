@@ -14,7 +14,7 @@ export STALLWATCH_MIN_INSYNC_REPLICAS ?= 1
 $(BIN)/stallwatch: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[worker,dev,mcp,langchain,openai-agents,pydantic-ai]'
+	$(BIN)/pip install --quiet -e '.[worker,serve,dev,mcp,langchain,openai-agents,pydantic-ai]'
 	touch $@
 
 setup: $(BIN)/stallwatch

@@ -8,7 +8,7 @@
 #
 # Status: `error` when a bash observation reports a non-zero exit code or a timeout, or when an
 # observation opens with the editor's `ERROR:`; `ok` otherwise. Effects: the editor's `view`
-# reads, its other commands write; a bash command reads only by `shell.shell_effect`'s rule for
+# reads, its other commands write; a bash command reads only by `shell_effect`'s rule for
 # a persistent shell (both keep one shell session for the whole run).
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 from benchmarks.trajectories.runlog import Call, Effect, Trajectory
-from benchmarks.trajectories.shell import shell_effect
+from stallwatch.engine.shell import shell_effect
 
 _EXIT_CODE = re.compile(r"\[Command finished with exit code (-?\d+)\]")
 _TIMED_OUT = ("[Command timed out", "command timed out")

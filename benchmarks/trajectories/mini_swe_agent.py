@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from benchmarks.trajectories.runlog import DEFAULT_STEP_LIMIT, Call, Trajectory
-from benchmarks.trajectories.shell import shell_effect
+from stallwatch.engine.shell import shell_effect
 
 FRAMEWORK = "mini-swe-agent"
 TOOLS = [{"name": "bash", "effect": "unknown"}]

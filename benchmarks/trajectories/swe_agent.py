@@ -9,7 +9,7 @@
 #
 # Effects: `search_dir`, `find_file` and `search_file` with a file read; `create` and `edit`
 # write; `open`, `goto` and `scroll_*` move the editor's window (what later edits and scrolls
-# act on), so they are `unknown`, as is `submit`; a shell command follows `shell.shell_effect`
+# act on), so they are `unknown`, as is `submit`; a shell command follows `shell_effect`
 # for a persistent shell. SWE-agent records no exit codes: status is `error` when the
 # observation carries one of the error texts in _ERROR (command not found, a shell syntax error,
 # a missing file, a usage line, an edit rejected for its syntax, a compiler or runtime error).
@@ -21,7 +21,7 @@ import shlex
 from typing import Any
 
 from benchmarks.trajectories.runlog import Call, Effect, Trajectory
-from benchmarks.trajectories.shell import shell_effect
+from stallwatch.engine.shell import shell_effect
 
 FRAMEWORK = "swe-agent-2024"
 _READS = frozenset({"search_dir", "find_file"})

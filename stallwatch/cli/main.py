@@ -1,15 +1,10 @@
-"""The `stallwatch` command line: replay, explain, top, worker, fleet, demo, schemas, mcp-proxy."""
+"""The `stallwatch` command line: replay, explain, top, worker, fleet, demo, schemas, mcp-proxy,
+serve, hook, hooks."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-
-from stallwatch.engine.admin_policy import AdminPolicy
-from stallwatch.engine.canonical import secret_from_key
-from stallwatch.mcp.rounds import DEFAULT_NEW_RUN_AFTER_S, DEFAULT_ROUND_GAP_S
-from stallwatch.settings import Settings, SetupError
 
 # The module each command's extra brings, and the extra that brings it: a missing one is named.
 _EXTRAS = {"prometheus_client": "worker", "aiohttp": "worker", "faust": "worker", "mode": "worker",
@@ -20,6 +15,14 @@ _MAX_JOBS = 256
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Imported here, not at the top: `stallwatch hook` runs on every tool call and needs none.
+    import argparse
+
+    from stallwatch.engine.admin_policy import AdminPolicy
+    from stallwatch.engine.canonical import secret_from_key
+    from stallwatch.mcp.rounds import DEFAULT_NEW_RUN_AFTER_S, DEFAULT_ROUND_GAP_S
+    from stallwatch.settings import Settings
+
     parser = argparse.ArgumentParser(prog="stallwatch", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -59,6 +62,31 @@ def main(argv: list[str] | None = None) -> int:
                    f"(default {DEFAULT_NEW_RUN_AFTER_S:g})")
     p.add_argument("server", nargs=argparse.REMAINDER, help="the MCP server's command, after --")
 
+    p = sub.add_parser("serve", help="a local HTTP service over the client's calls, and the hooks "
+                       "of Claude Code, Codex and Gemini CLI (needs the [serve] extra)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; any "
+                   "other needs STALLWATCH_SERVE_TOKEN)")
+    p.add_argument("--port", type=int, default=8737, help="port (default 8737)")
+    p.add_argument("--kafka", action="store_true", help="judge through Kafka and a running worker "
+                   "instead of in-process")
+    p.add_argument("--tenant", help="the tenant of the coding agents' runs")
+    p.add_argument("--policy", metavar="FILE", help="a JSON object of policy overrides for the coding "
+                   "agents' runs (coder mode), e.g. {\"stall_stop_at\": 5}")
+
+    p = sub.add_parser("hook", help="the command form of a coding agent's hook: forwards the payload "
+                       "on stdin to `stallwatch serve`")
+    p.add_argument("agent", choices=["claude", "codex", "gemini"])
+
+    p = sub.add_parser("hooks", help="install or remove stallwatch's hooks in a coding agent's settings")
+    p.add_argument("action", choices=["install", "uninstall"])
+    p.add_argument("agent", choices=["claude", "codex", "gemini"])
+    p.add_argument("--scope", choices=["user", "project"], default="user",
+                   help="user settings (default) or the project's, in the current directory")
+    p.add_argument("--http", action="store_true", help="Claude Code: `type: http` hooks that talk to "
+                   "the server directly, instead of the `stallwatch hook` command")
+    p.add_argument("--url", help="the server's address (default $STALLWATCH_SERVE_URL or "
+                   "http://127.0.0.1:8737)")
+
     sub.add_parser("worker", help="start a stream worker (needs the [worker] extra)")
     sub.add_parser("fleet", help="start a fleet app worker: incidents across runs per tool (Faust; "
                    "needs the [worker] extra)")
@@ -78,7 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "schemas":
         from stallwatch.contract.schema import main as schema_main
 
-        return schema_main(args.write)
+        code = schema_main(args.write)
+        from stallwatch.serve.openapi import main as openapi_main
+
+        return code or openapi_main(args.write)
     if args.command == "top":
         from stallwatch.cli.top import main as top_main
 
@@ -92,6 +123,19 @@ def main(argv: list[str] | None = None) -> int:
         options = ProxyOptions(mode=args.mode, exempt=tuple(args.exempt),
                                **{k: v for k, v in given.items() if v is not None})
         return proxy_main(command, options, args.kafka, settings)
+    if args.command == "serve":
+        from stallwatch.serve.main import ServeOptions
+        from stallwatch.serve.main import main as serve_main
+
+        return serve_main(ServeOptions(args.host, args.port, args.kafka, args.tenant, args.policy), settings)
+    if args.command == "hook":
+        from stallwatch.hooks.command import main as hook_main
+
+        return hook_main([args.agent])
+    if args.command == "hooks":
+        from stallwatch.hooks.install import main as hooks_main
+
+        return hooks_main(args.action, args.agent, args.scope, args.http, args.url)
     if args.command == "worker":
         from streams.worker.service import main as worker_main
 
@@ -110,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _jobs(text: str) -> int:
     """`--jobs`: a whole number of processes from 1 to 256 (argparse names a bad one)."""
+    import argparse
+
     try:
         jobs = int(text)
     except ValueError:
@@ -121,13 +167,20 @@ def _jobs(text: str) -> int:
 
 def entry() -> int:
     """The console script: a closed pipe (`stallwatch replay log | head`) ends quietly."""
+    if sys.argv[1:2] == ["hook"]:  # every tool call: no argparse, no engine, no pydantic
+        from stallwatch.hooks.command import main as hook_main
+
+        return hook_main(sys.argv[2:])
+    from stallwatch.settings import SetupError
+
     try:
         return main()
     except SetupError as exc:  # a setting to change, named in the message: no traceback
         print(f"stallwatch: {exc}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as exc:
-        extra = _EXTRAS.get((exc.name or "").split(".")[0])
+        module = (exc.name or "").split(".")[0]
+        extra = "serve" if sys.argv[1:2] == ["serve"] else _EXTRAS.get(module)
         if extra is None:
             raise
         print(f"stallwatch: this command needs the [{extra}] extra (no module {exc.name!r}): "

@@ -1,4 +1,5 @@
-"""Which shell commands only read the workspace: the effect a converter declares for them."""
+"""Which shell commands only read the workspace: the effect declared for a shell call (coding
+agents' hooks, the trajectories benchmark's converters)."""
 
 # The rule: a command reads when every part of it (split at `&&`, `||`, `;`, `|`, `&`, newlines)
 # runs a program from READ_ONLY, with none of that program's writing options, and nothing is
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import shlex
 
-from benchmarks.trajectories.runlog import Effect
+from stallwatch.contract.events import Effect
 
 # Programs that read files or print state and never change the workspace (with the
 # exceptions in _WRITING_OPTIONS). Declaring a writer here would let a re-run after its

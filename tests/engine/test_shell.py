@@ -2,7 +2,7 @@
 
 import pytest
 
-from benchmarks.trajectories.shell import shell_effect
+from stallwatch.engine.shell import shell_effect
 
 
 @pytest.mark.parametrize("command", [

@@ -1,0 +1,172 @@
+"""`stallwatch hooks install|uninstall <agent>`: stallwatch's entries merged into (or taken out
+of) a coding agent's own settings file, the user's other hooks and settings kept, idempotent,
+with a backup of the file as it was."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stallwatch.hooks.command import DEFAULT_URL, URL_ENV
+
+# Seconds an agent waits for one hook before running the call anyway: above the command's own
+# deadline (8 s), so that the command, not the agent, decides when to fail open.
+HOOK_TIMEOUT_S = 10
+
+
+@dataclass(frozen=True)
+class Target:
+    agent: str
+    events: tuple[str, ...]  # the events stallwatch needs
+    tool_events: frozenset[str]  # those that take a tool matcher
+    match_all: str  # the agent's matcher for every tool
+    timeout: int  # in the agent's unit
+    extra: dict[str, Any]  # settings the hooks need to run at all
+
+    def path(self, scope: str, cwd: Path) -> Path:
+        home = Path.home()
+        if self.agent == "claude":
+            return (home / ".claude" if scope == "user" else cwd / ".claude") / "settings.json"
+        if self.agent == "codex":
+            codex_home = Path(os.environ["CODEX_HOME"]) if os.environ.get("CODEX_HOME") else home / ".codex"
+            return (codex_home if scope == "user" else cwd / ".codex") / "hooks.json"
+        return (home / ".gemini" if scope == "user" else cwd / ".gemini") / "settings.json"
+
+
+TARGETS = {
+    "claude": Target("claude", ("PreToolUse", "PostToolUse", "PostToolUseFailure", "UserPromptSubmit",
+                                "SessionEnd"),
+                     frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure"}), "*",
+                     HOOK_TIMEOUT_S, {}),
+    # Codex: an integer timeout (a float silently disables every hook in the file).
+    "codex": Target("codex", ("PreToolUse", "PostToolUse", "PreModelRequest", "UserPromptSubmit",
+                              "SessionEnd"),
+                    frozenset({"PreToolUse", "PostToolUse"}), "", HOOK_TIMEOUT_S, {}),
+    # Gemini CLI: timeouts in milliseconds; hooks run only with hooksConfig.enabled.
+    "gemini": Target("gemini", ("BeforeTool", "AfterTool", "BeforeModel", "BeforeAgent", "SessionEnd"),
+                     frozenset({"BeforeTool", "AfterTool"}), ".*", HOOK_TIMEOUT_S * 1000,
+                     {"hooksConfig": {"enabled": True}}),
+}
+
+
+def hook_command(agent: str) -> str:
+    """The command an agent runs: this installation's `stallwatch`, found wherever it is."""
+    found = shutil.which("stallwatch")
+    if found:
+        return f"{shlex.quote(found)} hook {agent}"
+    return f"{shlex.quote(sys.executable)} -m stallwatch.cli.main hook {agent}"
+
+
+def is_ours(hook: Any, agent: str) -> bool:
+    if not isinstance(hook, dict):
+        return False
+    command, url = str(hook.get("command", "")), str(hook.get("url", ""))
+    return (command.endswith(f" hook {agent}") and "stallwatch" in command) \
+        or url.rstrip("/").endswith(f"/hooks/{agent}")
+
+
+def without_ours(settings: dict[str, Any], agent: str) -> dict[str, Any]:
+    """The settings with every stallwatch entry for `agent` taken out, empty groups dropped."""
+    hooks = settings.get("hooks")
+    if not isinstance(hooks, dict):
+        return dict(settings)
+    kept: dict[str, Any] = {}
+    for event, groups in hooks.items():
+        if not isinstance(groups, list):
+            kept[event] = groups
+            continue
+        new_groups = []
+        for group in groups:
+            if isinstance(group, dict) and isinstance(group.get("hooks"), list):
+                entries = [h for h in group["hooks"] if not is_ours(h, agent)]
+                if not entries:
+                    continue
+                group = {**group, "hooks": entries}
+            new_groups.append(group)
+        if new_groups:
+            kept[event] = new_groups
+    result = {**settings, "hooks": kept}
+    if not kept:
+        del result["hooks"]
+    return result
+
+
+def with_ours(settings: dict[str, Any], target: Target, entry: dict[str, Any]) -> dict[str, Any]:
+    result = dict(without_ours(settings, target.agent))  # never the caller's dict
+    hooks = dict(result.get("hooks") or {})
+    for event in target.events:
+        group: dict[str, Any] = {"hooks": [entry]}
+        if event in target.tool_events:
+            group = {"matcher": target.match_all, **group}
+        hooks[event] = [*hooks.get(event, []), group]
+    result["hooks"] = hooks
+    for key, value in target.extra.items():
+        current = result.get(key)
+        result[key] = {**current, **value} if isinstance(current, dict) and isinstance(value, dict) else value
+    return result
+
+
+def entry_for(target: Target, http: bool, url: str) -> dict[str, Any]:
+    if http:
+        if target.agent != "claude":
+            raise ValueError(f"--http: only Claude Code takes http hooks; {target.agent} runs the command")
+        return {"type": "http", "url": f"{url.rstrip('/')}/hooks/claude", "timeout": target.timeout}
+    command = hook_command(target.agent)
+    if url != DEFAULT_URL:
+        command = f"{URL_ENV}={shlex.quote(url)} {command}"
+    return {"type": "command", "command": command, "timeout": target.timeout}
+
+
+def read_settings(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    try:
+        settings = json.loads(path.read_text() or "{}")
+    except ValueError as exc:
+        raise ValueError(f"{path} is not valid JSON ({exc}): fix it or move it away, then run again") \
+            from None
+    if not isinstance(settings, dict):
+        raise ValueError(f"{path} holds no JSON object: fix it or move it away, then run again")
+    return settings
+
+
+def write_settings(path: Path, settings: dict[str, Any]) -> Path | None:
+    """Write the file, first copying what was there to `<name>.stallwatch-backup`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    backup = None
+    if path.exists():
+        backup = path.with_name(path.name + ".stallwatch-backup")
+        shutil.copy2(path, backup)
+    tmp = path.with_name(path.name + ".stallwatch-tmp")
+    tmp.write_text(json.dumps(settings, indent=2) + "\n")
+    os.replace(tmp, path)  # an agent starting meanwhile reads the old file or the new, whole
+    return backup
+
+
+def change(action: str, agent: str, scope: str, http: bool, url: str | None, cwd: Path) -> str:
+    target = TARGETS[agent]
+    path = target.path(scope, cwd)
+    settings = read_settings(path)
+    url = url or os.environ.get(URL_ENV) or DEFAULT_URL
+    new = with_ours(settings, target, entry_for(target, http, url)) if action == "install" \
+        else without_ours(settings, agent)
+    if new == settings:
+        return f"{path}: already {'installed' if action == 'install' else 'without stallwatch'}"
+    backup = write_settings(path, new)
+    done = "installed in" if action == "install" else "removed from"
+    return f"stallwatch hooks {done} {path}" + (f" (the previous file is {backup})" if backup else "")
+
+
+def main(action: str, agent: str, scope: str, http: bool, url: str | None) -> int:
+    try:
+        print(change(action, agent, scope, http, url, Path.cwd()))
+    except ValueError as exc:
+        print(f"stallwatch hooks: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,172 @@
+"""What each coding agent's hooks send and expect: event names, tool effects, answers.
+
+A hook payload is the agent's; the server turns it into the client's calls (hooks.py). Each
+agent here says what its fields mean and how a refusal, a stop and a nudge are written back."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from stallwatch.engine.shell import shell_effect
+
+# Words marking stallwatch's notes beside a tool's result, so the model knows who speaks.
+NOTE = "[stallwatch] "
+
+
+class Agent:
+    name = ""
+    pre_events: frozenset[str] = frozenset()
+    post_events: frozenset[str] = frozenset()
+    failure_events: frozenset[str] = frozenset()
+    # Events that fire once per model request: the round before it has ended.
+    model_events: frozenset[str] = frozenset()
+    # A new user prompt: a stopped run gives way to a new one.
+    prompt_events: frozenset[str] = frozenset()
+    end_events: frozenset[str] = frozenset()
+    tools: tuple[dict[str, Any], ...] = ()
+    shell_tools: frozenset[str] = frozenset()
+    # Whether the agent's shell keeps one session (and its `cd`) from call to call.
+    persistent_shell = False
+    # Argument names that describe a call without changing it: not part of its signature.
+    ignored_args: frozenset[str] = frozenset({"description"})
+
+    def call_args(self, payload: dict[str, Any]) -> Any:
+        args = payload.get("tool_input")
+        if isinstance(args, dict):
+            return {k: v for k, v in args.items() if k not in self.ignored_args}
+        return args
+
+    def call_effect(self, tool: str, args: Any) -> str | None:
+        """A shell command's effect by the read rule; None: the tool's declared effect."""
+        if tool in self.shell_tools and isinstance(args, dict):
+            command = args.get("command")
+            if isinstance(command, str):
+                return shell_effect(command, persistent=self.persistent_shell)
+            return "unknown"
+        return None
+
+    def result_view(self, payload: dict[str, Any]) -> Any:
+        return payload.get("tool_response", payload.get("error"))
+
+    def failed(self, payload: dict[str, Any]) -> bool:
+        return payload.get("hook_event_name") in self.failure_events
+
+    def deny(self, event: str, reason: str, stop: str | None) -> dict[str, Any]:
+        """Refuse the call with `reason`; with `stop`, also end the run where the agent can."""
+        raise NotImplementedError
+
+    def after(self, event: str, notes: list[str]) -> dict[str, Any]:
+        """The answer to a result hook: nudges as context for the model, where the agent takes it."""
+        return {}
+
+
+def _pre_tool_deny(reason: str) -> dict[str, Any]:
+    return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+                                   "permissionDecisionReason": reason}}
+
+
+def _context(event: str, notes: list[str]) -> dict[str, Any]:
+    if not notes:
+        return {}
+    return {"hookSpecificOutput": {"hookEventName": event,
+                                   "additionalContext": "\n".join(NOTE + n for n in notes)}}
+
+
+class Claude(Agent):
+    """Claude Code: `PreToolUse`, `PostToolUse`, `PostToolUseFailure`; command or http hooks."""
+
+    name = "claude"
+    pre_events = frozenset({"PreToolUse"})
+    post_events = frozenset({"PostToolUse", "PostToolUseFailure"})
+    failure_events = frozenset({"PostToolUseFailure"})
+    prompt_events = frozenset({"UserPromptSubmit"})
+    end_events = frozenset({"SessionEnd"})
+    tools = (
+        *({"name": n, "effect": "read"} for n in ("Read", "Grep", "Glob", "LS")),
+        *({"name": n, "effect": "write"} for n in ("Edit", "Write", "MultiEdit", "NotebookEdit")),
+        # Waits on a background shell: the same poll may rightly be repeated.
+        *({"name": n, "effect": "read", "repeat_exempt": True} for n in ("BashOutput", "TaskOutput")),
+    )
+    shell_tools = frozenset({"Bash"})
+    persistent_shell = True  # Claude Code keeps the working directory from call to call
+
+    def call_effect(self, tool: str, args: Any) -> str | None:
+        if tool == "Bash" and isinstance(args, dict) and args.get("run_in_background"):
+            return "unknown"  # its answer is a shell id; what it does comes later
+        return super().call_effect(tool, args)
+
+    def deny(self, event: str, reason: str, stop: str | None) -> dict[str, Any]:
+        answer = _pre_tool_deny(reason)
+        if stop is not None:
+            answer |= {"continue": False, "stopReason": stop}
+        return answer
+
+    def after(self, event: str, notes: list[str]) -> dict[str, Any]:
+        return _context(event, notes)
+
+
+class Codex(Agent):
+    """Codex CLI: `PreToolUse`, `PostToolUse` (failures too), `PreModelRequest` per request.
+    No hook answer ends its run: `continue: false` beside a deny cancels the deny."""
+
+    name = "codex"
+    pre_events = frozenset({"PreToolUse"})
+    post_events = frozenset({"PostToolUse"})
+    model_events = frozenset({"PreModelRequest"})
+    prompt_events = frozenset({"UserPromptSubmit"})
+    end_events = frozenset({"SessionEnd"})
+    tools = ({"name": "apply_patch", "effect": "write"},)
+    shell_tools = frozenset({"Bash"})
+
+    def deny(self, event: str, reason: str, stop: str | None) -> dict[str, Any]:
+        return _pre_tool_deny(reason)
+
+
+# Gemini CLI's shell result names its process group, new on every call.
+_GEMINI_PGID = re.compile(r"Process Group PGID: \d+")
+_GEMINI_EXIT = re.compile(r"Exit Code: (\d+)")
+
+
+class Gemini(Agent):
+    """Gemini CLI: `BeforeTool`, `AfterTool`, `BeforeModel` per request; `continue: false` ends."""
+
+    name = "gemini"
+    pre_events = frozenset({"BeforeTool"})
+    post_events = frozenset({"AfterTool"})
+    model_events = frozenset({"BeforeModel"})
+    prompt_events = frozenset({"BeforeAgent"})
+    end_events = frozenset({"SessionEnd"})
+    tools = (
+        *({"name": n, "effect": "read"} for n in ("read_file", "read_many_files", "list_directory",
+                                                 "glob", "search_file_content", "grep_search")),
+        *({"name": n, "effect": "write"} for n in ("write_file", "replace")),
+    )
+    shell_tools = frozenset({"run_shell_command"})
+
+    def result_view(self, payload: dict[str, Any]) -> Any:
+        response = payload.get("tool_response")
+        if isinstance(response, dict) and isinstance(response.get("llmContent"), str):
+            return {**response, "llmContent": _GEMINI_PGID.sub("", response["llmContent"])}
+        return response
+
+    def failed(self, payload: dict[str, Any]) -> bool:
+        response = payload.get("tool_response")
+        if not isinstance(response, dict):
+            return False
+        if response.get("error"):
+            return True
+        exit_code = _GEMINI_EXIT.search(str(response.get("llmContent", "")))
+        return exit_code is not None and exit_code.group(1) != "0"
+
+    def deny(self, event: str, reason: str, stop: str | None) -> dict[str, Any]:
+        answer: dict[str, Any] = {"decision": "deny", "reason": reason}
+        if stop is not None:
+            answer |= {"continue": False, "stopReason": stop}
+        return answer
+
+    def after(self, event: str, notes: list[str]) -> dict[str, Any]:
+        return _context(event, notes)
+
+
+AGENTS: dict[str, Agent] = {a.name: a for a in (Claude(), Codex(), Gemini())}

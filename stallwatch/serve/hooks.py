@@ -1,0 +1,262 @@
+"""Coding agents' hooks as the client's calls: a session is a run, a hook a proposal or a result.
+
+Rounds (docs/decisions.md, "Coding agents through their hooks"): one model response is one
+round. Claude Code's transcript says which response a call belongs to (`message.id`); Codex and
+Gemini CLI fire a hook per model request. Without either, the MCP proxy's gap rule applies:
+calls in flight together, or within the gap of the last one ending, share a round. A round
+ends when the next one starts (or at the next model request): a stop can only reach the agent
+at its next hook anyway."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from stallwatch.mcp.rounds import DEFAULT_ROUND_GAP_S
+from stallwatch.serve.agents import AGENTS, Agent
+from stallwatch.serve.service import Held, Service
+
+log = logging.getLogger(__name__)
+# How long a hook waits for its call to appear in Claude Code's transcript (the line can lag
+# the hook by tens of milliseconds), and how often it looks.
+TRANSCRIPT_WAIT_S = 0.5
+TRANSCRIPT_POLL_S = 0.02
+
+
+@dataclass(frozen=True)
+class HookSettings:
+    """What the server decides for every agent session (the agent does not say)."""
+
+    mode: str = "coder"
+    tenant: str | None = None
+    policy: dict[str, Any] | None = None
+    round_gap_s: float = DEFAULT_ROUND_GAP_S
+    transcript_wait_s: float = TRANSCRIPT_WAIT_S
+
+
+@dataclass
+class RoundKeeper:
+    """Which round a new call belongs to, by a response key when there is one, else by gap."""
+
+    gap_s: float
+    open: bool = False
+    key: str | None = None
+    in_flight: int = 0
+    last_activity: float = 0.0
+    # The agent's call key -> stallwatch's call ids in flight under it, oldest first.
+    calls: dict[str, list[str]] = field(default_factory=dict)
+    # A model request was seen: from then on only model requests end rounds.
+    by_model_requests: bool = False
+
+    def is_new_round(self, key: str | None, now: float) -> bool:
+        if not self.open:
+            return True
+        if self.by_model_requests:
+            return False
+        if key is not None:
+            return key != self.key
+        return self.in_flight == 0 and now - self.last_activity > self.gap_s
+
+
+class ClaudeTranscript:
+    """Reads a Claude Code transcript as it grows: which response (`message.id`) holds each
+    tool call. Only ids are kept; the content is never stored."""
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+        self.offset = 0
+        self.response_of: dict[str, str] = {}
+
+    def read_new(self) -> None:
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except OSError:
+            return
+        end = chunk.rfind(b"\n") + 1  # a line being written is read next time, whole
+        self.offset += end
+        for line in chunk[:end].splitlines():
+            self._take(line)
+
+    def _take(self, line: bytes) -> None:
+        if b'"tool_use"' not in line:
+            return
+        try:
+            entry = orjson.loads(line)
+            message = entry["message"]
+            for block in message["content"]:
+                if isinstance(block, dict) and block.get("type") == "tool_use":
+                    self.response_of[block["id"]] = message["id"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return
+
+    async def response(self, tool_use_id: str, wait_s: float) -> str | None:
+        deadline = time.monotonic() + wait_s
+        while True:
+            self.read_new()
+            found = self.response_of.get(tool_use_id)
+            if found is not None or time.monotonic() >= deadline:
+                return found
+            await asyncio.sleep(TRANSCRIPT_POLL_S)
+
+
+class Hooks:
+    """POST /hooks/{agent}: the agent's hook payload in, the agent's hook answer out. Anything
+    unexpected answers `{}` (no opinion: the call runs), as the agents do when a hook fails."""
+
+    def __init__(self, service: Service, settings: HookSettings) -> None:
+        self.service = service
+        self.settings = settings
+        self._generation: dict[str, int] = {}  # session -> how many runs it has had, less one
+
+    async def handle(self, request: web.Request) -> web.Response:
+        agent = AGENTS.get(request.match_info["agent"])
+        if agent is None:
+            return web.json_response({"error": f"no hooks for {request.match_info['agent']!r}: "
+                                      f"use one of {sorted(AGENTS)}"}, status=404)
+        try:
+            payload = orjson.loads(await request.read())
+            answer = await self.answer(agent, payload) if isinstance(payload, dict) else {}
+        except Exception:  # the agent's call must not fail because stallwatch did
+            log.warning("stallwatch: a %s hook could not be judged; the call runs", agent.name,
+                        exc_info=True)
+            answer = {}
+        return web.json_response(answer)
+
+    async def answer(self, agent: Agent, payload: dict[str, Any]) -> dict[str, Any]:
+        event = payload.get("hook_event_name")
+        session = payload.get("session_id")
+        if not isinstance(session, str) or not session:
+            return {}
+        await self.service.sweep()  # sessions killed without SessionEnd are ended after a while
+        if event in agent.pre_events:
+            return await self.before_call(agent, session, payload)
+        if event in agent.post_events:
+            return await self.after_call(agent, session, payload)
+        if event in agent.model_events:
+            await self.model_request(agent, session)
+        elif event in agent.prompt_events:
+            await self.user_prompt(session)
+        elif event in agent.end_events:
+            await self.session_end(session)
+        return {}
+
+    def run_id(self, session: str) -> str:
+        generation = self._generation.get(session, 0)
+        return session if generation == 0 else f"{session}.{generation}"
+
+    async def before_call(self, agent: Agent, session: str, payload: dict[str, Any]) -> dict[str, Any]:
+        tool = payload.get("tool_name")
+        if not isinstance(tool, str) or not tool:
+            return {}
+        run_id = self.run_id(session)
+        async with self.service.locked(run_id):
+            held = self.service.held.get(run_id) or await self._start(agent, run_id)
+            held.last_used = time.monotonic()
+            run, rounds = held.run, held.extra["rounds"]
+            if run.stop is not None:
+                return agent.deny(str(payload.get("hook_event_name")), run.stop.reason, run.stop.reason)
+            key = await self._response_key(agent, held, payload)
+            now = time.monotonic()
+            if rounds.is_new_round(key, now):
+                if rounds.open:
+                    await run.end_round()
+                rounds.open, rounds.key = True, key
+                await run.start_round()
+            rounds.last_activity = now
+            if run.stop is not None:  # the round just ended stopped the run
+                return agent.deny(str(payload.get("hook_event_name")), run.stop.reason, run.stop.reason)
+            args = agent.call_args(payload)
+            call_id, decision = await run.propose(tool, args, None, agent.call_effect(tool, args))
+            if not decision.allowed:
+                if run.stop is not None:
+                    return agent.deny(str(payload.get("hook_event_name")), run.stop.reason,
+                                      run.stop.reason)
+                return agent.deny(str(payload.get("hook_event_name")), decision.reason, None)
+            rounds.in_flight += 1
+            rounds.calls.setdefault(_call_key(payload, tool, args), []).append(call_id)
+            return {}
+
+    async def after_call(self, agent: Agent, session: str, payload: dict[str, Any]) -> dict[str, Any]:
+        tool = payload.get("tool_name")
+        run_id = self.run_id(session)
+        async with self.service.locked(run_id):
+            held = self.service.held.get(run_id)
+            if held is None or not isinstance(tool, str):
+                return {}
+            rounds: RoundKeeper = held.extra["rounds"]
+            waiting = rounds.calls.get(key := _call_key(payload, tool, agent.call_args(payload)))
+            if not waiting:  # a call stallwatch never allowed (or a server restarted since)
+                return {}
+            call_id = waiting.pop(0)
+            if not waiting:
+                del rounds.calls[key]
+            rounds.in_flight = max(rounds.in_flight - 1, 0)
+            rounds.last_activity = time.monotonic()
+            status = "error" if agent.failed(payload) else "ok"
+            await held.run.result(call_id, tool, status, agent.result_view(payload))
+            return agent.after(str(payload.get("hook_event_name")), held.unread_nudges())
+
+    async def model_request(self, agent: Agent, session: str) -> None:
+        """The agent asks the model again: the calls so far form one round, and it ends now."""
+        run_id = self.run_id(session)
+        async with self.service.locked(run_id):
+            held = self.service.held.get(run_id) or await self._start(agent, run_id)
+            held.last_used = time.monotonic()
+            rounds: RoundKeeper = held.extra["rounds"]
+            rounds.by_model_requests = True
+            if rounds.open:
+                rounds.open = False
+                await held.run.end_round()
+
+    async def user_prompt(self, session: str) -> None:
+        """A new prompt from the user is a new task: a stopped run gives way to a new one."""
+        run_id = self.run_id(session)
+        async with self.service.locked(run_id):
+            held = self.service.held.get(run_id)
+            if held is None or held.run.stop is None:
+                return
+            await self.service.end(run_id, "stopped; the user prompted again")
+            self._generation[session] = self._generation.get(session, 0) + 1
+
+    async def session_end(self, session: str) -> None:
+        run_id = self.run_id(session)
+        async with self.service.locked(run_id):
+            self._generation.pop(session, None)
+            if run_id in self.service.held:
+                await self.service.end(run_id, "session ended")
+
+    async def _start(self, agent: Agent, run_id: str) -> Held:
+        s = self.settings
+        held = await self.service.start(run_id, mode=s.mode, tools=[dict(t) for t in agent.tools],
+                                        policy=s.policy, tenant=s.tenant)
+        held.extra["rounds"] = RoundKeeper(s.round_gap_s)
+        return held
+
+    async def _response_key(self, agent: Agent, held: Held, payload: dict[str, Any]) -> str | None:
+        """Which model response the call is part of, where the agent tells; else None."""
+        tool_use_id, path = payload.get("tool_use_id"), payload.get("transcript_path")
+        if not isinstance(tool_use_id, str) or not isinstance(path, str) or not path.endswith(".jsonl"):
+            return None
+        transcript = held.extra.get("transcript")
+        if transcript is None or str(transcript.path) != path:
+            transcript = held.extra["transcript"] = ClaudeTranscript(path)
+        return await transcript.response(tool_use_id, self.settings.transcript_wait_s)
+
+
+def _call_key(payload: dict[str, Any], tool: str, args: Any) -> str:
+    """Pairs a result with its proposal: the agent's call id, else the call itself (Gemini CLI
+    gives no id; the same call twice in flight pairs first with first)."""
+    tool_use_id = payload.get("tool_use_id")
+    if isinstance(tool_use_id, str) and tool_use_id:
+        return tool_use_id
+    return tool + "\x00" + orjson.dumps(args, option=orjson.OPT_SORT_KEYS).decode()
+

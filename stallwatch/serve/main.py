@@ -1,0 +1,108 @@
+"""`stallwatch serve`: start the HTTP service and keep it up until interrupted."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from stallwatch.client import EmbeddedClient, KafkaClient
+from stallwatch.client.run import Client
+from stallwatch.engine.admin_policy import AdminPolicy
+from stallwatch.serve.app import make_app
+from stallwatch.serve.hooks import HookSettings
+from stallwatch.serve.service import Service
+from stallwatch.settings import Settings, SetupError
+
+DEFAULT_PORT = 8737
+TOKEN_ENV = "STALLWATCH_SERVE_TOKEN"
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    use_kafka: bool = False
+    tenant: str | None = None
+    policy_file: str | None = None
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def token_for(host: str) -> str | None:
+    """The token requests must carry: required to bind anything but loopback."""
+    token = os.environ.get(TOKEN_ENV) or None
+    if token is None and not is_loopback(host):
+        raise SetupError(f"binding {host} lets other machines in: set {TOKEN_ENV} to a long random "
+                         "secret (e.g. `openssl rand -hex 32`), or bind 127.0.0.1")
+    return token
+
+
+def read_policy(path: str | None) -> dict[str, Any] | None:
+    """`--policy FILE`: a JSON object of policy overrides for the agents' runs."""
+    if path is None:
+        return None
+    try:
+        policy = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise SetupError(f"--policy {path}: cannot read a JSON object from it ({exc})") from None
+    if not isinstance(policy, dict):
+        raise SetupError(f"--policy {path}: expected a JSON object like {{\"stall_stop_at\": 5}}")
+    return policy
+
+
+def make_client(options: ServeOptions, settings: Settings) -> Client:
+    if options.use_kafka:
+        return KafkaClient(settings)
+    return EmbeddedClient(AdminPolicy.from_file(settings.policy_file),
+                          fingerprint_key=settings.fingerprint_key)
+
+
+async def serve(options: ServeOptions, settings: Settings, ready: asyncio.Event | None = None) -> None:
+    token = token_for(options.host)
+    hook_settings = HookSettings(tenant=options.tenant, policy=read_policy(options.policy_file))
+    client = make_client(options, settings)
+    async with client:  # type: ignore[attr-defined]  # both clients are async context managers
+        runner = web.AppRunner(make_app(Service(client), token, hook_settings), access_log=None)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, options.host, options.port)
+            await site.start()
+            print(f"stallwatch serve: listening on http://{options.host}:{options.port}"
+                  f"{' (token required)' if token else ''}", file=sys.stderr, flush=True)
+            if ready is not None:
+                ready.set()
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.add_signal_handler(sig, stop.set)
+            await stop.wait()
+        finally:
+            await runner.cleanup()
+
+
+def main(options: ServeOptions, settings: Settings) -> int:
+    try:
+        asyncio.run(serve(options, settings))
+    except OSError as exc:
+        print(f"stallwatch serve: cannot listen on {options.host}:{options.port} ({exc.strerror}): "
+              "pass another --port", file=sys.stderr)
+        return 2
+    return 0

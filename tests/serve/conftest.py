@@ -1,0 +1,73 @@
+"""A `stallwatch serve` on a loopback port, in the test's event loop, reached over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+
+from stallwatch.client import EmbeddedClient
+from stallwatch.serve.app import make_app
+from stallwatch.serve.hooks import HookSettings
+from stallwatch.serve.service import Service
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    url: str
+    http: aiohttp.ClientSession
+    service: Service
+
+    async def post(self, path: str, body: Any = None, **headers: str) -> tuple[int, Any]:
+        async with self.http.post(self.url + path, json=body, headers=headers) as response:
+            return response.status, await response.json()
+
+    async def get(self, path: str, **headers: str) -> tuple[int, Any]:
+        async with self.http.get(self.url + path, headers=headers) as response:
+            return response.status, await response.json()
+
+
+@contextlib.asynccontextmanager
+async def running_server(token: str | None = None, hooks: HookSettings | None = None,
+                         ) -> AsyncIterator[Server]:
+    from aiohttp import web
+
+    service = Service(EmbeddedClient())
+    runner = web.AppRunner(make_app(service, token, hooks or HookSettings()))
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            yield Server(f"http://127.0.0.1:{port}", http, service)
+    finally:
+        await runner.cleanup()
+
+
+@pytest_asyncio.fixture(loop_scope="function")  # the test's own loop: the server runs in it
+async def server() -> AsyncIterator[Server]:
+    async with running_server() as s:
+        yield s
+
+
+@pytest.fixture
+def make_server() -> Callable[..., Any]:
+    return running_server
+
+
+@pytest.fixture
+def loop_time() -> Callable[[], float]:
+    return lambda: asyncio.get_running_loop().time()

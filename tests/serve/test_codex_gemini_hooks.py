@@ -1,0 +1,76 @@
+"""Codex and Gemini CLI hooks against a real server: payloads of the documented shape, over HTTP.
+Rounds end at each model request; Codex gets denials only, Gemini CLI `continue: false` too."""
+
+from __future__ import annotations
+
+import itertools
+
+_ids = itertools.count(1)
+
+
+async def _codex(server, session, event, **fields):
+    status, answer = await server.post("/hooks/codex", {"session_id": session, "turn_id": "t1",
+                                                        "hook_event_name": event, "cwd": "/ws",
+                                                        "model": "gpt-fake", **fields})
+    assert status == 200
+    return answer
+
+
+async def _codex_call(server, session, command, output):
+    await _codex(server, session, "PreModelRequest", kind="sampling")
+    call = {"tool_name": "Bash", "tool_input": {"command": command}, "tool_use_id": f"call_{next(_ids)}"}
+    answer = await _codex(server, session, "PreToolUse", **call)
+    if not answer:
+        await _codex(server, session, "PostToolUse", **call, tool_response=output)
+    return answer
+
+
+async def test_codex_loop_is_denied_and_never_told_to_continue(server):
+    answers = [await _codex_call(server, "cx", "grep -rn foo .", "./a.py:1:foo\n") for _ in range(9)]
+    assert answers[0] == {}
+    denials = [a for a in answers[1:] if a]
+    assert len(denials) == 8
+    for answer in denials:
+        assert answer["hookSpecificOutput"]["permissionDecision"] == "deny"
+        assert "continue" not in answer  # beside a deny it would cancel the deny
+    run = server.service.held["cx"].run
+    assert run.stop is not None and run.round == 6  # one round per model request, until the stop
+    assert denials[-1]["hookSpecificOutput"]["permissionDecisionReason"] == run.stop.reason
+
+
+async def _gemini(server, session, event, **fields):
+    status, answer = await server.post("/hooks/gemini", {"session_id": session, "cwd": "/ws",
+                                                         "hook_event_name": event, **fields})
+    assert status == 200
+    return answer
+
+
+def _shell(output: str, pgid: int, code: int = 0) -> dict:
+    exit_line = f"\nExit Code: {code}" if code else ""
+    return {"llmContent": f"Output: {output}{exit_line}\nProcess Group PGID: {pgid}", "returnDisplay": output}
+
+
+async def test_gemini_loop_is_denied_then_ended_with_continue_false(server):
+    call = {"tool_name": "run_shell_command", "tool_input": {"command": "ls src", "description": "d"}}
+    answers = []
+    for i in range(9):
+        await _gemini(server, "gm", "BeforeModel", llm_request={})
+        answer = await _gemini(server, "gm", "BeforeTool", **call)
+        if not answer:
+            await _gemini(server, "gm", "AfterTool", **call, tool_response=_shell("a.py", 1000 + i))
+        answers.append(answer)
+    assert answers[0] == {} and answers[1]["decision"] == "deny" and "continue" not in answers[1]
+    stopped = [a for a in answers if a.get("continue") is False]
+    run = server.service.held["gm"].run
+    assert stopped and stopped[0]["reason"] == stopped[0]["stopReason"] == run.stop.reason
+
+
+async def test_gemini_failures_are_read_from_the_exit_code(server):
+    call = {"tool_name": "run_shell_command", "tool_input": {"command": "python run.py"}}
+    for i in range(8):
+        await _gemini(server, "gf", "BeforeModel", llm_request={})
+        answer = await _gemini(server, "gf", "BeforeTool", **call)
+        if answer:
+            break
+        await _gemini(server, "gf", "AfterTool", **call, tool_response=_shell("Traceback", 2000 + i, code=1))
+    assert server.service.held["gf"].run.stop.code == "tool_failures"

@@ -1,0 +1,150 @@
+"""Claude Code itself (from npm, run offline against a scripted model) guarded through its hooks
+by a real `stallwatch serve`: it loops on one grep (stopped), re-runs a failing test after each
+edit (never refused, not stopped), re-reads a file after writing it (not refused)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from stallwatch.client import EmbeddedClient
+from stallwatch.client.run import Run
+from stallwatch.serve.app import make_app
+from stallwatch.serve.hooks import HookSettings
+from stallwatch.serve.service import Service
+from tests.serve.agents.anthropic_fake import FakeAnthropic, Reply
+from tests.serve.conftest import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+STALLWATCH = str(Path(sys.executable).with_name("stallwatch"))
+
+pytestmark = pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not installed: Claude Code "
+                                "comes from npm (deploy/agents/install.sh)")
+
+
+@pytest.fixture(scope="module")
+def claude_exe() -> str:
+    out = subprocess.run([str(ROOT / "deploy" / "agents" / "install.sh"), "claude"], check=True,
+                         capture_output=True, text=True, timeout=900)
+    return out.stdout.strip().splitlines()[-1]
+
+
+class RecordingService(Service):
+    """Keeps the runs it forgets (Claude Code ends the session, and with it the run)."""
+
+    def __init__(self) -> None:
+        super().__init__(EmbeddedClient())
+        self.runs: dict[str, Run] = {}
+
+    def forget(self, run_id: str) -> None:
+        if run_id in self.held:
+            self.runs[run_id] = self.held[run_id].run
+        super().forget(run_id)
+
+    def only_run(self) -> Run:
+        runs = {**self.runs, **{r: h.run for r, h in self.held.items()}}
+        assert len(runs) == 1, runs
+        return next(iter(runs.values()))
+
+
+@contextlib.asynccontextmanager
+async def site(app: web.Application) -> AsyncIterator[str]:
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+async def run_claude(exe: str, tmp: Path, script, files: dict[str, str], http_hooks: bool = True,
+                     ) -> tuple[FakeAnthropic, RecordingService, list[dict]]:
+    home, ws = tmp / "home", tmp / "ws"
+    home.mkdir()
+    ws.mkdir()
+    for name, text in files.items():
+        (ws / name).write_text(text)
+    (home / ".claude.json").write_text(json.dumps({
+        "hasCompletedOnboarding": True, "projects": {str(ws): {"hasTrustDialogAccepted": True}}}))
+    model = FakeAnthropic(script)
+    service = RecordingService()
+    async with site(model.app()) as model_url, \
+            site(make_app(service, None, HookSettings())) as stallwatch_url:
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "ANTHROPIC_BASE_URL": model_url,
+               "ANTHROPIC_API_KEY": "sk-fake", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+               "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1",
+               "STALLWATCH_SERVE_URL": stallwatch_url, "TMPDIR": str(tmp)}
+        install = ["hooks", "install", "claude", "--url", stallwatch_url] + (["--http"] if http_hooks else [])
+        subprocess.run([STALLWATCH, *install], check=True, env=env, capture_output=True)
+        proc = await asyncio.create_subprocess_exec(
+            exe, "-p", "Fix the repository.", "--output-format", "stream-json", "--verbose",
+            "--allowedTools", "Bash", "Read", "Edit", "Write", cwd=ws, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), 300)
+    lines = [json.loads(line) for line in out.decode().splitlines() if line.startswith("{")]
+    assert model.seen, f"the model was never called: {err.decode()[-2000:]}"
+    return model, service, lines
+
+
+def grep_forever(turn: int, results: list[dict]) -> Reply:
+    if turn >= 15:
+        return "Final answer: gave up."
+    return [("Bash", {"command": "grep -n foo notes.txt", "description": f"look for foo ({turn})"})]
+
+
+async def test_claude_code_looping_on_one_grep_is_stopped_in_stallwatchs_words(claude_exe, tmp_path):
+    model, service, lines = await run_claude(claude_exe, tmp_path, grep_forever,
+                                             {"notes.txt": "foo is here\n"})
+    received = [r for seen in model.seen for r in seen.tool_results]
+    assert received[0]["text"].strip() == "1:foo is here" and not received[0]["is_error"]
+    refusals = [r for r in received if r["is_error"] and "Refused: this exact call" in r["text"]]
+    assert refusals, received
+    assert len(model.seen) < 15, "the loop was never stopped"
+    run = service.only_run()
+    assert run.stop is not None, received
+    said = [r for r in received if run.stop.reason in r["text"]] + \
+        [line for line in lines if run.stop.reason in json.dumps(line)]
+    assert said, "the stop's words reached neither the model nor the output"
+
+
+def edit_and_test(turn: int, results: list[dict]) -> Reply:
+    """Read a.py, then six times: edit it, run the (still failing) test, re-read the file."""
+    if turn == 0:
+        return [("Read", {"file_path": "a.py"})]
+    cycle, step = divmod(turn - 1, 3)
+    if cycle >= 6:
+        return "Final answer: the test still fails."
+    if step == 0:
+        return [("Edit", {"file_path": "a.py", "old_string": f"VALUE = {cycle}",
+                          "new_string": f"VALUE = {cycle + 1}"})]
+    if step == 1:
+        return [("Bash", {"command": "python3 test_a.py", "description": "run the test"})]
+    return [("Read", {"file_path": "a.py"})]
+
+
+async def test_claude_code_re_running_a_test_after_each_edit_is_never_refused(claude_exe, tmp_path):
+    files = {"a.py": "VALUE = 0\n", "test_a.py": "from a import VALUE\nassert VALUE == 99, 'not yet'\n"}
+    model, service, _ = await run_claude(claude_exe, tmp_path, edit_and_test, files, http_hooks=False)
+    received = [r for seen in model.seen for r in seen.tool_results]
+    assert len(model.seen) == 20, [r["text"][:80] for r in received]
+    assert not [r for r in received if "hook error" in r["text"] or "Refused" in r["text"]], received
+    assert (tmp_path / "ws" / "a.py").read_text() == "VALUE = 6\n"
+    tests = [r for r in received if "not yet" in r["text"]]
+    assert len(tests) == 6
+    run = service.only_run()
+    assert run.stop is None
+    assert run.nudges, "the same failing output after each edit is a stall: one nudge"
+    nudge = json.dumps("[stallwatch] " + run.nudges[0].reason)[1:-1]
+    assert any(nudge in seen.request_text for seen in model.seen), "the nudge never reached the model"
