@@ -96,6 +96,11 @@ class Settings:
     # within it is recognised; later ones get an answer of their own (contract additions,
     # "Command ids").
     ended_retention_s: float = 600.0
+    # Live runs (held, not ended) a partition keeps for one tenant, and in all: a new run past
+    # either is a dead letter (run_quota), so that a flood of run ids cannot exhaust a worker's
+    # memory. Sized from measured states (docs/operations.md, "Memory").
+    max_live_runs_per_tenant: int = 5_000
+    max_live_runs: int = 20_000
     # How often (wall clock) a worker scans a partition for expired runs; the rule is broker time.
     expiry_interval_s: float = 60.0
     # How often (wall clock) a partition's transaction also commits the consumer group's offsets.
@@ -159,6 +164,9 @@ class Settings:
             idle_timeout_s=_number("STALLWATCH_IDLE_TIMEOUT_S", cls.idle_timeout_s, float, 1.0),
             ended_retention_s=_number("STALLWATCH_ENDED_RETENTION_S", cls.ended_retention_s, float,
                                       1.0),
+            max_live_runs_per_tenant=_number("STALLWATCH_MAX_LIVE_RUNS_PER_TENANT",
+                                             cls.max_live_runs_per_tenant, int, 1),
+            max_live_runs=_number("STALLWATCH_MAX_LIVE_RUNS", cls.max_live_runs, int, 1),
             expiry_interval_s=_number("STALLWATCH_EXPIRY_INTERVAL_S", cls.expiry_interval_s, float, 0.1),
             group_offsets_interval_s=_number("STALLWATCH_GROUP_OFFSETS_INTERVAL_S",
                                              cls.group_offsets_interval_s, float, 0.0),

@@ -104,10 +104,16 @@ class Detector:
         if state is None:
             if event["type"] != "run_started":
                 return None
-            state = RunState(mode=event["mode"], started_ts=event["ts"], last_ts=event["ts"])
+            state = RunState(mode=event["mode"], started_ts=event["ts"], last_ts=event["ts"],
+                             tenant=self.tenant_of(event))
             state.seen_event(xxh3_64_intdigest(event["event_id"].encode()))
         state.quarantined = True
         return state
+
+    def tenant_of(self, event: Event) -> str | None:
+        """A run_started's tenant as its state keeps it: bounded like an id."""
+        tenant = event.get("tenant")
+        return None if tenant is None else bounded_id(tenant, self.secret)
 
     def quarantined_verdict(self, event: Event) -> list[Command]:
         """What a quarantined run's call gets: allowed, since nothing of the run is judged."""
@@ -120,10 +126,8 @@ class Detector:
     def _start(self, event: Event) -> RunState:
         mode = event["mode"]
         tools = event.get("tools") or []
-        tenant = event.get("tenant")
         state = RunState(
-            mode=mode, started_ts=event["ts"], last_ts=event["ts"],
-            tenant=None if tenant is None else bounded_id(tenant, self.secret),
+            mode=mode, started_ts=event["ts"], last_ts=event["ts"], tenant=self.tenant_of(event),
             # The mode's defaults, then the run's own (validated by the parser).
             policy=RunPolicy(**{**policy_defaults(mode), **(event.get("policy") or {})}),
             exempt_tools=[t["name"] for t in tools if t.get("repeat_exempt")],

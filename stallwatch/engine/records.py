@@ -10,6 +10,7 @@ from typing import TypeVar
 from stallwatch.contract.commands import Command
 from stallwatch.contract.parse import MAX_EVENT_BYTES, InvalidEvent, parse_event, parse_record
 from stallwatch.engine.detector import Detector, Event
+from stallwatch.engine.quota import LiveRuns
 from stallwatch.engine.state import RunState
 
 Letter = TypeVar("Letter")
@@ -58,6 +59,7 @@ class RecordApplier:
               offsets: Sequence[int] | None = None,
               applied: Callable[[int, Event, RunState | None, list[Command]], None] | None = None,
               expired: Callable[[RunState], bool] | None = None,
+              live: LiveRuns | None = None,
               ) -> Iterator[list[Command] | Skipped | Letter]:
         """One result per record of `values`, in order: the commands an event caused, SKIPPED, or
         what `rejected(index, value, error)` makes of bad input (nothing when it returns None).
@@ -71,7 +73,9 @@ class RecordApplier:
         `expired(state)`: true for a run expired by the time of this record (the worker's
         partition clock, moved to the record first); its event then meets no state, as if the
         expiry had deleted it already, so the answer does not depend on when the worker's scan
-        ran (None: nothing expires, as in replay).
+        ran (None: nothing expires, as in replay). `live`: the partition's live runs by tenant
+        (stallwatch/engine/quota.py); a new run over its quota is a dead letter (None: no quota,
+        as in replay).
 
         The hot loop of replay: every test is of a local, and nothing is done for what a caller
         did not ask for."""
@@ -95,6 +99,8 @@ class RecordApplier:
                 continue
             run_id = event["run_id"]
             state = states.get(run_id)
+            held = None  # the state the store holds for the run, expired or not
+            counted = False  # the ledger of live runs has seen this event
             try:
                 if offsets is not None:
                     if state is None and load is not None:
@@ -111,9 +117,21 @@ class RecordApplier:
                     state = load(run_id)
                     if state is not None:
                         states[run_id] = state
+                held = state
                 if expired is not None and state is not None and expired(state):
                     state = None
+                if live is not None and state is None and event["type"] == "run_started":
+                    refusal = live.refusal(self.detector.tenant_of(event))
+                    if refusal is not None:
+                        letter = rejected(index, value, refusal)
+                        if letter is not None:
+                            yield letter
+                        continue
+                ended = state is not None and state.ended
                 after, commands = detect(state, event)
+                if live is not None:
+                    _count_live(live, held, state, after, ended)
+                    counted = True
                 if after is not state:  # a new run (the detector changes a state in hand in place)
                     states[run_id] = after  # type: ignore[assignment]  # never None: a new run's
                     if offsets is not None:
@@ -128,6 +146,8 @@ class RecordApplier:
                 # its run quarantined (no longer judged: its calls are allowed), and every other
                 # record and run goes on. Replay and the worker fail on the same event alike.
                 after = self.detector.quarantine(state, event)
+                if live is not None and after is not None and not counted:
+                    _count_live(live, held, state, after, after.ended)
                 if after is not None:
                     states[run_id] = after
                     if offsets is not None:
@@ -135,3 +155,18 @@ class RecordApplier:
                 letter = rejected(index, value, EngineFault("engine_fault", exc, run_id))
                 if letter is not None:
                     yield letter
+
+
+def _count_live(live: LiveRuns, held: RunState | None, before: RunState | None,
+                after: RunState | None, was_ended: bool) -> None:
+    """Keep the ledger of live runs: a new run takes a place (and frees the place of an expired
+    state it replaces), a run that ends frees its own."""
+    if after is None:
+        return
+    if before is None:
+        if held is not None and not held.ended:
+            live.remove(held.tenant)
+        live.add(after.tenant)
+    elif after.ended and not was_ended:
+        live.remove(after.tenant)
+

@@ -167,6 +167,15 @@ class RunState:
             data["last_signature"] = bytes.fromhex(data["last_signature"])
         return cls(**data)
 
+    @classmethod
+    def tenant_and_ended(cls, raw: bytes) -> tuple[str | None, bool]:
+        """A stored state's tenant and whether it has ended, without building the state."""
+        values = orjson.loads(raw)
+        if values[0] != STATE_FORMAT:
+            state = cls.from_bytes(raw)
+            return state.tenant, state.ended
+        return values[_STORED_AT["tenant"]], values[_STORED_AT["ended"]]
+
     def seen_event(self, key: int) -> bool:
         """True for an event applied already (a redelivery); otherwise remembers it."""
         ids = self.event_ids
@@ -255,5 +264,8 @@ def _add(ordered: dict, key: object, cap: int) -> None:
 _FIELD_NAMES = tuple(f.name for f in fields(RunState))
 # Where the policy's values start in a stored state (after the format number).
 _POLICY_AT = 1 + _FIELD_NAMES.index("policy")
+# Where a field after the policy stands in a stored state.
+_STORED_AT = {name: 1 + i + len(POLICY_FIELDS) - 1
+              for i, name in enumerate(_FIELD_NAMES) if i > _FIELD_NAMES.index("policy")}
 # A stored state's length without its optional trailing `quarantined`.
 _STORED_WITHOUT_QUARANTINE = len(_FIELD_NAMES) + len(POLICY_FIELDS) - 1

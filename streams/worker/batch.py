@@ -11,6 +11,7 @@ from stallwatch.contract.limits import bounded_key
 from stallwatch.contract.parse import MAX_EVENT_BYTES, InvalidEvent
 from stallwatch.engine.detector import Detector, Event
 from stallwatch.engine.expiry import PartitionClock, is_expired
+from stallwatch.engine.quota import LiveRuns
 from stallwatch.engine.records import SKIPPED, RecordApplier
 from stallwatch.engine.state import RunState
 from streams.worker.tallies import Tallies
@@ -74,14 +75,15 @@ class BatchApplier:
         self.tallies = tallies
 
     def apply(self, messages: Sequence[SourceRecord], load: Callable[[str], RunState | None],
-              clock: PartitionClock, received_at: float) -> BatchResult:
+              clock: PartitionClock, received_at: float, live: LiveRuns | None = None) -> BatchResult:
         """`load` gives a run's stored state; the states the batch touched are in the result.
         `clock`, the partition's broker time, moves with every record: its append time, or
         `received_at` (the worker's clock) on a topic that keeps the producers' CreateTime.
         Decisions read only the events' own `ts`, as replay does; whether a run has expired reads
         the clock as moved to the record, so on an append-time topic the answers are a function
         of the partition's log and the state it started from, however the log is cut into
-        batches and whenever the worker's expiry scan ran.
+        batches and whenever the worker's expiry scan ran. `live`: the partition's live runs by
+        tenant, whose quota refuses a new run as a dead letter (None: no quota).
 
         The engine's one path (`RecordApplier`) parses, loads, applies and keeps; around it, the
         batch keys every record, skips the offsets applied already, moves the clock and counts."""
@@ -124,7 +126,8 @@ class BatchApplier:
         keys = [message.key for message in messages]
         offsets = [message.offset for message in messages]
         for outcome in self.records.apply(values(), result.states, rejected, load=load, keys=keys,
-                                          offsets=offsets, applied=applied, expired=expired):
+                                          offsets=offsets, applied=applied, expired=expired,
+                                          live=live):
             if outcome is SKIPPED:
                 result.skipped += 1
         if tallies is not None:

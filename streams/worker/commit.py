@@ -229,7 +229,8 @@ class BatchCommitter:
         partition = tp.partition
         started = time.perf_counter()
         result = self.applier.apply(records, lambda run_id: self.store.load(partition, run_id),
-                                    self.store.clocks[partition], time.time())
+                                    self.store.clocks[partition], time.time(),
+                                    self.store.live.get(partition))
         expired = self.expired_runs(partition)
         for run_id, state in result.states.items():
             self.store.put(partition, run_id, state)

@@ -23,6 +23,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
 
 from stallwatch.engine.detector import Detector
+from stallwatch.engine.quota import RunQuota
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.metrics import StallwatchMetrics
 from stallwatch.settings import Settings
@@ -76,7 +77,7 @@ class Pipeline(ConsumerRebalanceListener):
                  start_producer: ProducerFactory | None = None) -> None:
         self.settings = settings
         self.metrics = metrics
-        self.store = RunStore()
+        self.store = RunStore(RunQuota(settings.max_live_runs_per_tenant, settings.max_live_runs))
         self.progress = Progress()
         self.producers: dict[int, TransactionalProducer] = {}
         self._start_producer = start_producer or (

@@ -11,6 +11,7 @@ from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from stallwatch.engine.expiry import PartitionClock
+from stallwatch.engine.quota import LiveRuns, RunQuota
 from stallwatch.engine.state import RunState
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.kafka.read import committed_reader, read_to_end
@@ -54,7 +55,11 @@ class RunStore:
     (streams/worker/commit.py does).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, quota: RunQuota | None = None) -> None:
+        """`quota`: the limits of each partition's live runs (None: none)."""
+        self.quota = quota
+        # Each partition's live runs by tenant, kept by the batch step (stallwatch/engine/quota.py).
+        self.live: dict[int, LiveRuns] = {}
         self._raw: dict[int, dict[str, bytes]] = {}
         self._decoded: dict[int, dict[str, RunState]] = {}
         self.clocks: dict[int, PartitionClock] = {}  # each partition's broker time
@@ -73,6 +78,12 @@ class RunStore:
         self._decoded[partition] = {}
         self.clocks[partition] = PartitionClock()
         self.clocks[partition].newest = clock
+        if self.quota is not None:
+            live = self.live[partition] = LiveRuns(self.quota)
+            for stored in raw.values():
+                tenant, ended = RunState.tenant_and_ended(stored)
+                if not ended:
+                    live.add(tenant)
 
     def owns(self, partition: int) -> bool:
         return partition in self._decoded
@@ -90,8 +101,14 @@ class RunStore:
         self._decoded[partition][run_id] = state
 
     def delete(self, partition: int, run_id: str) -> None:
-        self._decoded[partition].pop(run_id, None)
-        self._raw[partition].pop(run_id, None)
+        state = self._decoded[partition].pop(run_id, None)
+        raw = self._raw[partition].pop(run_id, None)
+        live = self.live.get(partition)
+        if live is not None:
+            tenant, ended = (state.tenant, state.ended) if state is not None else \
+                RunState.tenant_and_ended(raw) if raw is not None else (None, True)
+            if not ended:
+                live.remove(tenant)
 
     def states(self, partition: int) -> Iterator[tuple[str, RunState]]:
         """Every run of the partition, decoding the ones not yet decoded."""
@@ -108,6 +125,7 @@ class RunStore:
         self._decoded.pop(partition, None)
         self.clocks.pop(partition, None)
         self.positions.pop(partition, None)
+        self.live.pop(partition, None)
 
     async def restore(self, settings: Settings, partitions: list[int],
                       on_progress: Callable[[], None]) -> float:
