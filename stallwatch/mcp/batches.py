@@ -5,10 +5,12 @@ would wait for its answers for ever. The proxy answers it with Invalid Request i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
+import anyio
 import mcp.types as types
 import orjson
 from mcp.shared.message import SessionMessage
@@ -64,4 +66,6 @@ class BatchesAnswered:
                 log.warning("the MCP client sent a JSON-RPC batch; it is answered with Invalid "
                             "Request (MCP 2025-06-18 has no batches)")
             await self._ready.wait()
-            await self._write.send(batch_refusal())
+            # The server closes its write stream as the session ends: nothing left to answer.
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                await self._write.send(batch_refusal())
