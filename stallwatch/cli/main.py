@@ -52,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
                    "coder (default researcher)")
     p.add_argument("--exempt", action="append", default=[], metavar="GLOB",
                    help="tools declared repeat_exempt (waits, polls); may be repeated")
+    p.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="pass this variable to the server (its value here, or VALUE); the server "
+                   "gets only these and the MCP SDK's safe default (PATH, HOME, USER, SHELL, "
+                   "TERM, LOGNAME); may be repeated")
     p.add_argument("--kafka", action="store_true", help="judge through Kafka and a running worker "
                    "instead of in-process")
     p.add_argument("--round-gap", type=float, metavar="SECONDS",
@@ -120,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
 
         command = args.server[1:] if args.server[:1] == ["--"] else args.server
         given = {"round_gap_s": args.round_gap, "new_run_after_s": args.new_run_after}
-        options = ProxyOptions(mode=args.mode, exempt=tuple(args.exempt),
+        options = ProxyOptions(mode=args.mode, exempt=tuple(args.exempt), env=tuple(args.env),
                                **{k: v for k, v in given.items() if v is not None})
         return proxy_main(command, options, args.kafka, settings)
     if args.command == "serve":

@@ -109,7 +109,7 @@ def validate_event(data: dict[str, Any], secret: bytes | None = None) -> dict[st
     except ValidationError as exc:
         raise InvalidEvent("invalid_field", f"{kind} event: {_describe(exc)}") from None
     if kind == "run_started":
-        _check_declarations(event)
+        event = _declared(event, secret)
     return _bounded(event, secret)
 
 
@@ -129,18 +129,20 @@ def _bounded(event: dict[str, Any], secret: bytes | None) -> dict[str, Any]:
     return event
 
 
-def _check_declarations(event: dict[str, Any]) -> None:
-    """A run's declarations are kept in its state for the whole run: they must stay small."""
+def _declared(event: dict[str, Any], secret: bytes | None) -> dict[str, Any]:
+    """A run's declarations are kept in its state for the whole run: they must stay small. A
+    declared name over MAX_ID_CHARS becomes the marked digest a call's `tool` becomes, so the
+    declaration still matches its calls."""
     tools = event.get("tools") or []
-    long_name = next((t["name"] for t in tools if len(t["name"]) > MAX_ID_CHARS), None)
-    if long_name is not None:
-        raise InvalidEvent("declarations_too_large", f"a tool name is {len(long_name):,} "
-                           f"characters, over the limit of {MAX_ID_CHARS}")
+    if any(len(t["name"]) > MAX_ID_CHARS for t in tools):
+        tools = [t | {"name": bounded_id(t["name"], secret)} for t in tools]
+        event = event | {"tools": tools}
     size = len(orjson.dumps(tools))
     if size > MAX_DECLARATIONS_BYTES:
         raise InvalidEvent("declarations_too_large", f"the run's tool declarations take {size:,} "
                            f"bytes, over the limit of {MAX_DECLARATIONS_BYTES:,}; declare fewer "
                            "tools or shorter volatile fields")
+    return event
 
 
 def _conforms(d: dict[str, Any], kind: str) -> bool:

@@ -5,17 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
 import os
+import re
 import sys
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
+import anyio
 import mcp.types as types
+import orjson
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.stdio import get_default_environment
 from mcp.server import Server
 from mcp.server.stdio import stdio_server
 
@@ -23,14 +29,25 @@ from stallwatch.client import EmbeddedClient, KafkaClient
 from stallwatch.client.run import Client, Run
 from stallwatch.contract.envelope import envelope
 from stallwatch.contract.events import Policy
+from stallwatch.contract.limits import MAX_DECLARATIONS_BYTES, bounded_id
 from stallwatch.contract.parse import InvalidEvent, validate_event
 from stallwatch.engine import words
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.canonical import parse_json_text
+from stallwatch.mcp.batches import BatchesAnswered
+from stallwatch.mcp.faults import fault
 from stallwatch.mcp.rounds import DEFAULT_NEW_RUN_AFTER_S, DEFAULT_ROUND_GAP_S, Rounds
 from stallwatch.settings import Settings
 
 log = logging.getLogger(__name__)
+
+# A tools/list that goes past these is a server paging without end (or a huge one): the proxy
+# guards with the tools read so far. Real servers list tens of tools on one page.
+MAX_TOOL_PAGES = 100
+MAX_TOOLS = 1_000
+TOOLS_LISTING_S = 30.0
+# A variable name for `--env`: what a shell can export.
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -41,6 +58,8 @@ class ProxyOptions:
     round_gap_s: float = DEFAULT_ROUND_GAP_S
     new_run_after_s: float = DEFAULT_NEW_RUN_AFTER_S
     run_prefix: str = "mcp"
+    # `--env NAME` or `--env NAME=VALUE`: what the server gets beyond the SDK's safe default.
+    env: tuple[str, ...] = ()
 
 
 def result_view(result: types.CallToolResult) -> Any:
@@ -76,17 +95,40 @@ class Proxy:
         self._run_lock = asyncio.Lock()
 
     async def refresh_tools(self) -> None:
-        """Read the upstream's whole tool list, page by page (declared when a run starts)."""
+        """Read the upstream's tool list, page by page (declared when a run starts), up to
+        MAX_TOOL_PAGES pages, MAX_TOOLS tools, a cursor seen before or TOOLS_LISTING_S: past
+        any of them, or when listing fails, the proxy guards with the tools read so far."""
         tools: list[types.Tool] = []
-        cursor = None
-        while True:
-            page = await self.upstream.list_tools(
-                params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
-            tools.extend(page.tools)
-            cursor = page.next_cursor
-            if not cursor:
-                break
-        self.tools = tools
+        why = await self._read_tool_pages(tools)
+        if why is not None:
+            log.warning("the MCP server's tool list was read only in part (%s); calls are guarded all "
+                        "the same (%d tools read)", why, len(tools))
+        by_name = {t.name: t for t in reversed(tools)}  # a name listed twice: its first listing
+        self.tools = [by_name[name] for name in dict.fromkeys(t.name for t in tools)][:MAX_TOOLS]
+
+    async def _read_tool_pages(self, tools: list[types.Tool]) -> str | None:
+        """Fill `tools`; returns why it stopped early, None when the list was read to its end."""
+        cursors: set[str] = set()
+        cursor: str | None = None
+        try:
+            async with asyncio.timeout(TOOLS_LISTING_S):
+                for _ in range(MAX_TOOL_PAGES):
+                    page = await self.upstream.list_tools(
+                        params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
+                    tools.extend(page.tools)
+                    cursor = page.next_cursor
+                    if not cursor:
+                        return None
+                    if cursor in cursors:
+                        return "a cursor came back a second time"
+                    if len(tools) >= MAX_TOOLS:
+                        return f"over {MAX_TOOLS:,} tools"
+                    cursors.add(cursor)
+                return f"over {MAX_TOOL_PAGES} pages"
+        except TimeoutError:
+            return f"still paging after {TOOLS_LISTING_S:g} s"
+        except Exception as exc:  # a server without tools, or one that fails to list them
+            return f"listing failed: {fault(exc)}"
 
     async def list_tools(self, ctx: Any, params: types.PaginatedRequestParams | None
                          ) -> types.ListToolsResult:
@@ -94,50 +136,76 @@ class Proxy:
         result = await self.upstream.list_tools(params=params)
         if params is None or not params.cursor:
             known = {t.name for t in result.tools}
-            self.tools = result.tools + [t for t in self.tools if t.name not in known]
+            self.tools = (result.tools + [t for t in self.tools if t.name not in known])[:MAX_TOOLS]
         return result
 
+    def declarations(self) -> list[dict[str, Any]]:
+        """What a run declares: the tools `--exempt` names (a plain name changes nothing in the
+        engine), as many as fit in the contract's limit on declarations; a run_started over it
+        would be refused and leave the run unguarded."""
+        declared: list[dict[str, Any]] = []
+        size = 2  # the brackets of the JSON array
+        for tool in self.tools:
+            if not self.is_exempt(tool.name):
+                continue
+            entry = {"name": tool.name, "repeat_exempt": True}
+            # Measured as the parser measures it, long names bounded (the digest's length is
+            # the same with or without the fleet's key).
+            size += len(orjson.dumps({**entry, "name": bounded_id(tool.name)})) + 1
+            if size > MAX_DECLARATIONS_BYTES:
+                log.warning("only %d of the tools --exempt names are declared exempt: more would "
+                            "pass the limit of %s bytes on a run's declarations", len(declared),
+                            f"{MAX_DECLARATIONS_BYTES:,}")
+                break
+            declared.append(entry)
+        return declared
+
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        """A fault of stallwatch's own (the engine, the client, a bug) stays with the call it
+        happened in: that call runs unguarded, the later ones are judged again."""
         name, args = params.name, params.arguments or {}
         try:
             run, rounds = await self._current_run()
-        except Exception:
-            return await self._unguarded(params)
+        except Exception as exc:
+            return await self._unguarded(params, exc)
         if run.stop is not None:  # known stopped: nothing to ask, nothing to forward
             return error_result(run.stop.reason)
         try:
             try:
                 await rounds.call_starts()
                 call_id, decision = await run.propose(name, args)
-            except Exception:
-                return await self._unguarded(params)
+            except Exception as exc:
+                return await self._unguarded(params, exc)
             if not decision.allowed:
                 stopped = decision.code == "run_stopped" and run.stop is not None
                 return error_result(run.stop.reason if stopped else decision.reason)
             try:
                 result = await self.upstream.call_tool(name, params.arguments)
             except Exception:
-                await self._report(run, call_id, name, "error", None)
+                await self._report(run, call_id, name, None)
                 raise
-            await self._report(run, call_id, name, "error" if result.is_error else "ok",
-                               result_view(result))
+            await self._report(run, call_id, name, result)
             return self._with_nudges(run, result)
         finally:
             rounds.call_ends()
             self._last_call = time.monotonic()
 
-    async def _unguarded(self, params: types.CallToolRequestParams) -> types.CallToolResult:
-        """stallwatch could not judge the call (the broker is away): it runs, as after a verdict
-        timeout. Failing open keeps an outage of the guard from stopping every agent."""
-        log.warning("stallwatch could not judge a call to %s; it runs unguarded", params.name,
-                    exc_info=True)
+    async def _unguarded(self, params: types.CallToolRequestParams, exc: Exception
+                         ) -> types.CallToolResult:
+        """stallwatch could not judge the call (the broker is away, a bug): it runs, as after a
+        verdict timeout. Failing open keeps a fault of the guard from stopping every agent."""
+        log.warning("stallwatch could not judge a call to %s (%s); it runs unguarded", params.name,
+                    fault(exc))
         return await self.upstream.call_tool(params.name, params.arguments)
 
-    async def _report(self, run: Run, call_id: str, tool: str, status: str, view: Any) -> None:
+    async def _report(self, run: Run, call_id: str, tool: str,
+                      result: types.CallToolResult | None) -> None:
+        """Report a call's result (None: the call raised); a fault here loses only the report."""
         try:
-            await run.result(call_id, tool, status, view)
-        except Exception:  # the model gets its result all the same
-            log.warning("stallwatch could not record the result of %s", tool, exc_info=True)
+            status = "error" if result is None or result.is_error else "ok"
+            await run.result(call_id, tool, status, None if result is None else result_view(result))
+        except Exception as exc:  # the model gets its result all the same
+            log.warning("stallwatch could not record the result of %s (%s)", tool, fault(exc))
 
     async def close(self) -> None:
         """The client went away: end the open round and the run."""
@@ -155,21 +223,28 @@ class Proxy:
         if self.run is None or self.rounds is None:
             self._runs += 1
             run_id = f"{self.options.run_prefix}-{self._session}-{self._runs}"
-            tools = [{"name": t.name, "repeat_exempt": True} if self.is_exempt(t.name) else {"name": t.name}
-                     for t in self.tools]
-            self.run = await self.client.start_run(run_id, self.options.mode, tools)
+            try:
+                self.run = await self.client.start_run(run_id, self.options.mode, self.declarations())
+            except Exception:
+                self.client.forget(run_id)  # the next call starts another
+                raise
             self.rounds = Rounds(self.run, self.options.round_gap_s)
             self._nudges_shown = 0
         return self.run, self.rounds
 
     async def _end_run(self, reason: str) -> None:
+        """End the open round and the run; a fault in either is logged and the run forgotten."""
         if self.run is None or self.rounds is None:
             return
         run, rounds = self.run, self.rounds
         self.run = self.rounds = None
-        await rounds.close()
-        await run.end(reason)
-        self.client.forget(run.run_id)
+        try:
+            await rounds.close()
+            await run.end(reason)
+        except Exception as exc:
+            log.warning("stallwatch could not end run %s (%s)", run.run_id, fault(exc))
+        finally:
+            self.client.forget(run.run_id)
 
     def is_exempt(self, tool: str) -> bool:
         """Declared `repeat_exempt` by `--exempt`; the policy file is the engine's to apply."""
@@ -181,8 +256,12 @@ class Proxy:
         if not fresh:
             return result
         self._nudges_shown = len(run.nudges)
-        notes = [types.TextContent(text=f"[stallwatch] {n.reason}") for n in fresh]
-        return result.model_copy(update={"content": [*result.content, *notes]})
+        try:
+            notes = [types.TextContent(text=f"[stallwatch] {n.reason}") for n in fresh]
+            return result.model_copy(update={"content": [*result.content, *notes]})
+        except Exception as exc:  # the result itself still reaches the model
+            log.warning("stallwatch could not add its nudge to a result (%s)", fault(exc))
+            return result
 
 
 def make_server(proxy: Proxy, upstream_info: types.InitializeResult) -> Server:
@@ -207,29 +286,64 @@ def make_server(proxy: Proxy, upstream_info: types.InitializeResult) -> Server:
                   instructions=instructions, **handlers)
 
 
-async def serve_stdio(command: list[str], client: Client, options: ProxyOptions) -> None:
-    """Spawn the upstream server, then serve MCP on this process's stdin and stdout until the
-    client closes them."""
-    upstream_params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
+def parse_env(specs: Iterable[str]) -> dict[str, str]:
+    """`--env NAME` (its value here, when set) and `--env NAME=VALUE`; raises ValueError with
+    the line to show for a spec that names no variable."""
+    named: dict[str, str] = {}
+    for spec in specs:
+        name, given, value = spec.partition("=")
+        if not _ENV_NAME.fullmatch(name):
+            raise ValueError(f"--env {spec!r} names no variable; write --env NAME or --env NAME=VALUE")
+        if given:
+            named[name] = value
+        elif name in os.environ:
+            named[name] = os.environ[name]
+        else:
+            log.warning("--env %s: the variable is not set here; the server starts without it", name)
+    return named
+
+
+def server_environment(options: ProxyOptions) -> dict[str, str]:
+    """The server's environment: the MCP SDK's safe default (PATH, HOME, ...) and the variables
+    named by `--env`, never the rest of the proxy's (its broker password, its fingerprint key)."""
+    return get_default_environment() | parse_env(options.env)
+
+
+def client_lines() -> BatchesAnswered:
+    """This process's stdin as the SDK's stdio server reads it (UTF-8, undecodable bytes
+    replaced), batches answered on the way."""
+    text = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
+    return BatchesAnswered(anyio.wrap_file(text))
+
+
+async def serve_stdio(command: list[str], client: Client, options: ProxyOptions,
+                      env: dict[str, str] | None = None) -> None:
+    """Spawn the upstream server (in `env`, by default `server_environment(options)`), then
+    serve MCP on this process's stdin and stdout until the client closes them."""
+    upstream_params = StdioServerParameters(command=command[0], args=command[1:],
+                                            env=server_environment(options) if env is None else env)
     async with stdio_client(upstream_params, errlog=sys.stderr) as (up_read, up_write), \
             ClientSession(up_read, up_write) as upstream:
         upstream_info = await upstream.initialize()
         proxy = Proxy(upstream, client, options)
         await proxy.refresh_tools()
         server = make_server(proxy, upstream_info)
+        lines = client_lines()
         try:
-            async with stdio_server() as (read, write):
+            async with stdio_server(stdin=lines) as (read, write):  # type: ignore[arg-type]
+                lines.answer_on(write)
                 await server.run(read, write, server.create_initialization_options())
         finally:
             with contextlib.suppress(Exception):  # the run's end is best effort at shutdown
                 await proxy.close()
 
 
-async def _run(command: list[str], options: ProxyOptions, use_kafka: bool, settings: Settings) -> None:
+async def _run(command: list[str], options: ProxyOptions, use_kafka: bool, settings: Settings,
+               env: dict[str, str]) -> None:
     client: Client = (KafkaClient(settings) if use_kafka
                       else EmbeddedClient(AdminPolicy.from_file(settings.policy_file)))
     async with client:  # type: ignore[attr-defined]  # both clients are async context managers
-        await serve_stdio(command, client, options)
+        await serve_stdio(command, client, options, env)
 
 
 def main(command: list[str], options: ProxyOptions, use_kafka: bool, settings: Settings) -> int:
@@ -237,11 +351,16 @@ def main(command: list[str], options: ProxyOptions, use_kafka: bool, settings: S
     if not command:
         print("stallwatch mcp-proxy: name the server to run after --", file=sys.stderr)
         return 2
+    try:
+        env = server_environment(options)
+    except ValueError as exc:
+        print(f"stallwatch mcp-proxy: {exc}", file=sys.stderr)
+        return 2
     probe = envelope("run_started", "probe", "probe", 0.0, mode=options.mode, tools=[])
     try:  # the contract decides which modes exist; say so now, not at the first call
         validate_event(probe)
     except InvalidEvent as exc:
         print(f"stallwatch mcp-proxy: mode {options.mode!r} is not accepted: {exc}", file=sys.stderr)
         return 2
-    asyncio.run(_run(command, options, use_kafka, settings))
+    asyncio.run(_run(command, options, use_kafka, settings, env))
     return 0

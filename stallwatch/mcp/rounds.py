@@ -7,6 +7,7 @@ import contextlib
 import logging
 
 from stallwatch.client.run import Run
+from stallwatch.mcp.faults import fault
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +62,8 @@ class Rounds:
             if self.in_flight == 0:
                 try:
                     await self._end_round()
-                except Exception:  # stallwatch away: the calls go on, rounds or not
-                    log.warning("stallwatch could not end round %d", self.run.round, exc_info=True)
+                except Exception as exc:  # stallwatch away, or a bug: the calls go on, rounds or not
+                    log.warning("stallwatch could not end round %d (%s)", self.run.round, fault(exc))
 
     async def _end_round(self) -> None:
         if self.open:

@@ -100,8 +100,26 @@ def test_a_bounded_id_is_stable_and_never_changes_a_short_one():
     assert bounded_id(long) != bounded_id(long + "y")
 
 
+def test_a_declared_name_too_long_to_copy_is_bounded_as_its_calls_tool_is():
+    exempt, plain = "w" * 350_000, "t" * (MAX_ID_CHARS + 1)
+    fleet = Fleet()
+    started = parse_event(event("run_started", mode="researcher",
+                                tools=[{"name": exempt, "repeat_exempt": True}, {"name": plain}]))
+    assert [t["name"] for t in started["tools"]] == [bounded_id(exempt), bounded_id(plain)]
+    fleet.handle(started)
+    decisions: dict[str, list[str]] = {exempt: [], plain: []}
+    for number, tool in enumerate([exempt, exempt, plain, plain], start=1):
+        fleet.handle(parse_event(event("round_started", round=number, event_id=f"r{number}")))
+        raw = event("call_proposed", event_id=f"p{number}", round=number, call_id=f"c{number}",
+                    tool=tool, args={"q": 1})
+        verdicts = [c for c in fleet.handle(parse_event(raw)) if c.type == "verdict"]
+        decisions[tool].append(verdicts[0].decision)
+    # The declaration matches the call: the exempt wait repeats, the plain tool's repeat is refused.
+    assert decisions == {exempt: ["allow", "allow"], plain: ["allow", "refuse"]}
+
+
 @pytest.mark.parametrize("tools", [
-    [{"name": "n" * 350_000}],
+    [{"name": f"{i:03}" + "n" * 200} for i in range(400)],  # bounded, still over the limit
     [{"name": f"tool{i}", "volatile_fields": [f"meta.field_{j}" for j in range(30)]} for i in range(100)],
 ])
 def test_a_run_started_with_oversized_declarations_is_refused_with_a_clear_error(tools):
