@@ -99,8 +99,8 @@ class Settings:
     # Live runs (held, not ended) a partition keeps for one tenant, and in all: a new run past
     # either is a dead letter (run_quota), so that a flood of run ids cannot exhaust a worker's
     # memory. Sized from measured states (docs/operations.md, "Memory").
-    max_live_runs_per_tenant: int = 5_000
-    max_live_runs: int = 20_000
+    max_live_runs_per_tenant: int = 2_000
+    max_live_runs: int = 4_000
     # How often (wall clock) a worker scans a partition for expired runs; the rule is broker time.
     expiry_interval_s: float = 60.0
     # How often (wall clock) a partition's transaction also commits the consumer group's offsets.

@@ -2,7 +2,8 @@
 
 A worker keeps one ledger per partition (its states are per partition): a `run_started` of a
 new run is refused, as a dead letter, when its tenant already has `per_tenant` live runs on the
-partition, or the partition has `total`. A live run is one whose state is held and not ended;
+partition, or the partition has `total`. Runs that name no tenant (a deployment of one team)
+are bounded by `total` alone. A live run is one whose state is held and not ended;
 an ended run keeps only a small tombstone and an expired one is deleted, and both free their
 place. Counted on the partition's own log, the ledger answers the same however the log is cut
 into batches, and a successor rebuilds it from the restored states. Replay keeps no ledger, as
@@ -37,9 +38,8 @@ class LiveRuns:
     def refusal(self, tenant: str | None) -> InvalidEvent | None:
         """The dead letter's error for a new run of `tenant` over its quota, or None."""
         held = self.by_tenant.get(tenant, 0)
-        if held >= self.quota.per_tenant:
-            who = "runs that name no tenant" if tenant is None else "its tenant"
-            return InvalidEvent("run_quota", f"{who} already has {held:,} live runs on this "
+        if tenant is not None and held >= self.quota.per_tenant:
+            return InvalidEvent("run_quota", f"its tenant already has {held:,} live runs on this "
                                 f"partition, the quota (STALLWATCH_MAX_LIVE_RUNS_PER_TENANT); "
                                 "end runs with run_ended, or raise the quota")
         if self.total >= self.quota.total:

@@ -121,8 +121,14 @@ class RecordApplier:
                 if expired is not None and state is not None and expired(state):
                     state = None
                 if live is not None and state is None and event["type"] == "run_started":
+                    # A new run; in the place of an expired state, which frees its own first.
+                    freed = held is not None and not held.ended
+                    if freed:
+                        live.remove(held.tenant)  # type: ignore[union-attr]  # freed: not None
                     refusal = live.refusal(self.detector.tenant_of(event))
                     if refusal is not None:
+                        if freed:
+                            live.add(held.tenant)  # type: ignore[union-attr]  # still held
                         letter = rejected(index, value, refusal)
                         if letter is not None:
                             yield letter
@@ -130,7 +136,7 @@ class RecordApplier:
                 ended = state is not None and state.ended
                 after, commands = detect(state, event)
                 if live is not None:
-                    _count_live(live, held, state, after, ended)
+                    _count_live(live, state, after, ended)
                     counted = True
                 if after is not state:  # a new run (the detector changes a state in hand in place)
                     states[run_id] = after  # type: ignore[assignment]  # never None: a new run's
@@ -147,7 +153,7 @@ class RecordApplier:
                 # record and run goes on. Replay and the worker fail on the same event alike.
                 after = self.detector.quarantine(state, event)
                 if live is not None and after is not None and not counted:
-                    _count_live(live, held, state, after, after.ended)
+                    _count_live(live, state, after, after.ended)
                 if after is not None:
                     states[run_id] = after
                     if offsets is not None:
@@ -157,16 +163,12 @@ class RecordApplier:
                     yield letter
 
 
-def _count_live(live: LiveRuns, held: RunState | None, before: RunState | None,
-                after: RunState | None, was_ended: bool) -> None:
-    """Keep the ledger of live runs: a new run takes a place (and frees the place of an expired
-    state it replaces), a run that ends frees its own."""
+def _count_live(live: LiveRuns, before: RunState | None, after: RunState | None,
+                was_ended: bool) -> None:
+    """Keep the ledger of live runs: a new run takes a place, a run that ends frees its own."""
     if after is None:
         return
     if before is None:
-        if held is not None and not held.ended:
-            live.remove(held.tenant)
         live.add(after.tenant)
     elif after.ended and not was_ended:
         live.remove(after.tenant)
-

@@ -1,0 +1,114 @@
+"""Live runs per tenant and per partition: a flood of run ids is refused at the quota, its calls
+still allowed; other tenants' runs and decisions untouched; the ledger kept across batches,
+ends, expiry and a successor's restore."""
+
+from __future__ import annotations
+
+import orjson
+
+from stallwatch.contract.commands import encode_command
+from stallwatch.engine.detector import Detector
+from stallwatch.engine.quota import LiveRuns, RunQuota
+from stallwatch.engine.state import RunState
+from streams.worker.batch import BatchApplier, SourceMessage
+from streams.worker.store import RunStore
+from tests.engine.test_hostile_input import healthy_runs, interleaved, replayed
+from tests.script import RunScript
+
+QUOTA = RunQuota(per_tenant=3, total=5)
+
+
+class Partition:
+    """One partition served by the batch step, its states kept in a RunStore as a worker does."""
+
+    def __init__(self, quota: RunQuota = QUOTA, idle_timeout_s: float = float("inf")) -> None:
+        self.store = RunStore(quota)
+        self.store.adopt(0, {})
+        self.applier = BatchApplier(Detector(), "stallwatch.events", idle_timeout_s=idle_timeout_s)
+        self.offset = 0
+        self.commands: list[dict] = []
+        self.letters: list[tuple[bytes | None, str, str]] = []
+
+    def feed(self, lines: list[bytes], append_ms: int = 0) -> None:
+        batch = []
+        for line in lines:
+            batch.append(SourceMessage(orjson.loads(line)["run_id"].encode(), line, 0, self.offset,
+                                       timestamp=append_ms))
+            self.offset += 1
+        result = self.applier.apply(batch, lambda run: self.store.load(0, run),
+                                    self.store.clocks[0], 0.0, self.store.live.get(0))
+        for run_id, state in result.states.items():
+            self.store.put(0, run_id, state)
+        self.commands += [orjson.loads(encode_command(c)) for c in result.commands]
+        self.letters += [(key, reason, orjson.loads(letter)["error"])
+                         for key, letter, reason in result.letters]
+
+
+def tenant_run(tenant: str, n: int) -> RunScript:
+    s = RunScript(f"{tenant}-{n}")
+    s.events[0]["tenant"] = tenant
+    s.round_of(("search", {"q": n}, {"items": [n]}))
+    return s
+
+
+def test_a_tenant_past_its_quota_is_refused_and_its_calls_still_run():
+    partition = Partition()
+    flood = [tenant_run("a", n) for n in range(5)]
+    partition.feed(interleaved(*flood))
+    refused = [key for key, reason, _ in partition.letters if reason == "run_quota"]
+    assert refused == [b"a-3", b"a-4"]
+    assert "STALLWATCH_MAX_LIVE_RUNS_PER_TENANT" in partition.letters[0][2]
+    verdicts = {c["run_id"]: c for c in partition.commands if c["type"] == "verdict"}
+    assert verdicts["a-4"]["decision"] == "allow" and "no record" in verdicts["a-4"]["reason"]
+    partition.feed(interleaved(tenant_run("b", 0), tenant_run("b", 1)))
+    assert [key for key, reason, _ in partition.letters if reason == "run_quota"] == [b"a-3", b"a-4"]
+    partition.feed(interleaved(tenant_run("c", 0)))  # the partition holds 5 live runs now
+    assert partition.letters[-1][:2] == (b"c-0", "run_quota")
+    assert "STALLWATCH_MAX_LIVE_RUNS" in partition.letters[-1][2]
+
+
+def test_other_runs_decide_as_without_the_flood():
+    partition = Partition(RunQuota(per_tenant=2, total=100))
+    flood = [tenant_run("a", n) for n in range(10)]
+    healthy = healthy_runs(4)
+    partition.feed(interleaved(*flood, *healthy))
+    alone, _ = replayed(interleaved(*healthy_runs(4)))
+    mine = [c for c in partition.commands if c["run_id"].startswith("healthy")]
+    assert mine == alone
+
+
+def test_an_ended_run_frees_its_place_and_a_successor_counts_the_same():
+    partition = Partition()
+    runs = [tenant_run("a", n) for n in range(3)]
+    partition.feed(interleaved(*runs))
+    runs[0].end()
+    partition.feed([orjson.dumps(runs[0].events[-1])])
+    partition.feed(interleaved(tenant_run("a", 3)))
+    assert partition.letters == []
+    assert partition.store.live[0].by_tenant == {"a": 3}
+    successor = RunStore(QUOTA)
+    successor.adopt(0, {run: state.to_bytes() for run, state in partition.store.states(0)})
+    assert successor.live[0].by_tenant == {"a": 3} and successor.live[0].total == 3
+
+
+def test_an_expired_run_frees_its_place_replaced_or_deleted():
+    partition = Partition(idle_timeout_s=60)
+    runs = [tenant_run("a", n) for n in range(3)]
+    partition.feed(interleaved(*runs), append_ms=1_000)
+    again = tenant_run("a", 0)  # the same run id, long after: a new run in the expired one's place
+    partition.feed(interleaved(again), append_ms=1_000_000)
+    assert partition.letters == [] and partition.store.live[0].by_tenant == {"a": 3}
+    partition.store.delete(0, "a-1")  # what the expiry scan does
+    partition.feed(interleaved(tenant_run("a", 9)), append_ms=1_000_000)
+    assert partition.letters == [] and partition.store.live[0].total == 3
+
+
+def test_the_ledger_reads_a_stored_state_without_building_it():
+    state = RunState(mode="researcher", started_ts=1.0, tenant="t")
+    assert RunState.tenant_and_ended(state.to_bytes()) == ("t", False)
+    state.release()
+    assert RunState.tenant_and_ended(state.to_bytes()) == ("t", True)
+    live = LiveRuns(QUOTA)
+    live.add(None)
+    live.remove(None)
+    assert live.by_tenant == {} and live.total == 0
