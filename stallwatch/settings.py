@@ -127,6 +127,10 @@ class Settings:
     # The worker writes per-batch partial counts per (tenant, tool) to {prefix}.tallies, the
     # fleet app's input (issue 13); false saves their cost where no fleet app runs.
     tallies: bool = True
+    # Dead letters (worker, fleet app, `stallwatch replay`) copy the first 16 KiB of the raw
+    # input: off by default, since a bad event may carry a secret in its other fields; a letter
+    # always has the input's keyed digest, size, error and position.
+    deadletter_raw: bool = False
     # Kafka security, passed to the worker and the client alike.
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str | None = None
@@ -165,6 +169,7 @@ class Settings:
             fingerprint_key=_fingerprint_key(),
             args_digest_only=_flag("STALLWATCH_ARGS_DIGEST_ONLY"),
             tallies=_flag("STALLWATCH_TALLIES", cls.tallies),
+            deadletter_raw=_flag("STALLWATCH_DEADLETTER_RAW", cls.deadletter_raw),
             publish_ahead=_flag("STALLWATCH_PUBLISH_AHEAD", cls.publish_ahead),
             commit_interval_s=_number("STALLWATCH_COMMIT_INTERVAL_S", cls.commit_interval_s, float,
                                       0.0),

@@ -151,7 +151,7 @@ class FleetService:
                     message.offset, error)
         self.metrics.dead_letters.labels(reason).inc()
         letter = DeadLetter.of(message.value, error, message.topic, message.partition, message.offset,
-                               self.secret)
+                               self.secret, self.cfg.base.deadletter_raw)
         await self.deadletter.send(key=message.key, value=letter.encode(), partition=message.partition)
 
     async def _tick(self) -> None:
