@@ -94,7 +94,11 @@ class FleetService:
             web_port=cfg.web_port, web_bind=base.web_bind, web_host=base.web_bind,
             broker_session_timeout=cfg.session_timeout_s, broker_heartbeat_interval=1.0,
             broker_commit_interval=1.0, producer_acks=-1, consumer_auto_offset_reset="earliest",
-            broker_credentials=faust_credentials(base), autodiscover=False)
+            broker_credentials=faust_credentials(base), autodiscover=False,
+            # Faust's own views: /router/ lists every worker's URL and the keys they own, /table/
+            # reads any key of the table (tenants, tools, incidents). Neither is used here (no
+            # @table_route): the web port serves /incidents/, /metrics and Faust's "/" status only.
+            web_router_enabled=False, web_tables_enabled=False)
         # read_committed and the fetch wait: the consumer Faust builds, adjusted (transport.py).
         transport = transport_for(cfg.fetch_wait_ms)
         app._new_transport = lambda: transport(app.conf.broker_consumer, app)  # type: ignore[method-assign]
