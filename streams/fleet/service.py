@@ -18,7 +18,7 @@ from prometheus_client import generate_latest
 from stallwatch.contract.commands import DeadLetter
 from stallwatch.contract.digests import secret_from_key
 from stallwatch.contract.incidents import INCIDENT_KINDS
-from stallwatch.kafka.options import ssl_context
+from stallwatch.kafka.options import oauth_token_provider, ssl_context
 from stallwatch.settings import Settings
 from streams.fleet.metrics import FleetMetrics
 from streams.fleet.rules import Judge, Outcome
@@ -68,6 +68,8 @@ def faust_credentials(settings: Settings) -> faust.types.auth.CredentialsT | Non
     """The worker's and the client's Kafka security settings, in Faust's terms (SASL over plaintext
     or TLS, or TLS alone), so that the fleet app reaches the brokers the workers reach."""
     context = ssl_context(settings)
+    if settings.sasl_mechanism == "OAUTHBEARER":
+        return faust.OAuthCredentials(oauth_cb=oauth_token_provider(settings), ssl_context=context)
     if settings.security_protocol.startswith("SASL"):
         return faust.SASLCredentials(username=settings.sasl_username, password=settings.sasl_password,
                                      ssl_context=context, mechanism=settings.sasl_mechanism)
