@@ -50,7 +50,20 @@ def _fingerprint_key() -> str | None:
     return key
 
 
+def _choice(name: str, raw: str | None, choices: tuple[str, ...]) -> str | None:
+    """One of `choices`, in any case (as Kafka's own clients read these); None stays None."""
+    if raw is None:
+        return None
+    value = raw.strip().upper()
+    if value not in choices:
+        raise SetupError(f"{name}={raw!r}: expected one of {', '.join(choices)}")
+    return value
+
+
 _FLAGS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# The mechanisms aiokafka speaks that take settings only (GSSAPI needs a Kerberos set-up).
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 _PORT_MAX = 65535
 # A key shorter than this is guessable: its fingerprints could be reversed like unkeyed ones.
 MIN_FINGERPRINT_KEY_CHARS = 16
@@ -132,6 +145,10 @@ class Settings:
     # The worker writes per-batch partial counts per (tenant, tool) to {prefix}.tallies, the
     # fleet app's input (issue 13); false saves their cost where no fleet app runs.
     tallies: bool = True
+    # Dead letters (worker, fleet app, `stallwatch replay`) copy the first 16 KiB of the raw
+    # input: off by default, since a bad event may carry a secret in its other fields; a letter
+    # always has the input's keyed digest, size, error and position.
+    deadletter_raw: bool = False
     # Kafka security, passed to the worker and the client alike.
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str | None = None
@@ -140,6 +157,23 @@ class Settings:
     ssl_cafile: str | None = None
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
+    # The passphrase of an encrypted private key (STALLWATCH_SSL_KEYFILE, or the key inside
+    # STALLWATCH_SSL_CERTFILE), for every TLS context: the worker's, the client's, the fleet app's.
+    ssl_key_password: str | None = field(default=None, repr=False)
+    # OAUTHBEARER: `module:callable` returning an aiokafka AbstractTokenProvider (a class is
+    # such a callable), e.g. one signing AWS MSK IAM tokens (docs/operations.md).
+    sasl_oauth_token_provider: str | None = None
+
+    def __post_init__(self) -> None:
+        """The Kafka security settings, checked together wherever Settings are built (from the
+        environment or in code): a wrong one must stop the process, not let one part connect
+        without credentials while another fails."""
+        protocol = _choice("STALLWATCH_SECURITY_PROTOCOL", self.security_protocol, SECURITY_PROTOCOLS)
+        mechanism = _choice("STALLWATCH_SASL_MECHANISM", self.sasl_mechanism, SASL_MECHANISMS)
+        object.__setattr__(self, "security_protocol", protocol)
+        object.__setattr__(self, "sasl_mechanism", mechanism)
+        _check_sasl(self)
+        _check_tls(self)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -173,6 +207,7 @@ class Settings:
             fingerprint_key=_fingerprint_key(),
             args_digest_only=_flag("STALLWATCH_ARGS_DIGEST_ONLY"),
             tallies=_flag("STALLWATCH_TALLIES", cls.tallies),
+            deadletter_raw=_flag("STALLWATCH_DEADLETTER_RAW", cls.deadletter_raw),
             publish_ahead=_flag("STALLWATCH_PUBLISH_AHEAD", cls.publish_ahead),
             commit_interval_s=_number("STALLWATCH_COMMIT_INTERVAL_S", cls.commit_interval_s, float,
                                       0.0),
@@ -183,6 +218,8 @@ class Settings:
             ssl_cafile=_env("STALLWATCH_SSL_CAFILE"),
             ssl_certfile=_env("STALLWATCH_SSL_CERTFILE"),
             ssl_keyfile=_env("STALLWATCH_SSL_KEYFILE"),
+            ssl_key_password=_env("STALLWATCH_SSL_KEY_PASSWORD"),
+            sasl_oauth_token_provider=_env("STALLWATCH_SASL_OAUTH_TOKEN_PROVIDER"),
         )
 
     @property
@@ -220,3 +257,39 @@ class Settings:
     @property
     def group_id(self) -> str:
         return f"{self.topic_prefix}-detector"
+
+
+def _check_sasl(settings: Settings) -> None:
+    protocol, mechanism = settings.security_protocol, settings.sasl_mechanism
+    if protocol.startswith("SASL") and mechanism is None:
+        raise SetupError(f"STALLWATCH_SECURITY_PROTOCOL={protocol} needs STALLWATCH_SASL_MECHANISM "
+                         f"(one of {', '.join(SASL_MECHANISMS)})")
+    if mechanism is not None and not protocol.startswith("SASL"):
+        raise SetupError(f"STALLWATCH_SASL_MECHANISM={mechanism} is set but "
+                         f"STALLWATCH_SECURITY_PROTOCOL={protocol} uses no SASL: set SASL_SSL or "
+                         "SASL_PLAINTEXT")
+    if mechanism == "OAUTHBEARER":
+        if not settings.sasl_oauth_token_provider:
+            raise SetupError("STALLWATCH_SASL_MECHANISM=OAUTHBEARER needs "
+                             "STALLWATCH_SASL_OAUTH_TOKEN_PROVIDER (module:callable)")
+    elif mechanism is not None and not (settings.sasl_username and settings.sasl_password):
+        raise SetupError(f"STALLWATCH_SASL_MECHANISM={mechanism} needs STALLWATCH_SASL_USERNAME and "
+                         "STALLWATCH_SASL_PASSWORD")
+    if settings.sasl_oauth_token_provider and mechanism != "OAUTHBEARER":
+        raise SetupError("STALLWATCH_SASL_OAUTH_TOKEN_PROVIDER is set but STALLWATCH_SASL_MECHANISM "
+                         f"is {mechanism or 'unset'}: set OAUTHBEARER")
+
+
+def _check_tls(settings: Settings) -> None:
+    files = {"STALLWATCH_SSL_CAFILE": settings.ssl_cafile,
+             "STALLWATCH_SSL_CERTFILE": settings.ssl_certfile,
+             "STALLWATCH_SSL_KEYFILE": settings.ssl_keyfile,
+             "STALLWATCH_SSL_KEY_PASSWORD": settings.ssl_key_password}
+    given = [name for name, value in files.items() if value]
+    if given and not settings.security_protocol.endswith("SSL"):
+        raise SetupError(f"{given[0]} is set but STALLWATCH_SECURITY_PROTOCOL="
+                         f"{settings.security_protocol} uses no TLS: set SSL or SASL_SSL")
+    if (settings.ssl_keyfile or settings.ssl_key_password) and not settings.ssl_certfile:
+        name = "STALLWATCH_SSL_KEYFILE" if settings.ssl_keyfile else "STALLWATCH_SSL_KEY_PASSWORD"
+        raise SetupError(f"{name} is set but STALLWATCH_SSL_CERTFILE is not: the key is the "
+                         "client certificate's")

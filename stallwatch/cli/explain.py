@@ -25,6 +25,7 @@ from stallwatch.contract.stop_codes import STOPS
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.canonical import secret_from_key
 from stallwatch.engine.fleet import Fleet
+from stallwatch.engine.names import printable
 from stallwatch.engine.state import RunState
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.kafka.read import committed_reader, read_to_end
@@ -33,7 +34,8 @@ from stallwatch.settings import Settings
 
 def explain(run_id: str, lines: Iterable[bytes], out: TextIO,
             admin_policy: AdminPolicy | None = None, secret: bytes | None = None) -> bool:
-    """Write the run's timeline; False when the log has no event of that run."""
+    """Write the run's timeline; False when the log has no event of that run. Every field taken
+    from the log is `printable`: no event can write a control character to the terminal."""
     fleet = Fleet(admin_policy, secret=secret)
     calls: dict[str, str] = {}
     seen = False
@@ -51,12 +53,12 @@ def explain(run_id: str, lines: Iterable[bytes], out: TextIO,
         state = fleet.runs.get(run_id)
         kind = event["type"]
         if kind == "run_started":
-            out.write(f"run {run_id} ({event['mode']}), tools: "
-                      f"{', '.join(t['name'] for t in event.get('tools') or []) or 'none'}\n")
+            out.write(f"run {printable(run_id)} ({event['mode']}), tools: "
+                      f"{', '.join(printable(t['name']) for t in event.get('tools') or []) or 'none'}\n")
         elif kind == "round_started":
             out.write(f"round {event['round']}\n")
         elif kind == "call_proposed":
-            calls[event["call_id"]] = f"{event['tool']}({_short(event.get('args'))})"
+            calls[event["call_id"]] = f"{printable(event['tool'])}({_short(event.get('args'))})"
         elif kind == "round_ended" and state is not None:
             new = "yes" if state.round_new_fact or state.round_results < state.round_allowed else "no"
             out.write(f"  end of round {event['round']}: {state.round_allowed} ran, "
@@ -65,11 +67,11 @@ def explain(run_id: str, lines: Iterable[bytes], out: TextIO,
                       f"{state.already_seen_streak}, all-refused streak {state.all_refused_streak}"
                       f"{_workspace(state)}\n")
         elif kind == "run_ended":
-            out.write(f"run ended: {event.get('reason') or 'no reason given'}\n")
+            out.write(f"run ended: {printable(event.get('reason') or 'no reason given')}\n")
         for command in commands:
             write_command(command, out, calls)
     if not seen:
-        out.write(f"no event of run {run_id!r} in the log\n")
+        out.write(f"no event of run {printable(repr(run_id))} in the log\n")
     return seen
 
 
@@ -84,21 +86,25 @@ def _workspace(state: RunState) -> str:
 
 def _short(value: object, width: int = 60) -> str:
     text = str(value)
-    return text if len(text) <= width else text[: width - 3] + "..."
+    return printable(text if len(text) <= width else text[: width - 3] + "...")
 
 
 def write_command(command: Command, out: TextIO, calls: dict[str, str]) -> None:
+    """One command's line; `calls` (call id to its shown call) already `printable`. A command
+    read from the topic is validated, not trusted: its strings are `printable` too."""
+    reason = printable(command.reason)
     if command.type == "verdict" and command.decision == "refuse":
-        out.write(f"  refused {calls.get(command.call_id) or command.tool or command.call_id} "
-                  f"[{command.code}]: {command.reason}\n")
+        call = calls.get(command.call_id) or printable(command.tool or command.call_id)
+        out.write(f"  refused {call} [{command.code}]: {reason}\n")
     elif command.type == "nudge":
         kind = "stall nudge" if "same_result_runs" in command.detail else "nudge"
-        out.write(f"  {kind}: {command.reason}\n")
+        out.write(f"  {kind}: {reason}\n")
     elif command.type == "stop":
         kind = STOPS.get(command.code)
-        fired = f"{kind.fired} {command.detail.get(kind.fired)}; " if kind is not None else ""
+        fired = printable(f"{kind.fired} {command.detail.get(kind.fired)}; ") if kind is not None \
+            else ""
         out.write(f"  STOP at round {command.round} [{command.code}, {command.action}] "
-                  f"{fired}{command.detail}: {command.reason}\n")
+                  f"{fired}{printable(command.detail)}: {reason}\n")
 
 
 async def explain_from_topic(run_id: str, settings: Settings, out: TextIO) -> bool:
@@ -126,7 +132,7 @@ async def explain_from_topic(run_id: str, settings: Settings, out: TextIO) -> bo
                 round_no = command.round
                 out.write(f"round {round_no}\n")
             if command.type == "verdict" and command.decision == "allow":
-                out.write(f"  allowed {command.tool or command.call_id}\n")
+                out.write(f"  allowed {printable(command.tool or command.call_id)}\n")
             write_command(command, out, {})
 
     try:
@@ -136,7 +142,7 @@ async def explain_from_topic(run_id: str, settings: Settings, out: TextIO) -> bo
     finally:
         await consumer.stop()
     if not seen:
-        out.write(f"no command of run {run_id!r} in {settings.commands_topic}\n")
+        out.write(f"no command of run {printable(repr(run_id))} in {settings.commands_topic}\n")
     return seen
 
 

@@ -102,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         from stallwatch.cli.replay import main as replay_main
 
         return replay_main(args.file, AdminPolicy.from_file(settings.policy_file),
-                           secret_from_key(settings.fingerprint_key), args.jobs)
+                           secret_from_key(settings.fingerprint_key), args.jobs,
+                           settings.deadletter_raw)
     if args.command == "explain":
         from stallwatch.cli.explain import main as explain_main
 

@@ -17,6 +17,7 @@ from aiokafka.structs import ConsumerRecord
 
 from stallwatch.contract.commands import ConflictingCommand, FirstCopies
 from stallwatch.contract.stop_codes import STOPS
+from stallwatch.engine.names import printable
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.kafka.read import committed_reader, read_to_end
 from stallwatch.settings import Settings
@@ -43,35 +44,41 @@ class Tally:
                 str(command.get("command_id")), raw):
             return  # published again after a worker's restart: counted once
         kind = command.get("type")
+        detail = command.get("detail")
+        detail = detail if isinstance(detail, dict) else {}
         if kind == "stop":
-            code = command.get("code")
+            code = _label(command.get("code"))
             self.stops[code] += 1
             kind = STOPS.get(code)
             if kind is not None and kind.subject is not None:
-                named = (command.get("detail") or {}).get(kind.subject[0])
+                named = _label(detail.get(kind.subject[0]))
                 self.subjects.setdefault(code, Counter())[named] += 1
-            version = (command.get("detail") or {}).get("workspace_version")
+            version = detail.get("workspace_version")
             if type(version) is int:
                 self.workspace_versions[version] += 1
         elif kind == "verdict":
-            self.verdicts[(command.get("tool") or "?", command.get("code") or "allow")] += 1
+            self.verdicts[(_label(command.get("tool") or "?"),
+                           _label(command.get("code") or "allow"))] += 1
         elif kind == "nudge":
             self.nudges += 1
-            if "same_result_runs" in (command.get("detail") or {}):
+            if "same_result_runs" in detail:
                 self.stall_nudges += 1
 
     def render(self, out: TextIO) -> None:
+        """Every name and code is read from the topic unvalidated: each is `printable`."""
         out.write(f"stops: {sum(self.stops.values())}   nudges: {self.nudges}\n")
         for code, count in self.stops.most_common():
-            out.write(f"  {code:<16} {count:>8}\n")
+            out.write(f"  {printable(code):<16} {count:>8}\n")
         tools = sorted({tool for tool, _ in self.verdicts})
         codes = sorted({code for _, code in self.verdicts}, key=lambda c: (c != "allow", c))
-        out.write("verdicts per tool:\n  " + f"{'tool':<24}" + "".join(f"{c:>18}" for c in codes) + "\n")
+        out.write("verdicts per tool:\n  " + f"{'tool':<24}"
+                  + "".join(f"{printable(c):>18}" for c in codes) + "\n")
         for tool in sorted(tools, key=lambda t: -sum(v for (x, _), v in self.verdicts.items() if x == t)):
-            out.write(f"  {tool:<24}" + "".join(f"{self.verdicts[(tool, c)]:>18}" for c in codes) + "\n")
+            out.write(f"  {printable(tool):<24}"
+                      + "".join(f"{self.verdicts[(tool, c)]:>18}" for c in codes) + "\n")
         for code, named in self.subjects.items():
             out.write(f"{STOPS[code].subject[1]}: " + ", ".join(
-                f"{name} {count}" for name, count in named.most_common()) + "\n")
+                f"{printable(name)} {count}" for name, count in named.most_common()) + "\n")
         if self.stall_nudges or self.workspace_versions:
             out.write(f"coder runs: {self.stall_nudges} stall nudges; workspace version at stop: "
                       f"{_median(self.workspace_versions)}, max "
@@ -102,14 +109,28 @@ class OpenIncidents:
 
     def render(self, out: TextIO) -> None:
         out.write(f"open incidents: {len(self.open)}\n")
-        for incident in sorted(self.open.values(), key=lambda i: -(i.get("opened_at") or 0)):
+        for incident in sorted(self.open.values(), key=_newest_first):
             evidence = incident.get("evidence") or {}
-            seen = ", ".join(f"{k} {v}" for k, v in evidence.items() if v)
+            seen = printable(", ".join(f"{k} {v}" for k, v in evidence.items() if v)) \
+                if isinstance(evidence, dict) else printable(evidence)
             opened = incident.get("opened_at")
             when = time.strftime("%H:%M:%S", time.gmtime(opened)) if isinstance(opened, int | float) \
                 else "?"
-            out.write(f"  {incident.get('kind', '?'):<17} {incident.get('tool', '?'):<20} "
-                      f"tenant {incident.get('tenant') or '-':<12} opened {when} UTC  {seen}\n")
+            out.write(f"  {printable(incident.get('kind', '?')):<17} "
+                      f"{printable(incident.get('tool', '?')):<20} "
+                      f"tenant {printable(incident.get('tenant') or '-'):<12} opened {when} UTC  "
+                      f"{seen}\n")
+
+
+def _newest_first(incident: dict) -> float:
+    opened = incident.get("opened_at")
+    return -opened if isinstance(opened, int | float) else 0.0
+
+
+def _label(value: object) -> str:
+    """A name or code read from the topic, as a string (a list or number in its place must not
+    break the counting, the sorting or the columns)."""
+    return value if isinstance(value, str) else str(value)
 
 
 def _median(counts: Counter) -> int | str:

@@ -93,12 +93,15 @@ def decode_command(raw: bytes | str) -> Command:
 
 
 class DeadLetter(BaseModel):
-    """Input that could not be applied, with a specific error and (the start of) the raw bytes
-    as text. Small whatever came in: the raw input is cut at DEADLETTER_RAW_BYTES and marked."""
+    """Input that could not be applied: a specific error, where it was (topic, partition,
+    offset), its size and a keyed digest of its bytes to match it with the record. The raw
+    input itself only when asked for (`keep_raw`, STALLWATCH_DEADLETTER_RAW): an event that
+    fails on one field may carry an API key in another, and a dead-letter topic is read by
+    more people than the events topic. Kept, it is cut at DEADLETTER_RAW_BYTES and marked."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
     error: str
-    raw: str
+    raw: str  # "" unless `raw_kept`
     topic: str
     partition: int
     offset: int
@@ -109,20 +112,24 @@ class DeadLetter(BaseModel):
     raw_size: int = 0
     raw_truncated: bool = False
     raw_digest: str | None = None
+    # Whether `raw` holds the input (its start): false unless the setting asks for it.
+    raw_kept: bool = False
 
     @classmethod
     def of(cls, raw: bytes | str | None, error: str, topic: str, partition: int,
-           offset: int, secret: bytes | None = None) -> DeadLetter:
-        """Bytes that are not UTF-8 become backslash escapes; None (a tombstone) becomes "".
-        `secret`: the fleet's fingerprint key (`secret_from_key`); None, unkeyed."""
+           offset: int, secret: bytes | None = None, keep_raw: bool = False) -> DeadLetter:
+        """`secret`: the fleet's fingerprint key (`secret_from_key`); None, unkeyed. `keep_raw`:
+        copy the input's start into `raw` (bytes that are not UTF-8 become backslash escapes;
+        None, a tombstone, becomes ""); otherwise `raw` is ""."""
         data = b"" if raw is None else raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
-        kept = data[:DEADLETTER_RAW_BYTES]
+        kept = data[:DEADLETTER_RAW_BYTES] if keep_raw else b""
         if len(error) > DEADLETTER_ERROR_CHARS:
             error = error[:DEADLETTER_ERROR_CHARS] + "…"
         return cls(error=error, raw=kept.decode("utf-8", "backslashreplace"), topic=topic,
                    partition=partition, offset=offset, raw_size=len(data),
-                   raw_truncated=len(kept) < len(data),
-                   raw_digest=None if raw is None else digest(data, secret).hex())
+                   raw_truncated=keep_raw and len(kept) < len(data),
+                   raw_digest=None if raw is None else digest(data, secret).hex(),
+                   raw_kept=keep_raw)
 
     def encode(self) -> bytes:
         return orjson.dumps(self.model_dump())

@@ -57,8 +57,8 @@ def parse_record(key: bytes | None, value: bytes | None, max_bytes: int = MAX_EV
         raise InvalidEvent("null_key", "the record has no key; key every event by its run_id")
     event = parse_event(value, max_bytes, secret)
     if key != event["run_id"].encode():
-        raise InvalidEvent("key_mismatch", f"message key {_quote(key)} is not the event's run_id "
-                           f"{_quote(event['run_id'])}; key events by run_id")
+        raise InvalidEvent("key_mismatch", f"message key ({len(key):,} bytes) is not the event's "
+                           f"run_id ({len(event['run_id']):,} characters); key events by run_id")
     return event
 
 
@@ -93,12 +93,13 @@ def validate_event(data: dict[str, Any], secret: bytes | None = None) -> dict[st
     version = data.get("v")
     if version != CONTRACT_VERSION or type(version) is not int:
         raise InvalidEvent("unsupported_version",
-                           f"unsupported contract version {_quote(version)}; this detector speaks "
+                           f"unsupported contract version {_described(version)}; this detector speaks "
                            f"v{CONTRACT_VERSION}")
     kind = data.get("type")
     if type(kind) is not str or kind not in _TYPES:
         raise InvalidEvent("unknown_type",
-                           f"unknown event type {_quote(kind)}; expected one of {', '.join(EVENT_TYPES)}")
+                           f"unknown event type {_described(kind)}; expected one of "
+                           f"{', '.join(EVENT_TYPES)}")
     if kind in _QUICK_TYPES:
         if _conforms(data, kind):
             return data  # the quick check also confirmed that every id is short enough to copy
@@ -220,10 +221,30 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def _quote(value: object, limit: int = 80) -> str:
-    """A value from the input, quoted for an error message and cut short."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+# A number in an error message is written out up to this many characters.
+_NUMBER_CHARS = 20
+
+
+def _described(value: object) -> str:
+    """A value from the input, for an error message that lands in a dead letter and the logs:
+    its type and size, never its text (a string where a type or version belongs may be anything
+    the runtime had at hand, a secret included). Numbers and literals are written out."""
+    if value is None or type(value) is bool:
+        return orjson.dumps(value).decode()
+    if type(value) is int or type(value) is float:
+        text = repr(value)
+        return text if len(text) <= _NUMBER_CHARS else f"(a number of {_many(len(text), 'digit')})"
+    if type(value) is str:
+        return f"(a string of {_many(len(value), 'character')})"
+    if type(value) is list:
+        return f"(an array of {_many(len(value), 'item')})"
+    if type(value) is dict:
+        return f"(an object of {_many(len(value), 'key')})"
+    return f"({type(value).__name__})"
+
+
+def _many(count: int, noun: str) -> str:
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 def _kind(value: object) -> str:

@@ -36,9 +36,11 @@ class Fleet:
 
     def __init__(self, admin_policy: AdminPolicy | None = None,
                  max_event_bytes: int = MAX_EVENT_BYTES, metrics: Counters | None = None,
-                 secret: bytes | None = None) -> None:
-        """`secret`: the key of every digest, shared with the runtimes (Settings.fingerprint_secret)."""
+                 secret: bytes | None = None, deadletter_raw: bool = False) -> None:
+        """`secret`: the key of every digest, shared with the runtimes (Settings.fingerprint_secret).
+        `deadletter_raw`: dead letters keep the start of the raw input (off: digest and size)."""
         self.detector = Detector(admin_policy, secret)
+        self.deadletter_raw = deadletter_raw
         self.records = RecordApplier(self.detector, max_event_bytes)
         self.runs: dict[str, RunState] = {}
         # The workers' counters, kept only when asked for (prometheus-client installed).
@@ -100,5 +102,6 @@ class Fleet:
                 offset: int) -> Rejected:
         if self.metrics is not None:
             self.metrics.count_dead_letter(error.reason)
-        letter = DeadLetter.of(raw, str(error), topic, partition, offset, self.detector.secret)
+        letter = DeadLetter.of(raw, str(error), topic, partition, offset, self.detector.secret,
+                               self.deadletter_raw)
         return Rejected(letter, error.reason)

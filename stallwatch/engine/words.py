@@ -1,4 +1,9 @@
-"""Words for the model: every refusal and stop says why and what to do next."""
+"""Words for the model: every refusal and stop says why and what to do next.
+
+Every name or label taken from an event (a tool, a coder call, a declared tool) goes through
+`names.quoted` (or `names.plain` inside a template's own backticks): one line of visible text
+as inline code, bounded, so that no event can write the model an instruction of its own.
+"""
 
 from __future__ import annotations
 
@@ -6,35 +11,36 @@ from collections.abc import Iterable
 
 from stallwatch.contract.events import Policy
 from stallwatch.contract.stop_codes import ANSWER, STOPS, stop_words
+from stallwatch.engine.names import LABEL_CHARS, NAME_CHARS, plain, quoted
 
 ALLOWED = "Allowed."
 
 
 def duplicate_call(tool: str) -> str:
-    return (f"Refused: this exact call to `{tool}` already ran in this run; its result is above. "
+    return (f"Refused: this exact call to {quoted(tool)} already ran in this run; its result is above. "
             "Use that result, or change the arguments or the approach.")
 
 
 def duplicate_read(tool: str) -> str:
-    return (f"Refused: this exact call to `{tool}` already ran since the workspace last changed; "
+    return (f"Refused: this exact call to {quoted(tool)} already ran since the workspace last changed; "
             "its result is above and would be the same. Use that result, or change something "
             "first.")
 
 
 def stall(call: str, runs: int) -> str:
-    return (f"The last {runs} runs of `{call}` gave the same result although changes were made "
-            "between them: your last changes did not change what it shows. Look again at why "
-            "before changing more, or try another approach.")
+    return (f"The last {runs} runs of {quoted(call, LABEL_CHARS)} gave the same result although "
+            "changes were made between them: your last changes did not change what it shows. "
+            "Look again at why before changing more, or try another approach.")
 
 
 def repeated_call(tool: str, times: int) -> str:
-    return (f"Refused: this is the {_ordinal(times)} identical call to `{tool}` in a row. You "
+    return (f"Refused: this is the {_ordinal(times)} identical call to {quoted(tool)} in a row. You "
             "already have this result in the conversation: use that value. If you need "
             "something else, use a different tool or different arguments.")
 
 
 def repeated_cycle(tools: list[str], times: int) -> str:
-    cycle = " -> ".join(f"`{t}`" for t in tools)
+    cycle = " -> ".join(quoted(t) for t in tools)
     return (f"Refused: the same cycle of calls ({cycle}) has come back with the same results "
             f"{times} times in a row. Going round again will not change them: use what you have, "
             "or do something different.")
@@ -47,30 +53,30 @@ def nudge(streak: int) -> str:
 
 def fleet_advisory(kind: str, tool: str, evidence: dict[str, int], window_s: float) -> str:
     """Words for a run about an incident the fleet saw across runs; only the counts given."""
-    window = _window(window_s)
+    window, tool = _window(window_s), quoted(tool)
     calls, failures, runs = evidence.get("calls"), evidence.get("failures"), evidence.get("runs")
     if kind == "tool_failing":
         seen = f"failed in {failures} of {calls} calls" if failures is not None and calls \
             else "has been failing"
         across = f" across {runs} runs" if runs else " across many runs"
-        return (f"`{tool}` {seen}{across} in {window}: don't retry it; use another tool or "
+        return (f"{tool} {seen}{across} in {window}: don't retry it; use another tool or "
                 "answer from what you have.")
     if kind == "tool_same_answer":
         answer_args, answer_runs = evidence.get("answer_args"), evidence.get("answer_runs")
         asked = f"{answer_args} different questions" if answer_args else "different questions"
         across = f" in {answer_runs} runs" if answer_runs else " in many runs"
-        return (f"`{tool}` gave the same answer to {asked}{across} in {window}: it may be "
+        return (f"{tool} gave the same answer to {asked}{across} in {window}: it may be "
                 "returning a stale or fallback result. Don't rely on asking it again; check its "
                 "answer another way or answer from what you have.")
     stops = evidence.get("stops")
     stopped = f"{stops} runs were" if stops else "Many runs were"
-    return (f"{stopped} stopped in {window} while looping on `{tool}`: calling it again the "
+    return (f"{stopped} stopped in {window} while looping on {tool}: calling it again the "
             "same way is unlikely to help. Change the approach, or answer from what you have.")
 
 
 def fleet_refused(tool: str) -> str:
     """A call refused under the run's `fleet_breaker` while the tool's incident is open."""
-    return (f"Refused: `{tool}` is failing in many runs across the fleet right now: don't retry "
+    return (f"Refused: {quoted(tool)} is failing in many runs across the fleet right now: don't retry "
             "it; use another tool or answer from what you have.")
 
 
@@ -99,7 +105,11 @@ def quarantined() -> str:
 
 
 def stop_reason(code: str, detail: dict) -> str:
-    return stop_words(code, detail)
+    """The stop's words; its templates quote `{tool}` and `{call}` themselves, so every string
+    of `detail` is made plain first (the detail itself keeps the names as they came)."""
+    shown = {key: plain(value, LABEL_CHARS if key == "call" else NAME_CHARS)
+             if isinstance(value, str) else value for key, value in detail.items()}
+    return stop_words(code, shown)
 
 
 def system_prompt(mode: str, policy: Policy, exempt_tools: Iterable[str] = ()) -> str:
@@ -142,7 +152,7 @@ def system_prompt(mode: str, policy: Policy, exempt_tools: Iterable[str] = ()) -
         lines.append(f"- At most {policy.time_limit_s:g} seconds in all.")
     if exempt:
         lines.append(f"- These tools may be called again with the same arguments (waiting is "
-                     f"their protocol): {', '.join(exempt)}.")
+                     f"their protocol): {', '.join(quoted(t) for t in exempt)}.")
     return "\n".join(lines)
 
 

@@ -18,7 +18,7 @@ from prometheus_client import generate_latest
 from stallwatch.contract.commands import DeadLetter
 from stallwatch.contract.digests import secret_from_key
 from stallwatch.contract.incidents import INCIDENT_KINDS
-from stallwatch.kafka.options import ssl_context
+from stallwatch.kafka.options import oauth_token_provider, ssl_context
 from stallwatch.settings import Settings
 from streams.fleet.metrics import FleetMetrics
 from streams.fleet.rules import Judge, Outcome
@@ -68,6 +68,8 @@ def faust_credentials(settings: Settings) -> faust.types.auth.CredentialsT | Non
     """The worker's and the client's Kafka security settings, in Faust's terms (SASL over plaintext
     or TLS, or TLS alone), so that the fleet app reaches the brokers the workers reach."""
     context = ssl_context(settings)
+    if settings.sasl_mechanism == "OAUTHBEARER":
+        return faust.OAuthCredentials(oauth_cb=oauth_token_provider(settings), ssl_context=context)
     if settings.security_protocol.startswith("SASL"):
         return faust.SASLCredentials(username=settings.sasl_username, password=settings.sasl_password,
                                      ssl_context=context, mechanism=settings.sasl_mechanism)
@@ -94,7 +96,11 @@ class FleetService:
             web_port=cfg.web_port, web_bind=base.web_bind, web_host=base.web_bind,
             broker_session_timeout=cfg.session_timeout_s, broker_heartbeat_interval=1.0,
             broker_commit_interval=1.0, producer_acks=-1, consumer_auto_offset_reset="earliest",
-            broker_credentials=faust_credentials(base), autodiscover=False)
+            broker_credentials=faust_credentials(base), autodiscover=False,
+            # Faust's own views: /router/ lists every worker's URL and the keys they own, /table/
+            # reads any key of the table (tenants, tools, incidents). Neither is used here (no
+            # @table_route): the web port serves /incidents/, /metrics and Faust's "/" status only.
+            web_router_enabled=False, web_tables_enabled=False)
         # read_committed and the fetch wait: the consumer Faust builds, adjusted (transport.py).
         transport = transport_for(cfg.fetch_wait_ms)
         app._new_transport = lambda: transport(app.conf.broker_consumer, app)  # type: ignore[method-assign]
@@ -160,7 +166,7 @@ class FleetService:
                     message.offset, error)
         self.metrics.dead_letters.labels(reason).inc()
         letter = DeadLetter.of(message.value, error, message.topic, message.partition, message.offset,
-                               self.secret)
+                               self.secret, self.cfg.base.deadletter_raw)
         await self.deadletter.send(key=message.key, value=letter.encode(), partition=message.partition)
 
     async def _tick(self) -> None:

@@ -38,10 +38,16 @@ def _ids(value: Any, name: str) -> list[str]:
     return value
 
 
+def _shown(value: Any) -> str:
+    """A bad value for an error that lands in a dead letter: a number as it is, anything else by
+    its type only (a string's text may be anything)."""
+    return repr(value) if value is None or isinstance(value, int | float) else f"a {type(value).__name__}"
+
+
 def _count(record: dict[str, Any], name: str) -> int:
     value = record.get(name, 0)
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise InvalidTally(f"`{name}` must be an integer >= 0, got {value!r}")
+        raise InvalidTally(f"`{name}` must be an integer >= 0, got {_shown(value)}")
     return value
 
 
@@ -61,7 +67,7 @@ def parse_tally(raw: bytes | None, key: bytes | None) -> Tally:
     if tenant is not None and (not isinstance(tenant, str) or len(tenant) > MAX_ID_CHARS):
         raise InvalidTally(f"`tenant` must be null or a string of at most {MAX_ID_CHARS} characters")
     if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts) or ts < 0:
-        raise InvalidTally(f"`ts` must be a finite number of seconds >= 0, got {ts!r}")
+        raise InvalidTally(f"`ts` must be a finite number of seconds >= 0, got {_shown(ts)}")
     if key is not None and key != tally_key(tenant, tool):
         raise InvalidTally("the record key is not tenant + \"\\x1f\" + tool of its value")
     calls, failures = _count(record, "calls"), _count(record, "failures")

@@ -63,10 +63,12 @@ class BatchApplier:
 
     def __init__(self, detector: Detector, topic: str, max_event_bytes: int = MAX_EVENT_BYTES,
                  tallies: Tallies | None = None, idle_timeout_s: float = float("inf"),
-                 ended_retention_s: float = float("inf")) -> None:
+                 ended_retention_s: float = float("inf"), deadletter_raw: bool = False) -> None:
         """`tallies`: counts the batch for the fleet app (None: no tallies). A run idle past
         `idle_timeout_s` (ended: past `ended_retention_s`) on the partition clock at one of its
-        records is met as absent (stallwatch/engine/expiry.py)."""
+        records is met as absent (stallwatch/engine/expiry.py). `deadletter_raw`: dead letters
+        keep the start of the raw input (off: its digest and size only)."""
+        self.deadletter_raw = deadletter_raw
         self.detector = detector
         self.idle_timeout_s = idle_timeout_s
         self.ended_retention_s = ended_retention_s
@@ -104,7 +106,7 @@ class BatchApplier:
         def rejected(index: int, value: bytes | None, exc: InvalidEvent) -> None:
             message = messages[index]
             letter = DeadLetter.of(value, str(exc), self.topic, message.partition, message.offset,
-                                   secret)
+                                   secret, self.deadletter_raw)
             result.letters.append((bounded_key(message.key, secret), letter.encode(), exc.reason))
 
         def applied(index: int, event: Event, state: RunState | None,

@@ -88,7 +88,8 @@ class Pipeline(ConsumerRebalanceListener):
             BatchApplier(detector, settings.events_topic, tallies=Tallies(
                 detector.secret, detector.admin_policy) if settings.tallies else None,
                 idle_timeout_s=settings.idle_timeout_s,
-                ended_retention_s=settings.ended_retention_s),
+                ended_retention_s=settings.ended_retention_s,
+                deadletter_raw=settings.deadletter_raw),
             self.store, CommitTopics.of(settings),
             settings.group_id, self.producers, self.expiry.due, self._rebuild,
             metrics.batch_retries.inc, self._timed_out,

@@ -60,8 +60,9 @@ def test_garbage_does_not_stop_replay_or_change_other_runs(tmp_path):
     letters = [orjson.loads(x) for x in done.stderr.splitlines()]
     assert len(letters) == len(bad)
     assert {tuple(sorted(x)) for x in letters} == {("error", "offset", "partition", "raw",
-                                                   "raw_digest", "raw_size", "raw_truncated", "topic")}
-    assert letters[3]["raw_truncated"] and letters[3]["raw_size"] == len(bad[3])
+                                                   "raw_digest", "raw_kept", "raw_size",
+                                                   "raw_truncated", "topic")}
+    assert letters[3]["raw"] == "" and letters[3]["raw_size"] == len(bad[3])
     assert [x["offset"] for x in letters] == [dirty.index(b) for b in bad]
     assert "over the limit" in letters[3]["error"] and "deeper than 1024" in letters[4]["error"]
 

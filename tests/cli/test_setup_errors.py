@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -111,3 +112,29 @@ def test_a_port_in_use_names_its_setting():
                                          "STALLWATCH_REPLICATION_FACTOR": "1",
                                          "STALLWATCH_MIN_INSYNC_REPLICAS": "1"})
     said_only(result, "STALLWATCH_WEB_PORT", f"127.0.0.1:{port}")
+
+
+@pytest.mark.parametrize(("command", "env", "words"), [
+    (["worker"], {"STALLWATCH_SECURITY_PROTOCOL": "sasl_tls"},
+     ("STALLWATCH_SECURITY_PROTOCOL='sasl_tls'", "SASL_SSL")),
+    (["fleet"], {"STALLWATCH_SECURITY_PROTOCOL": "sasl_ssl", "STALLWATCH_SASL_MECHANISM": "plain"},
+     ("STALLWATCH_SASL_MECHANISM=PLAIN needs STALLWATCH_SASL_USERNAME",)),
+    (["replay", "-"], {"STALLWATCH_SASL_MECHANISM": "SCRAM-SHA-1"}, ("STALLWATCH_SASL_MECHANISM",)),
+])
+def test_a_bad_kafka_security_setting_is_one_line_and_exit_2(command, env, words):
+    result = stallwatch(command, env)
+    said_only(result, *words)
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_an_encrypted_key_without_its_passphrase_is_named(tmp_path: Path):
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not installed")
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=c",
+                    "-passout", "pass:secret passphrase"], check=True, capture_output=True, timeout=60)
+    result = stallwatch(["top", "--once"], {"STALLWATCH_SECURITY_PROTOCOL": "SSL",
+                                            "STALLWATCH_SSL_CERTFILE": str(cert),
+                                            "STALLWATCH_SSL_KEYFILE": str(key)})
+    said_only(result, "encrypted", "STALLWATCH_SSL_KEY_PASSWORD")

@@ -31,7 +31,7 @@ def reason_of(raw: bytes | None, key: bytes | None = b"r") -> InvalidEvent:
 
 def test_a_dead_letter_of_invalid_utf8_is_cut_and_marked():
     raw = b"\xff\xfe" * 125_000  # 250 KB that grows ~5x once escaped as JSON text
-    letter = DeadLetter.of(raw, "not JSON", "stallwatch.events", 3, 17)
+    letter = DeadLetter.of(raw, "not JSON", "stallwatch.events", 3, 17, keep_raw=True)
     encoded = letter.encode()
     assert len(encoded) < 6 * DEADLETTER_RAW_BYTES < MAX_RECORD_BYTES
     assert letter.raw_truncated and letter.raw_size == len(raw)
@@ -41,8 +41,16 @@ def test_a_dead_letter_of_invalid_utf8_is_cut_and_marked():
 
 
 def test_a_small_dead_letter_keeps_its_raw_input_whole():
-    letter = DeadLetter.of(b'{"v": 2}', "unsupported", "t", 0, 5)
+    letter = DeadLetter.of(b'{"v": 2}', "unsupported", "t", 0, 5, keep_raw=True)
     assert (letter.raw, letter.raw_truncated, letter.raw_size) == ('{"v": 2}', False, 8)
+    assert letter.raw_kept
+
+
+def test_a_dead_letter_keeps_no_raw_input_unless_asked():
+    letter = DeadLetter.of(b'{"v": 2, "key": "sk-123"}', "unsupported", "t", 0, 5)
+    assert (letter.raw, letter.raw_kept, letter.raw_truncated, letter.raw_size) == ("", False, False, 25)
+    assert letter.raw_digest == DeadLetter.of(b'{"v": 2, "key": "sk-123"}', "x", "t", 0, 5,
+                                              keep_raw=True).raw_digest
 
 
 def test_a_record_keyed_by_its_run_id_is_parsed():

@@ -52,3 +52,14 @@ def test_mounted_files_and_the_build_context_exist():
     port = compose()["services"]["worker"]["environment"]["STALLWATCH_METRICS_PORT"]
     scrape = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
     assert scrape["scrape_configs"][0]["dns_sd_configs"][0]["port"] == int(port)
+
+
+def test_every_published_port_is_bound_to_the_hosts_loopback():
+    published = {name: service.get("ports", []) for name, service in compose()["services"].items()}
+    assert any(published.values())
+    for name, ports in published.items():
+        for port in ports:
+            # Short syntax "HOST_IP:HOST_PORT:CONTAINER_PORT", or the long one with host_ip.
+            host_ip = port.get("host_ip") if isinstance(port, dict) else \
+                (str(port).split(":")[0] if str(port).count(":") == 2 else None)
+            assert host_ip == "127.0.0.1", (name, port)

@@ -90,8 +90,8 @@ def guessed_pin(raw_digest: str) -> str | None:
 
 
 def test_a_pin_past_a_dead_letters_cut_is_not_recovered_with_the_key_set():
-    unkeyed = Fleet().handle_raw(poison_with_a_pin("4821"))
-    keyed = Fleet(secret=SECRET).handle_raw(poison_with_a_pin("4821"))
+    unkeyed = Fleet(deadletter_raw=True).handle_raw(poison_with_a_pin("4821"))
+    keyed = Fleet(secret=SECRET, deadletter_raw=True).handle_raw(poison_with_a_pin("4821"))
     assert isinstance(unkeyed, Rejected) and isinstance(keyed, Rejected)
     assert keyed.letter.raw_truncated and "4821" not in keyed.letter.raw
     assert guessed_pin(unkeyed.letter.raw_digest) == "4821"  # the risk of running without a key

@@ -123,7 +123,8 @@ async def test_a_dead_letter_of_a_keyed_worker_keeps_a_pin_past_its_cut_secret()
     topic hashed every guess of a poison event's hidden tail against `raw_digest`."""
     key = "a fleet key of at least 16 characters"
     settings = fresh_settings()
-    worker = WorkerProcess(settings, env={"STALLWATCH_FINGERPRINT_KEY": key})
+    worker = WorkerProcess(settings, env={"STALLWATCH_FINGERPRINT_KEY": key,
+                                          "STALLWATCH_DEADLETTER_RAW": "true"})
     try:
         await wait_until_serving(settings)
         await produce(settings, [poison_with_a_pin("4821")], keys=[b"p-pin"])
