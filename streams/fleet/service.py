@@ -78,6 +78,10 @@ def faust_credentials(settings: Settings) -> faust.types.auth.CredentialsT | Non
     return None
 
 
+class KeyQuota(Exception):
+    """A tally of a new (tenant, tool) key past its tenant's quota: dead-lettered."""
+
+
 class FleetService:
     """One Faust app: two agents (merge, judge), a timer (event-time ticks) and a web view."""
 
@@ -118,6 +122,8 @@ class FleetService:
         # key's tombstone must go to its own changelog partition), and the keys with open incidents.
         self.lru: dict[int, OrderedDict[bytes, None]] = {}
         self.open_keys: dict[int, set[bytes]] = {}
+        # Keys held per tenant on this worker (STALLWATCH_FLEET_MAX_KEYS_PER_TENANT).
+        self.tenant_keys: dict[str | None, int] = {}
         self.indexed = False
         self.clock = 0.0  # event time: the newest tick this worker's judge has seen
         self.watermark = 0.0  # event time: the newest tally this worker's merge has seen
@@ -214,6 +220,8 @@ class FleetService:
                     await self._apply(message.key, message.partition, record)
             except PartitionsMismatch as error:
                 self._exit_unwritable(message, error)
+            except KeyQuota as error:
+                await self._dead_letter(message, str(error), "key_quota")
             except Exception as error:
                 # A crashed agent is restarted by Faust past the record anyway: the record goes to
                 # the dead letters with the error (a partial holds counts and digests only), so it
@@ -238,8 +246,14 @@ class FleetService:
         self.metrics.partials.inc()
         state, evicted = self.table.get(key), None
         if state is None:
-            state = new_state(partial["tenant"], partial["tool"])
+            tenant = partial["tenant"]
+            held = self.tenant_keys.get(tenant, 0)
+            if held >= self.cfg.max_keys_per_tenant:
+                raise KeyQuota(f"its tenant already has {held:,} (tenant, tool) keys on this fleet "
+                               "worker, the quota (STALLWATCH_FLEET_MAX_KEYS_PER_TENANT)")
+            state = new_state(tenant, partial["tool"])
             evicted = self._evict_for(partition, key)
+            self.tenant_keys[tenant] = self.tenant_keys.get(tenant, 0) + 1
         dropped, late = state["dropped"], state["late"]
         outcome = self.judge.apply(state, partial, self.clock)
         self.metrics.dropped.labels("cap").inc(state["dropped"] - dropped)
@@ -281,12 +295,21 @@ class FleetService:
             open_here.discard(old)
             evicted = self.table.get(old)
             del self.table[old]
+            if evicted is not None:
+                self._forget_tenant_key(evicted.get("tenant"))
             if evicted is not None and evicted["open"]:
                 self.judge.close_evicted(evicted, self.clock, closed)
                 self.metrics.evicted_open.inc()
             self.metrics.evicted.inc()
         self.metrics.keys.set(sum(len(keys) for keys in self.lru.values()) + 1)
         return closed
+
+    def _forget_tenant_key(self, tenant: str | None) -> None:
+        held = self.tenant_keys.get(tenant, 0) - 1
+        if held > 0:
+            self.tenant_keys[tenant] = held
+        else:
+            self.tenant_keys.pop(tenant, None)
 
     def _track_open(self, partition: int, key: bytes, state: dict[str, Any]) -> None:
         keys = self.open_keys.setdefault(partition, set())
@@ -320,7 +343,7 @@ class FleetService:
 
     def _index(self) -> None:
         """After a recovery the table holds keys this worker has not touched yet: index them."""
-        self.lru, self.open_keys = {}, {}
+        self.lru, self.open_keys, self.tenant_keys = {}, {}, {}
         mine = self._held_partitions()
         dropped = 0
         for key, state in list(self.table.data.items()):
@@ -332,6 +355,8 @@ class FleetService:
                 dropped += 1
                 continue
             self.lru.setdefault(partition, OrderedDict())[key] = None
+            tenant = state.get("tenant")
+            self.tenant_keys[tenant] = self.tenant_keys.get(tenant, 0) + 1
             if state.get("open"):
                 self.open_keys.setdefault(partition, set()).add(key)
         self.indexed = True

@@ -32,6 +32,10 @@ class FleetSettings:
     # stallwatch_fleet_evicted_keys_total), so a flood of tool names cannot grow memory without
     # limit.
     max_keys: int = 50_000
+    # Keys one tenant may hold on one fleet worker: a tally of a new (tenant, tool) key past it is
+    # a dead letter (key_quota), so that one tenant's flood of tool names cannot evict the keys,
+    # and close the incidents, of every other tenant.
+    max_keys_per_tenant: int = 5_000
     # Live runs told of one incident (fleet_advisory events): a bound on what one incident writes.
     max_advised_runs: int = 64
     # The merge step gathers tallies this long (or up to 1,000) before re-keying them: fewer,
@@ -75,6 +79,8 @@ class FleetSettings:
             same_answer_args=_number("STALLWATCH_FLEET_SAME_ANSWER_ARGS", cls.same_answer_args, int, 2),
             looping_stops=_number("STALLWATCH_FLEET_LOOPING_STOPS", cls.looping_stops, int, 1),
             max_keys=_number("STALLWATCH_FLEET_MAX_KEYS", cls.max_keys, int, 1),
+            max_keys_per_tenant=_number("STALLWATCH_FLEET_MAX_KEYS_PER_TENANT",
+                                        cls.max_keys_per_tenant, int, 1),
             max_advised_runs=_number("STALLWATCH_FLEET_MAX_ADVISED_RUNS", cls.max_advised_runs, int, 0),
             merge_interval_s=_number("STALLWATCH_FLEET_MERGE_INTERVAL_S", cls.merge_interval_s, float, 0.001),
             tick_interval_s=_number("STALLWATCH_FLEET_TICK_INTERVAL_S", cls.tick_interval_s, float, 0.05),

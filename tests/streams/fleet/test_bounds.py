@@ -102,3 +102,28 @@ async def test_a_broker_restart_is_survived() -> None:
         assert fleet.alive()
     finally:
         fleet.stop()
+
+
+async def test_one_tenants_flood_of_tool_names_stops_at_its_quota_and_spares_the_others() -> None:
+    settings = fresh_settings(partitions=1)
+    fleet = FleetProcess(settings, env={"STALLWATCH_FLEET_MAX_KEYS": "50",
+                                        "STALLWATCH_FLEET_MAX_KEYS_PER_TENANT": "10"})
+    now = float(int(time.time()))
+    failing = [f"run-{i}" for i in range(5)]
+    try:
+        await fleet.serving()
+        async with Tallies(settings) as tallies, Reader(settings, settings.incidents_topic) as incidents, \
+                Reader(settings, settings.deadletter_topic) as letters:
+            await tallies.send([tally("search", now, tenant="victim", runs=[run], calls=2, failures=2)
+                                for run in failing])
+            await incidents.until(lambda vs: any(v["state"] == "open" for v in vs))
+            await tallies.send([tally(f"made-up-{k}", now + 1, tenant="flooder", runs=["run-9"],
+                                      calls=1) for k in range(100)])
+            refused = await letters.until(lambda vs: len(vs) >= 90)
+        assert {v["error"] for v in refused} == {
+            "its tenant already has 10 (tenant, tool) keys on this fleet worker, the quota "
+            "(STALLWATCH_FLEET_MAX_KEYS_PER_TENANT)"}
+        assert fleet.metric("stallwatch_fleet_evicted_keys_total") == 0
+        assert [(i["tenant"], i["tool"]) for i in fleet.open_incidents()] == [("victim", "search")]
+    finally:
+        fleet.stop()
