@@ -7,6 +7,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from stallwatch.contract.advisories import advisory_key
+
 
 class SetupError(ValueError):
     """A setting to change: the message names the environment variable and what to set it to.
@@ -42,10 +44,10 @@ def _flag(name: str, default: bool = False) -> bool:
     return _FLAGS[raw]
 
 
-def _fingerprint_key() -> str | None:
-    key = _env("STALLWATCH_FINGERPRINT_KEY")
+def _fingerprint_key(name: str = "STALLWATCH_FINGERPRINT_KEY") -> str | None:
+    key = _env(name)
     if key is not None and len(key) < MIN_FINGERPRINT_KEY_CHARS:
-        raise SetupError(f"STALLWATCH_FINGERPRINT_KEY is {len(key)} characters: use at least "
+        raise SetupError(f"{name} is {len(key)} characters: use at least "
                          f"{MIN_FINGERPRINT_KEY_CHARS} (e.g. `openssl rand -hex 32`)")
     return key
 
@@ -140,6 +142,11 @@ class Settings:
     # small value cannot be reversed by hashing guesses. Unset: unkeyed XXH3-128, as before
     # (the risk and the rotation: docs/operations.md). At least 16 characters.
     fingerprint_key: str | None = field(default=None, repr=False)
+    # The fleet app's own secret, never given to runtimes: it signs every fleet_advisory, and
+    # workers and replay count an advisory only with a valid signature, so no producer but the
+    # fleet app can advise a run. Unset: every advisory counts (one team's deployment). At
+    # least 16 characters.
+    advisory_key: str | None = field(default=None, repr=False)
     # The client sends `args_digest` in place of `args`: a call's arguments never leave it.
     args_digest_only: bool = False
     # The worker writes per-batch partial counts per (tenant, tool) to {prefix}.tallies, the
@@ -205,6 +212,7 @@ class Settings:
             group_offsets_interval_s=_number("STALLWATCH_GROUP_OFFSETS_INTERVAL_S",
                                              cls.group_offsets_interval_s, float, 0.0),
             fingerprint_key=_fingerprint_key(),
+            advisory_key=_fingerprint_key("STALLWATCH_ADVISORY_KEY"),
             args_digest_only=_flag("STALLWATCH_ARGS_DIGEST_ONLY"),
             tallies=_flag("STALLWATCH_TALLIES", cls.tallies),
             deadletter_raw=_flag("STALLWATCH_DEADLETTER_RAW", cls.deadletter_raw),
@@ -221,6 +229,11 @@ class Settings:
             ssl_key_password=_env("STALLWATCH_SSL_KEY_PASSWORD"),
             sasl_oauth_token_provider=_env("STALLWATCH_SASL_OAUTH_TOKEN_PROVIDER"),
         )
+
+    @property
+    def advisory_secret(self) -> bytes | None:
+        """The key of every advisory's MAC (stallwatch/contract/advisories.py), or None."""
+        return advisory_key(self.advisory_key) if self.advisory_key else None
 
     @property
     def events_topic(self) -> str:

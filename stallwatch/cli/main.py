@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return replay_main(args.file, AdminPolicy.from_file(settings.policy_file),
                            secret_from_key(settings.fingerprint_key), args.jobs,
-                           settings.deadletter_raw)
+                           settings.deadletter_raw, settings.advisory_secret)
     if args.command == "explain":
         from stallwatch.cli.explain import main as explain_main
 

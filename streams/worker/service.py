@@ -59,8 +59,8 @@ async def serve(settings: Settings, metrics: StallwatchMetrics | None = None,
     metrics = metrics or StallwatchMetrics()
     with _port_setting("STALLWATCH_METRICS_PORT", settings.metrics_bind, settings.metrics_port):
         metrics.serve(settings.metrics_port, settings.metrics_bind)
-    pipeline = Pipeline(settings, metrics, Detector(policy,
-                                                 secret_from_key(settings.fingerprint_key)))
+    pipeline = Pipeline(settings, metrics, Detector(policy, secret_from_key(settings.fingerprint_key),
+                                                 settings.advisory_secret))
     health = HealthServer(pipeline.progress, settings.stall_timeout_s, settings.web_bind,
                           settings.web_port)
     stopping = asyncio.Event()
