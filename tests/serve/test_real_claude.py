@@ -5,28 +5,18 @@ edit (never refused, not stopped), re-reads a file after writing it (not refused
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import shutil
 import subprocess
-import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 
-from stallwatch.client import EmbeddedClient
-from stallwatch.client.run import Run
 from stallwatch.serve.app import make_app
 from stallwatch.serve.hooks import HookSettings
-from stallwatch.serve.service import Service
 from tests.serve.agents.anthropic_fake import FakeAnthropic, Reply
-from tests.serve.conftest import free_port
-
-ROOT = Path(__file__).resolve().parents[2]
-STALLWATCH = str(Path(sys.executable).with_name("stallwatch"))
+from tests.serve.agents.harness import STALLWATCH, RecordingService, install, site
 
 pytestmark = pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not installed: Claude Code "
                                 "comes from npm (deploy/agents/install.sh)")
@@ -34,39 +24,7 @@ pytestmark = pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not 
 
 @pytest.fixture(scope="module")
 def claude_exe() -> str:
-    out = subprocess.run([str(ROOT / "deploy" / "agents" / "install.sh"), "claude"], check=True,
-                         capture_output=True, text=True, timeout=900)
-    return out.stdout.strip().splitlines()[-1]
-
-
-class RecordingService(Service):
-    """Keeps the runs it forgets (Claude Code ends the session, and with it the run)."""
-
-    def __init__(self) -> None:
-        super().__init__(EmbeddedClient())
-        self.runs: dict[str, Run] = {}
-
-    def forget(self, run_id: str) -> None:
-        if run_id in self.held:
-            self.runs[run_id] = self.held[run_id].run
-        super().forget(run_id)
-
-    def only_run(self) -> Run:
-        runs = {**self.runs, **{r: h.run for r, h in self.held.items()}}
-        assert len(runs) == 1, runs
-        return next(iter(runs.values()))
-
-
-@contextlib.asynccontextmanager
-async def site(app: web.Application) -> AsyncIterator[str]:
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    return install("claude")
 
 
 async def run_claude(exe: str, tmp: Path, script, files: dict[str, str], http_hooks: bool = True,
