@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stallwatch.hooks.command import DEFAULT_URL, URL_ENV
+from stallwatch.hooks.command import DEFAULT_URL, TOKEN_ENV, URL_ENV
 
 # Seconds an agent waits for one hook before running the call anyway: above the command's own
 # deadline (8 s), so that the command, not the agent, decides when to fail open.
@@ -130,7 +130,13 @@ def entry_for(target: Target, http: bool, url: str) -> dict[str, Any]:
     if http:
         if target.agent != "claude":
             raise ValueError(f"--http: only Claude Code takes http hooks; {target.agent} runs the command")
-        return {"type": "http", "url": f"{url.rstrip('/')}/hooks/claude", "timeout": target.timeout}
+        entry: dict[str, Any] = {"type": "http", "url": f"{url.rstrip('/')}/hooks/claude",
+                                 "timeout": target.timeout}
+        if os.environ.get(TOKEN_ENV):
+            # Claude Code fills the header from its own environment when it sends the hook: the
+            # token is never written to the settings file.
+            entry |= {"headers": {"Authorization": f"Bearer ${{{TOKEN_ENV}}}"}, "allowedEnvVars": [TOKEN_ENV]}
+        return entry
     command = hook_command(target.agent)
     if url != DEFAULT_URL:
         command = f"{URL_ENV}={shlex.quote(url)} {command}"

@@ -19,6 +19,7 @@ def home(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("CODEX_HOME", raising=False)
     monkeypatch.delenv("STALLWATCH_SERVE_URL", raising=False)
+    monkeypatch.delenv("STALLWATCH_SERVE_TOKEN", raising=False)
     return tmp_path
 
 
@@ -49,6 +50,15 @@ def test_claude_http_hooks_point_at_the_server(home):
     settings = json.loads((home / ".claude" / "settings.json").read_text())
     entry = settings["hooks"]["PreToolUse"][0]["hooks"][0]
     assert entry == {"type": "http", "url": "http://127.0.0.1:9999/hooks/claude", "timeout": 10}
+
+
+def test_claude_http_hooks_send_the_token_from_claude_codes_environment(home, monkeypatch):
+    monkeypatch.setenv("STALLWATCH_SERVE_TOKEN", "a-long-secret")
+    change("install", "claude", "user", True, "http://127.0.0.1:9999", home)
+    text = (home / ".claude" / "settings.json").read_text()
+    entry = json.loads(text)["hooks"]["PreToolUse"][0]["hooks"][0]
+    assert entry["headers"] == {"Authorization": "Bearer ${STALLWATCH_SERVE_TOKEN}"}
+    assert entry["allowedEnvVars"] == ["STALLWATCH_SERVE_TOKEN"] and "a-long-secret" not in text
 
 
 def test_codex_gets_integer_timeouts_and_gemini_milliseconds_and_enabled_hooks(home, monkeypatch):

@@ -28,7 +28,7 @@ def claude_exe() -> str:
 
 
 async def run_claude(exe: str, tmp: Path, script, files: dict[str, str], http_hooks: bool = True,
-                     ) -> tuple[FakeAnthropic, RecordingService, list[dict]]:
+                     token: str | None = None) -> tuple[FakeAnthropic, RecordingService, list[dict]]:
     home, ws = tmp / "home", tmp / "ws"
     home.mkdir()
     ws.mkdir()
@@ -39,11 +39,12 @@ async def run_claude(exe: str, tmp: Path, script, files: dict[str, str], http_ho
     model = FakeAnthropic(script)
     service = RecordingService()
     async with site(model.app()) as model_url, \
-            site(make_app(service, None, HookSettings())) as stallwatch_url:
+            site(make_app(service, token, HookSettings())) as stallwatch_url:
         env = {"PATH": os.environ["PATH"], "HOME": str(home), "ANTHROPIC_BASE_URL": model_url,
                "ANTHROPIC_API_KEY": "sk-fake", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
                "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1",
-               "STALLWATCH_SERVE_URL": stallwatch_url, "TMPDIR": str(tmp)}
+               "STALLWATCH_SERVE_URL": stallwatch_url, "TMPDIR": str(tmp),
+               **({"STALLWATCH_SERVE_TOKEN": token} if token else {})}
         install = ["hooks", "install", "claude", "--url", stallwatch_url] + (["--http"] if http_hooks else [])
         subprocess.run([STALLWATCH, *install], check=True, env=env, capture_output=True)
         proc = await asyncio.create_subprocess_exec(
@@ -63,8 +64,11 @@ def grep_forever(turn: int, results: list[dict]) -> Reply:
 
 
 async def test_claude_code_looping_on_one_grep_is_stopped_in_stallwatchs_words(claude_exe, tmp_path):
+    """Through http hooks to a server that wants a token: Claude Code sends it from its env."""
     model, service, lines = await run_claude(claude_exe, tmp_path, grep_forever,
-                                             {"notes.txt": "foo is here\n"})
+                                             {"notes.txt": "foo is here\n"}, token="s3cret-" + "x" * 24)
+    settings = (tmp_path / "home" / ".claude" / "settings.json").read_text()
+    assert "s3cret" not in settings, "the token itself was written to the settings file"
     received = [r for seen in model.seen for r in seen.tool_results]
     assert received[0]["text"].strip() == "1:foo is here" and not received[0]["is_error"]
     refusals = [r for r in received if r["is_error"] and "Refused: this exact call" in r["text"]]
