@@ -7,8 +7,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from stallwatch.contract.advisories import advisory_key
-
 
 class SetupError(ValueError):
     """A setting to change: the message names the environment variable and what to set it to.
@@ -229,11 +227,6 @@ class Settings:
             ssl_key_password=_env("STALLWATCH_SSL_KEY_PASSWORD"),
             sasl_oauth_token_provider=_env("STALLWATCH_SASL_OAUTH_TOKEN_PROVIDER"),
         )
-
-    @property
-    def advisory_secret(self) -> bytes | None:
-        """The key of every advisory's MAC (stallwatch/contract/advisories.py), or None."""
-        return advisory_key(self.advisory_key) if self.advisory_key else None
 
     @property
     def events_topic(self) -> str:

@@ -19,6 +19,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.structs import ConsumerRecord
 
 from stallwatch.cli.top import partitions_of
+from stallwatch.contract.advisories import advisory_key_of
 from stallwatch.contract.commands import Command, ConflictingCommand, FirstCopies, decode_command
 from stallwatch.contract.parse import InvalidEvent, parse_event
 from stallwatch.contract.stop_codes import STOPS
@@ -155,7 +156,7 @@ def main(run_id: str, path: str | None, settings: Settings) -> int:
             sys.stderr.write(f"stallwatch explain: {exc}: the workers broke the contract\n")
             return 1
     return explain_file(run_id, path, AdminPolicy.from_file(settings.policy_file),
-                        secret_from_key(settings.fingerprint_key), settings.advisory_secret)
+                        secret_from_key(settings.fingerprint_key), advisory_key_of(settings.advisory_key))
 
 
 def explain_file(run_id: str, path: str, admin_policy: AdminPolicy | None = None,

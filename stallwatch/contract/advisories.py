@@ -24,6 +24,11 @@ def advisory_key(key_text: str) -> bytes:
     return blake2b(key_text.encode(), digest_size=32, person=_KEY_PERSON).digest()
 
 
+def advisory_key_of(key_text: str | None) -> bytes | None:
+    """`advisory_key` of STALLWATCH_ADVISORY_KEY, or None (advisories unsigned) without one."""
+    return advisory_key(key_text) if key_text else None
+
+
 def advisory_mac(advisory: dict[str, Any], key: bytes) -> str:
     unsigned = {k: v for k, v in advisory.items() if k != MAC_FIELD}
     data = orjson.dumps(unsigned, option=orjson.OPT_SORT_KEYS)

@@ -15,7 +15,7 @@ from aiokafka.partitioner import murmur2
 from faust.exceptions import PartitionsMismatch
 from prometheus_client import generate_latest
 
-from stallwatch.contract.advisories import signed
+from stallwatch.contract.advisories import advisory_key_of, signed
 from stallwatch.contract.commands import DeadLetter
 from stallwatch.contract.digests import secret_from_key
 from stallwatch.contract.incidents import INCIDENT_KINDS
@@ -95,7 +95,7 @@ class FleetService:
         # that leaves a process is keyed when a key is set).
         self.secret = secret_from_key(base.fingerprint_key)
         # Signs every advisory, so that workers know it for the fleet app's (None: unsigned).
-        self.advisory_key = base.advisory_secret
+        self.advisory_key = advisory_key_of(base.advisory_key)
         self.app = app = faust.App(
             cfg.group_id, broker=[f"kafka://{b.strip()}" for b in base.bootstrap.split(",")],
             store="memory://", topic_partitions=base.partitions,
