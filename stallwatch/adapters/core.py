@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass, field
@@ -13,8 +14,13 @@ from pydantic_core import to_jsonable_python
 from stallwatch.client.run import CallDecision, Client, Run
 from stallwatch.client.sync import SyncClient
 from stallwatch.contract.commands import Stop
+from stallwatch.contract.faults import fault
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+# What a call gets when stallwatch itself fails while judging it: it runs, as with no guard.
+_UNGUARDED = CallDecision(True, None, "stallwatch failed while judging this call; it runs unguarded.")
+_UNGUARDED_CALL = "unguarded-"  # the call id such a call gets
 
 _JSON_SCALARS = (str, int, float, bool, type(None))
 _SCALAR_TYPES = frozenset(_JSON_SCALARS)  # exact types: an enum or str subclass is converted
@@ -116,46 +122,70 @@ class Guard:
         return self._rules
 
     async def start(self, tool_names: Iterable[str] = ()) -> None:
-        """Publish run_started once; later calls do nothing."""
+        """Publish run_started once; later calls do nothing. A failure leaves the run unstarted
+        (logged): the next call tries again."""
         if self.run is None:
-            self.run = await self.client.start_run(self.run_id, self.spec.mode,
-                                                   self.spec.tool_entries(tool_names),
-                                                   self.spec.policy)
-            self._rules = self.run.system_prompt() if self.spec.tell_rules else ""
+            try:
+                run = await self.client.start_run(self.run_id, self.spec.mode,
+                                                  self.spec.tool_entries(tool_names), self.spec.policy)
+            except Exception as exc:
+                _unguarded("starting the run", exc)
+                return
+            self.run = run
+            self._rules = run.system_prompt() if self.spec.tell_rules else ""
 
     async def begin_model_call(self, tool_names: Iterable[str] = ()) -> ModelTurn:
         """Before a model call: close the open round, then open this call's round unless stopped."""
         await self.start(tool_names)
         await self.end_round()
         run = self.run
-        assert run is not None
+        if run is None:
+            return ModelTurn(None, [])
         notes = [n.reason for n in run.nudges[self._nudges_shown:]]
         self._nudges_shown = len(run.nudges)
         if run.stop is not None:
             return ModelTurn(run.stop, [*notes, run.stop.reason])
-        await run.start_round()
+        try:
+            await run.start_round()
+        except Exception as exc:
+            _unguarded("starting a round", exc)
+            return ModelTurn(None, notes)
         self._round_open = True
         return ModelTurn(None, notes)
 
     async def end_round(self) -> None:
         if self._round_open and self.run is not None:
             self._round_open = False
-            await self.run.end_round()
+            try:
+                await self.run.end_round()
+            except Exception as exc:
+                _unguarded("ending a round", exc)
 
     async def propose(self, tool: str, args: Any) -> tuple[str, CallDecision]:
         """Ask before a call runs; returns (call_id, decision). Call ids are stallwatch's own,
-        since scripted and some real models reuse theirs."""
+        since scripted and some real models reuse theirs. Any fault of stallwatch's lets this one
+        call run, with a log line; the next call is judged again."""
         await self.start([tool])
-        assert self.run is not None
-        return await self.run.propose(tool, _jsonable(args))
+        if self.run is not None:
+            try:
+                return await self.run.propose(tool, _jsonable(args))
+            except Exception as exc:
+                _unguarded("judging a call", exc)
+        return f"{_UNGUARDED_CALL}{uuid.uuid4().hex[:8]}", _UNGUARDED
 
     async def report(self, call_id: str, tool: str, ok: bool, result: Any) -> None:
-        """A call's result; only its fingerprint leaves the runtime."""
-        assert self.run is not None
+        """A call's result; only its fingerprint leaves the runtime (none for a call that ran
+        unguarded: stallwatch never heard of it)."""
+        if self.run is None or call_id.startswith(_UNGUARDED_CALL):
+            return
+        status = "ok" if ok else "error"
         try:
-            await self.run.result(call_id, tool, "ok" if ok else "error", _jsonable(result))
-        except ValueError:  # cannot be put in canonical JSON: report no content, which counts as new
-            await self.run.result(call_id, tool, "ok" if ok else "error", None)
+            try:
+                await self.run.result(call_id, tool, status, _jsonable(result))
+            except ValueError:  # no canonical JSON: report no content, which counts as new
+                await self.run.result(call_id, tool, status, None)
+        except Exception as exc:
+            _unguarded("reporting a result", exc)
 
     async def finish(self, reason: str | None = None) -> None:
         """Close the open round and end the run; forget it so memory stays bounded. Idempotent."""
@@ -163,8 +193,15 @@ class Guard:
             return
         self._finished = True
         await self.end_round()
-        await self.run.end(reason)
+        try:
+            await self.run.end(reason)
+        except Exception as exc:
+            _unguarded("ending the run", exc)
         self.client.forget(self.run_id)
+
+
+def _unguarded(what: str, exc: Exception) -> None:
+    log.warning("stallwatch failed %s (%s); the agent goes on unguarded there", what, fault(exc))
 
 
 def _jsonable(value: Any) -> Any:

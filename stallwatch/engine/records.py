@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from pathlib import Path
 from typing import TypeVar
 
 from stallwatch.contract.commands import Command
+from stallwatch.contract.faults import fault
 from stallwatch.contract.parse import MAX_EVENT_BYTES, InvalidEvent, parse_event, parse_record
 from stallwatch.engine.detector import Detector, Event
 from stallwatch.engine.quota import LiveRuns
@@ -34,13 +33,10 @@ class EngineFault(InvalidEvent):
     event's content."""
 
     def __init__(self, reason: str, exc: BaseException, run_id: str | None) -> None:
-        frame = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
-        where = f" at {Path(frame[0].filename).name}:{frame[0].lineno}" if frame else ""
         what = "parsing" if run_id is None else "applying"
         then = "" if run_id is None else (
             "; its run is quarantined: no longer judged, its calls are allowed")
-        super().__init__(reason, f"stallwatch failed {what} this event ({type(exc).__name__}"
-                                 f"{where}){then}")
+        super().__init__(reason, f"stallwatch failed {what} this event ({fault(exc)}){then}")
 
 
 class RecordApplier:

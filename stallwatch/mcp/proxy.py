@@ -29,13 +29,13 @@ from stallwatch.client import EmbeddedClient, KafkaClient
 from stallwatch.client.run import Client, Run
 from stallwatch.contract.envelope import envelope
 from stallwatch.contract.events import Policy
+from stallwatch.contract.faults import fault
 from stallwatch.contract.limits import MAX_DECLARATIONS_BYTES, bounded_id
 from stallwatch.contract.parse import InvalidEvent, validate_event
 from stallwatch.engine import words
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.canonical import parse_json_text
 from stallwatch.mcp.batches import BatchesAnswered
-from stallwatch.mcp.faults import fault
 from stallwatch.mcp.rounds import DEFAULT_NEW_RUN_AFTER_S, DEFAULT_ROUND_GAP_S, Rounds
 from stallwatch.settings import Settings
 

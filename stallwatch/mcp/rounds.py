@@ -7,7 +7,7 @@ import contextlib
 import logging
 
 from stallwatch.client.run import Run
-from stallwatch.mcp.faults import fault
+from stallwatch.contract.faults import fault
 
 log = logging.getLogger(__name__)
 

@@ -66,3 +66,49 @@ async def test_declarations_reach_the_engine_through_the_run_spec():
                for i in range(6)]
     turns = await rounds(guard, results)
     assert turns[-1].stop is not None and turns[-1].stop.code == "no_new_facts"
+
+
+async def test_a_fault_of_stallwatch_lets_that_one_call_run_and_the_next_is_judged(monkeypatch, caplog):
+    """Every adapter's path: the guard's own failure never reaches the agent."""
+    from stallwatch.client.run import Run
+
+    real, failures = Run.propose, []
+
+    async def propose_failing_once(self, tool, args, call_id=None, effect=None):
+        if not failures:
+            failures.append(tool)
+            raise KeyError("a secret in the message")
+        return await real(self, tool, args, call_id, effect)
+    monkeypatch.setattr(Run, "propose", propose_failing_once)
+    guard = Guard(EmbeddedClient(), RunSpec())
+    decisions = []
+    for _ in range(3):
+        await guard.begin_model_call(["search"])
+        call_id, decision = await guard.propose("search", {"q": "same"})
+        decisions.append(decision)
+        await guard.report(call_id, "search", True, {"docs": [1]})
+    assert [d.allowed for d in decisions] == [True, True, False]
+    assert "unguarded" in decisions[0].reason and decisions[2].code == "duplicate_call"
+    [warning] = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert "judging a call (KeyError at test_core.py:" in warning.getMessage()
+    assert "secret" not in warning.getMessage()
+
+
+async def test_a_run_that_fails_to_start_leaves_the_agent_running_and_starts_at_the_next_call(
+        monkeypatch):
+    client = EmbeddedClient()
+    real, failures = type(client).start_run, []
+
+    async def start_failing_once(self, *args, **kwargs):
+        if not failures:
+            failures.append(1)
+            raise RuntimeError("broker away")
+        return await real(self, *args, **kwargs)
+    monkeypatch.setattr(type(client), "start_run", start_failing_once)
+    guard = Guard(client, RunSpec())
+    turn = await guard.begin_model_call(["search"])
+    assert turn.stop is None and turn.tools_allowed
+    call_id, decision = await guard.propose("search", {"q": 1})
+    assert decision.allowed and guard.run is not None  # started at this call
+    await guard.report(call_id, "search", True, {"docs": [1]})
+    await guard.finish("done")
