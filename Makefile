@@ -47,12 +47,14 @@ test: setup prometheus
 	@$(call with_kafka,$(BIN)/pytest -q)
 
 # Replay against parse-only (no broker), the adapters against their frameworks alone, then the
-# worker against a bare echo on the broker, then the fleet app at the worker's throughput.
+# worker against a bare echo on the broker, then the fleet app at the worker's throughput, then a
+# coding agent's hooks against empty ones (in-process and through the broker).
 bench: setup
 	$(BIN)/python benchmarks/replay_bench.py
 	$(BIN)/python benchmarks/hostile_bench.py
 	$(BIN)/python benchmarks/adapters_bench.py
-	@$(call with_kafka,$(BIN)/python benchmarks/kafka_bench.py && $(BIN)/python benchmarks/fleet_bench.py)
+	@$(call with_kafka,$(BIN)/python benchmarks/kafka_bench.py && $(BIN)/python benchmarks/fleet_bench.py \
+		&& $(BIN)/python benchmarks/hooks_bench.py)
 
 # The fuzz harness at length (make test runs a fixed number of its examples): no broker needed.
 fuzz: setup

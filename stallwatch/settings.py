@@ -12,7 +12,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal, Self, get_args, get_origin
 
-from pydantic import BeforeValidator, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BeforeValidator,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -175,6 +183,13 @@ class Settings(Declared):
     fingerprint_key: SecretStr | None = Field(None, description="secret shared by runtimes and "
                                               "workers that keys every fingerprint and digest, "
                                               f"at least {MIN_FINGERPRINT_KEY_CHARS} characters")
+    # Never given to runtimes: no producer but the fleet app can then advise a run. Unset: every
+    # advisory counts (one team's deployment).
+    advisory_key: SecretStr | None = Field(None, description="the fleet app's secret that signs "
+                                           "every `fleet_advisory`; workers and replay count an "
+                                           "advisory only with a valid signature (else a dead "
+                                           "letter, `unsigned_advisory`), at least "
+                                           f"{MIN_FINGERPRINT_KEY_CHARS} characters")
     args_digest_only: bool = Field(False, description="the client sends `args_digest` in place of "
                                    "`args`: a call's arguments never leave it")
     tallies: bool = Field(True, description="the worker writes per-batch counts per (tenant, tool) "
@@ -200,12 +215,13 @@ class Settings(Declared):
     sasl_oauth_token_provider: str | None = Field(None, description="OAUTHBEARER: `module:callable` "
                                                   "returning an aiokafka AbstractTokenProvider")
 
-    @field_validator("fingerprint_key")
+    @field_validator("fingerprint_key", "advisory_key")
     @classmethod
-    def _long_enough(cls, key: SecretStr | None) -> SecretStr | None:
+    def _long_enough(cls, key: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
         if key is not None and len(key.get_secret_value()) < MIN_FINGERPRINT_KEY_CHARS:
-            raise SetupError(f"STALLWATCH_FINGERPRINT_KEY is {len(key.get_secret_value())} characters: "
-                             f"use at least {MIN_FINGERPRINT_KEY_CHARS} (e.g. `openssl rand -hex 32`)")
+            raise SetupError(f"{cls.env_name(str(info.field_name))} is {len(key.get_secret_value())} "
+                             f"characters: use at least {MIN_FINGERPRINT_KEY_CHARS} (e.g. `openssl rand "
+                             "-hex 32`)")
         return key
 
     @model_validator(mode="after")

@@ -386,10 +386,11 @@ async def stored_events(settings: Settings) -> list[bytes]:
         await consumer.stop()
 
 
-def replay_commands(lines: list[bytes]) -> list[bytes]:
-    """What the embedded engine answers for the same log: the reference for every Kafka test."""
+def replay_commands(lines: list[bytes], advisory_key: bytes | None = None) -> list[bytes]:
+    """What the embedded engine answers for the same log: the reference for every Kafka test.
+    `advisory_key`: the workers' STALLWATCH_ADVISORY_KEY, derived (`advisories.advisory_key`)."""
     out: list[bytes] = []
-    for result in Fleet().replay(lines):
+    for result in Fleet(advisory_key=advisory_key).replay(lines):
         if not isinstance(result, Rejected):
             out.extend(encode_command(c) for c in result)
     return out

@@ -65,7 +65,7 @@ def test_every_setting_has_a_one_line_description():
 def with_every_secret() -> tuple[Settings, ServeSettings]:
     settings = Settings(security_protocol="SASL_SSL", sasl_mechanism="PLAIN", sasl_username="u",
                         sasl_password=SECRET, ssl_certfile="/c.pem", ssl_key_password=SECRET,
-                        fingerprint_key=SECRET)
+                        fingerprint_key=SECRET, advisory_key=SECRET)
     return settings, ServeSettings(token=SECRET)
 
 
@@ -88,7 +88,8 @@ def test_secrets_are_in_no_log_line(caplog: pytest.LogCaptureFixture):
 def test_the_generated_table_shows_no_secret_default(monkeypatch: pytest.MonkeyPatch):
     secrets = [(cls, f) for cls in DECLARED for f in cls.declared() if cls.is_secret(f)]
     assert {cls.env_name(f) for cls, f in secrets} == {
-        "STALLWATCH_FINGERPRINT_KEY", "STALLWATCH_SASL_PASSWORD", "STALLWATCH_SSL_KEY_PASSWORD",
+        "STALLWATCH_FINGERPRINT_KEY", "STALLWATCH_ADVISORY_KEY", "STALLWATCH_SASL_PASSWORD",
+        "STALLWATCH_SSL_KEY_PASSWORD",
         "STALLWATCH_SERVE_TOKEN"}
     for cls, field in secrets:
         (row,) = [r for r in table(cls).splitlines() if r.startswith(f"| `{cls.env_name(field)}` |")]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs a coding agent's CLI from npm into .cache/agents/<agent>/ (once; later calls reuse it)
-# and prints the path of its executable. Used by the real-agent tests (tests/serve/test_real_agents.py).
+# and prints the path of its executable. Used by the real-agent tests (tests/serve/test_real_*.py).
 set -euo pipefail
 agent=${1:?usage: deploy/agents/install.sh claude|codex|gemini}
 case $agent in

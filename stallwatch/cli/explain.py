@@ -19,6 +19,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.structs import ConsumerRecord
 
 from stallwatch.cli.top import partitions_of
+from stallwatch.contract.advisories import advisory_key_of
 from stallwatch.contract.commands import Command, ConflictingCommand, FirstCopies, decode_command
 from stallwatch.contract.parse import InvalidEvent, parse_event
 from stallwatch.contract.stop_codes import STOPS
@@ -33,10 +34,11 @@ from stallwatch.settings import Settings, reveal
 
 
 def explain(run_id: str, lines: Iterable[bytes], out: TextIO,
-            admin_policy: AdminPolicy | None = None, secret: bytes | None = None) -> bool:
+            admin_policy: AdminPolicy | None = None, secret: bytes | None = None,
+            advisory_key: bytes | None = None) -> bool:
     """Write the run's timeline; False when the log has no event of that run. Every field taken
     from the log is `printable`: no event can write a control character to the terminal."""
-    fleet = Fleet(admin_policy, secret=secret)
+    fleet = Fleet(admin_policy, secret=secret, advisory_key=advisory_key)
     calls: dict[str, str] = {}
     seen = False
     for line in lines:
@@ -154,12 +156,14 @@ def main(run_id: str, path: str | None, settings: Settings) -> int:
             sys.stderr.write(f"stallwatch explain: {exc}: the workers broke the contract\n")
             return 1
     return explain_file(run_id, path, AdminPolicy.from_file(settings.policy_file),
-                        secret_from_key(reveal(settings.fingerprint_key)))
+                        secret_from_key(reveal(settings.fingerprint_key)),
+                        advisory_key_of(reveal(settings.advisory_key)))
 
 
 def explain_file(run_id: str, path: str, admin_policy: AdminPolicy | None = None,
-                 secret: bytes | None = None) -> int:
+                 secret: bytes | None = None, advisory_key: bytes | None = None) -> int:
     if path == "-":
-        return 0 if explain(run_id, sys.stdin.buffer, sys.stdout, admin_policy, secret) else 1
+        return 0 if explain(run_id, sys.stdin.buffer, sys.stdout, admin_policy, secret,
+                            advisory_key) else 1
     with open(path, "rb") as source:
-        return 0 if explain(run_id, source, sys.stdout, admin_policy, secret) else 1
+        return 0 if explain(run_id, source, sys.stdout, admin_policy, secret, advisory_key) else 1

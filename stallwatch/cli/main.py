@@ -18,6 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     # Imported here, not at the top: `stallwatch hook` runs on every tool call and needs none.
     import argparse
 
+    from stallwatch.contract.advisories import advisory_key_of
     from stallwatch.engine.admin_policy import AdminPolicy
     from stallwatch.engine.canonical import secret_from_key
     from stallwatch.mcp.rounds import DEFAULT_NEW_RUN_AFTER_S, DEFAULT_ROUND_GAP_S
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return replay_main(args.file, AdminPolicy.from_file(settings.policy_file),
                            secret_from_key(reveal(settings.fingerprint_key)), args.jobs,
-                           settings.deadletter_raw)
+                           settings.deadletter_raw, advisory_key_of(reveal(settings.advisory_key)))
     if args.command == "explain":
         from stallwatch.cli.explain import main as explain_main
 

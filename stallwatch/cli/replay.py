@@ -13,11 +13,12 @@ from stallwatch.engine.fleet import Fleet, Rejected
 
 def replay(source: BinaryIO, out: BinaryIO, err: BinaryIO, name: str = "-",
            admin_policy: AdminPolicy | None = None, secret: bytes | None = None,
-           deadletter_raw: bool = False) -> tuple[int, int]:
+           deadletter_raw: bool = False, advisory_key: bytes | None = None) -> tuple[int, int]:
     """Write each command as a JSON line to `out`, each dead letter to `err`; returns counts.
     `secret`: the fingerprint key the log's runtimes and workers used. `deadletter_raw`: the
     dead letters keep the start of each bad line (STALLWATCH_DEADLETTER_RAW)."""
-    fleet = Fleet(admin_policy, secret=secret, deadletter_raw=deadletter_raw)
+    fleet = Fleet(admin_policy, secret=secret, deadletter_raw=deadletter_raw,
+                  advisory_key=advisory_key)
     commands = rejected = 0
     write, write_err = out.write, err.write
     for result in fleet.replay(source, name):
@@ -39,7 +40,7 @@ def command_lines(commands: list[Command]) -> bytes:
 
 
 def main(path: str, admin_policy: AdminPolicy | None = None, secret: bytes | None = None,
-         jobs: int = 1, deadletter_raw: bool = False) -> int:
+         jobs: int = 1, deadletter_raw: bool = False, advisory_key: bytes | None = None) -> int:
     """`jobs` above 1: the runs shared among that many processes (`replay_jobs`), the same output."""
     out, err = sys.stdout.buffer, sys.stderr.buffer
     if jobs > 1:
@@ -48,12 +49,12 @@ def main(path: str, admin_policy: AdminPolicy | None = None, secret: bytes | Non
         # SIGTERM as an exit, not a sudden end: the jobs are stopped and the temporary files
         # removed on the way out.
         signal.signal(signal.SIGTERM, _exit)
-        replay_jobs(path, jobs, out, err, path, admin_policy, secret, deadletter_raw)
+        replay_jobs(path, jobs, out, err, path, admin_policy, secret, deadletter_raw, advisory_key)
     elif path == "-":
-        replay(sys.stdin.buffer, out, err, "-", admin_policy, secret, deadletter_raw)
+        replay(sys.stdin.buffer, out, err, "-", admin_policy, secret, deadletter_raw, advisory_key)
     else:
         with open(path, "rb") as source:
-            replay(source, out, err, path, admin_policy, secret, deadletter_raw)
+            replay(source, out, err, path, admin_policy, secret, deadletter_raw, advisory_key)
     return 0
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from stallwatch.contract.advisories import verified
 from stallwatch.contract.events import CONTRACT_VERSION, EVENT_ADAPTER, EVENT_TYPES
 from stallwatch.contract.limits import MAX_DECLARATIONS_BYTES, MAX_ID_CHARS, bounded_id
 from stallwatch.contract.policy import MODES
@@ -50,12 +51,12 @@ class InvalidEvent(ValueError):
 
 
 def parse_record(key: bytes | None, value: bytes | None, max_bytes: int = MAX_EVENT_BYTES,
-                 secret: bytes | None = None) -> dict[str, Any]:
+                 secret: bytes | None = None, advisory_key: bytes | None = None) -> dict[str, Any]:
     """A Kafka record of the events topic to a validated event: as `parse_event`, and its key
     must be the event's run_id (the run's state is partitioned by it)."""
     if key is None:
         raise InvalidEvent("null_key", "the record has no key; key every event by its run_id")
-    event = parse_event(value, max_bytes, secret)
+    event = parse_event(value, max_bytes, secret, advisory_key)
     if key != event["run_id"].encode():
         raise InvalidEvent("key_mismatch", f"message key ({len(key):,} bytes) is not the event's "
                            f"run_id ({len(event['run_id']):,} characters); key events by run_id")
@@ -63,9 +64,11 @@ def parse_record(key: bytes | None, value: bytes | None, max_bytes: int = MAX_EV
 
 
 def parse_event(raw: bytes | str | None, max_bytes: int = MAX_EVENT_BYTES,
-                secret: bytes | None = None) -> dict[str, Any]:
+                secret: bytes | None = None, advisory_key: bytes | None = None) -> dict[str, Any]:
     """Parse and validate one event; raises InvalidEvent with a message naming what is wrong.
-    `secret`: the fleet's fingerprint key, which keys the digest of an id too long to copy."""
+    `secret`: the fleet's fingerprint key, which keys the digest of an id too long to copy.
+    `advisory_key`: with it, a fleet_advisory must carry the fleet app's MAC
+    (stallwatch/contract/advisories.py); None accepts every advisory (one team's deployment)."""
     if raw is None:
         raise InvalidEvent("null_value", "the record's value is null (a tombstone); the events "
                            "topic takes events, never deletions")
@@ -84,6 +87,9 @@ def parse_event(raw: bytes | str | None, max_bytes: int = MAX_EVENT_BYTES,
     if type(version) is int and version == CONTRACT_VERSION and type(kind) is str \
             and kind in _QUICK_TYPES and _conforms(data, kind):
         return data  # the common case, without a call more (validate_event decides the rest)
+    if advisory_key is not None and kind == "fleet_advisory" and not verified(data, advisory_key):
+        raise InvalidEvent("unsigned_advisory", "a fleet_advisory without the fleet app's MAC: "
+                           "only the fleet app, holding STALLWATCH_ADVISORY_KEY, advises a run")
     return validate_event(data, secret)
 
 

@@ -157,17 +157,11 @@ def _steps(nodes: tuple[PathTree, ...], segment: str) -> tuple[PathTree, ...]:
 
 def _strip(value: Any, nodes: tuple[PathTree, ...]) -> Any:
     if type(value) is dict:
-        wild = any(node.star is not None for node in nodes)
-        names = value if wild else {name for node in nodes for name in node.children if name in value}
-        changed: dict[str, Any] = {}
-        for name in names:
-            after = _steps(nodes, name)
-            if any(node.leaf for node in after):
-                changed[name] = _MISSING
-            elif after:
-                inner = _strip(value[name], after)
-                if inner is not value[name]:
-                    changed[name] = inner
+        if any(node.star is not None for node in nodes):
+            names: Iterable[str] = value
+        else:
+            names = {name for node in nodes for name in node.children if name in value}
+        changed = _changed(value, ((name, _steps(nodes, name)) for name in names))
         if not changed:
             return value
         return {k: changed.get(k, v) for k, v in value.items() if changed.get(k) is not _MISSING}
@@ -179,19 +173,26 @@ def _strip(value: Any, nodes: tuple[PathTree, ...]) -> Any:
                 if name.isascii() and name.isdigit() and int(name) < len(value):
                     by_index.setdefault(int(name), []).append(child)
         stars = [node.star for node in nodes if node.star is not None]
-        changed_at: dict[int, Any] = {}
-        for i in range(len(value)) if stars else sorted(by_index):
-            after = (*by_index.get(i, ()), *stars)
-            if any(node.leaf for node in after):
-                changed_at[i] = _MISSING
-            elif after:
-                inner = _strip(value[i], after)
-                if inner is not value[i]:
-                    changed_at[i] = inner
-        if not changed_at:
+        indexes = range(len(value)) if stars else sorted(by_index)
+        changed = _changed(value, ((i, (*by_index.get(i, ()), *stars)) for i in indexes))
+        if not changed:
             return value
-        return [changed_at.get(i, v) for i, v in enumerate(value) if changed_at.get(i) is not _MISSING]
+        return [changed.get(i, v) for i, v in enumerate(value) if changed.get(i) is not _MISSING]
     return value
+
+
+def _changed(value: Any, slots: Iterable[tuple[Any, tuple[PathTree, ...]]]) -> dict[Any, Any]:
+    """The children of `value` the paths change: _MISSING where a path ends (removed), else the
+    child with its own matches removed; each slot is (key or index, the tree nodes it reaches)."""
+    changed: dict[Any, Any] = {}
+    for slot, after in slots:
+        if any(node.leaf for node in after):
+            changed[slot] = _MISSING
+        elif after:
+            inner = _strip(value[slot], after)
+            if inner is not value[slot]:
+                changed[slot] = inner
+    return changed
 
 
 _MISSING = object()

@@ -35,11 +35,16 @@ _OF_A_ROUND = frozenset({"call_proposed", "round_ended"})
 class Detector:
     """Applies the rules of contract v1 to one run's state at a time."""
 
-    def __init__(self, admin_policy: AdminPolicy | None = None, secret: bytes | None = None) -> None:
+    def __init__(self, admin_policy: AdminPolicy | None = None, secret: bytes | None = None,
+                 advisory_key: bytes | None = None) -> None:
         """`secret`: the key of every digest (`canonical.derive_secret` of
-        STALLWATCH_FINGERPRINT_KEY), shared with the runtimes; None for unkeyed digests."""
+        STALLWATCH_FINGERPRINT_KEY), shared with the runtimes; None for unkeyed digests.
+        `advisory_key`: the fleet app's key (`advisories.advisory_key` of
+        STALLWATCH_ADVISORY_KEY); with it, an advisory read from a record counts only when the
+        fleet app signed it."""
         self.admin_policy = admin_policy or AdminPolicy()
         self.secret = secret
+        self.advisory_key = advisory_key
         self.rules: dict[str, Rules] = {mode: rules(self.admin_policy, secret)
                                         for mode, rules in RULES_BY_MODE.items()}
 
@@ -202,6 +207,8 @@ class Detector:
         Changes no streak, counter or clock."""
         if state.ended or state.stop_code is not None:
             return  # tools are gone already: nothing to tell
+        if event.get("tenant") != state.tenant:
+            return  # an incident of another tenant's tool: nothing of this run
         incident, tool = event["incident_id"], event["tool"]
         if event["incident"] == "closed":
             if state.fleet_incidents.get(tool) == incident:

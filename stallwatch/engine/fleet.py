@@ -36,10 +36,13 @@ class Fleet:
 
     def __init__(self, admin_policy: AdminPolicy | None = None,
                  max_event_bytes: int = MAX_EVENT_BYTES, metrics: Counters | None = None,
-                 secret: bytes | None = None, deadletter_raw: bool = False) -> None:
+                 secret: bytes | None = None, deadletter_raw: bool = False,
+                 advisory_key: bytes | None = None) -> None:
         """`secret`: the key of every digest, shared with the runtimes (Settings.fingerprint_secret).
-        `deadletter_raw`: dead letters keep the start of the raw input (off: digest and size)."""
-        self.detector = Detector(admin_policy, secret)
+        `deadletter_raw`: dead letters keep the start of the raw input (off: digest and size).
+        `advisory_key`: advisories read from a log count only when the fleet app signed them
+        (Settings.advisory_secret)."""
+        self.detector = Detector(admin_policy, secret, advisory_key)
         self.deadletter_raw = deadletter_raw
         self.records = RecordApplier(self.detector, max_event_bytes)
         self.runs: dict[str, RunState] = {}

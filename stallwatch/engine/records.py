@@ -81,12 +81,13 @@ class RecordApplier:
         did not ask for."""
         detect = self.detector.apply
         max_bytes, secret = self.max_event_bytes, self.detector.secret
+        advisory_key = self.detector.advisory_key
         for index, value in enumerate(values):
             try:
                 if keys is None:
-                    event = parse_event(value, max_bytes, secret)
+                    event = parse_event(value, max_bytes, secret, advisory_key)
                 else:
-                    event = parse_record(keys[index], value, max_bytes, secret)
+                    event = parse_record(keys[index], value, max_bytes, secret, advisory_key)
             except InvalidEvent as exc:
                 letter = rejected(index, value, exc)
                 if letter is not None:

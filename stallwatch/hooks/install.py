@@ -9,11 +9,11 @@ import os
 import shlex
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stallwatch.hooks.command import DEFAULT_URL, URL_ENV
+from stallwatch.hooks.command import DEFAULT_URL, TOKEN_ENV, URL_ENV
 
 # Seconds an agent waits for one hook before running the call anyway: above the command's own
 # deadline (8 s), so that the command, not the agent, decides when to fail open.
@@ -28,6 +28,10 @@ class Target:
     match_all: str  # the agent's matcher for every tool
     timeout: int  # in the agent's unit
     extra: dict[str, Any]  # settings the hooks need to run at all
+    # Events whose timeout the agent caps lower (it warns about a larger one on every start).
+    capped: dict[str, int] = field(default_factory=dict)
+    # What the user must still do before the agent runs the hooks, said after installing.
+    after_install: str = ""
 
     def path(self, scope: str, cwd: Path) -> Path:
         home = Path.home()
@@ -44,10 +48,15 @@ TARGETS = {
                                 "SessionEnd"),
                      frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure"}), "*",
                      HOOK_TIMEOUT_S, {}),
-    # Codex: an integer timeout (a float silently disables every hook in the file).
+    # Codex: an integer timeout (a float silently disables every hook in the file), at most 3 s
+    # for SessionEnd; and no hook runs until the user has trusted it.
     "codex": Target("codex", ("PreToolUse", "PostToolUse", "PreModelRequest", "UserPromptSubmit",
                               "SessionEnd"),
-                    frozenset({"PreToolUse", "PostToolUse"}), "", HOOK_TIMEOUT_S, {}),
+                    frozenset({"PreToolUse", "PostToolUse"}), "", HOOK_TIMEOUT_S, {},
+                    capped={"SessionEnd": 3},
+                    after_install="Codex runs new hooks only once trusted: accept them in the review "
+                                  "`codex` shows at its next start (`codex exec` has "
+                                  "--dangerously-bypass-hook-trust for automation)"),
     # Gemini CLI: timeouts in milliseconds; hooks run only with hooksConfig.enabled.
     "gemini": Target("gemini", ("BeforeTool", "AfterTool", "BeforeModel", "BeforeAgent", "SessionEnd"),
                      frozenset({"BeforeTool", "AfterTool"}), ".*", HOOK_TIMEOUT_S * 1000,
@@ -56,8 +65,12 @@ TARGETS = {
 
 
 def hook_command(agent: str) -> str:
-    """The command an agent runs: this installation's `stallwatch`, found wherever it is."""
+    """The command an agent runs: this installation's `stallwatch`, found wherever it is (a
+    venv not activated has it beside its python, off PATH)."""
     found = shutil.which("stallwatch")
+    beside = Path(sys.executable).with_name("stallwatch")
+    if found is None and os.access(beside, os.X_OK):
+        found = str(beside)
     if found:
         return f"{shlex.quote(found)} hook {agent}"
     return f"{shlex.quote(sys.executable)} -m stallwatch.cli.main hook {agent}"
@@ -101,7 +114,8 @@ def with_ours(settings: dict[str, Any], target: Target, entry: dict[str, Any]) -
     result = dict(without_ours(settings, target.agent))  # never the caller's dict
     hooks = dict(result.get("hooks") or {})
     for event in target.events:
-        group: dict[str, Any] = {"hooks": [entry]}
+        timeout = min(entry["timeout"], target.capped.get(event, entry["timeout"]))
+        group: dict[str, Any] = {"hooks": [{**entry, "timeout": timeout}]}
         if event in target.tool_events:
             group = {"matcher": target.match_all, **group}
         hooks[event] = [*hooks.get(event, []), group]
@@ -116,7 +130,13 @@ def entry_for(target: Target, http: bool, url: str) -> dict[str, Any]:
     if http:
         if target.agent != "claude":
             raise ValueError(f"--http: only Claude Code takes http hooks; {target.agent} runs the command")
-        return {"type": "http", "url": f"{url.rstrip('/')}/hooks/claude", "timeout": target.timeout}
+        entry: dict[str, Any] = {"type": "http", "url": f"{url.rstrip('/')}/hooks/claude",
+                                 "timeout": target.timeout}
+        if os.environ.get(TOKEN_ENV):
+            # Claude Code fills the header from its own environment when it sends the hook: the
+            # token is never written to the settings file.
+            entry |= {"headers": {"Authorization": f"Bearer ${{{TOKEN_ENV}}}"}, "allowedEnvVars": [TOKEN_ENV]}
+        return entry
     command = hook_command(target.agent)
     if url != DEFAULT_URL:
         command = f"{URL_ENV}={shlex.quote(url)} {command}"
@@ -160,7 +180,10 @@ def change(action: str, agent: str, scope: str, http: bool, url: str | None, cwd
         return f"{path}: already {'installed' if action == 'install' else 'without stallwatch'}"
     backup = write_settings(path, new)
     done = "installed in" if action == "install" else "removed from"
-    return f"stallwatch hooks {done} {path}" + (f" (the previous file is {backup})" if backup else "")
+    said = f"stallwatch hooks {done} {path}" + (f" (the previous file is {backup})" if backup else "")
+    if action == "install" and target.after_install:
+        said += f"\n{target.after_install}"
+    return said
 
 
 def main(action: str, agent: str, scope: str, http: bool, url: str | None) -> int:

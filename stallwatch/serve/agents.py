@@ -21,6 +21,9 @@ class Agent:
     failure_events: frozenset[str] = frozenset()
     # Events that fire once per model request: the round before it has ended.
     model_events: frozenset[str] = frozenset()
+    # Whether the session transcript says which model response holds each call (Claude Code's
+    # `message.id`); elsewhere rounds come from model-request hooks, or the gap rule.
+    transcript_rounds = False
     # A new user prompt: a stopped run gives way to a new one.
     prompt_events: frozenset[str] = frozenset()
     end_events: frozenset[str] = frozenset()
@@ -90,6 +93,7 @@ class Claude(Agent):
     )
     shell_tools = frozenset({"Bash"})
     persistent_shell = True  # Claude Code keeps the working directory from call to call
+    transcript_rounds = True
 
     def call_effect(self, tool: str, args: Any) -> str | None:
         if tool == "Bash" and isinstance(args, dict) and args.get("run_in_background"):
@@ -108,7 +112,8 @@ class Claude(Agent):
 
 class Codex(Agent):
     """Codex CLI: `PreToolUse`, `PostToolUse` (failures too), `PreModelRequest` per request.
-    No hook answer ends its run: `continue: false` beside a deny cancels the deny."""
+    No hook answer ends its run: `continue: false` beside a deny cancels the deny. A patch made
+    through the shell (`apply_patch <<EOF`) comes as `Bash` and gets no `PostToolUse`."""
 
     name = "codex"
     pre_events = frozenset({"PreToolUse"})
@@ -121,6 +126,9 @@ class Codex(Agent):
 
     def deny(self, event: str, reason: str, stop: str | None) -> dict[str, Any]:
         return _pre_tool_deny(reason)
+
+    def after(self, event: str, notes: list[str]) -> dict[str, Any]:
+        return _context(event, notes)  # Codex adds it as a developer message
 
 
 # Gemini CLI's shell result names its process group, new on every call.

@@ -243,6 +243,8 @@ class Hooks:
 
     async def _response_key(self, agent: Agent, held: Held, payload: dict[str, Any]) -> str | None:
         """Which model response the call is part of, where the agent tells; else None."""
+        if not agent.transcript_rounds:
+            return None
         tool_use_id, path = payload.get("tool_use_id"), payload.get("transcript_path")
         if not isinstance(tool_use_id, str) or not isinstance(path, str) or not path.endswith(".jsonl"):
             return None

@@ -15,6 +15,7 @@ from aiokafka.partitioner import murmur2
 from faust.exceptions import PartitionsMismatch
 from prometheus_client import generate_latest
 
+from stallwatch.contract.advisories import advisory_key_of, signed
 from stallwatch.contract.commands import DeadLetter
 from stallwatch.contract.digests import secret_from_key
 from stallwatch.contract.incidents import INCIDENT_KINDS
@@ -93,6 +94,8 @@ class FleetService:
         # Keys the digest of a dead letter's input, as the workers' (issue 17: every digest
         # that leaves a process is keyed when a key is set).
         self.secret = secret_from_key(reveal(base.fingerprint_key))
+        # Signs every advisory, so that workers know it for the fleet app's (None: unsigned).
+        self.advisory_key = advisory_key_of(reveal(base.advisory_key))
         self.app = app = faust.App(
             cfg.group_id, broker=[f"kafka://{b.strip()}" for b in base.bootstrap.split(",")],
             store="memory://", topic_partitions=base.partitions,
@@ -328,6 +331,8 @@ class FleetService:
         for incident_id, record in outcome.incidents.items():
             await self.incidents.send(key=incident_id.encode(), value=orjson.dumps(record))
         for advisory in outcome.advisories:
+            if self.advisory_key is not None:
+                advisory = signed(advisory, self.advisory_key)
             await self.events.send(key=advisory["run_id"].encode(), value=orjson.dumps(advisory))
             self.metrics.advisories.labels(advisory["incident"]).inc()
         for kind in outcome.opened:

@@ -10,6 +10,7 @@ import signal
 import threading
 from collections.abc import Iterator
 
+from stallwatch.contract.advisories import advisory_key_of
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.canonical import secret_from_key
 from stallwatch.engine.detector import Detector
@@ -59,8 +60,8 @@ async def serve(settings: Settings, metrics: StallwatchMetrics | None = None,
     metrics = metrics or StallwatchMetrics()
     with _port_setting("STALLWATCH_METRICS_PORT", settings.metrics_bind, settings.metrics_port):
         metrics.serve(settings.metrics_port, settings.metrics_bind)
-    pipeline = Pipeline(settings, metrics, Detector(policy,
-                                                 secret_from_key(reveal(settings.fingerprint_key))))
+    pipeline = Pipeline(settings, metrics, Detector(policy, secret_from_key(reveal(settings.fingerprint_key)),
+                                                 advisory_key_of(reveal(settings.advisory_key))))
     health = HealthServer(pipeline.progress, settings.stall_timeout_s, settings.web_bind,
                           settings.web_port)
     stopping = asyncio.Event()

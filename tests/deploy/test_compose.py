@@ -61,3 +61,17 @@ def test_every_published_port_is_bound_to_the_hosts_loopback():
             host_ip = port.get("host_ip") if isinstance(port, dict) else \
                 (str(port).split(":")[0] if str(port).count(":") == 2 else None)
             assert host_ip == "127.0.0.1", (name, port)
+
+
+def test_the_image_copies_every_package_the_project_installs():
+    """The worker's code is in `streams/`: an image without it installs a worker that cannot start."""
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = setuptools["packages"]["find"]["include"]
+    copied = {line.split()[1] for line in (ROOT / "Dockerfile").read_text().splitlines()
+              if line.startswith("COPY ")}
+    assert {p.rstrip("*") for p in packages} <= copied
+    stages = [line.split()[-1] for line in (ROOT / "Dockerfile").read_text().splitlines()
+              if line.startswith("FROM ")]
+    assert stages[-1] == "worker" and "serve" in stages  # compose builds the last: the worker

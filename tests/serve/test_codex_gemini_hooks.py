@@ -74,3 +74,15 @@ async def test_gemini_failures_are_read_from_the_exit_code(server):
             break
         await _gemini(server, "gf", "AfterTool", **call, tool_response=_shell("Traceback", 2000 + i, code=1))
     assert server.service.held["gf"].run.stop.code == "tool_failures"
+
+
+async def test_codex_calls_wait_for_no_transcript(server, tmp_path, loop_time):
+    """Codex's rollout file is a .jsonl too, but holds no Claude Code responses: reading it for
+    one would hold every call for the transcript wait."""
+    rollout = tmp_path / "rollout-1.jsonl"
+    rollout.write_text('{"type":"session_meta","payload":{}}\n')
+    await _codex(server, "cw", "PreModelRequest", kind="sampling")
+    started = loop_time()
+    answer = await _codex(server, "cw", "PreToolUse", tool_name="Bash", tool_input={"command": "ls"},
+                          tool_use_id="call_1", transcript_path=str(rollout))
+    assert answer == {} and loop_time() - started < 0.25

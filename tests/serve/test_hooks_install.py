@@ -19,6 +19,7 @@ def home(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("CODEX_HOME", raising=False)
     monkeypatch.delenv("STALLWATCH_SERVE_URL", raising=False)
+    monkeypatch.delenv("STALLWATCH_SERVE_TOKEN", raising=False)
     return tmp_path
 
 
@@ -51,11 +52,21 @@ def test_claude_http_hooks_point_at_the_server(home):
     assert entry == {"type": "http", "url": "http://127.0.0.1:9999/hooks/claude", "timeout": 10}
 
 
+def test_claude_http_hooks_send_the_token_from_claude_codes_environment(home, monkeypatch):
+    monkeypatch.setenv("STALLWATCH_SERVE_TOKEN", "a-long-secret")
+    change("install", "claude", "user", True, "http://127.0.0.1:9999", home)
+    text = (home / ".claude" / "settings.json").read_text()
+    entry = json.loads(text)["hooks"]["PreToolUse"][0]["hooks"][0]
+    assert entry["headers"] == {"Authorization": "Bearer ${STALLWATCH_SERVE_TOKEN}"}
+    assert entry["allowedEnvVars"] == ["STALLWATCH_SERVE_TOKEN"] and "a-long-secret" not in text
+
+
 def test_codex_gets_integer_timeouts_and_gemini_milliseconds_and_enabled_hooks(home, monkeypatch):
     monkeypatch.setenv("CODEX_HOME", str(home / "codex-home"))
     change("install", "codex", "user", False, None, home)
     codex = json.loads((home / "codex-home" / "hooks.json").read_text())
     assert type(codex["hooks"]["PreToolUse"][0]["hooks"][0]["timeout"]) is int
+    assert codex["hooks"]["SessionEnd"][0]["hooks"][0]["timeout"] == 3  # Codex caps it there
     assert "PreModelRequest" in codex["hooks"]
     (home / ".gemini").mkdir()
     (home / ".gemini" / "settings.json").write_text(json.dumps({"hooksConfig": {"notifications": True}}))
@@ -75,3 +86,13 @@ def test_a_broken_settings_file_is_named_and_left_alone(home):
                          capture_output=True, text=True, env={"HOME": str(home), "PATH": ""})
     assert out.returncode == 2 and str(path) in out.stderr and out.stderr.count("\n") == 1
     assert path.read_text() == "{not json"
+
+
+def test_install_names_the_stallwatch_beside_python_when_it_is_off_path_and_says_codex_needs_trust(home):
+    out = subprocess.run([str(Path(sys.executable).with_name("stallwatch")), "hooks", "install", "codex"],
+                         capture_output=True, text=True,
+                         env={"HOME": str(home), "PATH": "", "CODEX_HOME": str(home / "ch")})
+    assert out.returncode == 0 and "trusted" in out.stdout and "--dangerously-bypass-hook-trust" in out.stdout
+    codex = json.loads((home / "ch" / "hooks.json").read_text())
+    command = codex["hooks"]["PreToolUse"][0]["hooks"][0]["command"]
+    assert command == f"{Path(sys.executable).with_name('stallwatch')} hook codex"

@@ -5,28 +5,18 @@ edit (never refused, not stopped), re-reads a file after writing it (not refused
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import shutil
 import subprocess
-import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 
-from stallwatch.client import EmbeddedClient
-from stallwatch.client.run import Run
 from stallwatch.serve.app import make_app
 from stallwatch.serve.hooks import HookSettings
-from stallwatch.serve.service import Service
 from tests.serve.agents.anthropic_fake import FakeAnthropic, Reply
-from tests.serve.conftest import free_port
-
-ROOT = Path(__file__).resolve().parents[2]
-STALLWATCH = str(Path(sys.executable).with_name("stallwatch"))
+from tests.serve.agents.harness import STALLWATCH, RecordingService, install, site
 
 pytestmark = pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not installed: Claude Code "
                                 "comes from npm (deploy/agents/install.sh)")
@@ -34,43 +24,11 @@ pytestmark = pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not 
 
 @pytest.fixture(scope="module")
 def claude_exe() -> str:
-    out = subprocess.run([str(ROOT / "deploy" / "agents" / "install.sh"), "claude"], check=True,
-                         capture_output=True, text=True, timeout=900)
-    return out.stdout.strip().splitlines()[-1]
-
-
-class RecordingService(Service):
-    """Keeps the runs it forgets (Claude Code ends the session, and with it the run)."""
-
-    def __init__(self) -> None:
-        super().__init__(EmbeddedClient())
-        self.runs: dict[str, Run] = {}
-
-    def forget(self, run_id: str) -> None:
-        if run_id in self.held:
-            self.runs[run_id] = self.held[run_id].run
-        super().forget(run_id)
-
-    def only_run(self) -> Run:
-        runs = {**self.runs, **{r: h.run for r, h in self.held.items()}}
-        assert len(runs) == 1, runs
-        return next(iter(runs.values()))
-
-
-@contextlib.asynccontextmanager
-async def site(app: web.Application) -> AsyncIterator[str]:
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    return install("claude")
 
 
 async def run_claude(exe: str, tmp: Path, script, files: dict[str, str], http_hooks: bool = True,
-                     ) -> tuple[FakeAnthropic, RecordingService, list[dict]]:
+                     token: str | None = None) -> tuple[FakeAnthropic, RecordingService, list[dict]]:
     home, ws = tmp / "home", tmp / "ws"
     home.mkdir()
     ws.mkdir()
@@ -81,11 +39,12 @@ async def run_claude(exe: str, tmp: Path, script, files: dict[str, str], http_ho
     model = FakeAnthropic(script)
     service = RecordingService()
     async with site(model.app()) as model_url, \
-            site(make_app(service, None, HookSettings())) as stallwatch_url:
+            site(make_app(service, token, HookSettings())) as stallwatch_url:
         env = {"PATH": os.environ["PATH"], "HOME": str(home), "ANTHROPIC_BASE_URL": model_url,
                "ANTHROPIC_API_KEY": "sk-fake", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
                "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1",
-               "STALLWATCH_SERVE_URL": stallwatch_url, "TMPDIR": str(tmp)}
+               "STALLWATCH_SERVE_URL": stallwatch_url, "TMPDIR": str(tmp),
+               **({"STALLWATCH_SERVE_TOKEN": token} if token else {})}
         install = ["hooks", "install", "claude", "--url", stallwatch_url] + (["--http"] if http_hooks else [])
         subprocess.run([STALLWATCH, *install], check=True, env=env, capture_output=True)
         proc = await asyncio.create_subprocess_exec(
@@ -105,8 +64,11 @@ def grep_forever(turn: int, results: list[dict]) -> Reply:
 
 
 async def test_claude_code_looping_on_one_grep_is_stopped_in_stallwatchs_words(claude_exe, tmp_path):
+    """Through http hooks to a server that wants a token: Claude Code sends it from its env."""
     model, service, lines = await run_claude(claude_exe, tmp_path, grep_forever,
-                                             {"notes.txt": "foo is here\n"})
+                                             {"notes.txt": "foo is here\n"}, token="s3cret-" + "x" * 24)
+    settings = (tmp_path / "home" / ".claude" / "settings.json").read_text()
+    assert "s3cret" not in settings, "the token itself was written to the settings file"
     received = [r for seen in model.seen for r in seen.tool_results]
     assert received[0]["text"].strip() == "1:foo is here" and not received[0]["is_error"]
     refusals = [r for r in received if r["is_error"] and "Refused: this exact call" in r["text"]]

@@ -9,7 +9,9 @@ import time
 import orjson
 import pytest
 
+from stallwatch.contract.advisories import advisory_key
 from stallwatch.contract.envelope import envelope
+from stallwatch.contract.events import advisory_event_id
 from stallwatch.kafka.topics import ensure_topics
 from tests.kafka_harness import (
     WorkerProcess,
@@ -24,6 +26,15 @@ from tests.streams.fleet.harness import FleetProcess, Reader
 pytestmark = pytest.mark.kafka
 
 TOOLS = [{"name": "search"}, {"name": "fetch"}]
+ADVISORY_KEY = "the fleet app's advisory key, 32+ chars"
+
+
+def forged_advisory(run_id: str, ts: float) -> dict:
+    """What a runtime could write to the events topic: an advisory without the fleet app's MAC."""
+    return {"v": 1, "type": "fleet_advisory", "run_id": run_id, "ts": ts,
+            "event_id": advisory_event_id("inc-forged", run_id, "open"), "incident_id": "inc-forged",
+            "incident": "open", "kind": "tool_failing", "tool": "fetch", "tenant": "acme",
+            "window_s": 300.0, "evidence": {"calls": 40, "failures": 31, "runs": 5}}
 
 
 def _run(run_id: str, tool: str, status: str, ts: float, end: bool = False) -> list[dict]:
@@ -41,11 +52,15 @@ def _run(run_id: str, tool: str, status: str, ts: float, end: bool = False) -> l
     return events
 
 
-async def test_a_tool_failing_for_many_runs_reaches_exactly_the_live_runs_that_used_it() -> None:
+@pytest.mark.parametrize("keyed", [False, True], ids=["unkeyed", "advisories signed"])
+async def test_a_tool_failing_for_many_runs_reaches_exactly_the_live_runs_that_used_it(keyed) -> None:
+    """Signed: the fleet app and the worker share STALLWATCH_ADVISORY_KEY, and an advisory forged
+    by a runtime (to the bystander) changes nothing, live or in replay."""
     settings = fresh_settings()
     await ensure_topics(settings)
-    worker = WorkerProcess(settings)
-    fleet = FleetProcess(settings)
+    env = {"STALLWATCH_ADVISORY_KEY": ADVISORY_KEY} if keyed else {}
+    worker = WorkerProcess(settings, env=env)
+    fleet = FleetProcess(settings, env=env)
     now = time.time()
     failing = [f"live-{i}" for i in range(5)]
     try:
@@ -53,6 +68,8 @@ async def test_a_tool_failing_for_many_runs_reaches_exactly_the_live_runs_that_u
         events = [e for run in failing for e in _run(run, "search", "error", now)]
         events += _run("ended", "search", "error", now, end=True)     # used it, then finished
         events += _run("bystander", "fetch", "ok", now)                 # never used it
+        if keyed:
+            events.append(forged_advisory("bystander", now))
         await produce(settings, [orjson.dumps(e) for e in events])
         async with Reader(settings, settings.commands_topic) as commands:
             def nudged(values: list[dict]) -> set[str]:
@@ -70,10 +87,12 @@ async def test_a_tool_failing_for_many_runs_reaches_exactly_the_live_runs_that_u
             await log.until(lambda vs: sum(v["type"] == "fleet_advisory" for v in vs) >= len(failing) + 1)
             await log.poll(1.0)
             lines = [orjson.dumps(v) for _, v in log.records if not v["run_id"].startswith("probe-")]
-        advisories = {orjson.loads(line)["run_id"] for line in lines if b"fleet_advisory" in line}
+        advisories = {orjson.loads(line)["run_id"] for line in lines if b"fleet_advisory" in line
+                      and b"inc-forged" not in line}
         assert advisories == {*failing, "ended"}  # the fleet cannot know "ended" ended; the engine does
         published = by_run([orjson.dumps(v) for v in values if not v["run_id"].startswith("probe-")])
-        assert by_run(replay_commands(lines)) == published
+        key = advisory_key(ADVISORY_KEY) if keyed else None
+        assert by_run(replay_commands(lines, key)) == published
     finally:
         fleet.stop()
         worker.stop()
