@@ -9,7 +9,7 @@ export STALLWATCH_BOOTSTRAP ?= 127.0.0.1:$(STALLWATCH_KAFKA_PORT)
 export STALLWATCH_REPLICATION_FACTOR ?= 1
 export STALLWATCH_MIN_INSYNC_REPLICAS ?= 1
 
-.PHONY: setup run test lint kafka-up kafka-down bench fuzz schemas dashboards clean prometheus
+.PHONY: setup run test lint kafka-up kafka-down bench fuzz schemas docs dashboards clean prometheus
 
 $(BIN)/stallwatch: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,10 @@ fuzz: setup
 
 schemas: setup
 	$(BIN)/stallwatch schemas --write schemas/
+
+# The settings tables of docs/operations.md, from the declarations (tests/test_settings_docs.py checks them).
+docs: setup
+	$(BIN)/stallwatch settings --write docs/operations.md
 
 dashboards: setup
 	$(BIN)/python deploy/grafana/build.py

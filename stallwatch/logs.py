@@ -9,17 +9,12 @@ STALLWATCH_LOG_SUMMARY_S seconds while it lasts, and one WARNING when it has bee
 to be over. Every folded line is counted, by kind, in those lines. Anything else aiokafka says
 (an unexpected error, an authorisation failure, a fatal join error) passes through untouched.
 
-Settings (environment variables):
-    STALLWATCH_LOG_LEVEL      INFO; the level of the process's own logs.
-    STALLWATCH_LOG_FORMAT     `json` (the default when stderr is not a terminal) or `text`.
-    STALLWATCH_LOG_SUMMARY_S  30; seconds between summaries while a Kafka trouble lasts.
-    STALLWATCH_LOG_KAFKA      `folded` (the default) or `raw`: every aiokafka line as it comes.
+Settings: stallwatch.settings.LogSettings (STALLWATCH_LOG_LEVEL, _FORMAT, _SUMMARY_S, _KAFKA).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
 import time
@@ -27,6 +22,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import orjson
+
+from stallwatch.settings import LogSettings
 
 log = logging.getLogger("stallwatch.kafka.trouble")
 
@@ -42,7 +39,7 @@ QUIET_S = 5.0
 # How often the clock is checked while an episode is open (summaries and the end are this late).
 TICK_S = 0.5
 # Between summaries while a trouble lasts: enough to show it goes on, few enough to read.
-DEFAULT_SUMMARY_S = 30.0
+DEFAULT_SUMMARY_S: float = LogSettings.model_fields["summary_s"].default
 
 UNREACHABLE, NOT_READY = "broker unreachable", "not ready (topics, group coordinator, leaders)"
 
@@ -216,28 +213,18 @@ def tame_kafka_loggers() -> KafkaTrouble:
     global _installed
     import aiokafka.admin  # noqa: F401  (aiokafka's modules create their loggers on import)
 
+    settings = LogSettings.from_env()
     with _install_lock:
         if _installed is None:
-            _installed = KafkaTrouble(_summary_s())
+            _installed = KafkaTrouble(settings.summary_s)
         names = [n for n in list(logging.Logger.manager.loggerDict)
                  if any(n == p or n.startswith(p + ".") for p in KAFKA_LOGGERS)]
-        if os.environ.get("STALLWATCH_LOG_KAFKA", "folded") != "raw":
+        if settings.kafka == "folded":
             for name in names:
                 logger = logging.getLogger(name)
                 if _installed not in logger.filters:
                     logger.addFilter(_installed)
         return _installed
-
-
-def _summary_s() -> float:
-    raw = os.environ.get("STALLWATCH_LOG_SUMMARY_S") or str(DEFAULT_SUMMARY_S)
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"STALLWATCH_LOG_SUMMARY_S={raw!r}: expected a number of seconds") from None
-    if value <= 0:
-        raise ValueError(f"STALLWATCH_LOG_SUMMARY_S={raw!r}: must be more than 0")
-    return value
 
 
 class JsonLines(logging.Formatter):
@@ -256,18 +243,14 @@ def configure(default_level: str = "INFO") -> None:
     `default_level`: WARNING for tools that print their own output) and STALLWATCH_LOG_FORMAT on
     stderr, aiokafka's retried complaints folded. Messages name runs and partitions, never tool
     results."""
+    settings = LogSettings.from_env()
     handler = logging.StreamHandler()
-    default = "text" if sys.stderr.isatty() else "json"
-    fmt = os.environ.get("STALLWATCH_LOG_FORMAT") or default
-    if fmt not in ("json", "text"):
-        raise ValueError(f"STALLWATCH_LOG_FORMAT={fmt!r}: expected json or text")
+    fmt = settings.format or ("text" if sys.stderr.isatty() else "json")
     if fmt == "json":
         handler.setFormatter(JsonLines())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-    level = (os.environ.get("STALLWATCH_LOG_LEVEL") or default_level).upper()
-    if level not in logging.getLevelNamesMapping():
-        raise ValueError(f"STALLWATCH_LOG_LEVEL={level!r}: expected DEBUG, INFO, WARNING or ERROR")
+    level = settings.level or default_level.upper()
     logging.basicConfig(level=level, handlers=[handler], force=True)
     tame_kafka_loggers()
     if logging.getLevelName(level) > logging.DEBUG:

@@ -1,11 +1,34 @@
-"""Settings from environment variables, each with its default and what it is for."""
+"""Every setting, declared once: its environment variable, type, bounds, default and what it is for.
+
+Each class reads the variables named by its prefix and a field's name in upper case
+(`Settings.partitions` is STALLWATCH_PARTITIONS). Built in code, a class takes the values given and
+the defaults only; `from_env()` reads the environment. Either way a bad value raises SetupError,
+one line naming the variable and what it accepts, which the command line prints without a
+traceback (exit 2). The settings table of docs/operations.md is generated from these declarations
+(`stallwatch settings --markdown`).
+"""
 
 from __future__ import annotations
 
-import math
-import os
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal, Self, get_args, get_origin
+
+from pydantic import (
+    BeforeValidator,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 
 class SetupError(ValueError):
@@ -13,220 +36,210 @@ class SetupError(ValueError):
     The command line prints it without a traceback (exit 2)."""
 
 
-def _env(name: str, default: str | None = None) -> str | None:
-    value = os.environ.get(name)
-    return value if value not in (None, "") else default
+def reveal(secret: SecretStr | None) -> str | None:
+    """A secret setting's value, for the one call that needs it (never for a log or a message)."""
+    return None if secret is None else secret.get_secret_value()
 
 
-def _number(name: str, default: float, kind: type, minimum: float, maximum: float | None = None) -> Any:
-    """A numeric variable; a bad value raises ValueError naming the variable."""
-    raw = _env(name)
-    if raw is None:
-        return default
-    try:
-        value = kind(raw)
-    except ValueError:
-        raise SetupError(f"{name}={raw!r}: expected {'an integer' if kind is int else 'a number'}") from None
-    if not math.isfinite(value):  # nan passes every comparison below; inf breaks the arithmetic
-        raise SetupError(f"{name}={raw!r}: expected a finite number")
-    if value < minimum or (maximum is not None and value > maximum):
-        bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
-        raise SetupError(f"{name}={raw!r}: must be {bound}")
-    return value
+def _upper(value: object) -> object:
+    """Closed sets of Kafka names in any case, as Kafka's own clients read them."""
+    return value.strip().upper() if isinstance(value, str) else value
 
 
-def _flag(name: str, default: bool = False) -> bool:
-    raw = (_env(name) or str(default)).lower()
-    if raw not in _FLAGS:
-        raise SetupError(f"{name}={raw!r}: expected true or false")
-    return _FLAGS[raw]
+def _lower(value: object) -> object:
+    return value.strip().lower() if isinstance(value, str) else value
 
 
-def _fingerprint_key(name: str = "STALLWATCH_FINGERPRINT_KEY") -> str | None:
-    key = _env(name)
-    if key is not None and len(key) < MIN_FINGERPRINT_KEY_CHARS:
-        raise SetupError(f"{name} is {len(key)} characters: use at least "
-                         f"{MIN_FINGERPRINT_KEY_CHARS} (e.g. `openssl rand -hex 32`)")
-    return key
-
-
-def _choice(name: str, raw: str | None, choices: tuple[str, ...]) -> str | None:
-    """One of `choices`, in any case (as Kafka's own clients read these); None stays None."""
-    if raw is None:
-        return None
-    value = raw.strip().upper()
-    if value not in choices:
-        raise SetupError(f"{name}={raw!r}: expected one of {', '.join(choices)}")
-    return value
-
-
-_FLAGS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SecurityProtocol = Annotated[Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"],
+                             BeforeValidator(_upper)]
 # The mechanisms aiokafka speaks that take settings only (GSSAPI needs a Kerberos set-up).
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
-_PORT_MAX = 65535
+SaslMechanism = Annotated[Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"],
+                          BeforeValidator(_upper)]
+LogLevel = Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_upper)]
+LogFormat = Annotated[Literal["json", "text"], BeforeValidator(_lower)]
+LogKafka = Annotated[Literal["folded", "raw"], BeforeValidator(_lower)]
+Port = Annotated[int, Field(ge=0, le=65535)]
+
+SECURITY_PROTOCOLS: tuple[str, ...] = get_args(get_args(SecurityProtocol)[0])
+SASL_MECHANISMS: tuple[str, ...] = get_args(get_args(SaslMechanism)[0])
 # A key shorter than this is guessable: its fingerprints could be reversed like unkeyed ones.
 MIN_FINGERPRINT_KEY_CHARS = 16
 
 
-@dataclass(frozen=True)
-class Settings:
-    # Kafka bootstrap servers, comma-separated.
-    bootstrap: str = "127.0.0.1:9092"
-    # Prefix of every topic: {prefix}.events, {prefix}.commands, {prefix}.deadletter.
-    topic_prefix: str = "stallwatch"
-    # Partitions of the events and commands topics: the most workers that can share the load.
-    partitions: int = 8
-    # Port of the worker's /metrics (Prometheus) endpoint.
-    metrics_port: int = 9400
-    # The worker's health endpoints (/health/live, /health/ready); one port per worker process.
-    web_port: int = 9401
-    # Address the health endpoints listen on: loopback unless a probe comes from elsewhere.
-    web_bind: str = "127.0.0.1"
-    # Address /metrics listens on: all interfaces by default, so that Prometheus can scrape it
-    # (the metrics hold counts only, no run ids and no content).
-    metrics_bind: str = "0.0.0.0"
-    # Replicas of every topic the worker creates, and the fewest in sync for a write to succeed:
-    # right for a 3-broker cluster (one broker may be lost with no write refused); the local
-    # single broker of `make` sets 1 and 1.
-    replication_factor: int = 3
-    min_insync_replicas: int = 2
-    # A worker whose consume loop made no progress for this long reports itself dead on
-    # /health/live, and exits after twice as long, so that its partitions move to a live worker
-    # (a hung worker otherwise holds them forever).
-    stall_timeout_s: float = 60.0
-    # Static group membership (Kafka's group.instance.id), e.g. the pod name of a StatefulSet: a
-    # worker restarted under the same id within the session timeout gets its partitions back
-    # without a rebalance of the whole group.
-    instance_id: str | None = None
-    # TOML file of the administrator's tool policy (tools requiring approval, by name or glob).
-    policy_file: str | None = None
-    # Runs with no event appended for this long (the broker's clock) are expired, so memory stays
-    # bounded.
-    idle_timeout_s: float = 6 * 3600.0
-    # An ended run's state is kept this long (the broker's clock), so that its late calls are
-    # refused, not allowed as calls of a run the worker never saw, and an event redelivered
-    # within it is recognised; later ones get an answer of their own (contract additions,
-    # "Command ids").
-    ended_retention_s: float = 600.0
-    # Live runs (held, not ended) a partition keeps for one tenant, and in all: a new run past
-    # either is a dead letter (run_quota), so that a flood of run ids cannot exhaust a worker's
-    # memory. Sized from measured states (docs/operations.md, "Memory").
-    max_live_runs_per_tenant: int = 2_000
-    max_live_runs: int = 4_000
-    # How often (wall clock) a worker scans a partition for expired runs; the rule is broker time.
-    expiry_interval_s: float = 60.0
-    # How often (wall clock) a partition's transaction also commits the consumer group's offsets.
-    # The worker resumes from the position in its changelog, written by every transaction; the
-    # group's offsets only feed lag tools (kafka-consumer-groups, Burrow), which lag by this much.
-    # Each commit of them costs a transaction two more round trips (about 30% of a small one).
-    group_offsets_interval_s: float = 1.0
-    # The worker publishes a batch's commands as soon as the batch is applied, by an idempotent
-    # producer outside the batch's transaction, which commits once they are acknowledged: a
-    # verdict does not wait for the transaction. A command may then appear twice (same id, same
-    # bytes) after a worker's restart; readers keep the first copy of each id (contract
-    # additions, "Command ids"). Records of a topic that keeps the producers' CreateTime are
-    # never published ahead. False: every command in its batch's transaction, as before.
-    publish_ahead: bool = True
-    # With commands published ahead, a partition's transactions (states, position, tallies) begin
-    # at least this far apart, each taking every batch applied since the last: no verdict waits
-    # for them, and one transaction per batch (1-2 events at a few hundred events/s) spent the
-    # broker's and the worker's CPU on the 2 cores they share with everything else. The cost: a
-    # crash reads up to this much again (its verdicts published again, same bytes). Kafka
-    # Streams commits every 100 ms under exactly-once too. 0: commit as soon as the last ends.
-    commit_interval_s: float = 0.1
-    # The secret shared by runtimes and workers that keys every digest reaching Kafka or a
-    # state (result fingerprints, call signatures, fact digests), so that a fingerprint of a
-    # small value cannot be reversed by hashing guesses. Unset: unkeyed XXH3-128, as before
-    # (the risk and the rotation: docs/operations.md). At least 16 characters.
-    fingerprint_key: str | None = field(default=None, repr=False)
-    # The fleet app's own secret, never given to runtimes: it signs every fleet_advisory, and
-    # workers and replay count an advisory only with a valid signature, so no producer but the
-    # fleet app can advise a run. Unset: every advisory counts (one team's deployment). At
-    # least 16 characters.
-    advisory_key: str | None = field(default=None, repr=False)
-    # The client sends `args_digest` in place of `args`: a call's arguments never leave it.
-    args_digest_only: bool = False
-    # The worker writes per-batch partial counts per (tenant, tool) to {prefix}.tallies, the
-    # fleet app's input (issue 13); false saves their cost where no fleet app runs.
-    tallies: bool = True
-    # Dead letters (worker, fleet app, `stallwatch replay`) copy the first 16 KiB of the raw
-    # input: off by default, since a bad event may carry a secret in its other fields; a letter
-    # always has the input's keyed digest, size, error and position.
-    deadletter_raw: bool = False
-    # Kafka security, passed to the worker and the client alike.
-    security_protocol: str = "PLAINTEXT"
-    sasl_mechanism: str | None = None
-    sasl_username: str | None = None
-    sasl_password: str | None = field(default=None, repr=False)
-    ssl_cafile: str | None = None
-    ssl_certfile: str | None = None
-    ssl_keyfile: str | None = None
-    # The passphrase of an encrypted private key (STALLWATCH_SSL_KEYFILE, or the key inside
-    # STALLWATCH_SSL_CERTFILE), for every TLS context: the worker's, the client's, the fleet app's.
-    ssl_key_password: str | None = field(default=None, repr=False)
-    # OAUTHBEARER: `module:callable` returning an aiokafka AbstractTokenProvider (a class is
-    # such a callable), e.g. one signing AWS MSK IAM tokens (docs/operations.md).
-    sasl_oauth_token_provider: str | None = None
+class Declared(BaseSettings):
+    """The common ground of every settings class: frozen values, finite numbers, an empty variable
+    taken as unset, and every validation error turned into one SetupError line."""
 
-    def __post_init__(self) -> None:
-        """The Kafka security settings, checked together wherever Settings are built (from the
-        environment or in code): a wrong one must stop the process, not let one part connect
-        without credentials while another fails."""
-        protocol = _choice("STALLWATCH_SECURITY_PROTOCOL", self.security_protocol, SECURITY_PROTOCOLS)
-        mechanism = _choice("STALLWATCH_SASL_MECHANISM", self.sasl_mechanism, SASL_MECHANISMS)
-        object.__setattr__(self, "security_protocol", protocol)
-        object.__setattr__(self, "sasl_mechanism", mechanism)
+    model_config = SettingsConfigDict(frozen=True, extra="forbid", env_ignore_empty=True,
+                                      allow_inf_nan=False, hide_input_in_errors=True)
+    # Fields that are no settings (FleetSettings.base): never read from the environment.
+    not_from_env: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise SetupError(_describe(type(self), exc, values)) from None
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings],
+                                   init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource,
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Built in code: the values given and the defaults, so a test or a library user gets what
+        # it wrote whatever the environment holds. from_env reads the environment on purpose.
+        return (init_settings,)
+
+    @classmethod
+    def env_name(cls, field: str) -> str:
+        return f"{cls.model_config.get('env_prefix', '')}{field}".upper()
+
+    @classmethod
+    def declared(cls) -> dict[str, FieldInfo]:
+        """The settings of this class, by field name: what the environment may set."""
+        return {name: info for name, info in cls.model_fields.items() if name not in cls.not_from_env}
+
+    @classmethod
+    def is_secret(cls, field: str) -> bool:
+        return SecretStr in types_in(cls.model_fields[field].annotation)
+
+    @classmethod
+    def _from_environment(cls, **given: Any) -> Self:
+        try:
+            found = EnvSettingsSource(cls)()
+        except SettingsError as exc:
+            raise SetupError(str(exc).splitlines()[0]) from None
+        return cls(**{k: v for k, v in found.items() if k in cls.declared()}, **given)
+
+
+class Settings(Declared):
+    """The decision workers', the client's and the command line's settings (STALLWATCH_*)."""
+
+    model_config = SettingsConfigDict(env_prefix="STALLWATCH_")
+
+    bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, comma-separated")
+    topic_prefix: str = Field("stallwatch", description="prefix of every topic: `{prefix}.events`, "
+                              "`{prefix}.commands`, `{prefix}.deadletter`, ...")
+    partitions: int = Field(8, ge=1, description="partitions of the events and commands topics: the "
+                            "most workers that can share the load")
+    metrics_port: Port = Field(9400, description="port of the worker's `/metrics` (Prometheus)")
+    web_port: Port = Field(9401, description="port of the worker's `/health/live` and "
+                           "`/health/ready`; one per worker process")
+    # Loopback unless a probe comes from elsewhere.
+    web_bind: str = Field("127.0.0.1", description="address the health endpoints (and the fleet "
+                          "app's web view) listen on")
+    # All interfaces, so that Prometheus can scrape it: the metrics hold counts only, no run ids
+    # and no content.
+    metrics_bind: str = Field("0.0.0.0", description="address `/metrics` listens on")
+    # Right for a 3-broker cluster (one broker may be lost with no write refused); the local
+    # single broker of `make` sets 1 and 1.
+    replication_factor: int = Field(3, ge=1, description="replicas of every topic the worker creates")
+    min_insync_replicas: int = Field(2, ge=1, description="the fewest replicas in sync for a write "
+                                     "to succeed (at most STALLWATCH_REPLICATION_FACTOR)")
+    # Exiting moves a hung worker's partitions to a live one; it would hold them forever.
+    stall_timeout_s: float = Field(60.0, ge=0.1, description="`/health/live` answers 503 after this "
+                                   "long without progress of the consume loop; the worker exits "
+                                   "after twice as long")
+    instance_id: str | None = Field(None, description="static group membership (Kafka's "
+                                    "group.instance.id, e.g. the pod name): a restarted worker gets "
+                                    "its partitions back without a rebalance")
+    policy_file: str | None = Field(None, description="TOML file of the administrator's tool policy "
+                                    "(`requires_approval` / `repeat_exempt` by name or glob)")
+    # The broker's append time: an events topic created by hand should set
+    # message.timestamp.type=LogAppendTime, else the worker's clock on receipt stands in.
+    idle_timeout_s: float = Field(6 * 3600.0, ge=1.0, description="runs with no event for this long "
+                                  "(the broker's clock) are expired, so memory stays bounded")
+    # Its late calls are then refused, not allowed as calls of a run the worker never saw; later
+    # ones get an answer of their own (contract additions, "Command ids").
+    ended_retention_s: float = Field(600.0, ge=1.0, description="how long an ended run's state is "
+                                     "kept (the broker's clock): its late calls refused, a "
+                                     "redelivered event recognised")
+    # Sized from measured states (docs/operations.md, "Memory").
+    max_live_runs_per_tenant: int = Field(2_000, ge=1, description="live runs one partition keeps "
+                                          "for one tenant; a new run past it is a dead letter "
+                                          "(`run_quota`)")
+    max_live_runs: int = Field(4_000, ge=1, description="live runs one partition keeps in all; a new "
+                               "run past it is a dead letter (`run_quota`)")
+    expiry_interval_s: float = Field(60.0, ge=0.1, description="how often (wall clock) a worker "
+                                     "scans a partition for expired runs")
+    # The worker resumes from the position in its changelog; each commit of the group's offsets
+    # costs a transaction two more round trips (about 30% of a small one).
+    group_offsets_interval_s: float = Field(1.0, ge=0.0, description="how often a partition's "
+                                            "transaction also commits the consumer group's offsets "
+                                            "(what lag tools read)")
+    # A command may then appear twice (same id, same bytes) after a restart; readers keep the
+    # first copy of each id (contract additions, "Command ids"). Records of a topic that keeps
+    # the producers' CreateTime are never published ahead.
+    publish_ahead: bool = Field(True, description="publish a batch's commands as soon as it is "
+                                "applied, outside its transaction; false: inside it")
+    # One transaction per batch spent the broker's and the worker's CPU; Kafka Streams commits
+    # every 100 ms under exactly-once too. A crash reads up to this much again.
+    commit_interval_s: float = Field(0.1, ge=0.0, description="with commands published ahead, the "
+                                     "least time between a partition's transactions; 0: one as "
+                                     "soon as the last ends")
+    # Unset: unkeyed XXH3-128 (the risk and the rotation: docs/operations.md).
+    fingerprint_key: SecretStr | None = Field(None, description="secret shared by runtimes and "
+                                              "workers that keys every fingerprint and digest, "
+                                              f"at least {MIN_FINGERPRINT_KEY_CHARS} characters")
+    # Never given to runtimes: no producer but the fleet app can then advise a run. Unset: every
+    # advisory counts (one team's deployment).
+    advisory_key: SecretStr | None = Field(None, description="the fleet app's secret that signs "
+                                           "every `fleet_advisory`; workers and replay count an "
+                                           "advisory only with a valid signature (else a dead "
+                                           "letter, `unsigned_advisory`), at least "
+                                           f"{MIN_FINGERPRINT_KEY_CHARS} characters")
+    args_digest_only: bool = Field(False, description="the client sends `args_digest` in place of "
+                                   "`args`: a call's arguments never leave it")
+    tallies: bool = Field(True, description="the worker writes per-batch counts per (tenant, tool) "
+                          "to `{prefix}.tallies`, the fleet app's input; false where none runs")
+    # A bad event may carry a secret in its other fields.
+    deadletter_raw: bool = Field(False, description="dead letters (worker, fleet app, `stallwatch "
+                                 "replay`) copy the first 16 KiB of the raw input")
+    security_protocol: SecurityProtocol = Field("PLAINTEXT", description="Kafka security protocol, "
+                                                "for the worker, the client and the fleet app alike")
+    sasl_mechanism: SaslMechanism | None = Field(None, description="required with a `SASL_` "
+                                                 "protocol, refused without one")
+    sasl_username: str | None = Field(None, description="PLAIN and SCRAM: the user name")
+    sasl_password: SecretStr | None = Field(None, description="PLAIN and SCRAM: the password")
+    ssl_cafile: str | None = Field(None, description="PEM file of the brokers' certificate "
+                                   "authority (TLS protocols only)")
+    ssl_certfile: str | None = Field(None, description="PEM file of the client certificate (TLS "
+                                     "protocols only)")
+    ssl_keyfile: str | None = Field(None, description="PEM file of the client certificate's key "
+                                    "(else the key in STALLWATCH_SSL_CERTFILE)")
+    ssl_key_password: SecretStr | None = Field(None, description="passphrase of an encrypted client "
+                                               "key, for every TLS context of the process")
+    # A class is such a callable: e.g. one signing AWS MSK IAM tokens (docs/operations.md).
+    sasl_oauth_token_provider: str | None = Field(None, description="OAUTHBEARER: `module:callable` "
+                                                  "returning an aiokafka AbstractTokenProvider")
+
+    @field_validator("fingerprint_key", "advisory_key")
+    @classmethod
+    def _long_enough(cls, key: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        if key is not None and len(key.get_secret_value()) < MIN_FINGERPRINT_KEY_CHARS:
+            raise SetupError(f"{cls.env_name(str(info.field_name))} is {len(key.get_secret_value())} "
+                             f"characters: use at least {MIN_FINGERPRINT_KEY_CHARS} (e.g. `openssl rand "
+                             "-hex 32`)")
+        return key
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        """Checked together wherever Settings are built (from the environment or in code): a wrong
+        one must stop the process, not let one part connect without credentials while another
+        fails."""
+        if self.min_insync_replicas > self.replication_factor:
+            raise SetupError(f"STALLWATCH_MIN_INSYNC_REPLICAS={self.min_insync_replicas} is more than "
+                             f"STALLWATCH_REPLICATION_FACTOR={self.replication_factor}: no write could "
+                             "succeed")
         _check_sasl(self)
         _check_tls(self)
+        return self
 
     @classmethod
     def from_env(cls) -> Settings:
-        replication = _number("STALLWATCH_REPLICATION_FACTOR", cls.replication_factor, int, 1)
-        min_insync = _number("STALLWATCH_MIN_INSYNC_REPLICAS", cls.min_insync_replicas, int, 1)
-        if min_insync > replication:
-            raise SetupError(f"STALLWATCH_MIN_INSYNC_REPLICAS={min_insync} is more than "
-                             f"STALLWATCH_REPLICATION_FACTOR={replication}: no write could succeed")
-        return cls(
-            bootstrap=_env("STALLWATCH_BOOTSTRAP", cls.bootstrap),
-            topic_prefix=_env("STALLWATCH_TOPIC_PREFIX", cls.topic_prefix),
-            partitions=_number("STALLWATCH_PARTITIONS", cls.partitions, int, 1),
-            metrics_port=_number("STALLWATCH_METRICS_PORT", cls.metrics_port, int, 0, _PORT_MAX),
-            web_port=_number("STALLWATCH_WEB_PORT", cls.web_port, int, 0, _PORT_MAX),
-            web_bind=_env("STALLWATCH_WEB_BIND", cls.web_bind),
-            metrics_bind=_env("STALLWATCH_METRICS_BIND", cls.metrics_bind),
-            replication_factor=replication,
-            min_insync_replicas=min_insync,
-            stall_timeout_s=_number("STALLWATCH_STALL_TIMEOUT_S", cls.stall_timeout_s, float, 0.1),
-            instance_id=_env("STALLWATCH_INSTANCE_ID"),
-            policy_file=_env("STALLWATCH_POLICY_FILE"),
-            idle_timeout_s=_number("STALLWATCH_IDLE_TIMEOUT_S", cls.idle_timeout_s, float, 1.0),
-            ended_retention_s=_number("STALLWATCH_ENDED_RETENTION_S", cls.ended_retention_s, float,
-                                      1.0),
-            max_live_runs_per_tenant=_number("STALLWATCH_MAX_LIVE_RUNS_PER_TENANT",
-                                             cls.max_live_runs_per_tenant, int, 1),
-            max_live_runs=_number("STALLWATCH_MAX_LIVE_RUNS", cls.max_live_runs, int, 1),
-            expiry_interval_s=_number("STALLWATCH_EXPIRY_INTERVAL_S", cls.expiry_interval_s, float, 0.1),
-            group_offsets_interval_s=_number("STALLWATCH_GROUP_OFFSETS_INTERVAL_S",
-                                             cls.group_offsets_interval_s, float, 0.0),
-            fingerprint_key=_fingerprint_key(),
-            advisory_key=_fingerprint_key("STALLWATCH_ADVISORY_KEY"),
-            args_digest_only=_flag("STALLWATCH_ARGS_DIGEST_ONLY"),
-            tallies=_flag("STALLWATCH_TALLIES", cls.tallies),
-            deadletter_raw=_flag("STALLWATCH_DEADLETTER_RAW", cls.deadletter_raw),
-            publish_ahead=_flag("STALLWATCH_PUBLISH_AHEAD", cls.publish_ahead),
-            commit_interval_s=_number("STALLWATCH_COMMIT_INTERVAL_S", cls.commit_interval_s, float,
-                                      0.0),
-            security_protocol=_env("STALLWATCH_SECURITY_PROTOCOL", cls.security_protocol),
-            sasl_mechanism=_env("STALLWATCH_SASL_MECHANISM"),
-            sasl_username=_env("STALLWATCH_SASL_USERNAME"),
-            sasl_password=_env("STALLWATCH_SASL_PASSWORD"),
-            ssl_cafile=_env("STALLWATCH_SSL_CAFILE"),
-            ssl_certfile=_env("STALLWATCH_SSL_CERTFILE"),
-            ssl_keyfile=_env("STALLWATCH_SSL_KEYFILE"),
-            ssl_key_password=_env("STALLWATCH_SSL_KEY_PASSWORD"),
-            sasl_oauth_token_provider=_env("STALLWATCH_SASL_OAUTH_TOKEN_PROVIDER"),
-        )
+        return cls._from_environment()
 
     @property
     def events_topic(self) -> str:
@@ -265,6 +278,7 @@ class Settings:
         return f"{self.topic_prefix}-detector"
 
 
+
 def _check_sasl(settings: Settings) -> None:
     protocol, mechanism = settings.security_protocol, settings.sasl_mechanism
     if protocol.startswith("SASL") and mechanism is None:
@@ -299,3 +313,99 @@ def _check_tls(settings: Settings) -> None:
         name = "STALLWATCH_SSL_KEYFILE" if settings.ssl_keyfile else "STALLWATCH_SSL_KEY_PASSWORD"
         raise SetupError(f"{name} is set but STALLWATCH_SSL_CERTFILE is not: the key is the "
                          "client certificate's")
+
+
+class LogSettings(Declared):
+    """The logs of every stallwatch process (STALLWATCH_LOG_*), set up by stallwatch.logs."""
+
+    model_config = SettingsConfigDict(env_prefix="STALLWATCH_LOG_")
+
+    level: LogLevel | None = Field(None, description="the level of the process's own logs; unset: "
+                                   "`INFO` (the demo, the benchmarks and the tools: `WARNING`)")
+    format: LogFormat | None = Field(None, description="`json` or `text`; unset: `json` unless "
+                                     "stderr is a terminal")
+    summary_s: float = Field(30.0, gt=0.0, description="while a Kafka trouble lasts, one summary "
+                             "line this often")
+    kafka: LogKafka = Field("folded", description="`folded`: aiokafka's retried complaints folded "
+                            "into a few counted lines; `raw`: each as aiokafka logs it")
+
+    @classmethod
+    def from_env(cls) -> LogSettings:
+        return cls._from_environment()
+
+
+class ServeSettings(Declared):
+    """`stallwatch serve` and the coding agents' hooks (STALLWATCH_SERVE_*). `stallwatch hook`
+    reads these two variables itself: it runs on every tool call and imports no pydantic."""
+
+    model_config = SettingsConfigDict(env_prefix="STALLWATCH_SERVE_")
+
+    token: SecretStr | None = Field(None, description="the token every request but `/v1/health` "
+                                    "must carry (`Authorization: Bearer …`); required to bind "
+                                    "anything but loopback")
+    url: str = Field("http://127.0.0.1:8737", description="where `stallwatch hook <agent>` finds "
+                     "the server")
+
+    @classmethod
+    def from_env(cls) -> ServeSettings:
+        return cls._from_environment()
+
+
+def _describe(cls: type[Declared], exc: ValidationError, given: dict[str, Any]) -> str:
+    """Every error of a validation, on one line, each naming its variable and what it accepts."""
+    return "; ".join(dict.fromkeys(_one_error(cls, error, given) for error in exc.errors()))
+
+
+def _one_error(cls: type[Declared], error: Any, given: dict[str, Any]) -> str:
+    raised = error.get("ctx", {}).get("error")
+    if isinstance(raised, SetupError):  # a check of ours: its message is already the line
+        return str(raised)
+    field = str(error["loc"][0]) if error["loc"] else ""
+    if field not in cls.model_fields:
+        return f"{cls.__name__}: {error['msg']}"
+    name, accepts = cls.env_name(field), _accepts(cls.model_fields[field], error)
+    if cls.is_secret(field):  # the value is never repeated, not even a wrong one
+        return f"{name}: {accepts}"
+    return f"{name}={given.get(field)!r}: {accepts}"
+
+
+def _accepts(info: FieldInfo, error: Any) -> str:
+    kind = error["type"]
+    if kind in ("int_parsing", "int_from_float", "int_type"):
+        return "expected an integer"
+    if kind in ("float_parsing", "float_type"):
+        return "expected a number"
+    if kind == "finite_number":
+        return "expected a finite number"
+    if kind == "bool_parsing" or kind == "bool_type":
+        return "expected true or false"
+    if kind == "literal_error":
+        return f"expected one of {', '.join(choices(info))}"
+    if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
+        return f"must be {bounds(info)}"
+    return str(error["msg"]).lower()
+
+
+def bounds(info: FieldInfo) -> str:
+    """A numeric setting's range in words ("between 0 and 65535", "at least 1"); "" if none."""
+    low = next((m for m in info.metadata if hasattr(m, "ge") or hasattr(m, "gt")), None)
+    high = next((m.le for m in info.metadata if hasattr(m, "le")), None)
+    low_words = "" if low is None else (f"at least {low.ge}" if hasattr(low, "ge") else f"more than {low.gt}")
+    if low is not None and high is not None and hasattr(low, "ge"):
+        return f"between {low.ge} and {high}"
+    return " and ".join(w for w in (low_words, "" if high is None else f"at most {high}") if w)
+
+
+def choices(info: FieldInfo) -> tuple[str, ...]:
+    """The values a closed-set setting accepts, in declared order."""
+    return tuple(a for t in types_in(info.annotation) if get_origin(t) is Literal for a in get_args(t))
+
+
+def types_in(annotation: Any) -> list[Any]:
+    """The types an annotation is made of: `X | None` and Annotated[...] unwrapped."""
+    if get_origin(annotation) is Annotated:
+        return types_in(get_args(annotation)[0])
+    if get_origin(annotation) is Literal:
+        return [annotation]
+    args = get_args(annotation)
+    return [t for a in args for t in types_in(a)] if args else [annotation]

@@ -30,7 +30,7 @@ from stallwatch.engine.names import printable
 from stallwatch.engine.state import RunState
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.kafka.read import committed_reader, read_to_end
-from stallwatch.settings import Settings
+from stallwatch.settings import Settings, reveal
 
 
 def explain(run_id: str, lines: Iterable[bytes], out: TextIO,
@@ -156,7 +156,8 @@ def main(run_id: str, path: str | None, settings: Settings) -> int:
             sys.stderr.write(f"stallwatch explain: {exc}: the workers broke the contract\n")
             return 1
     return explain_file(run_id, path, AdminPolicy.from_file(settings.policy_file),
-                        secret_from_key(settings.fingerprint_key), advisory_key_of(settings.advisory_key))
+                        secret_from_key(reveal(settings.fingerprint_key)),
+                        advisory_key_of(reveal(settings.advisory_key)))
 
 
 def explain_file(run_id: str, path: str, admin_policy: AdminPolicy | None = None,

@@ -1,5 +1,5 @@
 """The `stallwatch` command line: replay, explain, top, worker, fleet, demo, schemas, mcp-proxy,
-serve, hook, hooks."""
+serve, hook, hooks, settings."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     from stallwatch.engine.admin_policy import AdminPolicy
     from stallwatch.engine.canonical import secret_from_key
     from stallwatch.mcp.rounds import DEFAULT_NEW_RUN_AFTER_S, DEFAULT_ROUND_GAP_S
-    from stallwatch.settings import Settings
+    from stallwatch.settings import LogSettings, ServeSettings, Settings, reveal
 
     parser = argparse.ArgumentParser(prog="stallwatch", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -97,14 +97,27 @@ def main(argv: list[str] | None = None) -> int:
                    "needs the [worker] extra)")
     sub.add_parser("demo", help="drive a simulated fleet through a local broker and a worker")
 
+    p = sub.add_parser("settings", help="every STALLWATCH_* variable and the value read from the "
+                       "environment, or the tables of docs/operations.md")
+    p.add_argument("--markdown", action="store_true", help="print the settings tables (Markdown)")
+    p.add_argument("--write", metavar="FILE", help="rewrite the tables between FILE's marker comments")
+
     args = parser.parse_args(argv)
+    if args.command == "settings" and (args.markdown or args.write):
+        from stallwatch.cli.settings_table import main as settings_main
+
+        return settings_main(args.markdown, args.write)
+    # Read by every command, so that a bad value is one line and exit 2 before anything starts;
+    # the fleet app's own are read by `stallwatch fleet` alone.
     settings = Settings.from_env()
+    LogSettings.from_env()
+    ServeSettings.from_env()
     if args.command == "replay":
         from stallwatch.cli.replay import main as replay_main
 
         return replay_main(args.file, AdminPolicy.from_file(settings.policy_file),
-                           secret_from_key(settings.fingerprint_key), args.jobs,
-                           settings.deadletter_raw, advisory_key_of(settings.advisory_key))
+                           secret_from_key(reveal(settings.fingerprint_key)), args.jobs,
+                           settings.deadletter_raw, advisory_key_of(reveal(settings.advisory_key)))
     if args.command == "explain":
         from stallwatch.cli.explain import main as explain_main
 
@@ -154,6 +167,10 @@ def main(argv: list[str] | None = None) -> int:
         from stallwatch.cli.demo import main as demo_main
 
         return demo_main(settings)
+    if args.command == "settings":
+        from stallwatch.cli.settings_table import main as settings_main
+
+        return settings_main(False, None)
     parser.error(f"unknown command {args.command}")
     return 2
 

@@ -21,7 +21,7 @@ from stallwatch.contract.commands import decode_command
 from stallwatch.engine.canonical import secret_from_key
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.logs import tame_kafka_loggers
-from stallwatch.settings import Settings
+from stallwatch.settings import Settings, reveal
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class KafkaClient(Client):
         super().__init__()
         self.settings = settings or Settings.from_env()
         self.verdict_timeout_s = verdict_timeout_s
-        self.fingerprint_secret = secret_from_key(self.settings.fingerprint_key)
+        self.fingerprint_secret = secret_from_key(reveal(self.settings.fingerprint_key))
         self.args_digest_only = self.settings.args_digest_only
         # A send takes at most half the verdict timeout, so that sending and waiting for the
         # verdict together stay within it.

@@ -9,7 +9,7 @@ from typing import Any
 
 from aiokafka.abc import AbstractTokenProvider
 
-from stallwatch.settings import Settings, SetupError
+from stallwatch.settings import Settings, SetupError, reveal
 
 
 def ssl_context(settings: Settings) -> ssl.SSLContext | None:
@@ -31,7 +31,7 @@ def _load_client_certificate(context: ssl.SSLContext, settings: Settings) -> Non
 
     try:
         context.load_cert_chain(settings.ssl_certfile, settings.ssl_keyfile,
-                                password=settings.ssl_key_password or no_password)
+                                password=reveal(settings.ssl_key_password) or no_password)
     except ssl.SSLError:
         # The error holds no secret, but says nothing a user can act on (`PEM lib`).
         hint = "wrong STALLWATCH_SSL_KEY_PASSWORD, or " if settings.ssl_key_password else ""
@@ -74,7 +74,7 @@ def aiokafka_options(settings: Settings) -> dict[str, Any]:
     elif settings.sasl_mechanism:
         options.update(sasl_mechanism=settings.sasl_mechanism,
                        sasl_plain_username=settings.sasl_username,
-                       sasl_plain_password=settings.sasl_password)
+                       sasl_plain_password=reveal(settings.sasl_password))
     context = ssl_context(settings)
     if context is not None:
         options["ssl_context"] = context

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import ipaddress
 import json
-import os
 import signal
 import sys
 from dataclasses import dataclass
@@ -21,10 +20,10 @@ from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.serve.app import make_app
 from stallwatch.serve.hooks import HookSettings
 from stallwatch.serve.service import Service
-from stallwatch.settings import Settings, SetupError
+from stallwatch.settings import ServeSettings, Settings, SetupError, reveal
 
 DEFAULT_PORT = 8737
-TOKEN_ENV = "STALLWATCH_SERVE_TOKEN"
+TOKEN_ENV = ServeSettings.env_name("token")
 
 
 @dataclass(frozen=True)
@@ -47,7 +46,7 @@ def is_loopback(host: str) -> bool:
 
 def token_for(host: str) -> str | None:
     """The token requests must carry: required to bind anything but loopback."""
-    token = os.environ.get(TOKEN_ENV) or None
+    token = reveal(ServeSettings.from_env().token)
     if token is None and not is_loopback(host):
         raise SetupError(f"binding {host} lets other machines in: set {TOKEN_ENV} to a long random "
                          "secret (e.g. `openssl rand -hex 32`), or bind 127.0.0.1")
@@ -71,7 +70,7 @@ def make_client(options: ServeOptions, settings: Settings) -> Client:
     if options.use_kafka:
         return KafkaClient(settings)
     return EmbeddedClient(AdminPolicy.from_file(settings.policy_file),
-                          fingerprint_key=settings.fingerprint_key)
+                          fingerprint_key=reveal(settings.fingerprint_key))
 
 
 async def serve(options: ServeOptions, settings: Settings, ready: asyncio.Event | None = None) -> None:

@@ -20,7 +20,7 @@ from stallwatch.contract.commands import DeadLetter
 from stallwatch.contract.digests import secret_from_key
 from stallwatch.contract.incidents import INCIDENT_KINDS
 from stallwatch.kafka.options import oauth_token_provider, ssl_context
-from stallwatch.settings import Settings
+from stallwatch.settings import Settings, reveal
 from streams.fleet.metrics import FleetMetrics
 from streams.fleet.rules import Judge, Outcome
 from streams.fleet.settings import FleetSettings
@@ -72,7 +72,7 @@ def faust_credentials(settings: Settings) -> faust.types.auth.CredentialsT | Non
     if settings.sasl_mechanism == "OAUTHBEARER":
         return faust.OAuthCredentials(oauth_cb=oauth_token_provider(settings), ssl_context=context)
     if settings.security_protocol.startswith("SASL"):
-        return faust.SASLCredentials(username=settings.sasl_username, password=settings.sasl_password,
+        return faust.SASLCredentials(username=settings.sasl_username, password=reveal(settings.sasl_password),
                                      ssl_context=context, mechanism=settings.sasl_mechanism)
     if context is not None:
         return faust.SSLCredentials(context)
@@ -93,9 +93,9 @@ class FleetService:
         self.judge = Judge(cfg)
         # Keys the digest of a dead letter's input, as the workers' (issue 17: every digest
         # that leaves a process is keyed when a key is set).
-        self.secret = secret_from_key(base.fingerprint_key)
+        self.secret = secret_from_key(reveal(base.fingerprint_key))
         # Signs every advisory, so that workers know it for the fleet app's (None: unsigned).
-        self.advisory_key = advisory_key_of(base.advisory_key)
+        self.advisory_key = advisory_key_of(reveal(base.advisory_key))
         self.app = app = faust.App(
             cfg.group_id, broker=[f"kafka://{b.strip()}" for b in base.bootstrap.split(",")],
             store="memory://", topic_partitions=base.partitions,

@@ -17,7 +17,7 @@ from stallwatch.engine.detector import Detector
 from stallwatch.kafka.topics import ensure_topics
 from stallwatch.logs import configure as configure_logging
 from stallwatch.metrics import StallwatchMetrics
-from stallwatch.settings import Settings, SetupError
+from stallwatch.settings import Settings, SetupError, reveal
 from streams.worker.health import HealthServer, start_watchdog
 from streams.worker.pipeline import Pipeline
 
@@ -60,8 +60,8 @@ async def serve(settings: Settings, metrics: StallwatchMetrics | None = None,
     metrics = metrics or StallwatchMetrics()
     with _port_setting("STALLWATCH_METRICS_PORT", settings.metrics_bind, settings.metrics_port):
         metrics.serve(settings.metrics_port, settings.metrics_bind)
-    pipeline = Pipeline(settings, metrics, Detector(policy, secret_from_key(settings.fingerprint_key),
-                                                 advisory_key_of(settings.advisory_key)))
+    pipeline = Pipeline(settings, metrics, Detector(policy, secret_from_key(reveal(settings.fingerprint_key)),
+                                                 advisory_key_of(reveal(settings.advisory_key))))
     health = HealthServer(pipeline.progress, settings.stall_timeout_s, settings.web_bind,
                           settings.web_port)
     stopping = asyncio.Event()

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import yaml
 
-from stallwatch.settings import Settings
+from stallwatch.cli.settings_table import declared_names
 from streams.fleet.settings import FleetSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,15 +25,14 @@ def test_the_stack_has_the_official_kafka_image_workers_prometheus_and_grafana()
 
 
 def test_worker_settings_are_ones_the_worker_reads():
-    known = {f"STALLWATCH_{f.name.upper()}" for f in dataclasses.fields(Settings)}
+    known = {name for name, (cls, _) in declared_names().items() if cls is not FleetSettings}
     env = compose()["services"]["worker"]["environment"]
     assert set(env) <= known, set(env) - known
     assert env["STALLWATCH_BOOTSTRAP"].split(":")[0] == "kafka"
 
 
 def test_fleet_settings_are_ones_the_fleet_app_reads_and_prometheus_scrapes_its_port():
-    known = {f"STALLWATCH_{f.name.upper()}" for f in dataclasses.fields(Settings)}
-    known |= {f"STALLWATCH_FLEET_{f.name.upper()}" for f in dataclasses.fields(FleetSettings)}
+    known = set(declared_names())
     fleet = compose()["services"]["fleet"]
     assert fleet["command"] == ["stallwatch", "fleet"]
     assert set(fleet["environment"]) <= known, set(fleet["environment"]) - known

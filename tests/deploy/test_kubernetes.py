@@ -3,15 +3,13 @@ consistent with what the worker reads and serves."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import kubernetes_validate
 import pytest
 import yaml
 
-from stallwatch.settings import Settings
-from streams.fleet.settings import FleetSettings
+from stallwatch.cli.settings_table import declared_names
 
 K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
 KUBERNETES_VERSION = "1.30"
@@ -37,8 +35,7 @@ def test_each_resource_is_valid_for_the_kubernetes_api(doc):
 
 def test_the_worker_runs_with_its_settings_and_probes_on_its_web_port():
     config = of_kind("ConfigMap")["data"]
-    known = {f"STALLWATCH_{f.name.upper()}" for f in dataclasses.fields(Settings)}
-    known |= {f"STALLWATCH_FLEET_{f.name.upper()}" for f in dataclasses.fields(FleetSettings)}
+    known = set(declared_names())
     assert set(config) <= known, set(config) - known
     pod = of_kind("Deployment", "stallwatch-worker")["spec"]["template"]
     (container,) = pod["spec"]["containers"]
