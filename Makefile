@@ -28,6 +28,7 @@ kafka-down:
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy
 
 # Runs a command with the local broker up; stops the broker afterwards only if it started it.
 with_kafka = if deploy/kafka/kafka.sh status >/dev/null 2>&1; then started=0; else started=1; \
@@ -44,6 +45,7 @@ prometheus:
 test: setup prometheus
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy
 	@$(call with_kafka,$(BIN)/pytest -q)
 
 # Replay against parse-only (no broker), the adapters against their frameworks alone, then the

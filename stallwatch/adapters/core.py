@@ -74,7 +74,8 @@ class Bridge:
 
     @property
     def async_client(self) -> Client:
-        return self.sync.client if self.sync is not None else self.client  # type: ignore[return-value]
+        client = self.client
+        return client.client if isinstance(client, SyncClient) else client
 
 
 @dataclass
@@ -91,7 +92,13 @@ class ModelTurn:
     @property
     def end_turn(self) -> bool:
         """The stop ends the turn: the model is not called again."""
-        return self.stop is not None and self.stop.action == "end_turn"
+        return self.ending_stop is not None
+
+    @property
+    def ending_stop(self) -> Stop | None:
+        """The stop when it ends the turn (its reason is the agent's last words); else None."""
+        stop = self.stop
+        return stop if stop is not None and stop.action == "end_turn" else None
 
 
 class Guard:

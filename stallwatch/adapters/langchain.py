@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Annotated, Any, NotRequired
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Annotated, Any, Final, NotRequired
 
 try:
     import langchain  # noqa: F401  (a missing framework is named with the extra that brings it)
@@ -22,7 +22,7 @@ from stallwatch.adapters.core import Bridge, Guard, ModelTurn, RunSpec, instruct
 from stallwatch.client.run import Client
 from stallwatch.client.sync import SyncClient
 
-RUN_KEY = "stallwatch_run_id"
+RUN_KEY: Final = "stallwatch_run_id"
 
 
 class StallwatchState(AgentState):
@@ -70,14 +70,14 @@ class StallwatchMiddleware(AgentMiddleware[StallwatchState]):
         return self._begin()
 
     def after_agent(self, state: StallwatchState, runtime: Any) -> dict[str, Any] | None:
-        guard = self.guards.pop(state.get(RUN_KEY) or "", None)
+        guard = self.guards.pop(_run_id(state), None)
         if guard is None:
             return None
         self.bridge.run_blocking(guard.finish("answered"))
         return _stopped(guard)
 
     async def aafter_agent(self, state: StallwatchState, runtime: Any) -> dict[str, Any] | None:
-        guard = self.guards.pop(state.get(RUN_KEY) or "", None)
+        guard = self.guards.pop(_run_id(state), None)
         if guard is None:
             return None
         await self.bridge.run(guard.finish("answered"))
@@ -97,12 +97,12 @@ class StallwatchMiddleware(AgentMiddleware[StallwatchState]):
 
     def wrap_model_call(self, request: ModelRequest,
                         handler: Callable[[ModelRequest], ModelResponse]) -> ModelResponse | AIMessage:
-        guard = self.guards.get(request.state.get(RUN_KEY) or "")
+        guard = self.guards.get(_run_id(request.state))
         if guard is None:
             return handler(request)
         turn = self.bridge.run_blocking(guard.begin_model_call(_tool_names(request, guard)))
-        if turn.end_turn:
-            return AIMessage(content=turn.stop.reason)  # type: ignore[union-attr]
+        if (ending := turn.ending_stop) is not None:
+            return AIMessage(content=ending.reason)
         try:
             return handler(_shaped(request, guard, turn))
         except Exception:
@@ -112,12 +112,12 @@ class StallwatchMiddleware(AgentMiddleware[StallwatchState]):
     async def awrap_model_call(self, request: ModelRequest,
                                handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
                                ) -> ModelResponse | AIMessage:
-        guard = self.guards.get(request.state.get(RUN_KEY) or "")
+        guard = self.guards.get(_run_id(request.state))
         if guard is None:
             return await handler(request)
         turn = await self.bridge.run(guard.begin_model_call(_tool_names(request, guard)))
-        if turn.end_turn:
-            return AIMessage(content=turn.stop.reason)  # type: ignore[union-attr]
+        if (ending := turn.ending_stop) is not None:
+            return AIMessage(content=ending.reason)
         try:
             return await handler(_shaped(request, guard, turn))
         except Exception:
@@ -128,7 +128,7 @@ class StallwatchMiddleware(AgentMiddleware[StallwatchState]):
 
     def wrap_tool_call(self, request: ToolCallRequest,
                        handler: Callable[[ToolCallRequest], ToolMessage | Command]) -> ToolMessage | Command:
-        guard = self.guards.get(request.state.get(RUN_KEY) or "")
+        guard = self.guards.get(_run_id(request.state))
         if guard is None:
             return handler(request)
         call = request.tool_call
@@ -147,7 +147,7 @@ class StallwatchMiddleware(AgentMiddleware[StallwatchState]):
     async def awrap_tool_call(self, request: ToolCallRequest,
                               handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command]]
                               ) -> ToolMessage | Command:
-        guard = self.guards.get(request.state.get(RUN_KEY) or "")
+        guard = self.guards.get(_run_id(request.state))
         if guard is None:
             return await handler(request)
         call = request.tool_call
@@ -162,6 +162,13 @@ class StallwatchMiddleware(AgentMiddleware[StallwatchState]):
             raise
         await self.bridge.run(guard.report(call_id, call["name"], *_outcome(out)))
         return out
+
+
+def _run_id(state: Mapping[str, object]) -> str:
+    """The id of the stallwatch run the agent's state carries; "" for a run begun elsewhere.
+    LangChain types a request's state as its base `AgentState`, which lacks this key."""
+    run_id = state.get(RUN_KEY)
+    return run_id if isinstance(run_id, str) else ""
 
 
 def _stopped(guard: Guard) -> dict[str, Any]:
@@ -195,7 +202,7 @@ def _appended_once(guard: Guard, system: SystemMessage | None, extra: str) -> Sy
     adapter's own time per call."""
     last = guard.kept.get("system_message")
     if last is not None and last[0] is system and last[1] == extra:
-        return last[2]  # type: ignore[no-any-return]
+        return last[2]
     message = _appended(system, extra)
     guard.kept["system_message"] = (system, extra, message)
     return message

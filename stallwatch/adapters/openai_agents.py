@@ -78,8 +78,9 @@ class StallwatchRun(RunHooks[Any]):
         # mid-round over Kafka would do that). A call made after the stop is refused instead.
         self._tools_off = False
         self._notes: list[str] = []
-        self._input = ToolInputGuardrail(self._judge_input, name="stallwatch")
-        self._output = ToolOutputGuardrail(self._judge_output, name="stallwatch")
+        self._input: ToolInputGuardrail[Any] = ToolInputGuardrail(self._judge_input, name="stallwatch")
+        self._output: ToolOutputGuardrail[Any] = ToolOutputGuardrail(self._judge_output,
+                                                                      name="stallwatch")
 
     @property
     def stop(self) -> Stop | None:

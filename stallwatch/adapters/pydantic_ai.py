@@ -100,8 +100,8 @@ class Stallwatch(AbstractCapability[Any]):
 
     async def wrap_model_request(self, ctx: RunContext[Any], *, request_context: ModelRequestContext,
                                  handler: WrapModelRequestHandler) -> ModelResponse:
-        if self._turn.end_turn:
-            return ModelResponse(parts=[TextPart(self._turn.stop.reason)])  # type: ignore[union-attr]
+        if (ending := self._turn.ending_stop) is not None:
+            return ModelResponse(parts=[TextPart(ending.reason)])
         return await handler(request_context)
 
     async def wrap_tool_execute(self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition,

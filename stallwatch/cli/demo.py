@@ -16,6 +16,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from stallwatch.cli import demo_fleet
 from stallwatch.client import KafkaClient, Run
@@ -23,7 +24,7 @@ from stallwatch.kafka.topics import ensure_topics
 from stallwatch.logs import configure as configure_logging
 from stallwatch.settings import Settings
 
-TOOLS = [{"name": "search"}, {"name": "fetch_page"}, {"name": "get_price"},
+TOOLS: list[dict[str, Any]] = [{"name": "search"}, {"name": "fetch_page"}, {"name": "get_price"},
          {"name": "wait_for_researchers", "repeat_exempt": True}]
 SAME_DOCS = {"documents": [{"id": "kafka-log", "title": "The log: what every engineer should know"},
                            {"id": "faust-intro", "title": "Stream processing with Faust"}]}

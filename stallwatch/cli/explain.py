@@ -102,9 +102,9 @@ def write_command(command: Command, out: TextIO, calls: dict[str, str]) -> None:
         kind = "stall nudge" if "same_result_runs" in command.detail else "nudge"
         out.write(f"  {kind}: {reason}\n")
     elif command.type == "stop":
-        kind = STOPS.get(command.code)
-        fired = printable(f"{kind.fired} {command.detail.get(kind.fired)}; ") if kind is not None \
-            else ""
+        stop_kind = STOPS.get(command.code)
+        fired = "" if stop_kind is None else printable(
+            f"{stop_kind.fired} {command.detail.get(stop_kind.fired)}; ")
         out.write(f"  STOP at round {command.round} [{command.code}, {command.action}] "
                   f"{fired}{printable(command.detail)}: {reason}\n")
 

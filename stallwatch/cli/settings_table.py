@@ -83,8 +83,9 @@ def with_tables(document: str) -> str:
 
 def effective(out: Any = sys.stdout) -> None:
     """Each variable and the value this process reads (secrets only as set or unset)."""
-    reads: list[Declared] = [Settings.from_env(), LogSettings.from_env(), ServeSettings.from_env()]
-    reads.append(FleetSettings.from_env(reads[0]))
+    base = Settings.from_env()
+    reads: list[Declared] = [base, LogSettings.from_env(), ServeSettings.from_env(),
+                             FleetSettings.from_env(base)]
     for values in reads:
         for field in type(values).declared():
             value = getattr(values, field)

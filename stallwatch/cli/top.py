@@ -49,9 +49,9 @@ class Tally:
         if kind == "stop":
             code = _label(command.get("code"))
             self.stops[code] += 1
-            kind = STOPS.get(code)
-            if kind is not None and kind.subject is not None:
-                named = _label(detail.get(kind.subject[0]))
+            stop_kind = STOPS.get(code)
+            if stop_kind is not None and stop_kind.subject is not None:
+                named = _label(detail.get(stop_kind.subject[0]))
                 self.subjects.setdefault(code, Counter())[named] += 1
             version = detail.get("workspace_version")
             if type(version) is int:
@@ -77,7 +77,10 @@ class Tally:
             out.write(f"  {printable(tool):<24}"
                       + "".join(f"{self.verdicts[(tool, c)]:>18}" for c in codes) + "\n")
         for code, named in self.subjects.items():
-            out.write(f"{STOPS[code].subject[1]}: " + ", ".join(
+            subject = STOPS[code].subject
+            if subject is None:  # never: only codes with a subject are tallied
+                continue
+            out.write(f"{subject[1]}: " + ", ".join(
                 f"{printable(name)} {count}" for name, count in named.most_common()) + "\n")
         if self.stall_nudges or self.workspace_versions:
             out.write(f"coder runs: {self.stall_nudges} stall nudges; workspace version at stop: "

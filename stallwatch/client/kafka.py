@@ -129,7 +129,8 @@ class KafkaClient(Client):
             log.debug("connection attempt failed: %r", exc)
             await self._close()
             return False
-        self._reader = asyncio.create_task(self._read_commands(), name="stallwatch-commands")
+        self._reader = asyncio.create_task(self._read_commands(self._consumer),
+                                           name="stallwatch-commands")
         self.connected = True
         return True
 
@@ -249,8 +250,8 @@ class KafkaClient(Client):
             return False
         return True
 
-    async def _read_commands(self) -> None:
-        consumer = self._consumer
+    async def _read_commands(self, consumer: AIOKafkaConsumer) -> None:
+        """The commands of the followed partitions, from this connection's consumer."""
         while True:
             if not self._assigned:
                 await asyncio.sleep(0.05)
@@ -276,7 +277,8 @@ async def stop_quietly(part: AIOKafkaProducer | AIOKafkaConsumer) -> None:
     try:
         await asyncio.wait_for(part.stop(), _CLOSE_TIMEOUT_S)
     except asyncio.CancelledError:
-        if asyncio.current_task().cancelling():
+        task = asyncio.current_task()  # never None: a coroutine awaited runs in a task
+        if task is not None and task.cancelling():
             raise  # our own task is being cancelled: let it
         # aiokafka cancels its pending sends when it stops: not a cancellation of ours
     except Exception as exc:  # whatever a dead connection raises on the way out

@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, get_args
+from typing import Any, Self, get_args
 
 from stallwatch.contract.commands import Command, Nudge, Stop, Verdict
 from stallwatch.contract.envelope import envelope
@@ -129,17 +129,18 @@ class Run:
             signature = call_signature(tool, event.pop("args"), self._secret)
             # Arguments without a canonical form are never a repeat: a digest of nothing else.
             event["args_digest"] = signature.hex() if signature else f"unhashable:{uuid.uuid4().hex}"
+        verdict: Verdict | None = None
         if self._apply is not None:
-            verdict = None
             for command in self._apply(event):
                 if command.type == "verdict" and command.call_id == event["call_id"]:
                     verdict = command
                 else:
                     self.deliver(command)
         else:
-            verdict = await self._await_verdict(event)
-            if verdict is _UNREACHABLE:
-                return call_id, _UNREACHABLE
+            awaited = await self._await_verdict(event)
+            if isinstance(awaited, CallDecision):  # _UNREACHABLE, its only decision
+                return call_id, awaited
+            verdict = awaited
         if verdict is None:
             return call_id, CallDecision(True, None, f"stallwatch gave no verdict within "
                                          f"{self._timeout:g} s; the call is allowed.", timed_out=True)
@@ -239,6 +240,13 @@ class Client:
     def __init__(self) -> None:
         self.runs: dict[str, Run] = {}
 
+    async def __aenter__(self) -> Self:
+        """Start the client (each client says how): `async with client:` serves any client."""
+        raise NotImplementedError
+
+    async def __aexit__(self, *exc: object) -> None:
+        raise NotImplementedError
+
     async def start_run(self, run_id: str, mode: str = "researcher",
                         tools: list[dict[str, Any]] | None = None, policy: dict[str, Any] | None = None,
                         parent_run_id: str | None = None, tenant: str | None = None) -> Run:
@@ -248,7 +256,7 @@ class Client:
                   self.verdict_timeout_s, self._apply, self.fingerprint_secret, self.args_digest_only)
         self.runs[run_id] = run
         await self._prepare(run_id)
-        optional = {"policy": policy, "parent_run_id": parent_run_id, "tenant": tenant}
+        optional: dict[str, Any] = {"policy": policy, "parent_run_id": parent_run_id, "tenant": tenant}
         await self._send(envelope("run_started", run_id, run.next_event_id(), mode=mode, tools=tools,
                                   **{k: v for k, v in optional.items() if v is not None}))
         return run

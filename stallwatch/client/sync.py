@@ -43,7 +43,7 @@ class SyncClient:
             from stallwatch.client.embedded import EmbeddedClient
             client = EmbeddedClient
         made = client if isinstance(client, Client) else client()
-        return await made.__aenter__()  # type: ignore[attr-defined]
+        return await made.__aenter__()
 
     def do(self, coro: Coroutine[Any, Any, T]) -> T:
         """One of the client's own calls (a run's or an adapter's): on the caller's thread when
@@ -77,7 +77,7 @@ class SyncClient:
                 try:
                     waited_on = coro.send(sent) if error is None else coro.throw(error)
                 except StopIteration as done:
-                    return done.value  # type: ignore[no-any-return]
+                    return done.value
                 finally:
                     self._changed.notify_all()
             sent, error = None, None
@@ -110,7 +110,7 @@ class SyncClient:
             return
         self._closed = True
         try:
-            self.call(self.client.__aexit__(None, None, None))  # type: ignore[attr-defined]
+            self.call(self.client.__aexit__(None, None, None))
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join()
@@ -128,7 +128,7 @@ def _complete(coro: Coroutine[Any, Any, T]) -> T:
     try:
         coro.send(None)
     except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+        return done.value
     coro.close()
     raise RuntimeError("an inline client's call waited on something: its client must not set "
                        "runs_inline")

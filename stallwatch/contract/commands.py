@@ -16,14 +16,12 @@ from xxhash import xxh3_128_hexdigest
 
 from stallwatch.contract.digests import digest
 from stallwatch.contract.limits import DEADLETTER_ERROR_CHARS, DEADLETTER_RAW_BYTES
-from stallwatch.contract.stop_codes import STOP_CODES
+from stallwatch.contract.stop_codes import StopAction, StopCode
 
 RefusalCode = Literal[
     "duplicate_call", "repeated_call", "repeated_cycle", "run_stopped", "budget_exhausted",
     "fleet_incident",  # addition to v1 (issue 13): the run's `fleet_breaker` refused the tool
 ]
-StopCode = Literal[STOP_CODES]  # type: ignore[valid-type]  # the registry lists them
-StopAction = Literal["answer_without_tools", "end_turn"]
 
 
 @dataclass(kw_only=True)

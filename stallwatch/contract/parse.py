@@ -50,7 +50,7 @@ class InvalidEvent(ValueError):
         self.reason = reason
 
 
-def parse_record(key: bytes | None, value: bytes | None, max_bytes: int = MAX_EVENT_BYTES,
+def parse_record(key: bytes | None, value: bytes | str | None, max_bytes: int = MAX_EVENT_BYTES,
                  secret: bytes | None = None, advisory_key: bytes | None = None) -> dict[str, Any]:
     """A Kafka record of the events topic to a validated event: as `parse_event`, and its key
     must be the event's run_id (the run's state is partitioned by it)."""

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+# Every stop code, in the registry's order (tests/contract/test_stop_codes.py holds them equal):
+# the type the checker and the commands' JSON Schema read.
+StopCode = Literal["no_new_facts", "all_refused", "tool_failures", "round_limit", "call_budget",
+                   "time_limit", "no_effect"]
+StopAction = Literal["answer_without_tools", "end_turn"]
 
 # The close of every stop that leaves the model to answer without tools.
 ANSWER = "Answer now from what you have gathered; say plainly what is still unknown."
@@ -13,7 +19,7 @@ ANSWER = "Answer now from what you have gathered; say plainly what is still unkn
 class StopKind:
     """What one stop code means, said once."""
 
-    action: str  # "answer_without_tools" or "end_turn"
+    action: StopAction
     fired: str  # the detail key of the counter that reached its limit (a histogram observes it)
     detail_keys: tuple[str, ...]  # what every stop of this code carries in `detail`
     words: str  # the stop's reason: a format string over `detail` (and `answer`)
@@ -68,7 +74,7 @@ STOPS: dict[str, StopKind] = {
         subject=("call", "stopped for changes without effect")),
 }
 
-STOP_CODES = tuple(STOPS)
+STOP_CODES: tuple[str, ...] = tuple(STOPS)
 
 
 def stop_words(code: str, detail: dict[str, Any]) -> str:

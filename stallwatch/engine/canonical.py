@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -243,12 +243,14 @@ def declared_view(tool: str, result: Any, volatile: list[str], facts: dict | Non
         result = mask_strings(result, patterns)
     if volatile:
         result = without_volatile(result, tuple(volatile))
-    items = fact_items(result, facts["path"]) if facts else None
+    if not facts:
+        return result, None
+    items = fact_items(result, facts["path"])
     return result, None if items is None else fact_digests(tool, items, facts.get("key"), secret)
 
 
 def fact_fingerprints(tool: str, result: Any, path: str, key: str | None,
-                      volatile: list[str] = (), patterns: tuple[str, ...] = (),
+                      volatile: Sequence[str] = (), patterns: tuple[str, ...] = (),
                       secret: bytes | None = None) -> list[str] | None:
     """What a runtime sends as `fact_fingerprints` for a tool that declares `facts`; None when
     the result has no list at `path` (the whole-result fingerprint then decides)."""

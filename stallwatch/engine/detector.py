@@ -86,8 +86,8 @@ class Detector:
                 verdict(out, event, "refuse", "run_stopped", words.run_stopped("The run has ended."))
             return state, out
         rules = self.rules[state.mode]
-        if state.policy.time_limit_s is not None and state.stop_code is None:
-            rules.time_limit(state, event, ts, out)
+        if (time_limit := state.policy.time_limit_s) is not None and state.stop_code is None:
+            rules.time_limit(state, event, ts, time_limit, out)
         if kind == "call_proposed":
             self._on_call(rules, state, event, out)
         elif kind == "call_result":
@@ -181,6 +181,7 @@ class Detector:
             # Not the tool's failure in this run: no chat failure count, no budget charged.
             verdict(out, event, "refuse", "fleet_incident", words.fleet_refused(tool))
             return
+        signature: bytes | None
         if (given := event.get("args_digest")) is not None:  # the runtime hashed its arguments
             signature = fingerprint_digest(given, self.secret)
         else:

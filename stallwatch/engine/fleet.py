@@ -84,14 +84,15 @@ class Fleet:
         number of the index-th line given (by default, the index); `applied`, called after each
         event applied, in place of the metrics' count."""
         number = line_number or (lambda index: index)
-        return self.records.apply(  # type: ignore[return-value]  # no offsets: never SKIPPED
+        return self.records.apply(
             lines, self.runs,
             lambda index, line, exc: self._reject_line(line, exc, source, number(index)),
             applied=applied or (None if self.metrics is None else self._count))
 
     def _count(self, _: int, event: Event, state: RunState | None, commands: list[Command]) -> None:
-        self.metrics.count_event(event["type"])  # type: ignore[union-attr]  # set when called
-        self.metrics.count_commands(commands)  # type: ignore[union-attr]
+        if (metrics := self.metrics) is not None:  # always, as passed only when metrics are set
+            metrics.count_event(event["type"])
+            metrics.count_commands(commands)
 
     def _reject_line(self, line: bytes, error: InvalidEvent, source: str,
                      offset: int) -> Rejected | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TypeVar
+from typing import TypeVar, overload
 
 from stallwatch.contract.commands import Command
 from stallwatch.contract.faults import fault
@@ -13,6 +13,8 @@ from stallwatch.engine.quota import LiveRuns
 from stallwatch.engine.state import RunState
 
 Letter = TypeVar("Letter")
+# A record's value: bytes from a broker or a log, text from a caller of `Fleet.handle_raw`.
+Value = TypeVar("Value", bound=bytes | str | None)
 
 
 class Skipped:
@@ -48,8 +50,31 @@ class RecordApplier:
         self.detector = detector
         self.max_event_bytes = max_event_bytes
 
-    def apply(self, values: Iterable[bytes | None], states: dict[str, RunState],
-              rejected: Callable[[int, bytes | None, InvalidEvent], Letter | None], *,
+    # Without offsets nothing is SKIPPED: replay's results are commands or letters alone.
+    @overload
+    def apply(self, values: Iterable[Value], states: dict[str, RunState],
+              rejected: Callable[[int, Value, InvalidEvent], Letter | None], *,
+              load: Callable[[str], RunState | None] | None = None,
+              keys: Sequence[bytes | None] | None = None,
+              offsets: None = None,
+              applied: Callable[[int, Event, RunState | None, list[Command]], None] | None = None,
+              expired: Callable[[RunState], bool] | None = None,
+              live: LiveRuns | None = None,
+              ) -> Iterator[list[Command] | Letter]: ...
+
+    @overload
+    def apply(self, values: Iterable[Value], states: dict[str, RunState],
+              rejected: Callable[[int, Value, InvalidEvent], Letter | None], *,
+              load: Callable[[str], RunState | None] | None = None,
+              keys: Sequence[bytes | None] | None = None,
+              offsets: Sequence[int],
+              applied: Callable[[int, Event, RunState | None, list[Command]], None] | None = None,
+              expired: Callable[[RunState], bool] | None = None,
+              live: LiveRuns | None = None,
+              ) -> Iterator[list[Command] | Skipped | Letter]: ...
+
+    def apply(self, values: Iterable[Value], states: dict[str, RunState],
+              rejected: Callable[[int, Value, InvalidEvent], Letter | None], *,
               load: Callable[[str], RunState | None] | None = None,
               keys: Sequence[bytes | None] | None = None,
               offsets: Sequence[int] | None = None,
@@ -119,13 +144,13 @@ class RecordApplier:
                     state = None
                 if live is not None and state is None and event["type"] == "run_started":
                     # A new run; in the place of an expired state, which frees its own first.
-                    freed = held is not None and not held.ended
-                    if freed:
-                        live.remove(held.tenant)  # type: ignore[union-attr]  # freed: not None
+                    freed = held if held is not None and not held.ended else None
+                    if freed is not None:
+                        live.remove(freed.tenant)
                     refusal = live.refusal(self.detector.tenant_of(event))
                     if refusal is not None:
-                        if freed:
-                            live.add(held.tenant)  # type: ignore[union-attr]  # still held
+                        if freed is not None:
+                            live.add(freed.tenant)  # still held
                         letter = rejected(index, value, refusal)
                         if letter is not None:
                             yield letter
@@ -135,12 +160,12 @@ class RecordApplier:
                 if live is not None:
                     _count_live(live, state, after, ended)
                     counted = True
-                if after is not state:  # a new run (the detector changes a state in hand in place)
-                    states[run_id] = after  # type: ignore[assignment]  # never None: a new run's
+                # None only for an unknown run's call (a state in hand is never dropped)
+                if after is not None:
+                    if after is not state:  # a new run (the detector changes a state in hand in place)
+                        states[run_id] = after
                     if offsets is not None:
-                        after.last_offset = offsets[index]  # type: ignore[union-attr]
-                elif offsets is not None and after is not None:
-                    after.last_offset = offsets[index]
+                        after.last_offset = offsets[index]
                 if applied is not None:
                     applied(index, event, after, commands)
                 yield commands

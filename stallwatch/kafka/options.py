@@ -19,23 +19,23 @@ def ssl_context(settings: Settings) -> ssl.SSLContext | None:
         return None
     context = ssl.create_default_context(cafile=settings.ssl_cafile)
     if settings.ssl_certfile:
-        _load_client_certificate(context, settings)
+        _load_client_certificate(context, settings.ssl_certfile, settings)
     return context
 
 
-def _load_client_certificate(context: ssl.SSLContext, settings: Settings) -> None:
+def _load_client_certificate(context: ssl.SSLContext, certfile: str, settings: Settings) -> None:
     def no_password() -> str:
         # Without it OpenSSL would prompt on the terminal: a worker would wait forever.
-        raise SetupError(f"the private key in {settings.ssl_keyfile or settings.ssl_certfile} is "
+        raise SetupError(f"the private key in {settings.ssl_keyfile or certfile} is "
                          "encrypted: set STALLWATCH_SSL_KEY_PASSWORD to its passphrase")
 
     try:
-        context.load_cert_chain(settings.ssl_certfile, settings.ssl_keyfile,
+        context.load_cert_chain(certfile, settings.ssl_keyfile,
                                 password=reveal(settings.ssl_key_password) or no_password)
     except ssl.SSLError:
         # The error holds no secret, but says nothing a user can act on (`PEM lib`).
         hint = "wrong STALLWATCH_SSL_KEY_PASSWORD, or " if settings.ssl_key_password else ""
-        raise SetupError(f"STALLWATCH_SSL_CERTFILE={settings.ssl_certfile!r} and its key "
+        raise SetupError(f"STALLWATCH_SSL_CERTFILE={certfile!r} and its key "
                          f"({settings.ssl_keyfile or 'in the same file'}) could not be loaded: "
                          f"{hint}not a PEM certificate and its private key") from None
     except FileNotFoundError as exc:

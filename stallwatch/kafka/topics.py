@@ -100,7 +100,8 @@ async def ensure_topics(settings: Settings, extra: Sequence[NewTopic] = ()) -> N
         if missing:
             response = await until_ready(settings, lambda: admin.create_topics(missing))
             # TOPIC_EXISTS: another worker starting at the same moment created it first.
-            errors = {code: [] for _, code, *_ in response.topic_errors if code not in (0, TOPIC_EXISTS)}
+            errors: dict[int, list[str]] = {code: [] for _, code, *_ in response.topic_errors
+                                            if code not in (0, TOPIC_EXISTS)}
             for name, code, *_ in response.topic_errors:
                 if code in errors:
                     errors[code].append(name)

@@ -168,8 +168,9 @@ class Proxy:
             run, rounds = await self._current_run()
         except Exception as exc:
             return await self._unguarded(params, exc)
-        if run.stop is not None:  # known stopped: nothing to ask, nothing to forward
-            return error_result(run.stop.reason)
+        # known stopped: nothing to ask, nothing to forward (a local: the stop may come meanwhile)
+        if (known := run.stop) is not None:
+            return error_result(known.reason)
         try:
             try:
                 await rounds.call_starts()
@@ -177,8 +178,8 @@ class Proxy:
             except Exception as exc:
                 return await self._unguarded(params, exc)
             if not decision.allowed:
-                stopped = decision.code == "run_stopped" and run.stop is not None
-                return error_result(run.stop.reason if stopped else decision.reason)
+                stop = run.stop if decision.code == "run_stopped" else None
+                return error_result(stop.reason if stop is not None else decision.reason)
             try:
                 result = await self.upstream.call_tool(name, params.arguments)
             except Exception:
@@ -330,6 +331,7 @@ async def serve_stdio(command: list[str], client: Client, options: ProxyOptions,
         server = make_server(proxy, upstream_info)
         lines = client_lines()
         try:
+            # The SDK types stdin as an anyio file, and only iterates its lines.
             async with stdio_server(stdin=lines) as (read, write):  # type: ignore[arg-type]
                 lines.answer_on(write)
                 await server.run(read, write, server.create_initialization_options())
@@ -342,7 +344,7 @@ async def _run(command: list[str], options: ProxyOptions, use_kafka: bool, setti
                env: dict[str, str]) -> None:
     client: Client = (KafkaClient(settings) if use_kafka
                       else EmbeddedClient(AdminPolicy.from_file(settings.policy_file)))
-    async with client:  # type: ignore[attr-defined]  # both clients are async context managers
+    async with client:
         await serve_stdio(command, client, options, env)
 
 

@@ -77,7 +77,7 @@ async def serve(options: ServeOptions, settings: Settings, ready: asyncio.Event 
     token = token_for(options.host)
     hook_settings = HookSettings(tenant=options.tenant, policy=read_policy(options.policy_file))
     client = make_client(options, settings)
-    async with client:  # type: ignore[attr-defined]  # both clients are async context managers
+    async with client:
         runner = web.AppRunner(make_app(Service(client), token, hook_settings), access_log=None)
         await runner.setup()
         try:

@@ -110,6 +110,7 @@ class FleetService:
             web_router_enabled=False, web_tables_enabled=False)
         # read_committed and the fetch wait: the consumer Faust builds, adjusted (transport.py).
         transport = transport_for(cfg.fetch_wait_ms)
+        # Faust has no transport argument: its factory method is replaced on this app alone.
         app._new_transport = lambda: transport(app.conf.broker_consumer, app)  # type: ignore[method-assign]
         self.tallies = _raw_topic(app, base.tallies_topic)
         self.partials = _raw_topic(app, base.fleet_partials_topic)
@@ -120,7 +121,7 @@ class FleetService:
                                key_type=bytes)
         # Tables take no serializer arguments (faust-streaming #556): Faust derives json from the
         # types; keys are raw bytes, set before the changelog topic is first built.
-        self.table.key_serializer = "raw"
+        self.table.key_serializer = "raw"  # type: ignore[attr-defined]  # on Table, not TableT
         # This worker's view of its keys: least recently updated first, per partition (an evicted
         # key's tombstone must go to its own changelog partition), and the keys with open incidents.
         self.lru: dict[int, OrderedDict[bytes, None]] = {}
@@ -134,12 +135,15 @@ class FleetService:
         app.agent(self.partials, name="judge")(self._judge)
         app.timer(cfg.tick_interval_s)(self._tick)
         self._views()
-        app.on_partitions_assigned.connect(self._on_assigned)
+        # mode types a handler as taking any positional arguments; this signal sends one.
+        app.on_partitions_assigned.connect(self._on_assigned)  # type: ignore[arg-type]
 
     # The merge step: tallies (partitioned like the runs) to partials (partitioned by tool).
 
     async def _merge(self, stream: faust.StreamT) -> Any:
-        async for events in stream.take_events(MERGE_BATCH, within=self.cfg.merge_interval_s):
+        # take_events is Stream's, missing from the StreamT that Faust's agents are typed with.
+        batches = stream.take_events(MERGE_BATCH, within=self.cfg.merge_interval_s)  # type: ignore[attr-defined]
+        async for events in batches:
             partials: dict[tuple[bytes, int], Tally] = {}
             for event in events:
                 message = event.message
@@ -194,7 +198,7 @@ class FleetService:
         consumer = self.app.consumer
         try:
             assigned = consumer.assignment()
-            committed = consumer._committed_offset
+            committed = consumer._committed_offset  # type: ignore[attr-defined]  # Consumer's, private
             for label, topic in (("tallies", self.cfg.base.tallies_topic),
                                  ("partials", self.cfg.base.fleet_partials_topic)):
                 lag = 0
@@ -392,7 +396,9 @@ class FleetService:
         for keys in self.open_keys.values():
             for key in keys:
                 state = self.table.get(key)
-                for kind, incident in (state or {}).get("open", {}).items():
+                if state is None:
+                    continue
+                for kind, incident in state.get("open", {}).items():
                     found.append(self.judge.record(state, kind, incident, None))
         return sorted(found, key=lambda r: (r["opened_at"], r["incident_id"]))
 

@@ -45,7 +45,8 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         partition", and Faust discards a batch that arrives after its flow stopped. Either way
         the consumer's position had moved past records nobody read; a table changelog (never
         committed, so never sought back) then left its recovery waiting forever."""
-        records = await super()._fetch_records(consumer, _OnlyThese(active_partitions),
+        # Faust annotates a builtin set (typing.Set) where any collections.abc.Set serves.
+        records = await super()._fetch_records(consumer, _OnlyThese(active_partitions),  # type: ignore[arg-type]
                                                timeout=timeout, max_records=max_records)
         if records and not self.consumer.flow_active:
             rewind(consumer, records)

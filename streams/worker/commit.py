@@ -245,11 +245,11 @@ class BatchCommitter:
         plan = plan_commit(self.topics, tp, result, expired, records[-1].offset + 1, False,
                            self.store.clocks[partition].newest, ahead)
         acks: list[asyncio.Future[Any]] = []
-        if ahead and result.commands:
+        if ahead and result.commands and self.ahead is not None:  # ahead: there is a producer
             # Final for readers once acknowledged: whoever reads this batch again (a rebuild, a
             # successor) computes the same commands, byte for byte, from the same log and a
             # committed start state (docs/decisions.md, "Publishing ahead").
-            acks = await publish_ahead(self.ahead, self.topics.commands,  # type: ignore[arg-type]
+            acks = await publish_ahead(self.ahead, self.topics.commands,
                                        partition, result.commands)
             # When its verdicts were out (an idempotent producer acknowledges in order), for the
             # decision latency: its commit may come a commit interval later.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -190,7 +191,7 @@ class Pipeline(ConsumerRebalanceListener):
                         if self._rebuilt_meanwhile(tp, epochs):
                             continue
                         in_flight.add(tp, applied, self.committer.commit_applied,
-                                      lambda batch, tp=tp: self._observe(tp, batch))
+                                      functools.partial(self._observe, tp))
             self.progress.tick()
 
     def _rebuilt_meanwhile(self, tp: TopicPartition, epochs: dict[int, int]) -> bool:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 
 from stallwatch.contract.commands import COMMAND_ADAPTER
-from stallwatch.contract.stop_codes import ANSWER, STOP_CODES, STOPS, stop_words
+from stallwatch.contract.stop_codes import ANSWER, STOP_CODES, STOPS, StopAction, StopCode, stop_words
 from stallwatch.engine.fleet import Fleet
 from tests.engine.conftest import Outcome
 from tests.script import RunScript
@@ -54,6 +56,11 @@ def test_every_code_the_engine_stops_with_is_registered_and_carries_its_detail_k
         assert kind.fired in stop.detail
         assert stop.action == kind.action
         assert stop.reason == stop_words(stop.code, stop.detail)
+
+
+def test_the_stop_code_type_lists_the_registry_in_its_order_and_every_action_is_typed():
+    assert get_args(StopCode) == STOP_CODES
+    assert {kind.action for kind in STOPS.values()} <= set(get_args(StopAction))
 
 
 def test_the_wire_accepts_exactly_the_registered_codes():

@@ -7,6 +7,7 @@ import pytest
 
 from stallwatch.contract.limits import MAX_DECLARATIONS_BYTES, MAX_ID_CHARS, MAX_RECORD_BYTES
 from stallwatch.contract.parse import parse_event
+from stallwatch.contract.policy import POLICY_FIELDS, V1_DEFAULTS
 from stallwatch.engine.coder import LABEL_CHARS, MAX_CALL_HISTORY, MAX_OPEN_CALLS
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.fleet import Fleet
@@ -17,6 +18,7 @@ from stallwatch.engine.state import (
     MAX_FINGERPRINTS,
     MAX_SIGNATURES,
     STATE_FORMAT,
+    RunPolicy,
     RunState,
 )
 from tests.script import RunScript
@@ -26,6 +28,12 @@ DOCS = {"documents": [{"id": "secret-document", "body": "the password is hunter2
 
 def state_after(script: RunScript, run) -> RunState:
     return run(script).fleet.runs[script.run_id]
+
+
+def test_the_run_policy_has_the_contract_policys_fields_in_order_with_its_defaults():
+    # The state stores the policy's values in this order, and detector builds it by field name.
+    assert RunPolicy._fields == POLICY_FIELDS
+    assert RunPolicy._field_defaults == dict(V1_DEFAULTS)
 
 
 def test_a_state_round_trips_through_bytes(run):

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from xxhash import xxh3_128_hexdigest
 
-from stallwatch.contract.commands import Command, Nudge, Stop, Verdict, content_id
-from stallwatch.contract.stop_codes import STOPS
+from stallwatch.contract.commands import Command, Nudge, RefusalCode, Stop, Verdict, content_id
+from stallwatch.contract.stop_codes import STOPS, StopCode
 from stallwatch.engine import words
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.state import RunState
@@ -32,7 +32,7 @@ class Rules:
         """A new run of this mode, its declarations stored."""
 
     def refusal(self, state: RunState, event: Event, tool: str, signature: bytes | None,
-                exempt: bool) -> tuple[str, str] | None:
+                exempt: bool) -> tuple[RefusalCode, str] | None:
         """Why this call (within the budget) is refused, as (code, reason); None: allowed."""
         return None
 
@@ -112,9 +112,10 @@ class Rules:
                                                     "extra_rounds": state.extra_rounds}, out,
                       closing=True)
 
-    def time_limit(self, state: RunState, event: Event, ts: float, out: list[Command]) -> None:
-        """Rule 8: the first event more than `time_limit_s` after run_started, by event time."""
-        limit = state.policy.time_limit_s
+    def time_limit(self, state: RunState, event: Event, ts: float, limit: float,
+                   out: list[Command]) -> None:
+        """Rule 8: the first event more than `limit` (the policy's `time_limit_s`) after
+        run_started, by event time."""
         if ts - state.started_ts > limit:
             self.stop(state, event, "time_limit", {"elapsed_s": round(ts - state.started_ts, 3),
                                                    "time_limit_s": limit}, out)
@@ -134,7 +135,7 @@ class Rules:
     def repeat_exempt(self, state: RunState, tool: str) -> bool:
         return tool in state.exempt_tools or self.admin_policy.repeat_exempt(tool)
 
-    def stop(self, state: RunState, event: Event, code: str, detail: dict, out: list[Command],
+    def stop(self, state: RunState, event: Event, code: StopCode, detail: dict, out: list[Command],
              closing: bool = False) -> None:
         """`closing`: a stop at the close of the open round carries that round; any other stop
         carries the round of the event that caused it (round 6's round_started says 6)."""
@@ -156,7 +157,8 @@ def command_id(event: Event, index: int) -> str:
     return xxh3_128_hexdigest(f"{event['run_id']}\x00{event['event_id']}\x00{index}".encode())[:24]
 
 
-def verdict(out: list[Command], event: Event, decision: str, code: str | None, reason: str) -> None:
+def verdict(out: list[Command], event: Event, decision: Literal["allow", "refuse"], code: RefusalCode | None,
+            reason: str) -> None:
     command = Verdict(command_id=command_id(event, len(out)), run_id=event["run_id"],
                       caused_by=event["event_id"], call_id=event["call_id"], round=event["round"],
                       decision=decision, code=code, reason=reason, tool=event["tool"])

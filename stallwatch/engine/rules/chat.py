@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stallwatch.contract.commands import Command
+from stallwatch.contract.commands import Command, RefusalCode
 from stallwatch.engine import words
 from stallwatch.engine.canonical import canonical_bytes, digest, parse_json_text
 from stallwatch.engine.rules.base import Event, Rules
@@ -16,18 +16,19 @@ class ChatRules(Rules):
     """Chat rules: no new-fact or all-refused streaks (a chat's calls answer the user)."""
 
     def refusal(self, state: RunState, event: Event, tool: str, signature: bytes | None,
-                exempt: bool) -> tuple[str, str] | None:
+                exempt: bool) -> tuple[RefusalCode, str] | None:
         if self.repeated_call(state, signature, exempt):
             return "repeated_call", words.repeated_call(tool, state.repeat_count)
         threshold = state.policy.cycle_threshold
-        if threshold is not None and (cycle := self.repeated_cycle(state, signature, exempt)):
-            self.remember_call(state, event, signature)
+        if threshold is not None and (cycle := self.repeated_cycle(state, signature, exempt,
+                                                                   threshold)):
+            self.remember_call(state, event, signature, threshold)
             return "repeated_cycle", words.repeated_cycle(cycle, threshold)
         return None
 
     def allow(self, state: RunState, event: Event, signature: bytes | None) -> None:
-        if state.policy.cycle_threshold is not None:
-            self.remember_call(state, event, signature)
+        if (threshold := state.policy.cycle_threshold) is not None:
+            self.remember_call(state, event, signature, threshold)
 
     def refused(self, state: RunState, event: Event, tool: str, out: list[Command]) -> None:
         """Chat rule 2: a refused call counts as a failure of its tool."""
@@ -51,12 +52,13 @@ class ChatRules(Rules):
             state.repeat_count = 1
         return not exempt and state.repeat_count >= state.policy.loop_detect_threshold
 
-    def repeated_cycle(self, state: RunState, signature: bytes | None, exempt: bool) -> list[str]:
+    def repeated_cycle(self, state: RunState, signature: bytes | None, exempt: bool,
+                       times: int) -> list[str]:
         """Chat, with `cycle_threshold`: the same 2 to 4 calls with the same results, again and
         again. Returns the cycle's tools when this call would go round once more."""
         if exempt or signature is None:
             return []
-        history, times = state.chat_history, state.policy.cycle_threshold
+        history = state.chat_history
         for length in _CYCLE_LENGTHS:
             window = history[-length * times:]
             if len(window) < length * times or window[0][0] != signature.hex():
@@ -69,10 +71,11 @@ class ChatRules(Rules):
                 return [entry[3] for entry in block]
         return []
 
-    def remember_call(self, state: RunState, event: Event, signature: bytes | None) -> None:
+    def remember_call(self, state: RunState, event: Event, signature: bytes | None,
+                      threshold: int) -> None:
         state.chat_history.append([signature.hex() if signature else None, None, event["call_id"],
                                    event["tool"]])
-        del state.chat_history[:-min(max(_CYCLE_LENGTHS) * (state.policy.cycle_threshold + 1),
+        del state.chat_history[:-min(max(_CYCLE_LENGTHS) * (threshold + 1),
                                      MAX_CHAT_HISTORY)]
 
     def remember_result(self, state: RunState, event: Event) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stallwatch.contract.commands import Command
+from stallwatch.contract.commands import Command, RefusalCode
 from stallwatch.engine import coder, words
 from stallwatch.engine.digests import coder_digests
 from stallwatch.engine.masks import effective_patterns
@@ -19,7 +19,7 @@ class CoderRules(Rules):
                               if t.get("effect") in ("read", "write")}
 
     def refusal(self, state: RunState, event: Event, tool: str, signature: bytes | None,
-                exempt: bool) -> tuple[str, str] | None:
+                exempt: bool) -> tuple[RefusalCode, str] | None:
         if self.duplicate_read(state, event, signature, exempt):
             return "duplicate_call", words.duplicate_read(tool)
         return None

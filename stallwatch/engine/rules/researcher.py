@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stallwatch.contract.commands import Command
+from stallwatch.contract.commands import Command, RefusalCode
 from stallwatch.engine import words
 from stallwatch.engine.digests import result_digests
 from stallwatch.engine.rules.base import Event, Rules, count_new_fact
@@ -13,7 +13,7 @@ class ResearcherRules(Rules):
     """Rules 1 to 8 of contract v1 as written."""
 
     def refusal(self, state: RunState, event: Event, tool: str, signature: bytes | None,
-                exempt: bool) -> tuple[str, str] | None:
+                exempt: bool) -> tuple[RefusalCode, str] | None:
         if self.duplicate_call(state, signature, exempt):
             return "duplicate_call", words.duplicate_call(tool)
         return None
