@@ -231,9 +231,11 @@ class BatchCommitter:
         result = self.applier.apply(records, lambda run_id: self.store.load(partition, run_id),
                                     self.store.clocks[partition], time.time(),
                                     self.store.live.get(partition))
-        expired = self.expired_runs(partition)
         for run_id, state in result.states.items():
             self.store.put(partition, run_id, state)
+        # Scanned once the batch's states are in: a run the batch started in an expired run's
+        # place is live, and the batch's own runs wait for the next scan.
+        expired = [run_id for run_id in self.expired_runs(partition) if run_id not in result.states]
         for run_id in expired:
             self.store.delete(partition, run_id)
         if all_append_timed(records):

@@ -119,3 +119,24 @@ def test_the_position_carries_the_clock_and_the_format_before_still_reads() -> N
     store = RunStore()
     store.adopt(0, {}, 42, 1_800_000_123.5)
     assert store.positions[0] == 42 and store.clocks[0].newest == 1_800_000_123.5
+
+
+@pytest.mark.parametrize("size", [1, 3, 100])
+async def test_a_run_started_again_in_an_expired_runs_place_keeps_its_new_state(size: int) -> None:
+    old = RunScript("again")
+    old.round_of(("search", {"q": 1}, {"docs": [1]}))
+    new = RunScript("again", ts=old.ts)
+    for event in new.events:
+        event["event_id"] = "new/" + event["event_id"]
+    new.round_of(("search", {"q": 2}, {"docs": [2]}))
+    new.start_round()
+    new.call("search", {"q": 2})  # a repeat of the new run's own call: refused while it lives
+    timed = [(e, 0.0) for e in old.events] + [(e, IDLE_S + 10) for e in new.events]
+    log = [SourceMessage(b"again", orjson.dumps(e), 0, offset, timestamp=T0_MS + int(s * 1000))
+           for offset, (e, s) in enumerate(timed)]
+    p = Partition(0.0)  # a scan at every batch
+    for start in range(0, len(log), size):
+        assert await p.committer.commit(SOURCE, log[start:start + size]) is not None
+    verdicts = [orjson.loads(v) for _, v in p.committed.records("commands") if v is not None]
+    assert verdicts[-1]["decision"] == "refuse"
+    assert p.store.load(0, "again") is not None
