@@ -74,6 +74,8 @@ class Detector:
         if len(event_ids) > EVENT_WINDOW:
             state.forget_old_events()
         if state.quarantined:
+            if kind == "run_ended":
+                state.release()  # its place and its memory go, as for any run that ends
             return state, self.quarantined_verdict(event) if kind == "call_proposed" else out
         if kind == "fleet_advisory":  # before the clock: an advisory never moves run time
             self._on_advisory(state, event, out)

@@ -123,6 +123,7 @@ class RecordApplier:
             state = states.get(run_id)
             held = None  # the state the store holds for the run, expired or not
             counted = False  # the ledger of live runs has seen this event
+            ended = False  # the run had ended before this event
             try:
                 if offsets is not None:
                     if state is None and load is not None:
@@ -175,7 +176,7 @@ class RecordApplier:
                 # record and run goes on. Replay and the worker fail on the same event alike.
                 after = self.detector.quarantine(state, event)
                 if live is not None and after is not None and not counted:
-                    _count_live(live, state, after, after.ended)
+                    _count_live(live, state, after, ended)
                 if after is not None:
                     states[run_id] = after
                     if offsets is not None:

@@ -81,7 +81,12 @@ class RunStore:
         if self.quota is not None:
             live = self.live[partition] = LiveRuns(self.quota)
             for stored in raw.values():
-                tenant, ended = RunState.tenant_and_ended(stored)
+                try:
+                    tenant, ended = RunState.tenant_and_ended(stored)
+                except (ValueError, TypeError, IndexError, KeyError):
+                    # Unreadable here (another version's format): counted live, and left to the
+                    # batch step, which meets it inside its fault boundary when its run is loaded.
+                    tenant, ended = None, False
                 if not ended:
                     live.add(tenant)
 

@@ -112,3 +112,26 @@ def test_the_ledger_reads_a_stored_state_without_building_it():
     live.add(None)
     live.remove(None)
     assert live.by_tenant == {} and live.total == 0
+
+
+def test_a_quarantined_run_that_ends_frees_its_place(monkeypatch):
+    from stallwatch.engine.rules.researcher import ResearcherRules
+    from tests.streams.worker import injected_bug
+
+    monkeypatch.setattr(ResearcherRules, "refusal", injected_bug.with_bug(ResearcherRules.refusal))
+    partition = Partition()
+    run = tenant_run("a", 0)
+    run.round_of((injected_bug.TOOL, {"q": 1}, "r"))  # the engine fails: quarantined
+    run.end()
+    partition.feed(interleaved(run))
+    assert [reason for _, reason, _ in partition.letters] == ["engine_fault"]
+    state = partition.store.load(0, "a-0")
+    assert state.quarantined and state.ended
+    assert partition.store.live[0].by_tenant == {}
+
+
+def test_a_state_the_ledger_cannot_read_is_counted_and_left_to_the_batch_step():
+    store = RunStore(QUOTA)
+    readable = RunState(mode="researcher", started_ts=1.0, tenant="t").to_bytes()
+    store.adopt(0, {"a": readable, "b": orjson.dumps([99, "a format of another version"])})
+    assert store.live[0].by_tenant == {"t": 1, None: 1}
