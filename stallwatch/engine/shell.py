@@ -2,8 +2,9 @@
 agents' hooks, the trajectories benchmark's converters)."""
 
 # The rule: a command reads when every part of it (split at `&&`, `||`, `;`, `|`, `&`, newlines)
-# runs a program from READ_ONLY, with none of that program's writing options, and nothing is
-# redirected into a file. Anything else (running code or tests, installs, `sed -i`, heredocs,
+# runs a program from READ_ONLY, with none of that program's writing options (also as a letter
+# among combined short options), a sed script that only prints, and nothing redirected into a
+# file. Anything else (running code or tests, installs, `sed -i`, heredocs,
 # command substitution, a line that does not parse) is `unknown`: coder mode never refuses an
 # unknown-effect call as a duplicate, so every doubt leans toward "keep going". In a persistent
 # shell (one session for the whole run, as in OpenHands and SWE-agent) `cd` changes what later
@@ -12,6 +13,7 @@ agents' hooks, the trajectories benchmark's converters)."""
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from stallwatch.contract.events import Effect
@@ -19,20 +21,32 @@ from stallwatch.contract.events import Effect
 # Programs that read files or print state and never change the workspace (with the
 # exceptions in _WRITING_OPTIONS). Declaring a writer here would let a re-run after its
 # own change be refused as a duplicate, so the list stays short and plain.
+# Programs that can write through their own arguments alone (awk's `print > f` and
+# `system()`, `uniq in out`, `xxd in out`) are left out.
 READ_ONLY = frozenset({
     "cat", "ls", "grep", "egrep", "fgrep", "rg", "find", "head", "tail", "sed", "nl", "wc", "pwd",
-    "echo", "printf", "tree", "file", "stat", "which", "type", "du", "diff", "cmp", "awk", "sort",
-    "uniq", "cut", "tr", "column", "realpath", "dirname", "basename", "printenv", "true", "cd",
-    "xxd", "od", "hexdump", "jq", "test", "[", "git", "xargs",
+    "echo", "printf", "tree", "file", "stat", "which", "type", "du", "diff", "cmp", "sort",
+    "cut", "tr", "column", "realpath", "dirname", "basename", "printenv", "true", "cd",
+    "od", "hexdump", "jq", "test", "[", "git", "xargs",
 })
-# Options that make an otherwise reading program write (in place edits, find's actions,
-# sort's output file): such a call is `unknown`.
+# Options that make an otherwise reading program write (in place edits, find's actions, an
+# output file): such a call is `unknown`.
 _WRITING_OPTIONS = {
     "sed": ("-i", "--in-place"),
-    "awk": ("-i", "inplace"),
     "find": ("-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprintf", "-fls"),
     "sort": ("-o", "--output"),
+    "tree": ("-o",),
+    "git": ("--output",),
 }
+# The same options as a letter among combined short options (`sed -Ei`, `sort -uo f`).
+_WRITING_LETTERS = {"sed": "i", "sort": "o", "tree": "o"}
+# A sed script that only prints: line addresses with p, q, = or l (`10,20p`, `$p`, `5q`), a
+# regular expression address with one of them (`/error/p`), or a substitution without the
+# flags that write or run (`w`, `e`); anything else (`w file`, `e cmd`, `r`) is `unknown`.
+_SED_PRINTS = re.compile(
+    r"(?:\s*(?:\d+|\$)?(?:,(?:\d+|\$))?\s*[pq=l]?\s*;?)+"
+    r"|/[^/]*/\s*[pq=l]"
+    r"|s(?P<d>[^\w\s\\])(?:(?!(?P=d)).)*(?P=d)(?:(?!(?P=d)).)*(?P=d)[gIp0-9]*")
 # git subcommands that only read the repository.
 _GIT_READS = frozenset({"diff", "status", "log", "show", "grep", "blame", "ls-files", "rev-parse",
                         "shortlog", "describe", "cat-file", "ls-tree"})
@@ -80,11 +94,25 @@ def _reads(words: list[str]) -> bool:
     program, args = words[0].rsplit("/", 1)[-1], words[1:]
     if program not in READ_ONLY:
         return False
+    writing = _WRITING_OPTIONS.get(program, ())
+    if any(a == opt or a.startswith(opt) for a in args for opt in writing):
+        return False
+    letter = _WRITING_LETTERS.get(program)
+    if letter and any(a.startswith("-") and not a.startswith("--") and letter in a[1:] for a in args):
+        return False
     if program == "git":
         sub = next((a for a in args if not a.startswith("-")), "")
         return sub in _GIT_READS
     if program == "xargs":
         rest = [a for a in args if not a.startswith("-")]
         return bool(rest) and _reads(rest)
-    writing = _WRITING_OPTIONS.get(program, ())
-    return not any(a == opt or a.startswith(opt) for a in args for opt in writing)
+    return program != "sed" or _sed_prints(args)
+
+
+def _sed_prints(args: list[str]) -> bool:
+    """Every script of a sed command only prints (`-e SCRIPT`, else its first operand)."""
+    scripts = [args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-e", "--expression")]
+    if not scripts:
+        operands = [a for a in args if not a.startswith("-")]
+        scripts = operands[:1]
+    return all(_SED_PRINTS.fullmatch(script) for script in scripts)

@@ -14,6 +14,10 @@ from stallwatch.engine.shell import shell_effect
     "cd /testbed && git status && git diff",
     "grep foo x.py 2>&1 | tail -5",
     "ls missing 2>/dev/null",
+    "sed -n '10,20p' x.py",
+    "sed -n '/def main/p' x.py",
+    "sed 's/a/b/g' x.py",
+    "sed 5q x.py",
 ])
 def test_reading_commands_read(command):
     assert shell_effect(command) == "read"
@@ -32,6 +36,18 @@ def test_reading_commands_read(command):
     "cat x.py | python -c 'import sys'",
     "echo 'unbalanced",
     "sort -o out.txt in.txt",
+    # writers hidden among options, operands and scripts
+    "sed -Ei 's/foo/bar/' a.py",
+    "sed -ni '1p' a.py",
+    "sed 's/a/b/w out.txt' x.py",
+    "sed -e '1w out.txt' x.py",
+    "sed '1e rm -rf x' x.py",
+    "sort -uo out.txt in.txt",
+    "uniq in.txt out.txt",
+    "xxd in.bin out.hex",
+    "tree -o listing.txt",
+    "git diff --output=patch.diff",
+    "awk '{print > \"f\"}' x",
 ])
 def test_commands_that_may_write_are_unknown(command):
     assert shell_effect(command) == "unknown"
