@@ -18,6 +18,7 @@ from prometheus_client import generate_latest
 from stallwatch.contract.advisories import advisory_key_of, signed
 from stallwatch.contract.commands import DeadLetter
 from stallwatch.contract.digests import secret_from_key
+from stallwatch.contract.faults import fault
 from stallwatch.contract.incidents import INCIDENT_KINDS
 from stallwatch.kafka.options import oauth_token_provider, ssl_context
 from stallwatch.settings import Settings, reveal
@@ -154,8 +155,8 @@ class FleetService:
                 except Exception as error:
                     # Any other fault stays with its record, as in the judge step: the rest of
                     # the batch merges, and the record goes to the dead letters.
-                    log.exception("merge: tallies partition %s offset %s not merged",
-                                  message.partition, message.offset)
+                    log.error("merge: tallies partition %s offset %s not merged (%s)",
+                              message.partition, message.offset, fault(error))
                     await self._dead_letter(message, f"merge: {type(error).__name__}", "merge_error")
             for (key, _), partial in partials.items():
                 await self.partials.send(key=key, value=orjson.dumps(partial))
@@ -233,9 +234,9 @@ class FleetService:
                 # A crashed agent is restarted by Faust past the record anyway: the record goes to
                 # the dead letters with the error (a partial holds counts and digests only), so it
                 # can be read and replayed, rather than lost with the agent's place.
-                log.exception("judge: partials partition %s offset %s not applied",
-                              message.partition, message.offset)
-                await self._dead_letter(message, f"judge: {error!r}", "judge_error")
+                log.error("judge: partials partition %s offset %s not applied (%s)",
+                          message.partition, message.offset, fault(error))
+                await self._dead_letter(message, f"judge: {fault(error)}", "judge_error")
             yield None
 
     def _exit_unwritable(self, message: Any, error: PartitionsMismatch) -> None:
