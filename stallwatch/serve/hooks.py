@@ -10,7 +10,9 @@ at its next hook anyway."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,14 +110,29 @@ class ClaudeTranscript:
             await asyncio.sleep(TRANSCRIPT_POLL_S)
 
 
+@dataclass
+class SessionRun:
+    """The run a session's hooks go to now."""
+
+    run_id: str
+    started: bool = False
+
+
 class Hooks:
     """POST /hooks/{agent}: the agent's hook payload in, the agent's hook answer out. Anything
-    unexpected answers `{}` (no opinion: the call runs), as the agents do when a hook fails."""
+    unexpected answers `{}` (no opinion: the call runs), as the agents do when a hook fails.
+
+    A run id is `<session>.<nonce>.<n>`: the nonce is new at every server start and `n` is never
+    reused in one server's life. The detector (a worker behind Kafka) outlives the server and
+    remembers ended runs for a while: a run id it has seen would make a restarted server's
+    run_started change nothing, or refuse every call of a session id that comes back."""
 
     def __init__(self, service: Service, settings: HookSettings) -> None:
         self.service = service
         self.settings = settings
-        self._generation: dict[str, int] = {}  # session -> how many runs it has had, less one
+        self._nonce = secrets.token_hex(4)
+        self._runs_made = itertools.count(1)
+        self._sessions: dict[str, SessionRun] = {}
 
     async def handle(self, request: web.Request) -> web.Response:
         agent = AGENTS.get(request.match_info["agent"])
@@ -136,7 +153,8 @@ class Hooks:
         session = payload.get("session_id")
         if not isinstance(session, str) or not session:
             return {}
-        await self.service.sweep()  # sessions killed without SessionEnd are ended after a while
+        if await self.service.sweep():  # sessions killed without SessionEnd are ended after a while
+            self._forget_ended_sessions()
         if event in agent.pre_events:
             return await self.before_call(agent, session, payload)
         if event in agent.post_events:
@@ -150,8 +168,17 @@ class Hooks:
         return {}
 
     def run_id(self, session: str) -> str:
-        generation = self._generation.get(session, 0)
-        return session if generation == 0 else f"{session}.{generation}"
+        """The session's run: a new one when its last has ended (idle, or ended through the API)."""
+        current = self._sessions.get(session)
+        if current is None or (current.started and current.run_id not in self.service.held):
+            current = self._sessions[session] = SessionRun(
+                f"{session}.{self._nonce}.{next(self._runs_made)}")
+        return current.run_id
+
+    def _forget_ended_sessions(self) -> None:
+        for session in [s for s, r in self._sessions.items()
+                        if r.started and r.run_id not in self.service.held]:
+            del self._sessions[session]
 
     async def before_call(self, agent: Agent, session: str, payload: dict[str, Any]) -> dict[str, Any]:
         tool = payload.get("tool_name")
@@ -159,7 +186,7 @@ class Hooks:
             return {}
         run_id = self.run_id(session)
         async with self.service.locked(run_id):
-            held = self.service.held.get(run_id) or await self._start(agent, run_id)
+            held = self.service.held.get(run_id) or await self._start(agent, session, run_id)
             held.last_used = time.monotonic()
             run, rounds = held.run, held.extra["rounds"]
             if run.stop is not None:
@@ -209,7 +236,7 @@ class Hooks:
         """The agent asks the model again: the calls so far form one round, and it ends now."""
         run_id = self.run_id(session)
         async with self.service.locked(run_id):
-            held = self.service.held.get(run_id) or await self._start(agent, run_id)
+            held = self.service.held.get(run_id) or await self._start(agent, session, run_id)
             held.last_used = time.monotonic()
             rounds: RoundKeeper = held.extra["rounds"]
             rounds.by_model_requests = True
@@ -225,20 +252,23 @@ class Hooks:
             if held is None or held.run.stop is None:
                 return
             await self.service.end(run_id, "stopped; the user prompted again")
-            self._generation[session] = self._generation.get(session, 0) + 1
+            self._sessions.pop(session, None)
 
     async def session_end(self, session: str) -> None:
         run_id = self.run_id(session)
         async with self.service.locked(run_id):
-            self._generation.pop(session, None)
+            self._sessions.pop(session, None)
             if run_id in self.service.held:
                 await self.service.end(run_id, "session ended")
 
-    async def _start(self, agent: Agent, run_id: str) -> Held:
+    async def _start(self, agent: Agent, session: str, run_id: str) -> Held:
         s = self.settings
         held = await self.service.start(run_id, mode=s.mode, tools=[dict(t) for t in agent.tools],
                                         policy=s.policy, tenant=s.tenant)
         held.extra["rounds"] = RoundKeeper(s.round_gap_s)
+        current = self._sessions.get(session)
+        if current is not None and current.run_id == run_id:
+            current.started = True
         return held
 
     async def _response_key(self, agent: Agent, held: Held, payload: dict[str, Any]) -> str | None:

@@ -106,13 +106,14 @@ class Service:
         return RunView(run_id=run.run_id, round=run.round, stop=stop_view(run.stop),
                        nudges=held.unread_nudges())
 
-    async def sweep(self) -> None:
-        """End the runs idle for longer than `idle_s`, at most once a minute."""
+    async def sweep(self) -> bool:
+        """End the runs idle for longer than `idle_s`, at most once a minute; True when it looked."""
         now = time.monotonic()
         if now - self._last_sweep < 60.0:
-            return
+            return False
         self._last_sweep = now
         for run_id in [r for r, h in self.held.items() if now - h.last_used > self.idle_s]:
             async with self.locked(run_id):
                 if run_id in self.held:
                     await self.end(run_id, "idle")
+        return True

@@ -14,6 +14,7 @@ import pytest
 import pytest_asyncio
 
 from stallwatch.client import EmbeddedClient
+from stallwatch.client.run import Client, Run
 from stallwatch.serve.app import make_app
 from stallwatch.serve.hooks import HookSettings
 from stallwatch.serve.service import Service
@@ -39,13 +40,23 @@ class Server:
         async with self.http.get(self.url + path, headers=headers) as response:
             return response.status, await response.json()
 
+    def session_run(self, session: str) -> Run:
+        """The run a hook session's calls go to now (its id is `<session>.<nonce>.<n>`)."""
+        (held,) = [h for r, h in self.service.held.items() if session_of(r) == session]
+        return held.run
+
+
+def session_of(run_id: str) -> str:
+    return run_id.rsplit(".", 2)[0]
+
 
 @contextlib.asynccontextmanager
 async def running_server(token: str | None = None, hooks: HookSettings | None = None,
-                         ) -> AsyncIterator[Server]:
+                         client: Client | None = None) -> AsyncIterator[Server]:
+    """`client`: the engine behind the server, to share one between servers (a restart)."""
     from aiohttp import web
 
-    service = Service(EmbeddedClient())
+    service = Service(client or EmbeddedClient())
     runner = web.AppRunner(make_app(service, token, hooks or HookSettings()))
     await runner.setup()
     port = free_port()

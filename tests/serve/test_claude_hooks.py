@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from stallwatch.serve.hooks import HookSettings
+from tests.serve.conftest import session_of
 
 _ids = itertools.count(1)
 
@@ -68,7 +69,7 @@ class Session:
         return answer
 
     def run_state(self):
-        return self.server.service.held[self.session_id].run
+        return self.server.session_run(self.session_id)
 
 
 def bash(command: str) -> dict:
@@ -234,4 +235,4 @@ async def test_a_session_idle_for_too_long_is_ended_at_the_next_hook(server, tmp
     server.service.idle_s = 0.0
     server.service._last_sweep = -1e9  # the once-a-minute sweep is due
     await new.run("Bash", bash("ls"), shell_out("a"))
-    assert set(server.service.held) == {"new"}
+    assert {session_of(r) for r in server.service.held} == {"new"}

@@ -33,7 +33,7 @@ async def test_codex_loop_is_denied_and_never_told_to_continue(server):
     for answer in denials:
         assert answer["hookSpecificOutput"]["permissionDecision"] == "deny"
         assert "continue" not in answer  # beside a deny it would cancel the deny
-    run = server.service.held["cx"].run
+    run = server.session_run("cx")
     assert run.stop is not None and run.round == 6  # one round per model request, until the stop
     assert denials[-1]["hookSpecificOutput"]["permissionDecisionReason"] == run.stop.reason
 
@@ -61,7 +61,7 @@ async def test_gemini_loop_is_denied_then_ended_with_continue_false(server):
         answers.append(answer)
     assert answers[0] == {} and answers[1]["decision"] == "deny" and "continue" not in answers[1]
     stopped = [a for a in answers if a.get("continue") is False]
-    run = server.service.held["gm"].run
+    run = server.session_run("gm")
     assert stopped and stopped[0]["reason"] == stopped[0]["stopReason"] == run.stop.reason
 
 
@@ -73,7 +73,7 @@ async def test_gemini_failures_are_read_from_the_exit_code(server):
         if answer:
             break
         await _gemini(server, "gf", "AfterTool", **call, tool_response=_shell("Traceback", 2000 + i, code=1))
-    assert server.service.held["gf"].run.stop.code == "tool_failures"
+    assert server.session_run("gf").stop.code == "tool_failures"
 
 
 async def test_codex_calls_wait_for_no_transcript(server, tmp_path, loop_time):
