@@ -42,8 +42,10 @@ def _json(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _errors() -> dict[str, Any]:
-    said = {"400": "a field to change", "401": "a missing or wrong token", "404": "no such run",
-            "409": "the run is already started"}
+    said = {"400": "a field to change", "401": "a missing or wrong token",
+            "403": "a web page's request (an Origin header, or a Host not loopback without a token)",
+            "404": "no such run", "409": "the run is already started",
+            "415": "a body not sent as application/json"}
     return {code: {"description": what, "content": _json(Problem)} for code, what in said.items()}
 
 
