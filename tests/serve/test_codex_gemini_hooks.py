@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 
+from stallwatch.serve.agents import AGENTS
+
 _ids = itertools.count(1)
 
 
@@ -86,3 +88,31 @@ async def test_codex_calls_wait_for_no_transcript(server, tmp_path, loop_time):
     answer = await _codex(server, "cw", "PreToolUse", tool_name="Bash", tool_input={"command": "ls"},
                           tool_use_id="call_1", transcript_path=str(rollout))
     assert answer == {} and loop_time() - started < 0.25
+
+
+def _after(tool: str, llm_content: str) -> dict:
+    return {"hook_event_name": "AfterTool", "tool_name": tool, "tool_input": {},
+            "tool_response": {"llmContent": llm_content, "returnDisplay": ""}}
+
+
+CI_LOG = "step 3 failed\nExit Code: 1\nProcess Group PGID: 4242\n"
+
+
+def test_gemini_reads_the_exit_code_only_from_its_shells_trailer():
+    gemini = AGENTS["gemini"]
+    assert gemini.failed(_after("run_shell_command", "Output: boom\nExit Code: 2\nProcess Group PGID: 7"))
+    assert gemini.failed(_after("run_shell_command", "Output: boom\nExit Code: 2"))
+    assert not gemini.failed(_after("run_shell_command", "Output: ok\nProcess Group PGID: 7"))
+    assert not gemini.failed(_after("read_file", CI_LOG)), "a CI log read is not a failure"
+    assert not gemini.failed(_after("run_shell_command", "Output: ran `make`\n  Exit Code: 1 (old)\n"
+                                    "done\nProcess Group PGID: 7")), "an Exit Code the command printed"
+    printed_zero = "Output: Exit Code: 0\nExit Code: 0\nall fine?\nExit Code: 1\nProcess Group PGID: 7"
+    assert gemini.failed(_after("run_shell_command", printed_zero)), "the output's own Exit Code: 0"
+
+
+def test_gemini_masks_only_its_shells_own_pgid():
+    gemini = AGENTS["gemini"]
+    assert gemini.result_view(_after("read_file", CI_LOG))["llmContent"] == CI_LOG
+    shell = gemini.result_view(_after("run_shell_command", "Output: Process Group PGID: 1\n"
+                                      "Process Group PGID: 4242"))
+    assert shell["llmContent"] == "Output: Process Group PGID: 1\n"
