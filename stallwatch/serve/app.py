@@ -26,6 +26,7 @@ from stallwatch.serve.service import RunExists, Service, UnknownRun, stop_view
 log = logging.getLogger(__name__)
 Body = TypeVar("Body", bound=BaseModel)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+HOOKS = web.AppKey("hooks", Hooks)
 # Requests larger than this are refused: a tool result is fingerprinted here, and the biggest
 # a coding agent reports (a whole file read) stays far below it.
 MAX_BODY_BYTES = 32 * 1024 * 1024
@@ -190,6 +191,7 @@ def make_app(service: Service, token: str | None, hook_settings: HookSettings) -
     api = Api(service)
     hooks = Hooks(service, hook_settings)
     app = web.Application(middlewares=[auth_middleware(token)], client_max_size=MAX_BODY_BYTES)
+    app[HOOKS] = hooks
     app.add_routes([
         web.get("/v1/health", api.health),
         web.get("/v1/openapi.json", api.openapi),

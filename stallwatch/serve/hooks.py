@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import secrets
+import stat
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -30,6 +31,8 @@ log = logging.getLogger(__name__)
 # the hook by tens of milliseconds), and how often it looks.
 TRANSCRIPT_WAIT_S = 0.5
 TRANSCRIPT_POLL_S = 0.02
+# The most of a transcript read at one look: far more than Claude Code appends between two hooks.
+TRANSCRIPT_READ_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -69,24 +72,71 @@ class RoundKeeper:
 
 class ClaudeTranscript:
     """Reads a Claude Code transcript as it grows: which response (`message.id`) holds each
-    tool call. Only ids are kept; the content is never stored."""
+    tool call. Only ids are kept, each until its call is looked up; the content is never stored.
+
+    The path comes from the payload, so it is read only if it is a regular file (a FIFO would
+    block), in a thread, at most TRANSCRIPT_READ_BYTES per look; a new reader starts that far
+    from the end (the calls it is asked about are being written now, not in an old session's
+    history), and a line longer than a read is skipped."""
 
     def __init__(self, path: str) -> None:
-        self.path = Path(path)
-        self.offset = 0
+        self.path = path
+        self.offset = 0  # where the next read starts
+        self._read_yet = False
+        self.bytes_read = 0
+        self.regular = True  # False once the path is seen to be anything but a regular file
         self.response_of: dict[str, str] = {}
+        self._in_long_line = False
+        self._lock = asyncio.Lock()  # one read at a time: reads share the offset
 
     def read_new(self) -> None:
-        try:
-            with self.path.open("rb") as f:
-                f.seek(self.offset)
-                chunk = f.read()
-        except OSError:
+        """Blocking: run it in a thread."""
+        chunk = self._next_chunk()
+        if not chunk:
             return
+        if self._in_long_line:
+            newline = chunk.find(b"\n")
+            if newline < 0:
+                self.offset += len(chunk)
+                return
+            self._in_long_line = False
+            self.offset += newline + 1
+            chunk = chunk[newline + 1:]
         end = chunk.rfind(b"\n") + 1  # a line being written is read next time, whole
+        if end == 0 and len(chunk) >= TRANSCRIPT_READ_BYTES:
+            self._in_long_line = True  # too long to be read whole: none of our ids is kept
+            end = len(chunk)
         self.offset += end
         for line in chunk[:end].splitlines():
             self._take(line)
+
+    def _next_chunk(self) -> bytes | None:
+        try:
+            if not stat.S_ISREG(os.stat(self.path).st_mode):
+                self.regular = False
+                return None
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO put there since: no wait
+        except OSError:
+            return None  # not there yet: Claude Code may still be creating it
+        try:
+            status = os.fstat(fd)
+            if not stat.S_ISREG(status.st_mode):
+                self.regular = False
+                return None
+            size = status.st_size
+            if not self._read_yet:
+                self._read_yet = True
+                self.offset = max(size - TRANSCRIPT_READ_BYTES, 0)
+                self._in_long_line = self.offset > 0  # the first line is read from its middle
+            elif size < self.offset:  # the file was rewritten
+                self.offset, self._in_long_line = 0, False
+            chunk = os.pread(fd, min(size - self.offset, TRANSCRIPT_READ_BYTES), self.offset)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        self.bytes_read += len(chunk)
+        return chunk
 
     def _take(self, line: bytes) -> None:
         if b'"tool_use"' not in line:
@@ -103,9 +153,12 @@ class ClaudeTranscript:
     async def response(self, tool_use_id: str, wait_s: float) -> str | None:
         deadline = time.monotonic() + wait_s
         while True:
-            self.read_new()
-            found = self.response_of.get(tool_use_id)
-            if found is not None or time.monotonic() >= deadline:
+            async with self._lock:
+                found = self.response_of.pop(tool_use_id, None)
+                if found is None and self.regular:
+                    await asyncio.to_thread(self.read_new)
+                    found = self.response_of.pop(tool_use_id, None)
+            if found is not None or not self.regular or time.monotonic() >= deadline:
                 return found
             await asyncio.sleep(TRANSCRIPT_POLL_S)
 
@@ -133,6 +186,8 @@ class Hooks:
         self._nonce = secrets.token_hex(4)
         self._runs_made = itertools.count(1)
         self._sessions: dict[str, SessionRun] = {}
+        # Per session, not per run: a session's new run reads on where the last one stopped.
+        self.transcripts: dict[str, ClaudeTranscript] = {}
 
     async def handle(self, request: web.Request) -> web.Response:
         agent = AGENTS.get(request.match_info["agent"])
@@ -179,6 +234,7 @@ class Hooks:
         for session in [s for s, r in self._sessions.items()
                         if r.started and r.run_id not in self.service.held]:
             del self._sessions[session]
+            self.transcripts.pop(session, None)
 
     async def before_call(self, agent: Agent, session: str, payload: dict[str, Any]) -> dict[str, Any]:
         tool = payload.get("tool_name")
@@ -191,7 +247,7 @@ class Hooks:
             run, rounds = held.run, held.extra["rounds"]
             if run.stop is not None:
                 return agent.deny(str(payload.get("hook_event_name")), run.stop.reason, run.stop.reason)
-            key = await self._response_key(agent, held, payload)
+            key = await self._response_key(agent, session, payload)
             now = time.monotonic()
             if rounds.is_new_round(key, now):
                 if rounds.open:
@@ -258,6 +314,7 @@ class Hooks:
         run_id = self.run_id(session)
         async with self.service.locked(run_id):
             self._sessions.pop(session, None)
+            self.transcripts.pop(session, None)
             if run_id in self.service.held:
                 await self.service.end(run_id, "session ended")
 
@@ -271,16 +328,16 @@ class Hooks:
             current.started = True
         return held
 
-    async def _response_key(self, agent: Agent, held: Held, payload: dict[str, Any]) -> str | None:
+    async def _response_key(self, agent: Agent, session: str, payload: dict[str, Any]) -> str | None:
         """Which model response the call is part of, where the agent tells; else None."""
         if not agent.transcript_rounds:
             return None
         tool_use_id, path = payload.get("tool_use_id"), payload.get("transcript_path")
         if not isinstance(tool_use_id, str) or not isinstance(path, str) or not path.endswith(".jsonl"):
             return None
-        transcript = held.extra.get("transcript")
-        if transcript is None or str(transcript.path) != path:
-            transcript = held.extra["transcript"] = ClaudeTranscript(path)
+        transcript = self.transcripts.get(session)
+        if transcript is None or transcript.path != path:
+            transcript = self.transcripts[session] = ClaudeTranscript(path)
         return await transcript.response(tool_use_id, self.settings.transcript_wait_s)
 
 

@@ -15,8 +15,8 @@ import pytest_asyncio
 
 from stallwatch.client import EmbeddedClient
 from stallwatch.client.run import Client, Run
-from stallwatch.serve.app import make_app
-from stallwatch.serve.hooks import HookSettings
+from stallwatch.serve.app import HOOKS, make_app
+from stallwatch.serve.hooks import Hooks, HookSettings
 from stallwatch.serve.service import Service
 
 
@@ -31,6 +31,7 @@ class Server:
     url: str
     http: aiohttp.ClientSession
     service: Service
+    hooks: Hooks
 
     async def post(self, path: str, body: Any = None, **headers: str) -> tuple[int, Any]:
         async with self.http.post(self.url + path, json=body, headers=headers) as response:
@@ -57,13 +58,14 @@ async def running_server(token: str | None = None, hooks: HookSettings | None = 
     from aiohttp import web
 
     service = Service(client or EmbeddedClient())
-    runner = web.AppRunner(make_app(service, token, hooks or HookSettings()))
+    app = make_app(service, token, hooks or HookSettings())
+    runner = web.AppRunner(app)
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
         async with aiohttp.ClientSession() as http:
-            yield Server(f"http://127.0.0.1:{port}", http, service)
+            yield Server(f"http://127.0.0.1:{port}", http, service, app[HOOKS])
     finally:
         await runner.cleanup()
 

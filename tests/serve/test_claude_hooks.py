@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
+import os
+import threading
 from pathlib import Path
 
-from stallwatch.serve.hooks import HookSettings
+from stallwatch.serve.hooks import TRANSCRIPT_READ_BYTES, HookSettings
 from tests.serve.conftest import session_of
 
 _ids = itertools.count(1)
@@ -236,3 +239,60 @@ async def test_a_session_idle_for_too_long_is_ended_at_the_next_hook(server, tmp
     server.service._last_sweep = -1e9  # the once-a-minute sweep is due
     await new.run("Bash", bash("ls"), shell_out("a"))
     assert {session_of(r) for r in server.service.held} == {"new"}
+
+
+async def test_a_fifo_as_transcript_blocks_nothing(server, tmp_path):
+    """The path is the payload's: opening a FIFO for reading waits for a writer, and in the event
+    loop that would hold every hook of every session."""
+    fifo = tmp_path / "trap.jsonl"
+    os.mkfifo(fifo)
+    answered, answered_before_a_writer = threading.Event(), []
+
+    def writer() -> None:  # frees a reader stuck in open(), after looking whether it was stuck
+        answered_before_a_writer.append(answered.wait(5.0))
+        if not answered.is_set():
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        status, answer = await server.post("/hooks/claude", {
+            "session_id": "fifo", "hook_event_name": "PreToolUse", "tool_name": "Bash",
+            "tool_input": bash("ls"), "tool_use_id": "toolu_1", "transcript_path": str(fifo)})
+        answered.set()
+    finally:
+        thread.join()
+    assert status == 200 and answer == {}
+    assert answered_before_a_writer == [True]
+    assert server.hooks.transcripts["fifo"].regular is False  # never opened again
+
+
+async def test_a_huge_transcript_is_read_from_its_tail_in_bounded_reads(server, tmp_path):
+    s = Session(server, tmp_path, "huge")
+    filler = json.dumps({"type": "user", "message": {"role": "user", "content": "x" * 1000}}) + "\n"
+    with s.path.open("a") as f:
+        f.write(filler * (3 * TRANSCRIPT_READ_BYTES // len(filler)))
+        f.write(json.dumps({"type": "user", "message": {"content": "y" * (2 * TRANSCRIPT_READ_BYTES)}}))
+        f.write("\n")
+    calls = s.response(("Bash", bash("echo 1")), ("Bash", bash("echo 2")))
+    for call in calls:  # two calls of one response, the gap rule would not join them (no results)
+        assert await s.pre(call) == {}
+    await asyncio.sleep(0)
+    transcript = server.hooks.transcripts["huge"]
+    assert transcript.bytes_read <= 2 * TRANSCRIPT_READ_BYTES  # not the whole 5 MiB
+    assert s.run_state().round == 1 and transcript.response_of == {}  # found, then let go
+
+
+async def test_a_sessions_new_run_reads_its_transcript_on_from_where_it_was(server, tmp_path):
+    s = Session(server, tmp_path, "two-runs")
+    for _ in range(9):
+        await s.run("Bash", bash("grep -rn foo ."), shell_out("a.py:1:foo"))
+    assert s.run_state().stop is not None
+    reader = server.hooks.transcripts["two-runs"]
+    read = reader.bytes_read
+    await server.post("/hooks/claude", {"session_id": s.session_id, "hook_event_name": "UserPromptSubmit",
+                                        "prompt": "now something else"})
+    assert await s.run("Bash", bash("ls"), shell_out("a")) == {}
+    assert server.hooks.transcripts["two-runs"] is reader
+    assert reader.bytes_read - read < 1000  # the new line only, not the file again
