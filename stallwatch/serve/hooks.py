@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from stallwatch.contract.faults import fault
 from stallwatch.mcp.rounds import DEFAULT_ROUND_GAP_S
 from stallwatch.serve.agents import AGENTS, Agent
 from stallwatch.serve.service import Held, Service
@@ -197,9 +198,10 @@ class Hooks:
         try:
             payload = orjson.loads(await request.read())
             answer = await self.answer(agent, payload) if isinstance(payload, dict) else {}
-        except Exception:  # the agent's call must not fail because stallwatch did
-            log.warning("stallwatch: a %s hook could not be judged; the call runs", agent.name,
-                        exc_info=True)
+        except Exception as exc:  # the agent's call must not fail because stallwatch did
+            # Its type and line only: the message can quote the payload's tool input and output.
+            log.warning("stallwatch: a %s hook could not be judged (%s); the call runs", agent.name,
+                        fault(exc))
             answer = {}
         return web.json_response(answer)
 

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import logging
 import os
 import threading
 from pathlib import Path
@@ -296,3 +297,22 @@ async def test_a_sessions_new_run_reads_its_transcript_on_from_where_it_was(serv
     assert await s.run("Bash", bash("ls"), shell_out("a")) == {}
     assert server.hooks.transcripts["two-runs"] is reader
     assert reader.bytes_read - read < 1000  # the new line only, not the file again
+
+
+async def test_a_hook_that_fails_is_logged_by_type_and_line_never_its_message(server, tmp_path,
+                                                                             monkeypatch, caplog):
+    """Hook payloads carry tool input and output: an exception's message can quote them."""
+    import stallwatch.serve.agents as agents
+
+    def quoting_parser(command: str, persistent: bool) -> str:
+        raise ValueError(f"cannot parse {command!r}")
+
+    monkeypatch.setattr(agents, "shell_effect", quoting_parser)
+    s = Session(server, tmp_path, "faulty")
+    with caplog.at_level(logging.WARNING, logger="stallwatch.serve.hooks"):
+        answer = await s.run("Bash", bash("curl -H 'Authorization: Bearer sk-live-123' x"), shell_out(""))
+    assert answer == {}  # the call runs
+    (record,) = [r for r in caplog.records if r.name == "stallwatch.serve.hooks"]
+    said = record.getMessage() + (logging.Formatter().formatException(record.exc_info)
+                                  if record.exc_info else "")
+    assert "sk-live-123" not in said and "ValueError at test_claude_hooks.py:" in said
