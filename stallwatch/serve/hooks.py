@@ -16,6 +16,7 @@ import os
 import secrets
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,10 @@ TRANSCRIPT_WAIT_S = 0.5
 TRANSCRIPT_POLL_S = 0.02
 # The most of a transcript read at one look: far more than Claude Code appends between two hooks.
 TRANSCRIPT_READ_BYTES = 1 << 20
+# A call whose result never comes (a permission denial, an interrupt, Codex's shell apply_patch)
+# stops counting as in flight this long after it was allowed: the longest a coding agent lets
+# one shell command run (Claude Code's Bash timeout is at most 10 minutes).
+PENDING_LAPSE_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,8 @@ class HookSettings:
     policy: dict[str, Any] | None = None
     round_gap_s: float = DEFAULT_ROUND_GAP_S
     transcript_wait_s: float = TRANSCRIPT_WAIT_S
+    pending_lapse_s: float = PENDING_LAPSE_S
+    clock: Callable[[], float] = time.monotonic  # what rounds are timed by
 
 
 @dataclass
@@ -52,14 +59,19 @@ class RoundKeeper:
     """Which round a new call belongs to, by a response key when there is one, else by gap."""
 
     gap_s: float
+    lapse_s: float = PENDING_LAPSE_S
     open: bool = False
     key: str | None = None
-    in_flight: int = 0
     last_activity: float = 0.0
-    # The agent's call key -> stallwatch's call ids in flight under it, oldest first.
-    calls: dict[str, list[str]] = field(default_factory=dict)
+    # The agent's call key -> (stallwatch's call id, when it was allowed) of each call in
+    # flight under it, oldest first.
+    calls: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
     # A model request was seen: from then on only model requests end rounds.
     by_model_requests: bool = False
+
+    @property
+    def in_flight(self) -> int:
+        return sum(len(waiting) for waiting in self.calls.values())
 
     def is_new_round(self, key: str | None, now: float) -> bool:
         if not self.open:
@@ -69,6 +81,28 @@ class RoundKeeper:
         if key is not None:
             return key != self.key
         return self.in_flight == 0 and now - self.last_activity > self.gap_s
+
+    def allowed(self, call_key: str, call_id: str, now: float) -> None:
+        self.calls.setdefault(call_key, []).append((call_id, now))
+
+    def finished(self, call_key: str) -> str | None:
+        """The call id a result belongs to: the oldest in flight under its key."""
+        waiting = self.calls.get(call_key)
+        if not waiting:
+            return None
+        call_id, _ = waiting.pop(0)
+        if not waiting:
+            del self.calls[call_key]
+        return call_id
+
+    def drop_lapsed(self, now: float) -> None:
+        """Calls allowed longer ago than `lapse_s` are no longer waited for."""
+        for call_key in list(self.calls):
+            waiting = [c for c in self.calls[call_key] if now - c[1] <= self.lapse_s]
+            if waiting:
+                self.calls[call_key] = waiting
+            else:
+                del self.calls[call_key]
 
 
 class ClaudeTranscript:
@@ -250,10 +284,13 @@ class Hooks:
             if run.stop is not None:
                 return agent.deny(str(payload.get("hook_event_name")), run.stop.reason, run.stop.reason)
             key = await self._response_key(agent, session, payload)
-            now = time.monotonic()
+            now = self.settings.clock()
+            rounds.drop_lapsed(now)
             if rounds.is_new_round(key, now):
                 if rounds.open:
                     await run.end_round()
+                if key is not None:  # a new model response: the last one's calls are over
+                    rounds.calls.clear()
                 rounds.open, rounds.key = True, key
                 await run.start_round()
             rounds.last_activity = now
@@ -266,8 +303,7 @@ class Hooks:
                     return agent.deny(str(payload.get("hook_event_name")), run.stop.reason,
                                       run.stop.reason)
                 return agent.deny(str(payload.get("hook_event_name")), decision.reason, None)
-            rounds.in_flight += 1
-            rounds.calls.setdefault(_call_key(payload, tool, args), []).append(call_id)
+            rounds.allowed(_call_key(payload, tool, args), call_id, now)
             return {}
 
     async def after_call(self, agent: Agent, session: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -278,14 +314,10 @@ class Hooks:
             if held is None or not isinstance(tool, str):
                 return {}
             rounds: RoundKeeper = held.extra["rounds"]
-            waiting = rounds.calls.get(key := _call_key(payload, tool, agent.call_args(payload)))
-            if not waiting:  # a call stallwatch never allowed (or a server restarted since)
+            call_id = rounds.finished(_call_key(payload, tool, agent.call_args(payload)))
+            if call_id is None:  # a call stallwatch never allowed, lapsed, or from before a restart
                 return {}
-            call_id = waiting.pop(0)
-            if not waiting:
-                del rounds.calls[key]
-            rounds.in_flight = max(rounds.in_flight - 1, 0)
-            rounds.last_activity = time.monotonic()
+            rounds.last_activity = self.settings.clock()
             status = "error" if agent.failed(payload) else "ok"
             await held.run.result(call_id, tool, status, agent.result_view(payload))
             return agent.after(str(payload.get("hook_event_name")), held.unread_nudges())
@@ -298,6 +330,7 @@ class Hooks:
             held.last_used = time.monotonic()
             rounds: RoundKeeper = held.extra["rounds"]
             rounds.by_model_requests = True
+            rounds.calls.clear()  # the model is asked again: results still missing never come
             if rounds.open:
                 rounds.open = False
                 await held.run.end_round()
@@ -324,7 +357,7 @@ class Hooks:
         s = self.settings
         held = await self.service.start(run_id, mode=s.mode, tools=[dict(t) for t in agent.tools],
                                         policy=s.policy, tenant=s.tenant)
-        held.extra["rounds"] = RoundKeeper(s.round_gap_s)
+        held.extra["rounds"] = RoundKeeper(s.round_gap_s, s.pending_lapse_s)
         current = self._sessions.get(session)
         if current is not None and current.run_id == run_id:
             current.started = True

@@ -316,3 +316,41 @@ async def test_a_hook_that_fails_is_logged_by_type_and_line_never_its_message(se
     said = record.getMessage() + (logging.Formatter().formatException(record.exc_info)
                                   if record.exc_info else "")
     assert "sk-live-123" not in said and "ValueError at test_claude_hooks.py:" in said
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_call_whose_result_never_comes_lapses_and_rounds_go_on(make_server, tmp_path):
+    """A denied permission or an interrupt gets no PostToolUse: in flight for ever, it would keep
+    the gap rule from ever starting a new round."""
+    clock = Clock()
+    settings = HookSettings(round_gap_s=1.0, pending_lapse_s=600.0, clock=clock)
+    async with make_server(hooks=settings) as server:
+        s = Session(server, tmp_path, "lapse", transcript=False)
+        (denied_by_the_user,) = s.response(("Bash", bash("rm -rf build")))
+        assert await s.pre(denied_by_the_user) == {}  # allowed by stallwatch; no result follows
+        clock.now += 30.0
+        await s.run("Bash", bash("ls"), shell_out("a"))
+        assert s.run_state().round == 1  # still in flight: the gap rule waits for it
+        clock.now += 601.0
+        await s.run("Bash", bash("ls src"), shell_out("b"))
+        assert s.run_state().round == 2
+        (held,) = server.service.held.values()
+        assert held.extra["rounds"].in_flight == 0
+
+
+async def test_a_new_response_lets_go_of_the_last_ones_calls_without_results(server, tmp_path):
+    s = Session(server, tmp_path, "responses")
+    calls = s.response(("Bash", bash("echo 1")), ("Bash", bash("echo 2")))
+    for call in calls:
+        assert await s.pre(call) == {}
+    await s.post(calls[0], shell_out("1"))  # the second was interrupted: no result
+    await s.run("Bash", bash("echo 3"), shell_out("3"))
+    (held,) = server.service.held.values()
+    assert held.extra["rounds"].calls == {} and s.run_state().round == 2

@@ -116,3 +116,15 @@ def test_gemini_masks_only_its_shells_own_pgid():
     shell = gemini.result_view(_after("run_shell_command", "Output: Process Group PGID: 1\n"
                                       "Process Group PGID: 4242"))
     assert shell["llmContent"] == "Output: Process Group PGID: 1\n"
+
+
+async def test_codex_patches_through_the_shell_get_no_result_and_are_not_waited_for(server):
+    """Codex runs `apply_patch <<EOF` itself: a PreToolUse as `Bash`, and no PostToolUse."""
+    for i in range(3):
+        await _codex(server, "cp", "PreModelRequest", kind="sampling")
+        patch = f"apply_patch <<'EOF'\n*** Begin Patch\n*** Update File: a.py\n+v{i}\n*** End Patch\nEOF"
+        assert await _codex(server, "cp", "PreToolUse", tool_name="Bash", tool_input={"command": patch},
+                            tool_use_id=f"patch_{i}") == {}
+    await _codex(server, "cp", "PreModelRequest", kind="sampling")
+    (held,) = server.service.held.values()
+    assert held.extra["rounds"].calls == {}
