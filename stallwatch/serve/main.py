@@ -8,6 +8,7 @@ import ipaddress
 import json
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,10 @@ def make_client(options: ServeOptions, settings: Settings) -> Client:
                           fingerprint_key=reveal(settings.fingerprint_key))
 
 
-async def serve(options: ServeOptions, settings: Settings, ready: asyncio.Event | None = None) -> None:
+async def serve(options: ServeOptions, settings: Settings,
+                listening: Callable[[int], None] | None = None) -> None:
+    """Serve until SIGINT or SIGTERM; `listening` is told the port once it is bound (--port 0:
+    the kernel's choice)."""
     token = token_for(options.host)
     hook_settings = HookSettings(tenant=options.tenant, policy=read_policy(options.policy_file))
     client = make_client(options, settings)
@@ -83,10 +87,11 @@ async def serve(options: ServeOptions, settings: Settings, ready: asyncio.Event 
         try:
             site = web.TCPSite(runner, options.host, options.port)
             await site.start()
-            print(f"stallwatch serve: listening on http://{options.host}:{options.port}"
+            port = int(runner.addresses[0][1])
+            print(f"stallwatch serve: listening on http://{options.host}:{port}"
                   f"{' (token required)' if token else ''}", file=sys.stderr, flush=True)
-            if ready is not None:
-                ready.set()
+            if listening is not None:
+                listening(port)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):

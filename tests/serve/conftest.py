@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import pytest
 import pytest_asyncio
+from aiohttp import web
 
 from stallwatch.client import EmbeddedClient
 from stallwatch.client.run import Client, Run
@@ -20,10 +20,18 @@ from stallwatch.serve.hooks import Hooks, HookSettings
 from stallwatch.serve.service import Service
 
 
-def free_port() -> int:
+@contextlib.contextmanager
+def unused_port() -> Iterator[int]:
+    """A port nothing listens on, held bound (not listening) so that nothing else takes it
+    meanwhile: a connection to it is refused."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        yield s.getsockname()[1]
+
+
+def bound_port(runner: web.AppRunner) -> int:
+    """The port a site of `runner` started on port 0 was given."""
+    return int(runner.addresses[0][1])
 
 
 @dataclass
@@ -55,14 +63,12 @@ def session_of(run_id: str) -> str:
 async def running_server(token: str | None = None, hooks: HookSettings | None = None,
                          client: Client | None = None) -> AsyncIterator[Server]:
     """`client`: the engine behind the server, to share one between servers (a restart)."""
-    from aiohttp import web
-
     service = Service(client or EmbeddedClient())
     app = make_app(service, token, hooks or HookSettings())
     runner = web.AppRunner(app)
     await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()  # the kernel's port: no race for a free one
+    port = bound_port(runner)
     try:
         async with aiohttp.ClientSession() as http:
             yield Server(f"http://127.0.0.1:{port}", http, service, app[HOOKS])
@@ -79,8 +85,3 @@ async def server() -> AsyncIterator[Server]:
 @pytest.fixture
 def make_server() -> Callable[..., Any]:
     return running_server
-
-
-@pytest.fixture
-def loop_time() -> Callable[[], float]:
-    return lambda: asyncio.get_running_loop().time()

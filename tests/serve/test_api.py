@@ -8,7 +8,6 @@ import pytest
 
 from stallwatch.serve.main import ServeOptions, serve, token_for
 from stallwatch.settings import Settings, SetupError
-from tests.serve.conftest import free_port
 
 
 async def _start(server, run_id="r1", **extra):
@@ -107,10 +106,9 @@ def test_binding_beyond_loopback_needs_a_token(monkeypatch):
 async def test_serve_listens_and_answers_until_cancelled():
     import aiohttp
 
-    port = free_port()
-    ready = asyncio.Event()
-    task = asyncio.create_task(serve(ServeOptions(port=port), Settings(), ready))
-    await asyncio.wait_for(ready.wait(), 10)
+    bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(serve(ServeOptions(port=0), Settings(), bound.set_result))
+    port = await asyncio.wait_for(bound, 10)
     try:
         async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/v1/health") as r:
             assert r.status == 200 and (await r.json())["status"] == "ok"

@@ -154,23 +154,25 @@ async def test_failures_are_reported_as_failures(server, tmp_path):
 async def test_the_calls_of_one_response_are_one_round_even_when_the_transcript_lags(
         make_server, tmp_path):
     """With no gap at all the time rule would give each call its own round: the transcript's
-    message id, read once it lands, keeps the three together."""
-    async with make_server(hooks=HookSettings(round_gap_s=0.0)) as server:
+    message id, read once it lands, keeps the three together. The lines land only once the first
+    hook has looked and not found them (the wait is far longer than the test may take)."""
+    async with make_server(hooks=HookSettings(round_gap_s=0.0, transcript_wait_s=3600.0)) as server:
         s = Session(server, tmp_path)
         calls = s.response(("Bash", bash("echo 1")), ("Bash", bash("echo 2")), ("Read", {"file_path": "b"}))
         lines = s.path.read_text().splitlines(keepends=True)
         s.path.write_text(lines[0])  # Claude Code writes the response after the hooks fire
 
-        async def write_late() -> None:
-            await asyncio.sleep(0.15)
-            with s.path.open("a") as f:
-                f.writelines(lines[1:])
-
-        late = asyncio.create_task(write_late())
-        for call in calls:
+        first = asyncio.create_task(s.pre(calls[0]))
+        while (reader := server.hooks.transcripts.get(s.session_id)) is None or reader.bytes_read == 0:
+            await asyncio.sleep(0.005)
+        assert not first.done()  # waiting for its line
+        with s.path.open("a") as f:
+            f.writelines(lines[1:])
+        assert await first == {}
+        await s.post(calls[0], shell_out("1"))
+        for call in calls[1:]:
             assert await s.pre(call) == {}
             await s.post(call, shell_out("1"))
-        await late
         assert s.run_state().round == 1
         await s.run("Bash", bash("echo 3"), shell_out("3"))
         assert s.run_state().round == 2

@@ -3,9 +3,11 @@ Rounds end at each model request; Codex gets denials only, Gemini CLI `continue:
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 
 from stallwatch.serve.agents import AGENTS
+from stallwatch.serve.hooks import HookSettings
 
 _ids = itertools.count(1)
 
@@ -78,16 +80,17 @@ async def test_gemini_failures_are_read_from_the_exit_code(server):
     assert server.session_run("gf").stop.code == "tool_failures"
 
 
-async def test_codex_calls_wait_for_no_transcript(server, tmp_path, loop_time):
+async def test_codex_calls_wait_for_no_transcript(make_server, tmp_path):
     """Codex's rollout file is a .jsonl too, but holds no Claude Code responses: reading it for
-    one would hold every call for the transcript wait."""
+    one would hold every call for the transcript wait (here far longer than the test's timeout)."""
     rollout = tmp_path / "rollout-1.jsonl"
     rollout.write_text('{"type":"session_meta","payload":{}}\n')
-    await _codex(server, "cw", "PreModelRequest", kind="sampling")
-    started = loop_time()
-    answer = await _codex(server, "cw", "PreToolUse", tool_name="Bash", tool_input={"command": "ls"},
-                          tool_use_id="call_1", transcript_path=str(rollout))
-    assert answer == {} and loop_time() - started < 0.25
+    async with make_server(hooks=HookSettings(transcript_wait_s=3600.0)) as server:
+        await _codex(server, "cw", "PreModelRequest", kind="sampling")
+        call = _codex(server, "cw", "PreToolUse", tool_name="Bash", tool_input={"command": "ls"},
+                      tool_use_id="call_1", transcript_path=str(rollout))
+        answer = await asyncio.wait_for(call, 60)  # a failure, not a hang, should a reader wait
+        assert answer == {} and server.hooks.transcripts == {}
 
 
 def _after(tool: str, llm_content: str) -> dict:

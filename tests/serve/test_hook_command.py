@@ -18,7 +18,7 @@ from stallwatch.hooks.command import Unreachable, _address
 from stallwatch.serve.app import make_app
 from stallwatch.serve.hooks import HookSettings
 from stallwatch.serve.service import Service
-from tests.serve.conftest import free_port
+from tests.serve.conftest import unused_port
 
 STALLWATCH = str(Path(sys.executable).with_name("stallwatch"))
 
@@ -47,12 +47,13 @@ async def test_the_command_prints_the_servers_answer(server):
 
 
 async def test_with_the_server_away_calls_run_and_stderr_says_so_once_per_session():
-    url = f"http://127.0.0.1:{free_port()}"
-    session = uuid.uuid4().hex
-    first = await _hook(url, _payload(session))
+    with unused_port() as port:
+        url = f"http://127.0.0.1:{port}"
+        session = uuid.uuid4().hex
+        first = await _hook(url, _payload(session))
+        second = await _hook(url, _payload(session))
     assert first.returncode == 0 and first.stdout == b""
     assert b"tool calls run unguarded" in first.stderr and url.encode() in first.stderr
-    second = await _hook(url, _payload(session))
     assert second.returncode == 0 and second.stdout == b"" and second.stderr == b""
 
 
@@ -64,15 +65,17 @@ def test_the_command_imports_neither_the_engine_nor_pydantic_nor_asyncio():
              "bad = [n for n in sys.modules if n.split('.')[0] in ('pydantic', 'asyncio', 'orjson', "
              "'aiohttp', 'xxhash') or n.startswith(('stallwatch.engine', 'stallwatch.client'))]; "
              "print(bad)")
-    env = {**os.environ, "STALLWATCH_SERVE_URL": f"http://127.0.0.1:{free_port()}"}
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    with unused_port() as port:
+        env = {**os.environ, "STALLWATCH_SERVE_URL": f"http://127.0.0.1:{port}"}
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env,
+                             check=True)
     assert out.stdout.strip() == "[]", out.stdout
 
 
 async def test_a_payload_nested_too_deep_for_json_still_fails_open():
-    url = f"http://127.0.0.1:{free_port()}"
     deep = b"[" * 100_000 + b"]" * 100_000  # json.loads raises RecursionError, not ValueError
-    out = await _hook(url, deep)
+    with unused_port() as port:
+        out = await _hook(f"http://127.0.0.1:{port}", deep)
     assert out.returncode == 0 and out.stdout == b"" and b"Traceback" not in out.stderr
 
 
