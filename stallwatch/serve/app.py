@@ -174,7 +174,7 @@ class Api:
     async def get_run(self, request: web.Request) -> web.Response:
         run_id = request.match_info["run_id"]
         async with self.service.locked(run_id):
-            return reply(self.service.view(self.service.get(run_id)))
+            return reply(self.service.view(self.service.get(run_id), mark_read=False))
 
     async def health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "runs": len(self.service.held)})

@@ -64,7 +64,8 @@ def openapi() -> dict[str, Any]:
             operation["requestBody"] = {"required": True, "content": _json(request)}
         paths[path] = {"post": operation}
     paths["/v1/runs/{run_id}"] = {"get": {
-        "summary": "The run: its round, its stop, the nudges not yet read", "parameters": [_RUN_ID],
+        "summary": "The run: its round, its stop, the nudges no POST has answered yet (a GET "
+                   "leaves them so)", "parameters": [_RUN_ID],
         "responses": {"200": {"description": "the run", "content": _json(RunView)}, **_errors()}}}
     paths["/v1/health"] = {"get": {"summary": "The server is up (no token needed)",
                                    "responses": {"200": {"description": "up"}}}}

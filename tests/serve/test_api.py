@@ -161,3 +161,28 @@ async def test_only_loopback_host_names_are_answered_without_a_token(server, mak
         status, _ = await _raw(guarded, "GET", "/v1/runs/x", Host="stallwatch.internal:8737",
                                Authorization="Bearer s3cret-token-for-tests")
         assert status == 404  # past the Host check: the token is what guards it
+
+
+async def test_reading_a_run_leaves_its_nudges_unread(server):
+    """GET is read-only: the nudges stay for the next POST's answer, which marks them read."""
+    await _start(server, "n1", mode="coder", policy={"stall_nudge_at": 2},
+                 tools=[{"name": "run_tests", "effect": "unknown"}, {"name": "edit", "effect": "write"}])
+    for i in range(4):
+        await server.post("/v1/runs/n1/rounds")
+        _, run = await server.post("/v1/runs/n1/calls", {"tool": "run_tests", "args": {}})
+        await server.post("/v1/runs/n1/results", {"call_id": run["call_id"], "tool": "run_tests",
+                                                  "result": "1 failed"})
+        _, edit = await server.post("/v1/runs/n1/calls", {"tool": "edit", "args": {"v": i}})
+        await server.post("/v1/runs/n1/results", {"call_id": edit["call_id"], "tool": "edit", "result": i})
+        await server.post("/v1/runs/n1/rounds/end")
+        held = server.service.held["n1"]
+        if held.run.nudges:
+            break
+    held.nudges_read = 0  # whatever the POSTs' answers carried: unread again
+    _, first = await server.get("/v1/runs/n1")
+    _, second = await server.get("/v1/runs/n1")
+    assert first["nudges"] and second["nudges"] == first["nudges"]
+    _, posted = await server.post("/v1/runs/n1/rounds")
+    assert posted["nudges"] == first["nudges"]
+    _, after = await server.get("/v1/runs/n1")
+    assert after["nudges"] == []
