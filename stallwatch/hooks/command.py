@@ -15,6 +15,8 @@ import zlib
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8737
 DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
 URL_ENV = "STALLWATCH_SERVE_URL"
+# ServeSettings.token's variable, spelled out: the settings module imports pydantic, which
+# costs this command more than the rest of it (a test holds the two together).
 TOKEN_ENV = "STALLWATCH_SERVE_TOKEN"
 # Longer than a verdict through Kafka takes (5 s at most) plus Claude Code's transcript wait;
 # shorter than each agent's own hook timeout as installed (10 s).

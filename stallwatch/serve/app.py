@@ -22,11 +22,15 @@ from stallwatch.serve.models import (
 )
 from stallwatch.serve.openapi import openapi
 from stallwatch.serve.service import RunExists, Service, UnknownRun, stop_view
+from stallwatch.settings import ServeSettings
 
 log = logging.getLogger(__name__)
 Body = TypeVar("Body", bound=BaseModel)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 HOOKS = web.AppKey("hooks", Hooks)
+# The token's variable, as its setting declares it (`stallwatch hook`, which must not import
+# pydantic, spells it out; tests/serve/test_hook_command.py holds the two together).
+TOKEN_ENV = ServeSettings.env_name("token")
 # Requests larger than this are refused: a tool result is fingerprinted here, and the biggest
 # a coding agent reports (a whole file read) stays far below it.
 MAX_BODY_BYTES = 32 * 1024 * 1024
@@ -79,7 +83,7 @@ def browser_refusal(request: web.Request, token: str | None) -> web.Response | N
     host = request.headers.get("Host")
     if token is None and host is not None and _host_name(host) not in LOOPBACK_HOSTS:
         return problem(403, f"Host {host!r} is not loopback: use http://127.0.0.1, or set "
-                            "STALLWATCH_SERVE_TOKEN to answer other names")
+                            f"{TOKEN_ENV} to answer other names")
     if request.method == "POST" and request.can_read_body and request.content_type != "application/json":
         return problem(415, "send the body with `Content-Type: application/json`")
     return None
@@ -98,7 +102,7 @@ def auth_middleware(token: str | None) -> Callable[..., Awaitable[web.StreamResp
         if token and request.path != "/v1/health":
             given = request.headers.get("Authorization", "").encode()
             if not hmac.compare_digest(given, expected):
-                return problem(401, "send the header `Authorization: Bearer $STALLWATCH_SERVE_TOKEN`")
+                return problem(401, f"send the header `Authorization: Bearer ${TOKEN_ENV}`")
         try:
             return await handler(request)
         except BadRequest as exc:

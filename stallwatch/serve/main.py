@@ -18,13 +18,12 @@ from aiohttp import web
 from stallwatch.client import EmbeddedClient, KafkaClient
 from stallwatch.client.run import Client
 from stallwatch.engine.admin_policy import AdminPolicy
-from stallwatch.serve.app import make_app
+from stallwatch.serve.app import TOKEN_ENV, make_app
 from stallwatch.serve.hooks import HookSettings
 from stallwatch.serve.service import Service
 from stallwatch.settings import ServeSettings, Settings, SetupError, reveal
 
 DEFAULT_PORT = 8737
-TOKEN_ENV = ServeSettings.env_name("token")
 
 
 @dataclass(frozen=True)

@@ -120,3 +120,12 @@ async def test_a_wrong_token_is_said_as_such_not_as_no_server(make_server):
     assert out.returncode == 0 and out.stdout == b""
     assert b"STALLWATCH_SERVE_TOKEN" in out.stderr and b"no server" not in out.stderr
     assert out.stderr.count(b"\n") == 1
+
+
+def test_the_command_and_the_server_name_the_same_token_variable():
+    from stallwatch.hooks import command
+    from stallwatch.serve import app, main
+    from stallwatch.settings import ServeSettings
+
+    assert command.TOKEN_ENV == ServeSettings.env_name("token") == app.TOKEN_ENV
+    assert main.TOKEN_ENV is app.TOKEN_ENV
