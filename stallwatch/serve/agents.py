@@ -134,11 +134,14 @@ class Codex(Agent):
 # Gemini CLI's shell result is `Output: <output>` then trailer lines, each only when it
 # applies: `Error:`, `Exit Code:` (non-zero only), `Signal:`, `Background PIDs:`, and last the
 # process group, new on every call. Only the trailer is the shell's: the output itself can hold
-# any of these words (a CI log, a test printing "Exit Code: 0").
+# any of these words (a CI log, a test printing "Exit Code: 0"). The whole is wrapped in
+# `<untrusted_context>` lines, and the output cannot close that tag (Gemini CLI escapes it).
 _GEMINI_SHELL = "run_shell_command"
-_GEMINI_PGID = re.compile(r"^Process Group PGID: \d+\s*\Z", re.M)
+_GEMINI_END = r"\s*(?:</untrusted_context>\s*)?\Z"
+_GEMINI_PGID = re.compile(r"^Process Group PGID: \d+(?=" + _GEMINI_END + ")", re.M)
 _GEMINI_EXIT = re.compile(r"^Exit Code: (-?\d+)(?:\n|\Z)"
-                          r"(?:(?:Signal|Background PIDs|Process Group PGID): .*(?:\n|\Z))*\s*\Z", re.M)
+                          r"(?:(?:Signal|Background PIDs|Process Group PGID): .*(?:\n|\Z))*" + _GEMINI_END,
+                          re.M)
 
 
 class Gemini(Agent):

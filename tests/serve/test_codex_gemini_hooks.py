@@ -111,6 +111,9 @@ def test_gemini_reads_the_exit_code_only_from_its_shells_trailer():
                                     "done\nProcess Group PGID: 7")), "an Exit Code the command printed"
     printed_zero = "Output: Exit Code: 0\nExit Code: 0\nall fine?\nExit Code: 1\nProcess Group PGID: 7"
     assert gemini.failed(_after("run_shell_command", printed_zero)), "the output's own Exit Code: 0"
+    wrapped = "<untrusted_context>\nOutput: boom\nExit Code: 1\nProcess Group PGID: 7\n</untrusted_context>"
+    assert gemini.failed(_after("run_shell_command", wrapped)), "as Gemini CLI sends it"
+    assert not gemini.failed(_after("run_shell_command", wrapped.replace("Exit Code: 1\n", "")))
 
 
 def test_gemini_masks_only_its_shells_own_pgid():
@@ -119,6 +122,9 @@ def test_gemini_masks_only_its_shells_own_pgid():
     shell = gemini.result_view(_after("run_shell_command", "Output: Process Group PGID: 1\n"
                                       "Process Group PGID: 4242"))
     assert shell["llmContent"] == "Output: Process Group PGID: 1\n"
+    wrapped = gemini.result_view(_after("run_shell_command", "<untrusted_context>\nOutput: x\n"
+                                        "Process Group PGID: 4242\n</untrusted_context>"))
+    assert wrapped["llmContent"] == "<untrusted_context>\nOutput: x\n\n</untrusted_context>"
 
 
 async def test_codex_patches_through_the_shell_get_no_result_and_are_not_waited_for(server):
