@@ -4,10 +4,12 @@ with a backup of the file as it was."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import shutil
+import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,15 +159,25 @@ def read_settings(path: Path) -> dict[str, Any]:
 
 
 def write_settings(path: Path, settings: dict[str, Any]) -> Path | None:
-    """Write the file, first copying what was there to `<name>.stallwatch-backup`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    backup = None
-    if path.exists():
+    """Write the file, first copying what was there to `<name>.stallwatch-backup`. A symlink is
+    written through to its target (dotfiles kept in a repository stay links), and the file keeps
+    its mode: an agent's settings can hold API keys (Claude Code's `env`), so a file that was
+    0600 stays 0600 whatever the umask, and a new one is made 0600."""
+    target = path.resolve() if path.is_symlink() else path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    backup, mode = None, 0o600
+    if target.exists():
         backup = path.with_name(path.name + ".stallwatch-backup")
-        shutil.copy2(path, backup)
-    tmp = path.with_name(path.name + ".stallwatch-tmp")
-    tmp.write_text(json.dumps(settings, indent=2) + "\n")
-    os.replace(tmp, path)  # an agent starting meanwhile reads the old file or the new, whole
+        shutil.copy2(target, backup)  # its mode too
+        mode = stat.S_IMODE(target.stat().st_mode)
+    tmp = target.with_name(target.name + ".stallwatch-tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()  # one left by a crash may have any mode: O_CREAT would keep it
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(settings, indent=2) + "\n")
+        os.fchmod(f.fileno(), mode)
+    os.replace(tmp, target)  # an agent starting meanwhile reads the old file or the new, whole
     return backup
 
 

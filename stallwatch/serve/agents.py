@@ -131,9 +131,17 @@ class Codex(Agent):
         return _context(event, notes)  # Codex adds it as a developer message
 
 
-# Gemini CLI's shell result names its process group, new on every call.
-_GEMINI_PGID = re.compile(r"Process Group PGID: \d+")
-_GEMINI_EXIT = re.compile(r"Exit Code: (\d+)")
+# Gemini CLI's shell result is `Output: <output>` then trailer lines, each only when it
+# applies: `Error:`, `Exit Code:` (non-zero only), `Signal:`, `Background PIDs:`, and last the
+# process group, new on every call. Only the trailer is the shell's: the output itself can hold
+# any of these words (a CI log, a test printing "Exit Code: 0"). The whole is wrapped in
+# `<untrusted_context>` lines, and the output cannot close that tag (Gemini CLI escapes it).
+_GEMINI_SHELL = "run_shell_command"
+_GEMINI_END = r"\s*(?:</untrusted_context>\s*)?\Z"
+_GEMINI_PGID = re.compile(r"^Process Group PGID: \d+(?=" + _GEMINI_END + ")", re.M)
+_GEMINI_EXIT = re.compile(r"^Exit Code: (-?\d+)(?:\n|\Z)"
+                          r"(?:(?:Signal|Background PIDs|Process Group PGID): .*(?:\n|\Z))*" + _GEMINI_END,
+                          re.M)
 
 
 class Gemini(Agent):
@@ -150,12 +158,13 @@ class Gemini(Agent):
                                                  "glob", "search_file_content", "grep_search")),
         *({"name": n, "effect": "write"} for n in ("write_file", "replace")),
     )
-    shell_tools = frozenset({"run_shell_command"})
+    shell_tools = frozenset({_GEMINI_SHELL})
 
     def result_view(self, payload: dict[str, Any]) -> Any:
         response = payload.get("tool_response")
-        if isinstance(response, dict) and isinstance(response.get("llmContent"), str):
-            return {**response, "llmContent": _GEMINI_PGID.sub("", response["llmContent"])}
+        text = _shell_text(payload)
+        if isinstance(response, dict) and text is not None:
+            return {**response, "llmContent": _GEMINI_PGID.sub("", text)}
         return response
 
     def failed(self, payload: dict[str, Any]) -> bool:
@@ -164,7 +173,8 @@ class Gemini(Agent):
             return False
         if response.get("error"):
             return True
-        exit_code = _GEMINI_EXIT.search(str(response.get("llmContent", "")))
+        text = _shell_text(payload)
+        exit_code = _GEMINI_EXIT.search(text) if text is not None else None
         return exit_code is not None and exit_code.group(1) != "0"
 
     def deny(self, event: str, reason: str, stop: str | None) -> dict[str, Any]:
@@ -175,6 +185,15 @@ class Gemini(Agent):
 
     def after(self, event: str, notes: list[str]) -> dict[str, Any]:
         return _context(event, notes)
+
+
+def _shell_text(payload: dict[str, Any]) -> str | None:
+    """The text of a Gemini CLI shell result; None for every other tool's."""
+    response = payload.get("tool_response")
+    if payload.get("tool_name") != _GEMINI_SHELL or not isinstance(response, dict):
+        return None
+    text = response.get("llmContent")
+    return text if isinstance(text, str) else None
 
 
 AGENTS: dict[str, Agent] = {a.name: a for a in (Claude(), Codex(), Gemini())}

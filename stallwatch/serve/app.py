@@ -22,10 +22,15 @@ from stallwatch.serve.models import (
 )
 from stallwatch.serve.openapi import openapi
 from stallwatch.serve.service import RunExists, Service, UnknownRun, stop_view
+from stallwatch.settings import ServeSettings
 
 log = logging.getLogger(__name__)
 Body = TypeVar("Body", bound=BaseModel)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+HOOKS = web.AppKey("hooks", Hooks)
+# The token's variable, as its setting declares it (`stallwatch hook`, which must not import
+# pydantic, spells it out; tests/serve/test_hook_command.py holds the two together).
+TOKEN_ENV = ServeSettings.env_name("token")
 # Requests larger than this are refused: a tool result is fingerprinted here, and the biggest
 # a coding agent reports (a whole file read) stays far below it.
 MAX_BODY_BYTES = 32 * 1024 * 1024
@@ -56,16 +61,48 @@ async def parse(request: web.Request, model: type[Body]) -> Body:
         raise BadRequest(400, f"{where}: {first['msg']}") from None
 
 
+# Names that reach only this machine: any other Host is a page whose name was rebound to it.
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
+
+
+def _host_name(host: str) -> str:
+    """The Host header without its port: `[::1]:8737` -> `[::1]`, `localhost:1` -> `localhost`."""
+    name, colon, port = host.rpartition(":")
+    if colon and port.isdigit() and (not name.startswith("[") or name.endswith("]")):
+        return name.lower()
+    return host.lower()
+
+
+def browser_refusal(request: web.Request, token: str | None) -> web.Response | None:
+    """Web pages must not drive the server: a page can send a text/plain POST to any address
+    without asking, and a rebound DNS name makes the server its own origin. Browsers send Origin
+    on every cross-origin request and every POST; agents' hooks and local clients never do."""
+    if "Origin" in request.headers:
+        return problem(403, "requests with an Origin header (from a web page) are refused: call "
+                            "stallwatch serve from an agent's hook or a local client")
+    host = request.headers.get("Host")
+    if token is None and host is not None and _host_name(host) not in LOOPBACK_HOSTS:
+        return problem(403, f"Host {host!r} is not loopback: use http://127.0.0.1, or set "
+                            f"{TOKEN_ENV} to answer other names")
+    if request.method == "POST" and request.can_read_body and request.content_type != "application/json":
+        return problem(415, "send the body with `Content-Type: application/json`")
+    return None
+
+
 def auth_middleware(token: str | None) -> Callable[..., Awaitable[web.StreamResponse]]:
-    """With a token, every request but /v1/health needs `Authorization: Bearer <token>`."""
+    """No requests from web pages; with a token, every request but /v1/health needs
+    `Authorization: Bearer <token>`."""
     expected = f"Bearer {token}".encode() if token else b""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        refused = browser_refusal(request, token)
+        if refused is not None:
+            return refused
         if token and request.path != "/v1/health":
             given = request.headers.get("Authorization", "").encode()
             if not hmac.compare_digest(given, expected):
-                return problem(401, "send the header `Authorization: Bearer $STALLWATCH_SERVE_TOKEN`")
+                return problem(401, f"send the header `Authorization: Bearer ${TOKEN_ENV}`")
         try:
             return await handler(request)
         except BadRequest as exc:
@@ -141,7 +178,7 @@ class Api:
     async def get_run(self, request: web.Request) -> web.Response:
         run_id = request.match_info["run_id"]
         async with self.service.locked(run_id):
-            return reply(self.service.view(self.service.get(run_id)))
+            return reply(self.service.view(self.service.get(run_id), mark_read=False))
 
     async def health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "runs": len(self.service.held)})
@@ -158,6 +195,7 @@ def make_app(service: Service, token: str | None, hook_settings: HookSettings) -
     api = Api(service)
     hooks = Hooks(service, hook_settings)
     app = web.Application(middlewares=[auth_middleware(token)], client_max_size=MAX_BODY_BYTES)
+    app[HOOKS] = hooks
     app.add_routes([
         web.get("/v1/health", api.health),
         web.get("/v1/openapi.json", api.openapi),

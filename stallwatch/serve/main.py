@@ -8,6 +8,7 @@ import ipaddress
 import json
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,13 +18,12 @@ from aiohttp import web
 from stallwatch.client import EmbeddedClient, KafkaClient
 from stallwatch.client.run import Client
 from stallwatch.engine.admin_policy import AdminPolicy
-from stallwatch.serve.app import make_app
+from stallwatch.serve.app import TOKEN_ENV, make_app
 from stallwatch.serve.hooks import HookSettings
 from stallwatch.serve.service import Service
 from stallwatch.settings import ServeSettings, Settings, SetupError, reveal
 
 DEFAULT_PORT = 8737
-TOKEN_ENV = ServeSettings.env_name("token")
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,10 @@ def make_client(options: ServeOptions, settings: Settings) -> Client:
                           fingerprint_key=reveal(settings.fingerprint_key))
 
 
-async def serve(options: ServeOptions, settings: Settings, ready: asyncio.Event | None = None) -> None:
+async def serve(options: ServeOptions, settings: Settings,
+                listening: Callable[[int], None] | None = None) -> None:
+    """Serve until SIGINT or SIGTERM; `listening` is told the port once it is bound (--port 0:
+    the kernel's choice)."""
     token = token_for(options.host)
     hook_settings = HookSettings(tenant=options.tenant, policy=read_policy(options.policy_file))
     client = make_client(options, settings)
@@ -83,10 +86,11 @@ async def serve(options: ServeOptions, settings: Settings, ready: asyncio.Event 
         try:
             site = web.TCPSite(runner, options.host, options.port)
             await site.start()
-            print(f"stallwatch serve: listening on http://{options.host}:{options.port}"
+            port = int(runner.addresses[0][1])
+            print(f"stallwatch serve: listening on http://{options.host}:{port}"
                   f"{' (token required)' if token else ''}", file=sys.stderr, flush=True)
-            if ready is not None:
-                ready.set()
+            if listening is not None:
+                listening(port)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):

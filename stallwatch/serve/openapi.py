@@ -42,8 +42,10 @@ def _json(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _errors() -> dict[str, Any]:
-    said = {"400": "a field to change", "401": "a missing or wrong token", "404": "no such run",
-            "409": "the run is already started"}
+    said = {"400": "a field to change", "401": "a missing or wrong token",
+            "403": "a web page's request (an Origin header, or a Host not loopback without a token)",
+            "404": "no such run", "409": "the run is already started",
+            "415": "a body not sent as application/json"}
     return {code: {"description": what, "content": _json(Problem)} for code, what in said.items()}
 
 
@@ -62,7 +64,8 @@ def openapi() -> dict[str, Any]:
             operation["requestBody"] = {"required": True, "content": _json(request)}
         paths[path] = {"post": operation}
     paths["/v1/runs/{run_id}"] = {"get": {
-        "summary": "The run: its round, its stop, the nudges not yet read", "parameters": [_RUN_ID],
+        "summary": "The run: its round, its stop, the nudges no POST has answered yet (a GET "
+                   "leaves them so)", "parameters": [_RUN_ID],
         "responses": {"200": {"description": "the run", "content": _json(RunView)}, **_errors()}}}
     paths["/v1/health"] = {"get": {"summary": "The server is up (no token needed)",
                                    "responses": {"200": {"description": "up"}}}}

@@ -37,9 +37,10 @@ class Held:
     # Per-agent bookkeeping (rounds, pending calls) kept by the hook translators.
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def unread_nudges(self) -> list[str]:
+    def unread_nudges(self, mark_read: bool = True) -> list[str]:
         fresh = self.run.nudges[self.nudges_read:]
-        self.nudges_read = len(self.run.nudges)
+        if mark_read:
+            self.nudges_read = len(self.run.nudges)
         return [n.reason for n in fresh]
 
 
@@ -101,18 +102,20 @@ class Service:
         self.held.pop(run_id, None)
         self.client.forget(run_id)
 
-    def view(self, held: Held) -> RunView:
+    def view(self, held: Held, mark_read: bool = True) -> RunView:
+        """The run as the API answers it; `mark_read=False` for a GET, which changes nothing."""
         run = held.run
         return RunView(run_id=run.run_id, round=run.round, stop=stop_view(run.stop),
-                       nudges=held.unread_nudges())
+                       nudges=held.unread_nudges(mark_read))
 
-    async def sweep(self) -> None:
-        """End the runs idle for longer than `idle_s`, at most once a minute."""
+    async def sweep(self) -> bool:
+        """End the runs idle for longer than `idle_s`, at most once a minute; True when it looked."""
         now = time.monotonic()
         if now - self._last_sweep < 60.0:
-            return
+            return False
         self._last_sweep = now
         for run_id in [r for r, h in self.held.items() if now - h.last_used > self.idle_s]:
             async with self.locked(run_id):
                 if run_id in self.held:
                     await self.end(run_id, "idle")
+        return True

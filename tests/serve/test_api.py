@@ -8,7 +8,6 @@ import pytest
 
 from stallwatch.serve.main import ServeOptions, serve, token_for
 from stallwatch.settings import Settings, SetupError
-from tests.serve.conftest import free_port
 
 
 async def _start(server, run_id="r1", **extra):
@@ -107,10 +106,9 @@ def test_binding_beyond_loopback_needs_a_token(monkeypatch):
 async def test_serve_listens_and_answers_until_cancelled():
     import aiohttp
 
-    port = free_port()
-    ready = asyncio.Event()
-    task = asyncio.create_task(serve(ServeOptions(port=port), Settings(), ready))
-    await asyncio.wait_for(ready.wait(), 10)
+    bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(serve(ServeOptions(port=0), Settings(), bound.set_result))
+    port = await asyncio.wait_for(bound, 10)
     try:
         async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/v1/health") as r:
             assert r.status == 200 and (await r.json())["status"] == "ok"
@@ -118,3 +116,73 @@ async def test_serve_listens_and_answers_until_cancelled():
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+async def _raw(server, method: str, path: str, data: bytes | None = None, **headers: str):
+    async with server.http.request(method, server.url + path, data=data, headers=headers) as response:
+        return response.status, await response.json()
+
+
+START = b'{"run_id": "web", "mode": "coder"}'
+
+
+async def test_a_web_page_cannot_post_a_simple_cross_origin_request(server):
+    """A page can POST text/plain anywhere without a preflight: the body must be JSON by type."""
+    status, body = await _raw(server, "POST", "/v1/runs", START, **{"Content-Type": "text/plain"})
+    assert status == 415 and "application/json" in body["error"] and "\n" not in body["error"]
+    status, _ = await _raw(server, "POST", "/hooks/claude", START, **{"Content-Type": "text/plain"})
+    assert status == 415
+    assert "web" not in server.service.held
+    status, _ = await _raw(server, "POST", "/v1/runs", START, **{"Content-Type": "application/json"})
+    assert status == 201
+
+
+async def test_requests_from_browsers_are_refused(server):
+    """Browsers name the page's origin on every cross-origin request and every POST; agents' hooks
+    and local clients send no Origin."""
+    json_type = {"Content-Type": "application/json"}
+    status, body = await _raw(server, "POST", "/v1/runs", START, Origin="https://evil.example", **json_type)
+    assert status == 403 and "Origin" in body["error"]
+    status, _ = await _raw(server, "GET", "/v1/health", Origin="null")
+    assert status == 403
+    assert "web" not in server.service.held
+
+
+async def test_only_loopback_host_names_are_answered_without_a_token(server, make_server):
+    """DNS rebinding: a page at evil.example whose name now resolves to 127.0.0.1 reaches the
+    server as the same origin, with its own name in Host."""
+    port = server.url.rsplit(":", 1)[1]
+    status, body = await _raw(server, "GET", "/v1/health", Host=f"evil.example:{port}")
+    assert status == 403 and "Host" in body["error"]
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", "localhost", "[::1]"):
+        status, _ = await _raw(server, "GET", "/v1/health", Host=host)
+        assert status == 200, host
+    async with make_server(token="s3cret-token-for-tests") as guarded:
+        status, _ = await _raw(guarded, "GET", "/v1/runs/x", Host="stallwatch.internal:8737",
+                               Authorization="Bearer s3cret-token-for-tests")
+        assert status == 404  # past the Host check: the token is what guards it
+
+
+async def test_reading_a_run_leaves_its_nudges_unread(server):
+    """GET is read-only: the nudges stay for the next POST's answer, which marks them read."""
+    await _start(server, "n1", mode="coder", policy={"stall_nudge_at": 2},
+                 tools=[{"name": "run_tests", "effect": "unknown"}, {"name": "edit", "effect": "write"}])
+    for i in range(4):
+        await server.post("/v1/runs/n1/rounds")
+        _, run = await server.post("/v1/runs/n1/calls", {"tool": "run_tests", "args": {}})
+        await server.post("/v1/runs/n1/results", {"call_id": run["call_id"], "tool": "run_tests",
+                                                  "result": "1 failed"})
+        _, edit = await server.post("/v1/runs/n1/calls", {"tool": "edit", "args": {"v": i}})
+        await server.post("/v1/runs/n1/results", {"call_id": edit["call_id"], "tool": "edit", "result": i})
+        await server.post("/v1/runs/n1/rounds/end")
+        held = server.service.held["n1"]
+        if held.run.nudges:
+            break
+    held.nudges_read = 0  # whatever the POSTs' answers carried: unread again
+    _, first = await server.get("/v1/runs/n1")
+    _, second = await server.get("/v1/runs/n1")
+    assert first["nudges"] and second["nudges"] == first["nudges"]
+    _, posted = await server.post("/v1/runs/n1/rounds")
+    assert posted["nudges"] == first["nudges"]
+    _, after = await server.get("/v1/runs/n1")
+    assert after["nudges"] == []

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
+import logging
+import os
+import threading
 from pathlib import Path
 
-from stallwatch.serve.hooks import HookSettings
+from stallwatch.serve.hooks import TRANSCRIPT_READ_BYTES, HookSettings
+from tests.serve.conftest import session_of
 
 _ids = itertools.count(1)
 
@@ -68,7 +73,7 @@ class Session:
         return answer
 
     def run_state(self):
-        return self.server.service.held[self.session_id].run
+        return self.server.session_run(self.session_id)
 
 
 def bash(command: str) -> dict:
@@ -149,23 +154,25 @@ async def test_failures_are_reported_as_failures(server, tmp_path):
 async def test_the_calls_of_one_response_are_one_round_even_when_the_transcript_lags(
         make_server, tmp_path):
     """With no gap at all the time rule would give each call its own round: the transcript's
-    message id, read once it lands, keeps the three together."""
-    async with make_server(hooks=HookSettings(round_gap_s=0.0)) as server:
+    message id, read once it lands, keeps the three together. The lines land only once the first
+    hook has looked and not found them (the wait is far longer than the test may take)."""
+    async with make_server(hooks=HookSettings(round_gap_s=0.0, transcript_wait_s=3600.0)) as server:
         s = Session(server, tmp_path)
         calls = s.response(("Bash", bash("echo 1")), ("Bash", bash("echo 2")), ("Read", {"file_path": "b"}))
         lines = s.path.read_text().splitlines(keepends=True)
         s.path.write_text(lines[0])  # Claude Code writes the response after the hooks fire
 
-        async def write_late() -> None:
-            await asyncio.sleep(0.15)
-            with s.path.open("a") as f:
-                f.writelines(lines[1:])
-
-        late = asyncio.create_task(write_late())
-        for call in calls:
+        first = asyncio.create_task(s.pre(calls[0]))
+        while (reader := server.hooks.transcripts.get(s.session_id)) is None or reader.bytes_read == 0:
+            await asyncio.sleep(0.005)
+        assert not first.done()  # waiting for its line
+        with s.path.open("a") as f:
+            f.writelines(lines[1:])
+        assert await first == {}
+        await s.post(calls[0], shell_out("1"))
+        for call in calls[1:]:
             assert await s.pre(call) == {}
             await s.post(call, shell_out("1"))
-        await late
         assert s.run_state().round == 1
         await s.run("Bash", bash("echo 3"), shell_out("3"))
         assert s.run_state().round == 2
@@ -234,4 +241,118 @@ async def test_a_session_idle_for_too_long_is_ended_at_the_next_hook(server, tmp
     server.service.idle_s = 0.0
     server.service._last_sweep = -1e9  # the once-a-minute sweep is due
     await new.run("Bash", bash("ls"), shell_out("a"))
-    assert set(server.service.held) == {"new"}
+    assert {session_of(r) for r in server.service.held} == {"new"}
+
+
+async def test_a_fifo_as_transcript_blocks_nothing(server, tmp_path):
+    """The path is the payload's: opening a FIFO for reading waits for a writer, and in the event
+    loop that would hold every hook of every session."""
+    fifo = tmp_path / "trap.jsonl"
+    os.mkfifo(fifo)
+    answered, answered_before_a_writer = threading.Event(), []
+
+    def writer() -> None:  # frees a reader stuck in open(), after looking whether it was stuck
+        answered_before_a_writer.append(answered.wait(5.0))
+        if not answered.is_set():
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        status, answer = await server.post("/hooks/claude", {
+            "session_id": "fifo", "hook_event_name": "PreToolUse", "tool_name": "Bash",
+            "tool_input": bash("ls"), "tool_use_id": "toolu_1", "transcript_path": str(fifo)})
+        answered.set()
+    finally:
+        thread.join()
+    assert status == 200 and answer == {}
+    assert answered_before_a_writer == [True]
+    assert server.hooks.transcripts["fifo"].regular is False  # never opened again
+
+
+async def test_a_huge_transcript_is_read_from_its_tail_in_bounded_reads(server, tmp_path):
+    s = Session(server, tmp_path, "huge")
+    filler = json.dumps({"type": "user", "message": {"role": "user", "content": "x" * 1000}}) + "\n"
+    with s.path.open("a") as f:
+        f.write(filler * (3 * TRANSCRIPT_READ_BYTES // len(filler)))
+        f.write(json.dumps({"type": "user", "message": {"content": "y" * (2 * TRANSCRIPT_READ_BYTES)}}))
+        f.write("\n")
+    calls = s.response(("Bash", bash("echo 1")), ("Bash", bash("echo 2")))
+    for call in calls:  # two calls of one response, the gap rule would not join them (no results)
+        assert await s.pre(call) == {}
+    await asyncio.sleep(0)
+    transcript = server.hooks.transcripts["huge"]
+    assert transcript.bytes_read <= 2 * TRANSCRIPT_READ_BYTES  # not the whole 5 MiB
+    assert s.run_state().round == 1 and transcript.response_of == {}  # found, then let go
+
+
+async def test_a_sessions_new_run_reads_its_transcript_on_from_where_it_was(server, tmp_path):
+    s = Session(server, tmp_path, "two-runs")
+    for _ in range(9):
+        await s.run("Bash", bash("grep -rn foo ."), shell_out("a.py:1:foo"))
+    assert s.run_state().stop is not None
+    reader = server.hooks.transcripts["two-runs"]
+    read = reader.bytes_read
+    await server.post("/hooks/claude", {"session_id": s.session_id, "hook_event_name": "UserPromptSubmit",
+                                        "prompt": "now something else"})
+    assert await s.run("Bash", bash("ls"), shell_out("a")) == {}
+    assert server.hooks.transcripts["two-runs"] is reader
+    assert reader.bytes_read - read < 1000  # the new line only, not the file again
+
+
+async def test_a_hook_that_fails_is_logged_by_type_and_line_never_its_message(server, tmp_path,
+                                                                             monkeypatch, caplog):
+    """Hook payloads carry tool input and output: an exception's message can quote them."""
+    import stallwatch.serve.agents as agents
+
+    def quoting_parser(command: str, persistent: bool) -> str:
+        raise ValueError(f"cannot parse {command!r}")
+
+    monkeypatch.setattr(agents, "shell_effect", quoting_parser)
+    s = Session(server, tmp_path, "faulty")
+    with caplog.at_level(logging.WARNING, logger="stallwatch.serve.hooks"):
+        answer = await s.run("Bash", bash("curl -H 'Authorization: Bearer sk-live-123' x"), shell_out(""))
+    assert answer == {}  # the call runs
+    (record,) = [r for r in caplog.records if r.name == "stallwatch.serve.hooks"]
+    said = record.getMessage() + (logging.Formatter().formatException(record.exc_info)
+                                  if record.exc_info else "")
+    assert "sk-live-123" not in said and "ValueError at test_claude_hooks.py:" in said
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_call_whose_result_never_comes_lapses_and_rounds_go_on(make_server, tmp_path):
+    """A denied permission or an interrupt gets no PostToolUse: in flight for ever, it would keep
+    the gap rule from ever starting a new round."""
+    clock = Clock()
+    settings = HookSettings(round_gap_s=1.0, pending_lapse_s=600.0, clock=clock)
+    async with make_server(hooks=settings) as server:
+        s = Session(server, tmp_path, "lapse", transcript=False)
+        (denied_by_the_user,) = s.response(("Bash", bash("rm -rf build")))
+        assert await s.pre(denied_by_the_user) == {}  # allowed by stallwatch; no result follows
+        clock.now += 30.0
+        await s.run("Bash", bash("ls"), shell_out("a"))
+        assert s.run_state().round == 1  # still in flight: the gap rule waits for it
+        clock.now += 601.0
+        await s.run("Bash", bash("ls src"), shell_out("b"))
+        assert s.run_state().round == 2
+        (held,) = server.service.held.values()
+        assert held.extra["rounds"].in_flight == 0
+
+
+async def test_a_new_response_lets_go_of_the_last_ones_calls_without_results(server, tmp_path):
+    s = Session(server, tmp_path, "responses")
+    calls = s.response(("Bash", bash("echo 1")), ("Bash", bash("echo 2")))
+    for call in calls:
+        assert await s.pre(call) == {}
+    await s.post(calls[0], shell_out("1"))  # the second was interrupted: no result
+    await s.run("Bash", bash("echo 3"), shell_out("3"))
+    (held,) = server.service.held.values()
+    assert held.extra["rounds"].calls == {} and s.run_state().round == 2

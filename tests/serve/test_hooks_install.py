@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -96,3 +98,37 @@ def test_install_names_the_stallwatch_beside_python_when_it_is_off_path_and_says
     codex = json.loads((home / "ch" / "hooks.json").read_text())
     command = codex["hooks"]["PreToolUse"][0]["hooks"][0]["command"]
     assert command == f"{Path(sys.executable).with_name('stallwatch')} hook codex"
+
+
+def test_install_keeps_a_private_settings_files_mode(home):
+    """~/.claude/settings.json can hold API keys in `env`: it must not become world-readable."""
+    path = home / ".claude" / "settings.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"env": {"ANTHROPIC_API_KEY": "sk-secret"}}))
+    path.chmod(0o600)
+    old_umask = os.umask(0o022)
+    try:
+        change("install", "claude", "user", False, None, home)
+    finally:
+        os.umask(old_umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE((path.parent / "settings.json.stallwatch-backup").stat().st_mode) == 0o600
+    path.chmod(0o640)
+    change("uninstall", "claude", "user", False, None, home)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+
+
+def test_install_writes_through_a_symlinked_settings_file_to_its_target(home):
+    """Dotfiles kept in a repository are symlinks: the link stays, the file it points at changes."""
+    dotfiles = home / "dotfiles"
+    dotfiles.mkdir()
+    real = dotfiles / "claude-settings.json"
+    real.write_text(json.dumps({"model": "opus"}))
+    link = home / ".claude" / "settings.json"
+    link.parent.mkdir()
+    link.symlink_to(real)
+    change("install", "claude", "user", False, None, home)
+    assert link.is_symlink() and link.resolve() == real
+    settings = json.loads(real.read_text())
+    assert settings["model"] == "opus" and "PreToolUse" in settings["hooks"]
+    assert not list(link.parent.glob("*.stallwatch-tmp")) and not list(dotfiles.glob("*.stallwatch-tmp"))

@@ -14,7 +14,7 @@ from aiohttp import web
 from stallwatch.client import EmbeddedClient
 from stallwatch.client.run import Client, Run
 from stallwatch.serve.service import Service
-from tests.serve.conftest import free_port
+from tests.serve.conftest import bound_port
 
 ROOT = Path(__file__).resolve().parents[3]
 STALLWATCH = str(Path(sys.executable).with_name("stallwatch"))
@@ -49,9 +49,8 @@ class RecordingService(Service):
 async def site(app: web.Application) -> AsyncIterator[str]:
     runner = web.AppRunner(app)
     await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{bound_port(runner)}"
     finally:
         await runner.cleanup()
