@@ -10,6 +10,9 @@ from typing import Any
 
 from stallwatch.engine.shell import shell_effect
 
+# Claude Code's tool for a background job's output, declared a repeat-exempt read: polls of the
+# job's output file are judged as it.
+POLL_TOOL = "TaskOutput"
 # Words marking stallwatch's notes beside a tool's result, so the model knows who speaks.
 NOTE = "[stallwatch] "
 
@@ -39,6 +42,10 @@ class Agent:
         if isinstance(args, dict):
             return {k: v for k, v in args.items() if k not in self.ignored_args}
         return args
+
+    def judged_tool(self, tool: str, args: Any) -> str:
+        """The tool a call is judged as: its own, unless the agent marks it as something else."""
+        return tool
 
     def call_effect(self, tool: str, args: Any) -> str | None:
         """A shell command's effect by the read rule; None: the tool's declared effect."""
@@ -89,7 +96,7 @@ class Claude(Agent):
         *({"name": n, "effect": "read"} for n in ("Read", "Grep", "Glob", "LS")),
         *({"name": n, "effect": "write"} for n in ("Edit", "Write", "MultiEdit", "NotebookEdit")),
         # Waits on a background shell: the same poll may rightly be repeated.
-        *({"name": n, "effect": "read", "repeat_exempt": True} for n in ("BashOutput", "TaskOutput")),
+        *({"name": n, "effect": "read", "repeat_exempt": True} for n in ("BashOutput", POLL_TOOL)),
     )
     shell_tools = frozenset({"Bash"})
     persistent_shell = True  # Claude Code keeps the working directory from call to call
@@ -99,6 +106,11 @@ class Claude(Agent):
         if tool == "Bash" and isinstance(args, dict) and args.get("run_in_background"):
             return "unknown"  # its answer is a shell id; what it does comes later
         return super().call_effect(tool, args)
+
+    def judged_tool(self, tool: str, args: Any) -> str:
+        # A look at a background job's output is a poll, judged as the declared poll tool:
+        # repeat_exempt, so waiting on a slow job is never refused nor counted as stale.
+        return POLL_TOOL if _polls_a_background_task(tool, args) else tool
 
     def deny(self, event: str, reason: str, stop: str | None) -> dict[str, Any]:
         answer = _pre_tool_deny(reason)
@@ -197,3 +209,16 @@ def _shell_text(payload: dict[str, Any]) -> str | None:
 
 
 AGENTS: dict[str, Agent] = {a.name: a for a in (Claude(), Codex(), Gemini())}
+
+
+def _polls_a_background_task(tool: str, args: Any) -> bool:
+    """A look at a background job's output: Claude Code writes it to `…/tasks/<id>.output` (in
+    its temporary folder) and tells the model to poll it with Read; a shell command may read it
+    too."""
+    if not isinstance(args, dict):
+        return False
+    target = args.get("file_path") if tool == "Read" else args.get("command") if tool == "Bash" else None
+    return isinstance(target, str) and _TASK_OUTPUT.search(target) is not None
+
+
+_TASK_OUTPUT = re.compile(r"/tasks/[\w-]+\.output\b")

@@ -297,7 +297,8 @@ class Hooks:
             if run.stop is not None:  # the round just ended stopped the run
                 return agent.deny(str(payload.get("hook_event_name")), run.stop.reason, run.stop.reason)
             args = agent.call_args(payload)
-            call_id, decision = await run.propose(tool, args, None, agent.call_effect(tool, args))
+            judged = agent.judged_tool(tool, args)
+            call_id, decision = await run.propose(judged, args, None, agent.call_effect(judged, args))
             if not decision.allowed:
                 if run.stop is not None:
                     return agent.deny(str(payload.get("hook_event_name")), run.stop.reason,
@@ -319,7 +320,8 @@ class Hooks:
                 return {}
             rounds.last_activity = self.settings.clock()
             status = "error" if agent.failed(payload) else "ok"
-            await held.run.result(call_id, tool, status, agent.result_view(payload))
+            judged = agent.judged_tool(tool, agent.call_args(payload))
+            await held.run.result(call_id, judged, status, agent.result_view(payload))
             return agent.after(str(payload.get("hook_event_name")), held.unread_nudges())
 
     async def model_request(self, agent: Agent, session: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -110,3 +111,33 @@ async def test_claude_code_re_running_a_test_after_each_edit_is_never_refused(cl
     assert run.nudges, "the same failing output after each edit is a stall: one nudge"
     nudge = json.dumps("[stallwatch] " + run.nudges[0].reason)[1:-1]
     assert any(nudge in seen.request_text for seen in model.seen), "the nudge never reached the model"
+
+
+def poll_a_background_job(turn: int, results: list[dict]) -> Reply:
+    """Start a slow job in the background, then poll its output with Read, as Claude Code tells
+    the model to, until it has finished: the same Read again and again, the same empty answer."""
+    if turn == 0:
+        return [("Bash", {"command": "sleep 4; echo job-finished", "run_in_background": True,
+                          "description": "a slow job"})]
+    if turn >= 40 or any("job-finished" in r["text"] for r in results):
+        return "Final answer: the job finished."
+    announced = re.search(r"Output is being written to: (\S+\.output)", results[0]["text"]) \
+        if turn == 1 else None
+    if announced:
+        poll_a_background_job.path = announced.group(1)  # type: ignore[attr-defined]
+    return [("Read", {"file_path": poll_a_background_job.path})]  # type: ignore[attr-defined]
+
+
+async def test_claude_code_polling_a_background_job_is_never_refused(claude_exe, tmp_path):
+    model, service, _ = await run_claude(claude_exe, tmp_path, poll_a_background_job, {})
+    received = [r for seen in model.seen for r in seen.tool_results]
+    assert "running in background" in received[0]["text"], received[0]
+    polls = received[1:]
+    empty = [r for r in polls if "job-finished" not in r["text"]]
+    assert len(empty) >= 6, "the job finished before five stale rounds: make it slower"
+    assert not [r for r in polls if "Refused" in r["text"] or "hook error" in r["text"]], polls
+    assert any("job-finished" in r["text"] for r in polls), "the job's output was never read"
+    # The job's end reaches Claude Code as a new prompt of the session: a second run, also unstopped.
+    runs = {**service.runs, **{r: h.run for r, h in service.held.items()}}
+    assert runs and all(run.stop is None for run in runs.values()), \
+        [(run.stop.code, run.stop.reason) for run in runs.values() if run.stop]
