@@ -5,6 +5,7 @@ Pure functions over a RunState; the detector turns their answers into verdicts, 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,5 +149,33 @@ def call_label(tool: str, args: Any) -> str:
                 text = tool
     else:
         text = tool
-    text = " ".join(text.split())
+    text = without_secrets(" ".join(text.split()))
     return text if len(text) <= LABEL_CHARS else text[:LABEL_CHARS - 3] + "..."
+
+
+# What in a command line is likely a secret: a label goes to the commands topic (which every
+# runtime of the deployment reads), the changelog and operators' terminals, so it keeps the
+# command's shape and drops these (`mysql -uroot -psecret` stays `mysql -uroot -p***`).
+_SECRETS = (
+    # credentials in a header or a URL
+    (re.compile(r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 ***"),
+    (re.compile(r"://[^/\s:@]+:[^/\s@]+@"), "://***@"),
+    (re.compile(r"(?<=\s)(-u|--user)\s+[^\s:]+:\S+"), r"\1 ***"),
+    # a password glued to its short option, as mysql and others take it
+    (re.compile(r"(?<=\s)-p(?=[^\s-])\S+"), "-p***"),
+    # key=value and key: value of a secret-named key (password=, --token=, api_key:, PGPASSWORD=)
+    (re.compile(r"(?i)((?:pass(?:word|wd)?|pwd|token|secret|api[-_]?key|access[-_]?key|auth)\w*"
+                r"(?:=|:\s*))[^\s&]+"), r"\1***"),
+    # an option naming a secret, then its value (`--password hunter2`, `--token abc`)
+    (re.compile(r"(?i)(--?(?:pass(?:word)?|token|secret|api[-_]?key)\s+)(?!-)\S+"), r"\1***"),
+    # well-known key shapes (OpenAI, GitHub, Slack, AWS, Anthropic, Google)
+    (re.compile(r"\b(?:sk-(?:ant-)?|ghp_|gho_|ghs_|github_pat_|xox[abpr]-|AKIA|AIza)[A-Za-z0-9_-]{8,}"),
+     "***"),
+)
+
+
+def without_secrets(text: str) -> str:
+    """The text with what looks like a secret replaced by `***` (see _SECRETS)."""
+    for pattern, replacement in _SECRETS:
+        text = pattern.sub(replacement, text)
+    return text

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 
+from stallwatch.contract.commands import encode_command
 from stallwatch.contract.parse import parse_event
 from stallwatch.engine.coder import call_label, effect_of
 from stallwatch.engine.fleet import Fleet
@@ -373,3 +375,29 @@ def test_the_same_call_with_the_same_result_five_times_in_a_row_is_stopped_withi
             s.end_round()
         out = run(s)
         assert len(out.stops) == 1 and out.stops[0].round <= 3 + 6, (tool, status, stops(out))
+
+
+@pytest.mark.parametrize("command, kept", [
+    ("mysql -uroot -phunter22 shop", "mysql -uroot -p*** shop"),
+    ("PGPASSWORD=hunter22 psql -h db", "PGPASSWORD=*** psql -h db"),
+    ('curl -H "Authorization: Bearer hunter22hunter22" https://api', 'curl -H "Authorization: *** ***" https://api'),
+    ("curl -u admin:hunter22 https://api", "curl -u *** https://api"),
+    ("git clone https://bot:hunter22@git.example/repo", "git clone https://***@git.example/repo"),
+    ("deploy --token hunter22 --region eu", "deploy --token *** --region eu"),
+    ("export OPENAI_API_KEY=sk-hunter22hunter22", "export OPENAI_API_KEY=***"),
+    ("python -m pytest -p no:cacheprovider tests", "python -m pytest -p no:cacheprovider tests"),
+    ("grep -rn password src/", "grep -rn password src/"),
+])
+def test_a_calls_label_keeps_the_commands_shape_and_drops_its_secrets(command, kept):
+    assert call_label("bash", {"command": command}) == kept
+
+
+def test_no_command_or_stored_state_of_a_coder_run_holds_a_secret_of_its_commands(run):
+    s = coder()
+    for _ in range(5):  # the same failing command after each edit: a stall, with its label
+        edit(s, _)
+        s.round_of(("bash", {"command": "mysql -uroot -phunter22 shop < check.sql"}, "ERROR 1045"))
+    out = run(s)
+    assert nudges(out), "the stall is told, with the command's label"
+    assert not [c for c in out.commands if b"hunter22" in encode_command(c)]
+    assert b"hunter22" not in state_of(out).to_bytes()
