@@ -52,7 +52,7 @@ class StallwatchMetrics:
                                   registry=r)
         self.lag = Gauge("stallwatch_consumer_lag",
                          "Events not yet committed: end offset minus committed offset",
-                         ["partition"], registry=r)
+                         ["topic", "partition"], registry=r)
         self.batch_seconds = Histogram("stallwatch_batch_processing_seconds",
                                        "Wall time to apply a batch, produce its commands and write "
                                        "its states", buckets=_LATENCY_BUCKETS, registry=r)

@@ -10,6 +10,7 @@ traceback (exit 2). The settings table of docs/operations.md is generated from t
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, ClassVar, Literal, Self, get_args, get_origin
 
 from pydantic import (
@@ -59,6 +60,10 @@ LogLevel = Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], B
 LogFormat = Annotated[Literal["json", "text"], BeforeValidator(_lower)]
 LogKafka = Annotated[Literal["folded", "raw"], BeforeValidator(_lower)]
 Port = Annotated[int, Field(ge=0, le=65535)]
+# A tenant's name is part of its topics' names: no dot, so `{prefix}.tenant.{T}.events` parses
+# back to one tenant; within Kafka's topic characters.
+TENANT_NAME = r"^[A-Za-z0-9_-]{1,64}$"
+Tenant = Annotated[str, Field(pattern=TENANT_NAME)]
 
 SECURITY_PROTOCOLS: tuple[str, ...] = get_args(get_args(SecurityProtocol)[0])
 SASL_MECHANISMS: tuple[str, ...] = get_args(get_args(SaslMechanism)[0])
@@ -122,6 +127,14 @@ class Settings(Declared):
     bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, comma-separated")
     topic_prefix: str = Field("stallwatch", description="prefix of every topic: `{prefix}.events`, "
                               "`{prefix}.commands`, `{prefix}.deadletter`, ...")
+    # The broker's ACLs decide who writes a tenant's events, so the tenant of a run is the one its
+    # topic names, never what an event says (docs/operations.md, "Trust model").
+    tenant: Tenant | None = Field(None, description="the tenant whose topics a runtime uses "
+                                  "(`{prefix}.tenant.{T}.events`, `.commands`); unset: the shared "
+                                  "topics of a one-team deployment. Workers serve every tenant")
+    tenant_scan_interval_s: float = Field(10.0, ge=0.1, description="how often a worker and the "
+                                          "fleet app look for tenants' topics (`stallwatch tenants "
+                                          "add`) to serve")
     partitions: int = Field(8, ge=1, description="partitions of the events and commands topics: the "
                             "most workers that can share the load")
     metrics_port: Port = Field(9400, description="port of the worker's `/metrics` (Prometheus)")
@@ -241,22 +254,32 @@ class Settings(Declared):
     def from_env(cls) -> Settings:
         return cls._from_environment()
 
+    def for_tenant(self, tenant: str | None) -> Settings:
+        """The same settings for `tenant`'s topics and consumer group."""
+        return self.model_copy(update={"tenant": tenant})
+
+    @property
+    def runs_prefix(self) -> str:
+        """The prefix of the topics that hold runs: the tenant's, or the shared ones."""
+        return self.topic_prefix if self.tenant is None else tenant_prefix(self.topic_prefix,
+                                                                           self.tenant)
+
     @property
     def events_topic(self) -> str:
-        return f"{self.topic_prefix}.events"
+        return f"{self.runs_prefix}.events"
 
     @property
     def commands_topic(self) -> str:
-        return f"{self.topic_prefix}.commands"
+        return f"{self.runs_prefix}.commands"
 
     @property
     def deadletter_topic(self) -> str:
-        return f"{self.topic_prefix}.deadletter"
+        return f"{self.runs_prefix}.deadletter"
 
     @property
     def changelog_topic(self) -> str:
         """The run states, compacted: written in each partition batch's transaction with its position."""
-        return f"{self.topic_prefix}.runs-changelog"
+        return f"{self.runs_prefix}.runs-changelog"
 
     @property
     def tallies_topic(self) -> str:
@@ -275,7 +298,23 @@ class Settings(Declared):
 
     @property
     def group_id(self) -> str:
-        return f"{self.topic_prefix}-detector"
+        """The decision workers' consumer group: one per tenant, so that one tenant's rebalance
+        or poison record never pauses another's partitions."""
+        shared = f"{self.topic_prefix}-detector"
+        return shared if self.tenant is None else f"{shared}.tenant.{self.tenant}"
+
+
+def tenant_prefix(topic_prefix: str, tenant: str) -> str:
+    return f"{topic_prefix}.tenant.{tenant}"
+
+
+def tenant_of_events_topic(topic_prefix: str, topic: str) -> str | None:
+    """The tenant whose events topic `topic` is (None: not a tenant's events topic)."""
+    head, tail = f"{topic_prefix}.tenant.", ".events"
+    if not (topic.startswith(head) and topic.endswith(tail)):
+        return None
+    name = topic[len(head):-len(tail)]
+    return name if re.fullmatch(TENANT_NAME, name) else None
 
 
 

@@ -386,11 +386,13 @@ async def stored_events(settings: Settings) -> list[bytes]:
         await consumer.stop()
 
 
-def replay_commands(lines: list[bytes], advisory_key: bytes | None = None) -> list[bytes]:
+def replay_commands(lines: list[bytes], advisory_key: bytes | None = None,
+                    tenant: str | None = None) -> list[bytes]:
     """What the embedded engine answers for the same log: the reference for every Kafka test.
-    `advisory_key`: the workers' STALLWATCH_ADVISORY_KEY, derived (`advisories.advisory_key`)."""
+    `advisory_key`: the workers' STALLWATCH_ADVISORY_KEY, derived (`advisories.advisory_key`).
+    `tenant`: the log is that tenant's events topic."""
     out: list[bytes] = []
-    for result in Fleet(advisory_key=advisory_key).replay(lines):
+    for result in Fleet(advisory_key=advisory_key, tenant=tenant).replay(lines):
         if not isinstance(result, Rejected):
             out.extend(encode_command(c) for c in result)
     return out
@@ -457,6 +459,9 @@ async def publish_two_contents(settings: Settings, raw: bytes, key: bytes) -> No
 def run_cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     """`stallwatch ARGS` as a process on these settings' broker and topics."""
     env = {**os.environ, "STALLWATCH_BOOTSTRAP": settings.bootstrap,
-           "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix}
+           "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
+           "STALLWATCH_PARTITIONS": str(settings.partitions),
+           "STALLWATCH_REPLICATION_FACTOR": str(settings.replication_factor),
+           "STALLWATCH_MIN_INSYNC_REPLICAS": str(settings.min_insync_replicas)}
     return subprocess.run([sys.executable, "-m", "stallwatch.cli.main", *args], env=env,
                           capture_output=True, text=True, timeout=60, check=False)

@@ -97,6 +97,11 @@ def main(argv: list[str] | None = None) -> int:
                    "needs the [worker] extra)")
     sub.add_parser("demo", help="drive a simulated fleet through a local broker and a worker")
 
+    p = sub.add_parser("tenants", help="create a tenant's topics; every worker serves them within "
+                       "STALLWATCH_TENANT_SCAN_INTERVAL_S")
+    p.add_argument("action", choices=["add"])
+    p.add_argument("tenant", nargs="+", help="tenant names: letters, digits, _ and -, 64 at most")
+
     p = sub.add_parser("settings", help="every STALLWATCH_* variable and the value read from the "
                        "environment, or the tables of docs/operations.md")
     p.add_argument("--markdown", action="store_true", help="print the settings tables (Markdown)")
@@ -113,11 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     LogSettings.from_env()
     ServeSettings.from_env()
     if args.command == "replay":
+        from stallwatch.cli.replay import ReplayEngine
         from stallwatch.cli.replay import main as replay_main
 
-        return replay_main(args.file, AdminPolicy.from_file(settings.policy_file),
-                           secret_from_key(reveal(settings.fingerprint_key)), args.jobs,
-                           settings.deadletter_raw, advisory_key_of(reveal(settings.advisory_key)))
+        return replay_main(args.file, ReplayEngine(
+            AdminPolicy.from_file(settings.policy_file), secret_from_key(reveal(settings.fingerprint_key)),
+            settings.deadletter_raw, advisory_key_of(reveal(settings.advisory_key)), settings.tenant),
+            args.jobs)
     if args.command == "explain":
         from stallwatch.cli.explain import main as explain_main
 
@@ -163,6 +170,10 @@ def main(argv: list[str] | None = None) -> int:
         from streams.fleet.main import main as fleet_main
 
         return fleet_main(settings)
+    if args.command == "tenants":
+        from stallwatch.kafka.topics import add_tenants
+
+        return add_tenants(settings, args.tenant)
     if args.command == "demo":
         from stallwatch.cli.demo import main as demo_main
 

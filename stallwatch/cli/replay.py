@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from dataclasses import dataclass
 from typing import BinaryIO
 
 from stallwatch.contract.commands import Command, encode_command
@@ -11,14 +12,29 @@ from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.fleet import Fleet, Rejected
 
 
+@dataclass(frozen=True)
+class ReplayEngine:
+    """The engine a log is replayed on, set as the workers that read it were. `secret`: the
+    fingerprint key the log's runtimes and workers used. `deadletter_raw`: the dead letters keep
+    the start of each bad line (STALLWATCH_DEADLETTER_RAW). `advisory_key`: advisories count
+    only when the fleet app signed them. `tenant`: the log is that tenant's events topic
+    (STALLWATCH_TENANT), whose tenant every run gets, as its workers give it."""
+
+    admin_policy: AdminPolicy | None = None
+    secret: bytes | None = None
+    deadletter_raw: bool = False
+    advisory_key: bytes | None = None
+    tenant: str | None = None
+
+    def fleet(self) -> Fleet:
+        return Fleet(self.admin_policy, secret=self.secret, deadletter_raw=self.deadletter_raw,
+                     advisory_key=self.advisory_key, tenant=self.tenant)
+
+
 def replay(source: BinaryIO, out: BinaryIO, err: BinaryIO, name: str = "-",
-           admin_policy: AdminPolicy | None = None, secret: bytes | None = None,
-           deadletter_raw: bool = False, advisory_key: bytes | None = None) -> tuple[int, int]:
-    """Write each command as a JSON line to `out`, each dead letter to `err`; returns counts.
-    `secret`: the fingerprint key the log's runtimes and workers used. `deadletter_raw`: the
-    dead letters keep the start of each bad line (STALLWATCH_DEADLETTER_RAW)."""
-    fleet = Fleet(admin_policy, secret=secret, deadletter_raw=deadletter_raw,
-                  advisory_key=advisory_key)
+           engine: ReplayEngine = ReplayEngine()) -> tuple[int, int]:
+    """Write each command as a JSON line to `out`, each dead letter to `err`; returns counts."""
+    fleet = engine.fleet()
     commands = rejected = 0
     write, write_err = out.write, err.write
     for result in fleet.replay(source, name):
@@ -39,8 +55,7 @@ def command_lines(commands: list[Command]) -> bytes:
     return b"".join(encode_command(command) + b"\n" for command in commands)
 
 
-def main(path: str, admin_policy: AdminPolicy | None = None, secret: bytes | None = None,
-         jobs: int = 1, deadletter_raw: bool = False, advisory_key: bytes | None = None) -> int:
+def main(path: str, engine: ReplayEngine, jobs: int = 1) -> int:
     """`jobs` above 1: the runs shared among that many processes (`replay_jobs`), the same output."""
     out, err = sys.stdout.buffer, sys.stderr.buffer
     if jobs > 1:
@@ -49,12 +64,12 @@ def main(path: str, admin_policy: AdminPolicy | None = None, secret: bytes | Non
         # SIGTERM as an exit, not a sudden end: the jobs are stopped and the temporary files
         # removed on the way out.
         signal.signal(signal.SIGTERM, _exit)
-        replay_jobs(path, jobs, out, err, path, admin_policy, secret, deadletter_raw, advisory_key)
+        replay_jobs(path, jobs, out, err, path, engine)
     elif path == "-":
-        replay(sys.stdin.buffer, out, err, "-", admin_policy, secret, deadletter_raw, advisory_key)
+        replay(sys.stdin.buffer, out, err, "-", engine)
     else:
         with open(path, "rb") as source:
-            replay(source, out, err, path, admin_policy, secret, deadletter_raw, advisory_key)
+            replay(source, out, err, path, engine)
     return 0
 
 

@@ -28,12 +28,11 @@ from typing import BinaryIO
 import orjson
 from xxhash import xxh3_64_intdigest
 
-from stallwatch.cli.replay import command_lines
+from stallwatch.cli.replay import ReplayEngine, command_lines
 from stallwatch.contract.limits import MAX_ID_CHARS
 from stallwatch.contract.parse import MAX_EVENT_BYTES
-from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.detector import Event
-from stallwatch.engine.fleet import Fleet, Rejected
+from stallwatch.engine.fleet import Rejected
 
 # A line's number, which stream its output goes to, and the output's length.
 _HEADER = struct.Struct("<QBI")
@@ -51,16 +50,14 @@ _BUFFER = 1 << 20
 
 
 def replay_jobs(path: str, jobs: int, out: BinaryIO, err: BinaryIO, name: str,
-                admin_policy: AdminPolicy | None, secret: bytes | None,
-                deadletter_raw: bool = False, advisory_key: bytes | None = None) -> tuple[int, int]:
+                engine: ReplayEngine) -> tuple[int, int]:
     """As `stallwatch.cli.replay.replay`, with the runs shared among `jobs` forked processes;
     `path` is a file, or - for standard input."""
     with tempfile.TemporaryDirectory(prefix="stallwatch-replay-") as folder:
         path = _whole_file(path, folder)
         outputs = [os.path.join(folder, f"job-{job}") for job in range(jobs)]
-        engine = (admin_policy, secret, deadletter_raw, advisory_key)
-        if not _run_jobs(path, jobs, False, outputs, name, *engine):
-            _run_jobs(path, jobs, True, outputs, name, *engine)
+        if not _run_jobs(path, jobs, False, outputs, name, engine):
+            _run_jobs(path, jobs, True, outputs, name, engine)
         commands = rejected = 0
         readers = [open(output, "rb", buffering=_BUFFER) for output in outputs]  # noqa: SIM115
         try:
@@ -80,13 +77,11 @@ def replay_jobs(path: str, jobs: int, out: BinaryIO, err: BinaryIO, name: str,
 
 
 def _run_jobs(path: str, jobs: int, exact: bool, outputs: list[str], name: str,
-              admin_policy: AdminPolicy | None, secret: bytes | None,
-              deadletter_raw: bool, advisory_key: bytes | None) -> bool:
+              engine: ReplayEngine) -> bool:
     """Run the jobs to their end; False when one was given a line of another's run."""
     context = multiprocessing.get_context("fork")  # the jobs share the parent's imports
     processes = [context.Process(target=_job, name=f"replay job {job}",
-                                 args=(path, job, jobs, exact, outputs[job], name, admin_policy,
-                                       secret, deadletter_raw, advisory_key))
+                                 args=(path, job, jobs, exact, outputs[job], name, engine))
                  for job in range(jobs)]
     try:
         for process in processes:
@@ -157,16 +152,14 @@ def _literal_run_id(line: bytes) -> bytes | None:
 
 
 def _job(path: str, job: int, jobs: int, exact: bool, output: str, name: str,
-         admin_policy: AdminPolicy | None, secret: bytes | None, deadletter_raw: bool,
-         advisory_key: bytes | None) -> None:
+         engine: ReplayEngine) -> None:
     """One job, in its own process: replay the log's lines it owns into `output`, each line's
     output tagged with its number. Exits MISROUTED when a line of another job's run came."""
     # Stopped by the parent alone: Ctrl-C reaches the whole group, and a traceback per job
     # would bury the parent's.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    fleet = Fleet(admin_policy, secret=secret, deadletter_raw=deadletter_raw,
-                  advisory_key=advisory_key)
+    fleet = engine.fleet()
     with open(path, "rb", buffering=_BUFFER) as log, open(output, "wb", buffering=_BUFFER) as tagged:
         share = _Share(log, job, jobs, exact)
         try:

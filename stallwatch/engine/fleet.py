@@ -37,14 +37,15 @@ class Fleet:
     def __init__(self, admin_policy: AdminPolicy | None = None,
                  max_event_bytes: int = MAX_EVENT_BYTES, metrics: Counters | None = None,
                  secret: bytes | None = None, deadletter_raw: bool = False,
-                 advisory_key: bytes | None = None) -> None:
+                 advisory_key: bytes | None = None, tenant: str | None = None) -> None:
         """`secret`: the key of every digest, shared with the runtimes (Settings.fingerprint_secret).
         `deadletter_raw`: dead letters keep the start of the raw input (off: digest and size).
         `advisory_key`: advisories read from a log count only when the fleet app signed them
-        (Settings.advisory_secret)."""
+        (Settings.advisory_secret). `tenant`: the events are that tenant's, read from its events
+        topic (None: each event names its own, as on the shared topic)."""
         self.detector = Detector(admin_policy, secret, advisory_key)
         self.deadletter_raw = deadletter_raw
-        self.records = RecordApplier(self.detector, max_event_bytes)
+        self.records = RecordApplier(self.detector, max_event_bytes, tenant)
         self.runs: dict[str, RunState] = {}
         # The workers' counters, kept only when asked for (prometheus-client installed).
         self.metrics = metrics

@@ -8,6 +8,7 @@ from typing import TypeVar, overload
 from stallwatch.contract.commands import Command
 from stallwatch.contract.faults import fault
 from stallwatch.contract.parse import MAX_EVENT_BYTES, InvalidEvent, parse_event, parse_record
+from stallwatch.contract.tenancy import claim_for_tenant
 from stallwatch.engine.detector import Detector, Event
 from stallwatch.engine.quota import LiveRuns
 from stallwatch.engine.state import RunState
@@ -46,9 +47,13 @@ class RecordApplier:
     batch step (`streams.worker.batch`) both go through `apply`, each adding what it needs around
     it (the worker: record keys, offsets, its partition's clock, tallies, dead letters with keys)."""
 
-    def __init__(self, detector: Detector, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+    def __init__(self, detector: Detector, max_event_bytes: int = MAX_EVENT_BYTES,
+                 tenant: str | None = None) -> None:
+        """`tenant`: the records come from that tenant's events topic, whose tenant every run and
+        advisory gets (None: the shared topic, where an event names its own)."""
         self.detector = detector
         self.max_event_bytes = max_event_bytes
+        self.tenant = tenant
 
     # Without offsets nothing is SKIPPED: replay's results are commands or letters alone.
     @overload
@@ -102,13 +107,15 @@ class RecordApplier:
         did not ask for."""
         detect = self.detector.apply
         max_bytes, secret = self.max_event_bytes, self.detector.secret
-        advisory_key = self.detector.advisory_key
+        advisory_key, tenant = self.detector.advisory_key, self.tenant
         for index, value in enumerate(values):
             try:
                 if keys is None:
                     event = parse_event(value, max_bytes, secret, advisory_key)
                 else:
                     event = parse_record(keys[index], value, max_bytes, secret, advisory_key)
+                if tenant is not None:
+                    claim_for_tenant(event, tenant)
             except InvalidEvent as exc:
                 letter = rejected(index, value, exc)
                 if letter is not None:

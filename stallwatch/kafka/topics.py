@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TypeVar
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, NodeNotReadyError
 
 from stallwatch.kafka.options import aiokafka_options
-from stallwatch.settings import Settings, SetupError
+from stallwatch.settings import TENANT_NAME, Settings, SetupError, tenant_of_events_topic
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,41 @@ async def ensure_topics(settings: Settings, extra: Sequence[NewTopic] = ()) -> N
             await _until_led(settings, admin, [t.name for t in missing])
     finally:
         await admin.close()
+
+
+async def list_topic_names(settings: Settings) -> list[str]:
+    """Every topic of the cluster, by a short-lived admin client."""
+    admin = AIOKafkaAdminClient(**aiokafka_options(settings))
+    try:
+        await admin.start()
+        return await admin.list_topics()
+    finally:
+        await admin.close()
+
+
+def tenants_in(settings: Settings, topics: Iterable[str]) -> set[str]:
+    """The tenants whose events topic is among `topics`."""
+    return {tenant for topic in topics
+            if (tenant := tenant_of_events_topic(settings.topic_prefix, topic)) is not None}
+
+
+def add_tenants(settings: Settings, tenants: Sequence[str]) -> int:
+    """`stallwatch tenants add`: each tenant's events, commands, dead-letter and changelog
+    topics, created when missing. Its ACLs are the operator's (deploy/kafka/acls.sh)."""
+    each = [settings.for_tenant(name) for name in tenants]
+    for tenant_settings in each:
+        if tenant_settings.tenant is None or not re.fullmatch(TENANT_NAME, tenant_settings.tenant):
+            raise SetupError(f"tenant name {tenant_settings.tenant!r}: use letters, digits, _ and -, "
+                             "64 characters at most")
+
+    async def create() -> None:
+        for tenant_settings in each:
+            await ensure_topics(tenant_settings)
+            print(f"tenant {tenant_settings.tenant}: events on {tenant_settings.events_topic}, "
+                  f"commands on {tenant_settings.commands_topic}")
+
+    asyncio.run(create())
+    return 0
 
 
 async def until_ready(settings: Settings, call: Callable[[], Awaitable[T]],

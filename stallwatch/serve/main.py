@@ -78,7 +78,8 @@ async def serve(options: ServeOptions, settings: Settings,
     """Serve until SIGINT or SIGTERM; `listening` is told the port once it is bound (--port 0:
     the kernel's choice)."""
     token = token_for(options.host)
-    hook_settings = HookSettings(tenant=options.tenant, policy=read_policy(options.policy_file))
+    hook_settings = HookSettings(tenant=options.tenant or settings.tenant,
+                                 policy=read_policy(options.policy_file))
     client = make_client(options, settings)
     async with client:
         runner = web.AppRunner(make_app(Service(client), token, hook_settings), access_log=None)

@@ -11,6 +11,7 @@ from typing import Any
 import faust
 import orjson
 from aiokafka.admin import NewTopic
+from aiokafka.errors import KafkaError
 from aiokafka.partitioner import murmur2
 from faust.exceptions import PartitionsMismatch
 from prometheus_client import generate_latest
@@ -21,6 +22,7 @@ from stallwatch.contract.digests import secret_from_key
 from stallwatch.contract.faults import fault
 from stallwatch.contract.incidents import INCIDENT_KINDS
 from stallwatch.kafka.options import oauth_token_provider, ssl_context
+from stallwatch.kafka.topics import list_topic_names, tenants_in
 from stallwatch.settings import Settings, reveal
 from streams.fleet.metrics import FleetMetrics
 from streams.fleet.rules import Judge, Outcome
@@ -117,6 +119,9 @@ class FleetService:
         self.partials = _raw_topic(app, base.fleet_partials_topic)
         self.incidents = _raw_topic(app, base.incidents_topic)
         self.events = _raw_topic(app, base.events_topic)
+        # Each tenant's events topic, as the last scan found them: a tenant's runs are there, so
+        # its advisories go there too (the shared topic's runs name their tenant themselves).
+        self.tenant_events: dict[str, faust.TopicT] = {}
         self.deadletter = _raw_topic(app, base.deadletter_topic)
         self.table = app.Table(TABLE_NAME, default=None, partitions=base.partitions,
                                key_type=bytes)
@@ -135,6 +140,8 @@ class FleetService:
         app.agent(self.tallies, name="merge")(self._merge)
         app.agent(self.partials, name="judge")(self._judge)
         app.timer(cfg.tick_interval_s)(self._tick)
+        app.task(self._scan_tenants)  # once at start, before any incident can open
+        app.timer(base.tenant_scan_interval_s)(self._scan_tenants)
         self._views()
         # mode types a handler as taking any positional arguments; this signal sends one.
         app.on_partitions_assigned.connect(self._on_assigned)  # type: ignore[arg-type]
@@ -182,6 +189,20 @@ class FleetService:
         letter = DeadLetter.of(message.value, error, message.topic, message.partition, message.offset,
                                self.secret, self.cfg.base.deadletter_raw)
         await self.deadletter.send(key=message.key, value=letter.encode(), partition=message.partition)
+
+    async def _scan_tenants(self) -> None:
+        """The tenants whose events topic exists (`stallwatch tenants add`); a broker that does
+        not answer leaves the last scan's in place."""
+        base = self.cfg.base
+        try:
+            found = tenants_in(base, await list_topic_names(base))
+        except (KafkaError, OSError) as exc:
+            log.debug("the scan for tenants' topics failed (%s); trying again", fault(exc))
+            return
+        for tenant in found - self.tenant_events.keys():
+            self.tenant_events[tenant] = _raw_topic(self.app, base.for_tenant(tenant).events_topic)
+        for gone in self.tenant_events.keys() - found:
+            del self.tenant_events[gone]
 
     async def _tick(self) -> None:
         """Every partition of the partials hears this worker's event time: incidents of tools no
@@ -338,7 +359,8 @@ class FleetService:
         for advisory in outcome.advisories:
             if self.advisory_key is not None:
                 advisory = signed(advisory, self.advisory_key)
-            await self.events.send(key=advisory["run_id"].encode(), value=orjson.dumps(advisory))
+            events = self.tenant_events.get(advisory["tenant"], self.events)
+            await events.send(key=advisory["run_id"].encode(), value=orjson.dumps(advisory))
             self.metrics.advisories.labels(advisory["incident"]).inc()
         for kind in outcome.opened:
             self.metrics.opened.labels(kind).inc()

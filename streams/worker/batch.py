@@ -63,16 +63,19 @@ class BatchApplier:
 
     def __init__(self, detector: Detector, topic: str, max_event_bytes: int = MAX_EVENT_BYTES,
                  tallies: Tallies | None = None, idle_timeout_s: float = float("inf"),
-                 ended_retention_s: float = float("inf"), deadletter_raw: bool = False) -> None:
-        """`tallies`: counts the batch for the fleet app (None: no tallies). A run idle past
-        `idle_timeout_s` (ended: past `ended_retention_s`) on the partition clock at one of its
-        records is met as absent (stallwatch/engine/expiry.py). `deadletter_raw`: dead letters
-        keep the start of the raw input (off: its digest and size only)."""
+                 ended_retention_s: float = float("inf"), deadletter_raw: bool = False,
+                 tenant: str | None = None) -> None:
+        """`tenant`: `topic` is that tenant's events topic, whose tenant every run gets (None: the
+        shared topic, where each run names its own). `tallies`: counts the batch for the fleet
+        app (None: no tallies). A run idle past `idle_timeout_s` (ended: past
+        `ended_retention_s`) on the partition clock at one of its records is met as absent
+        (stallwatch/engine/expiry.py). `deadletter_raw`: dead letters keep the start of the raw
+        input (off: its digest and size only)."""
         self.deadletter_raw = deadletter_raw
         self.detector = detector
         self.idle_timeout_s = idle_timeout_s
         self.ended_retention_s = ended_retention_s
-        self.records = RecordApplier(detector, max_event_bytes)
+        self.records = RecordApplier(detector, max_event_bytes, tenant)
         self.topic = topic
         self.tallies = tallies
 

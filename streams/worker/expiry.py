@@ -47,10 +47,13 @@ class ExpiryScan:
                    if is_expired(state, newest, self.idle_timeout_s, self.ended_retention_s)]
         # Counted from the states this scan decoded anyway, one partition at a time.
         self._fingerprints[partition] = sum(len(state.fingerprints) for _, state in states)
-        self.metrics.fingerprints.set(sum(self._fingerprints.values()))
         if expired:
             log.info("expiring %d idle or ended runs of partition %d", len(expired), partition)
         return expired
+
+    def fingerprints_held(self) -> int:
+        """Result fingerprints held by this scan's partitions, as counted at their last scans."""
+        return sum(self._fingerprints.values())
 
     def forget(self, partition: int) -> None:
         """A partition this worker no longer owns."""

@@ -9,7 +9,7 @@ import time
 
 from aiohttp import web
 
-from streams.worker.progress import Progress
+from streams.worker.progress import Signs
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +22,7 @@ class HealthServer:
     (an open port alone proves nothing: a hung loop still answers). `/health/ready`: 200 once the
     assigned partitions are restored."""
 
-    def __init__(self, progress: Progress, stall_timeout_s: float, host: str, port: int) -> None:
+    def __init__(self, progress: Signs, stall_timeout_s: float, host: str, port: int) -> None:
         self.progress = progress
         self.stall_timeout_s = stall_timeout_s
         self.host, self.port = host, port
@@ -51,7 +51,7 @@ class HealthServer:
         return web.json_response({"ready": ready}, status=200 if ready else 503)
 
 
-def start_watchdog(progress: Progress, stall_timeout_s: float) -> threading.Thread:
+def start_watchdog(progress: Signs, stall_timeout_s: float) -> threading.Thread:
     """A thread, so that it fires even when the event loop itself is blocked: a worker with no
     progress for twice the stall timeout exits, and its partitions move to a live worker. Twice:
     an orchestrator probing /health/live sees the stall first and restarts the worker its own way;

@@ -86,7 +86,7 @@ class Pipeline(ConsumerRebalanceListener):
         self.expiry = ExpiryScan(self.store, metrics, settings.idle_timeout_s,
                                  settings.ended_retention_s, settings.expiry_interval_s)
         self.committer = BatchCommitter(
-            BatchApplier(detector, settings.events_topic, tallies=Tallies(
+            BatchApplier(detector, settings.events_topic, tenant=settings.tenant, tallies=Tallies(
                 detector.secret, detector.admin_policy) if settings.tallies else None,
                 idle_timeout_s=settings.idle_timeout_s,
                 ended_retention_s=settings.ended_retention_s,
@@ -298,10 +298,9 @@ class Pipeline(ConsumerRebalanceListener):
         for _ in range(events):
             metrics.event_seconds.observe(per_event)
         metrics.batch_events.observe(events)
-        metrics.active_runs.set(len(self.store))
         highwater = self.consumer.highwater(tp)
         if highwater is not None:
-            metrics.lag.labels(str(tp.partition)).set(max(0, highwater - batch.last_offset - 1))
+            metrics.lag.labels(tp.topic, str(tp.partition)).set(max(0, highwater - batch.last_offset - 1))
 
     # -- partitions changing hands -----------------------------------------------------------
 
@@ -334,7 +333,7 @@ class Pipeline(ConsumerRebalanceListener):
                 self.store.drop(partition)
                 self.expiry.forget(partition)
                 with contextlib.suppress(KeyError):
-                    self.metrics.lag.remove(str(partition))
+                    self.metrics.lag.remove(self.settings.events_topic, str(partition))
             new = sorted(owned - set(self.producers))
             self.in_flight.held.difference_update(new)  # rebuilt here if held after a timeout
             self.progress.restoring = True
@@ -357,10 +356,10 @@ class Pipeline(ConsumerRebalanceListener):
             # Again at the end: a fetch that returned while this callback awaited (the consumer
             # fetches from the group's offsets meanwhile) is then read again from the position.
             self._generation += 1
-            self.metrics.active_runs.set(len(self.store))
             self.progress.restoring = False
             self.progress.tick()
-            log.info("serving partitions %s (restored %s)", sorted(owned), new)
+            log.info("serving partitions %s of %s (restored %s)", sorted(owned),
+                     self.settings.events_topic, new)
 
     async def _close_producers(self, partitions: list[int]) -> None:
         for partition in partitions:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 
 @dataclass
@@ -23,3 +25,27 @@ class Progress:
         partition's batch hangs is stalled all the same."""
         oldest = min([self.beat, *self.batches_since.values()])
         return time.monotonic() - oldest
+
+
+class Signs(Protocol):
+    """What the health checks and the watchdog read: one pipeline's progress, or all of them."""
+
+    @property
+    def restoring(self) -> bool: ...
+
+    def stalled_for(self) -> float: ...
+
+
+class AllProgress:
+    """The progress of every pipeline of a worker as one: as stalled as the most stalled, and
+    restoring while any is (a stalled tenant's partitions must move to a live worker too)."""
+
+    def __init__(self, parts: Callable[[], Iterable[Progress]]) -> None:
+        self._parts = parts
+
+    @property
+    def restoring(self) -> bool:
+        return any(part.restoring for part in self._parts())
+
+    def stalled_for(self) -> float:
+        return max((part.stalled_for() for part in self._parts()), default=0.0)

@@ -19,7 +19,7 @@ from stallwatch.logs import configure as configure_logging
 from stallwatch.metrics import StallwatchMetrics
 from stallwatch.settings import Settings, SetupError, reveal
 from streams.worker.health import HealthServer, start_watchdog
-from streams.worker.pipeline import Pipeline
+from streams.worker.tenants import Tenants
 
 log = logging.getLogger("streams.worker")
 
@@ -55,14 +55,15 @@ def main(settings: Settings) -> int:
 async def serve(settings: Settings, metrics: StallwatchMetrics | None = None,
                 deadline: StopDeadline | None = None) -> int:
     """Run one worker until SIGTERM/SIGINT (exit 0) or a failure (exit 1)."""
+    settings = settings.for_tenant(None)  # a worker serves every tenant; STALLWATCH_TENANT is a runtime's
     policy = AdminPolicy.from_file(settings.policy_file)  # a bad file stops the worker before Kafka
     await ensure_topics(settings)
     metrics = metrics or StallwatchMetrics()
     with _port_setting("STALLWATCH_METRICS_PORT", settings.metrics_bind, settings.metrics_port):
         metrics.serve(settings.metrics_port, settings.metrics_bind)
-    pipeline = Pipeline(settings, metrics, Detector(policy, secret_from_key(reveal(settings.fingerprint_key)),
-                                                 advisory_key_of(reveal(settings.advisory_key))))
-    health = HealthServer(pipeline.progress, settings.stall_timeout_s, settings.web_bind,
+    tenants = Tenants(settings, metrics, Detector(policy, secret_from_key(reveal(settings.fingerprint_key)),
+                                                  advisory_key_of(reveal(settings.advisory_key))))
+    health = HealthServer(tenants.progress, settings.stall_timeout_s, settings.web_bind,
                           settings.web_port)
     stopping = asyncio.Event()
     deadline = deadline or StopDeadline(STOP_TIMEOUT_S)
@@ -76,10 +77,11 @@ async def serve(settings: Settings, metrics: StallwatchMetrics | None = None,
         loop.add_signal_handler(signum, on_signal)
     with _port_setting("STALLWATCH_WEB_PORT", settings.web_bind, settings.web_port):
         await health.start()
-    await pipeline.start()
-    start_watchdog(pipeline.progress, settings.stall_timeout_s)
-    log.info("worker ready: group %s, topic %s", settings.group_id, settings.events_topic)
-    consuming = asyncio.create_task(pipeline.run(), name="stallwatch-pipeline")
+    await tenants.start()
+    start_watchdog(tenants.progress, settings.stall_timeout_s)
+    log.info("worker ready: group %s, topic %s, tenants %s", settings.group_id, settings.events_topic,
+             sorted(t for t in tenants.pipelines if t is not None))
+    consuming = asyncio.create_task(tenants.run(), name="stallwatch-tenants")
     stop_requested = asyncio.create_task(stopping.wait())
     await asyncio.wait({consuming, stop_requested}, return_when=asyncio.FIRST_COMPLETED)
     deadline.arm()
@@ -95,7 +97,7 @@ async def serve(settings: Settings, metrics: StallwatchMetrics | None = None,
     stop_requested.cancel()
     # A stop within the deadline, with a margin for what follows: the health server, the loop's
     # own shutdown.
-    if not await pipeline.stop(STOP_TIMEOUT_S - STOP_MARGIN_S):
+    if not await tenants.stop(STOP_TIMEOUT_S - STOP_MARGIN_S):
         code = code or ABANDONED_EXIT_CODE
     await health.stop()
     log.info("worker stopped (exit %d)", code)

@@ -14,9 +14,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-import stallwatch.cli.replay_jobs
 from benchmarks.replay_hashes import mixed_log
-from stallwatch.cli.replay import replay
+from stallwatch.cli.replay import ReplayEngine, replay
 from stallwatch.cli.replay_jobs import _literal_run_id, owner, replay_jobs
 from stallwatch.contract.envelope import envelope
 from stallwatch.engine.canonical import derive_secret
@@ -26,13 +25,13 @@ from stallwatch.engine.fleet import Fleet
 def sequential(path: Path, secret: bytes | None = None) -> tuple[bytes, bytes, tuple[int, int]]:
     out, err = io.BytesIO(), io.BytesIO()
     with path.open("rb") as source:
-        counts = replay(source, out, err, "log", secret=secret)
+        counts = replay(source, out, err, "log", ReplayEngine(secret=secret))
     return out.getvalue(), err.getvalue(), counts
 
 
 def in_jobs(path: Path, jobs: int, secret: bytes | None = None) -> tuple[bytes, bytes, tuple[int, int]]:
     out, err = io.BytesIO(), io.BytesIO()
-    counts = replay_jobs(str(path), jobs, out, err, "log", None, secret)
+    counts = replay_jobs(str(path), jobs, out, err, "log", ReplayEngine(secret=secret))
     return out.getvalue(), err.getvalue(), counts
 
 
@@ -103,10 +102,14 @@ def test_a_job_that_fails_fails_the_replay_and_writes_nothing(tmp_path, monkeypa
         def replay(self, *args: object, **kwargs: object) -> Iterator[object]:
             raise OSError("the job's own failure")
 
-    monkeypatch.setattr(stallwatch.cli.replay_jobs, "Fleet", Failing)
+    class FailingEngine(ReplayEngine):
+        def fleet(self) -> Fleet:
+            return Failing()
+
     out, err = io.BytesIO(), io.BytesIO()
     with pytest.raises(RuntimeError, match="replay job 0"):
-        replay_jobs(str(written(tmp_path, mixed_log(runs=5, seed=1))), 2, out, err, "log", None, None)
+        replay_jobs(str(written(tmp_path, mixed_log(runs=5, seed=1))), 2, out, err, "log",
+                    FailingEngine())
     assert out.getvalue() == err.getvalue() == b""
 
 
@@ -202,5 +205,5 @@ def test_output_and_dead_letters_sent_to_one_file_come_out_the_same(tmp_path):
         replay(source, out, err, "log")
     shared: list[bytes] = []
     out, err = (io.BufferedWriter(_OneFile(shared)) for _ in range(2))
-    replay_jobs(str(path), 2, out, err, "log", None, None)
+    replay_jobs(str(path), 2, out, err, "log", ReplayEngine())
     assert b"".join(shared) == b"".join(one)

@@ -9,7 +9,7 @@ import io
 import orjson
 import pytest
 
-from stallwatch.cli.replay import replay
+from stallwatch.cli.replay import ReplayEngine, replay
 from stallwatch.contract.advisories import advisory_key, signed, verified
 from stallwatch.contract.commands import encode_command
 from stallwatch.engine.detector import Detector
@@ -24,7 +24,7 @@ KEY = advisory_key("the fleet app's own advisory key")
 
 def replayed(lines: list[bytes], key: bytes | None = KEY) -> tuple[list[dict], list[dict]]:
     out, err = io.BytesIO(), io.BytesIO()
-    replay(io.BytesIO(b"\n".join(lines) + b"\n"), out, err, advisory_key=key)
+    replay(io.BytesIO(b"\n".join(lines) + b"\n"), out, err, engine=ReplayEngine(advisory_key=key))
     return ([orjson.loads(x) for x in out.getvalue().splitlines()],
             [orjson.loads(x) for x in err.getvalue().splitlines()])
 

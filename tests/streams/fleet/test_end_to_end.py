@@ -52,26 +52,32 @@ def _run(run_id: str, tool: str, status: str, ts: float, end: bool = False) -> l
     return events
 
 
-@pytest.mark.parametrize("keyed", [False, True], ids=["unkeyed", "advisories signed"])
-async def test_a_tool_failing_for_many_runs_reaches_exactly_the_live_runs_that_used_it(keyed) -> None:
+@pytest.mark.parametrize(("keyed", "tenant"), [(False, None), (True, None), (True, "acme")],
+                         ids=["unkeyed", "advisories signed", "on a tenant's topics"])
+async def test_a_tool_failing_for_many_runs_reaches_exactly_the_live_runs_that_used_it(
+        keyed, tenant) -> None:
     """Signed: the fleet app and the worker share STALLWATCH_ADVISORY_KEY, and an advisory forged
-    by a runtime (to the bystander) changes nothing, live or in replay."""
+    by a runtime (to the bystander) changes nothing, live or in replay. On a tenant's topics,
+    the advisories go to that tenant's events topic, where its runs are."""
     settings = fresh_settings()
     await ensure_topics(settings)
+    runs = settings.for_tenant(tenant)
+    if tenant is not None:
+        await ensure_topics(runs)
     env = {"STALLWATCH_ADVISORY_KEY": ADVISORY_KEY} if keyed else {}
     worker = WorkerProcess(settings, env=env)
     fleet = FleetProcess(settings, env=env)
     now = time.time()
     failing = [f"live-{i}" for i in range(5)]
     try:
-        await asyncio.gather(wait_until_serving(settings), fleet.serving())
+        await asyncio.gather(wait_until_serving(runs), fleet.serving())
         events = [e for run in failing for e in _run(run, "search", "error", now)]
         events += _run("ended", "search", "error", now, end=True)     # used it, then finished
         events += _run("bystander", "fetch", "ok", now)                 # never used it
         if keyed:
             events.append(forged_advisory("bystander", now))
-        await produce(settings, [orjson.dumps(e) for e in events])
-        async with Reader(settings, settings.commands_topic) as commands:
+        await produce(runs, [orjson.dumps(e) for e in events])
+        async with Reader(runs, runs.commands_topic) as commands:
             def nudged(values: list[dict]) -> set[str]:
                 return {v["run_id"] for v in values if v["type"] == "nudge" and "incident_id" in v["detail"]}
             await commands.until(lambda vs: nudged(vs) >= set(failing), timeout_s=90)
@@ -83,7 +89,7 @@ async def test_a_tool_failing_for_many_runs_reaches_exactly_the_live_runs_that_u
             assert "search" in words
         # The events topic now holds the runs' events and the fleet's advisories: replaying it
         # gives every run the same commands the worker published.
-        async with Reader(settings, settings.events_topic) as log:
+        async with Reader(runs, runs.events_topic) as log:
             await log.until(lambda vs: sum(v["type"] == "fleet_advisory" for v in vs) >= len(failing) + 1)
             await log.poll(1.0)
             lines = [orjson.dumps(v) for _, v in log.records if not v["run_id"].startswith("probe-")]
@@ -92,7 +98,7 @@ async def test_a_tool_failing_for_many_runs_reaches_exactly_the_live_runs_that_u
         assert advisories == {*failing, "ended"}  # the fleet cannot know "ended" ended; the engine does
         published = by_run([orjson.dumps(v) for v in values if not v["run_id"].startswith("probe-")])
         key = advisory_key(ADVISORY_KEY) if keyed else None
-        assert by_run(replay_commands(lines, key)) == published
+        assert by_run(replay_commands(lines, key, tenant)) == published
     finally:
         fleet.stop()
         worker.stop()

@@ -1,0 +1,96 @@
+"""Every tenant's pipeline in one worker process.
+
+The shared topics (`{prefix}.events`, a one-team deployment) have a pipeline from the start;
+each tenant whose topics exist (`stallwatch tenants add`) gets one of its own as soon as a scan
+finds its events topic: its own consumer group, run states, producers and quota, so that one
+tenant's rebalance, poison record or flood never pauses another's partitions, and the tenant
+of every run is the one its topic names. A tenant whose events topic is deleted is let go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from stallwatch.engine.detector import Detector
+from stallwatch.kafka.topics import tenants_in
+from stallwatch.metrics import StallwatchMetrics
+from stallwatch.settings import Settings
+from streams.worker.pipeline import Pipeline
+from streams.worker.progress import AllProgress
+
+log = logging.getLogger(__name__)
+
+PipelineFactory = Callable[[Settings], Pipeline]
+
+
+class Tenants:
+    """The pipelines of one worker, by tenant (None: the shared topics), each run as a task; the
+    first to fail ends `run`, and so the worker, which restarts from what Kafka committed."""
+
+    def __init__(self, settings: Settings, metrics: StallwatchMetrics, detector: Detector,
+                 pipeline: PipelineFactory | None = None) -> None:
+        self.settings = settings.for_tenant(None)
+        self._pipeline = pipeline or (lambda tenant_settings: Pipeline(tenant_settings, metrics,
+                                                                        detector))
+        self.pipelines: dict[str | None, Pipeline] = {}
+        self._runs: dict[str | None, asyncio.Task[None]] = {}
+        self.progress = AllProgress(lambda: [p.progress for p in self.pipelines.values()])
+        metrics.active_runs.set_function(
+            lambda: sum(len(p.store) for p in list(self.pipelines.values())))
+        metrics.fingerprints.set_function(
+            lambda: sum(p.expiry.fingerprints_held() for p in list(self.pipelines.values())))
+
+    async def start(self) -> None:
+        """The shared topics' pipeline, then every tenant's found now."""
+        await self._add(None)
+        await self.scan()
+
+    async def run(self) -> None:
+        """Until cancelled: the pipelines run, and new tenants are looked for every
+        STALLWATCH_TENANT_SCAN_INTERVAL_S. A pipeline's failure propagates."""
+        while True:
+            done, _ = await asyncio.wait(set(self._runs.values()),
+                                         timeout=self.settings.tenant_scan_interval_s,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # a failure raises here; a pipeline's run never returns otherwise
+            await self.scan()
+
+    async def scan(self) -> None:
+        """Start the pipelines of tenants whose events topic appeared; stop those whose went."""
+        found = tenants_in(self.settings, await self.pipelines[None].consumer.topics())
+        for tenant in sorted(found - self.pipelines.keys()):
+            await self._add(tenant)
+        for gone in sorted(t for t in self.pipelines.keys() - found if t is not None):
+            log.info("tenant %s: its events topic is gone; letting its partitions go", gone)
+            await self._remove(gone)
+
+    async def stop(self, timeout_s: float) -> bool:
+        """Every pipeline stopped at once, within `timeout_s`; False when any abandoned a batch."""
+        for task in self._runs.values():
+            task.cancel()
+        for task in self._runs.values():
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        stopped = await asyncio.gather(*(p.stop(timeout_s) for p in self.pipelines.values()))
+        return all(stopped)
+
+    async def _add(self, tenant: str | None) -> None:
+        pipeline = self._pipeline(self.settings.for_tenant(tenant))
+        await pipeline.start()
+        self.pipelines[tenant] = pipeline
+        self._runs[tenant] = asyncio.create_task(pipeline.run(),
+                                                 name=f"stallwatch-pipeline-{tenant or 'shared'}")
+        if tenant is not None:
+            log.info("tenant %s: serving its events topic %s", tenant,
+                     pipeline.settings.events_topic)
+
+    async def _remove(self, tenant: str) -> None:
+        task = self._runs.pop(tenant)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await self.pipelines.pop(tenant).stop(self.settings.tenant_scan_interval_s)
