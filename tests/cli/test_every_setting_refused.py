@@ -25,6 +25,7 @@ TEXT_REFUSED = {
     "STALLWATCH_SASL_OAUTH_TOKEN_PROVIDER": "module:callable",
     "STALLWATCH_FINGERPRINT_KEY": "too-short",
     "STALLWATCH_ADVISORY_KEY": "too-short",
+    "STALLWATCH_TENANT": "acme.eu",
 }
 # Free text: any value is one a deployment may choose (an address, a name, a user, a token).
 ANY_TEXT = {"STALLWATCH_BOOTSTRAP", "STALLWATCH_TOPIC_PREFIX", "STALLWATCH_WEB_BIND",
