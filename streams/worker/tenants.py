@@ -14,6 +14,9 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+from aiokafka.errors import KafkaError
+
+from stallwatch.contract.faults import fault
 from stallwatch.engine.detector import Detector
 from stallwatch.kafka.topics import tenants_in
 from stallwatch.metrics import StallwatchMetrics
@@ -37,6 +40,7 @@ class Tenants:
                                                                         detector))
         self.pipelines: dict[str | None, Pipeline] = {}
         self._runs: dict[str | None, asyncio.Task[None]] = {}
+        self._missing: set[str] = set()  # tenants whose events topic the last scan did not find
         self.progress = AllProgress(lambda: [p.progress for p in self.pipelines.values()])
         metrics.active_runs.set_function(
             lambda: sum(len(p.store) for p in list(self.pipelines.values())))
@@ -60,13 +64,24 @@ class Tenants:
             await self.scan()
 
     async def scan(self) -> None:
-        """Start the pipelines of tenants whose events topic appeared; stop those whose went."""
-        found = tenants_in(self.settings, await self.pipelines[None].consumer.topics())
+        """Start the pipelines of tenants whose events topic appeared; stop those whose went. A
+        broker that does not answer (restarting, cut off) leaves the pipelines as they are: the
+        next scan looks again, and the pipelines ride out the outage on their own."""
+        try:
+            topics = await asyncio.wait_for(self.pipelines[None].consumer.topics(),
+                                            self.settings.tenant_scan_interval_s)
+        except (TimeoutError, KafkaError, OSError) as exc:
+            log.debug("the scan for tenants' topics failed (%s); looking again later", fault(exc))
+            return
+        found = tenants_in(self.settings, topics)
         for tenant in sorted(found - self.pipelines.keys()):
             await self._add(tenant)
-        for gone in sorted(t for t in self.pipelines.keys() - found if t is not None):
+        missing = {t for t in self.pipelines.keys() - found if t is not None}
+        # Gone at two scans in a row: one answer that misses a topic must not restart a tenant.
+        for gone in sorted(missing & self._missing):
             log.info("tenant %s: its events topic is gone; letting its partitions go", gone)
             await self._remove(gone)
+        self._missing = missing - self._missing
 
     async def stop(self, timeout_s: float) -> bool:
         """Every pipeline stopped at once, within `timeout_s`; False when any abandoned a batch."""
