@@ -29,7 +29,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's tests package
 
-from stallwatch.cli.replay import replay
+from stallwatch.cli.replay import ReplayEngine, replay
 from stallwatch.contract.commands import encode_command
 from stallwatch.contract.envelope import envelope
 from stallwatch.contract.events import advisory_event_id
@@ -54,7 +54,7 @@ def sha(data: bytes) -> str:
 
 def replay_digests(lines: list[bytes], secret: bytes | None) -> tuple[str, str]:
     out, err = io.BytesIO(), io.BytesIO()
-    replay(io.BytesIO(b"\n".join(lines) + b"\n"), out, err, "log", secret=secret)
+    replay(io.BytesIO(b"\n".join(lines) + b"\n"), out, err, "log", ReplayEngine(secret=secret))
     return sha(out.getvalue()), sha(err.getvalue())
 
 

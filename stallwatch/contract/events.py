@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
@@ -26,6 +26,9 @@ Mode = Literal["researcher", "chat", "coder"]
 # What a call does to the agent's workspace (coder mode); `unknown` is treated as a change.
 Effect = Literal["read", "write", "unknown"]
 Status = Literal["ok", "error", "overloaded"]
+STATUSES: frozenset[str] = frozenset(get_args(Status))
+# The statuses that count as the tool failing (failure streaks, the fleet's failing ratio).
+FAILED_STATUSES: frozenset[str] = STATUSES - {"ok"}
 Round = Annotated[int, Field(ge=0)]
 
 

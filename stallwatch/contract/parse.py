@@ -14,7 +14,7 @@ import orjson
 from pydantic import ValidationError
 
 from stallwatch.contract.advisories import verified
-from stallwatch.contract.events import CONTRACT_VERSION, EVENT_ADAPTER, EVENT_TYPES
+from stallwatch.contract.events import CONTRACT_VERSION, EVENT_ADAPTER, EVENT_TYPES, STATUSES
 from stallwatch.contract.limits import MAX_DECLARATIONS_BYTES, MAX_ID_CHARS, bounded_id
 from stallwatch.contract.policy import MODES
 
@@ -24,7 +24,6 @@ MAX_EVENT_BYTES = 1_048_576
 # orjson's own parse limit; stated here so the error can say it plainly.
 MAX_NESTING = 1024
 
-_STATUSES = frozenset(("ok", "error", "overloaded"))
 _ROUND_ONLY = frozenset(("round_started", "round_ended"))
 # Fields copied from an event into commands and states: bounded by MAX_ID_CHARS.
 _IDS = ("event_id", "run_id", "call_id", "tool")
@@ -176,7 +175,7 @@ def _conforms(d: dict[str, Any], kind: str) -> bool:
             return False
         if kind == "call_result":
             status, fingerprint, empty = d["status"], d.get("fingerprint"), d.get("empty")
-            return ("fact_fingerprints" not in d and type(status) is str and status in _STATUSES
+            return ("fact_fingerprints" not in d and type(status) is str and status in STATUSES
                     and (empty is None or type(empty) is bool)
                     and (fingerprint is None or (type(fingerprint) is str and empty is not None)))
         if kind == "call_proposed":

@@ -11,12 +11,12 @@ from typing import Any
 
 from xxhash import xxh3_128_digest, xxh3_128_hexdigest
 
+from stallwatch.contract.events import FAILED_STATUSES
 from stallwatch.engine.canonical import canonical_bytes, parse_json_text
 from stallwatch.engine.state import RunState
 
 Event = dict[str, Any]
 
-_FAILED = frozenset({"error", "overloaded"})
 # Call signatures whose history a run keeps, oldest forgotten first. Forgetting only makes a
 # call look new (never a repeat, a stall or a failure streak), so a run making thousands of
 # distinct calls cannot grow its state without bound.
@@ -104,7 +104,7 @@ def on_result(state: RunState, event: Event, whole: bytes | None, facts: list[by
     # The same result with nothing changed between is a plain repeat: the stall neither grows
     # nor starts over (the new-fact streak and the failure count see repeats).
     entry[0] = outcome
-    if event["status"] in _FAILED:
+    if event["status"] in FAILED_STATUSES:
         entry[3] = (0 if changed or past is None else entry[3]) + 1
     else:
         entry[3] = 0

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from stallwatch.contract.commands import Command
+from stallwatch.contract.events import FAILED_STATUSES
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.canonical import call_signature, digest, fact_digest
 from stallwatch.engine.state import RunState
@@ -29,7 +30,6 @@ MAX_ARGS = 16
 MAX_PENDING_CALLS = 32_768
 # Runs whose last refusal (duplicate/repeated call) named a tool, for an `all_refused` stop.
 MAX_REFUSING_RUNS = 8_192
-_FAILED = frozenset(("error", "overloaded"))
 _REPEAT_REFUSALS = frozenset(("duplicate_call", "repeated_call"))
 _SEP = "\x1f"
 
@@ -144,7 +144,7 @@ class Tallies:
         tally.calls += 1
         tally.add_run(run_id, tally.runs)
         call = (run_id, event["call_id"])
-        if event["status"] in _FAILED:
+        if event["status"] in FAILED_STATUSES:
             tally.failures += 1
             self._pending.pop(call, None)
             return

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from xxhash import xxh3_128_hexdigest
 
 from stallwatch.contract.commands import Command, Nudge, RefusalCode, Stop, Verdict, content_id
+from stallwatch.contract.events import FAILED_STATUSES
 from stallwatch.contract.stop_codes import STOPS, StopCode
 from stallwatch.engine import words
 from stallwatch.engine.admin_policy import AdminPolicy
@@ -14,7 +15,6 @@ from stallwatch.engine.state import RunState
 
 Event = dict[str, Any]
 
-_FAILED = frozenset({"error", "overloaded"})
 
 
 class Rules:
@@ -124,7 +124,7 @@ class Rules:
 
     def count_failures(self, state: RunState, event: Event, out: list[Command]) -> None:
         """A failed result counts towards its tool's streak; a success resets it."""
-        if event["status"] in _FAILED:
+        if event["status"] in FAILED_STATUSES:
             self.tool_failures(state, event, event["tool"], out)
         elif state.failures:
             state.failures.pop(event["tool"], None)
