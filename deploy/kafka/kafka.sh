@@ -16,17 +16,63 @@ proxy_port=$((port + 5))
 cache="${STALLWATCH_KAFKA_CACHE:-$root/.cache/kafka}"
 libs="$cache/libs"
 data="$root/.cache/kafka-data/$port"
+# STALLWATCH_KAFKA_SECURE=1: the same node with SASL and authorization on, as a shared cluster
+# runs: clients authenticate on the port (SASL_PLAINTEXT: PLAIN with the users below, or
+# OAUTHBEARER with Kafka's unsecured JWS tokens, whose `sub` is the principal: for a local test
+# broker only), KRaft's StandardAuthorizer denies what no ACL allows, and only User:admin (the
+# broker itself, and the operator's tools) is a super user. Passwords are made at the first start
+# into $data/passwords (name=password lines) and $data/admin.properties (the admin's client
+# settings, for Kafka's own tools). The controller listener stays PLAINTEXT on loopback: its
+# ANONYMOUS principal is the controller's own, and it serves no client request.
+secure="${STALLWATCH_KAFKA_SECURE:-0}"
+USERS="admin stallwatch-worker stallwatch-fleet stallwatch-operator tenant-a tenant-b"
 pidfile="$data/kafka.pid"
 log="$data/kafka.log"
 
 answers() { (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; }
 
 resolve_jars() {
-  [ -f "$libs/.complete" ] && return
+  # Resolved again when pom.xml changes (a jar added), not only when the folder is missing.
+  local stamp
+  stamp="$(sha1sum "$here/pom.xml" | cut -d' ' -f1)"
+  [ "$(cat "$libs/.complete" 2>/dev/null)" = "$stamp" ] && return
   echo "kafka: resolving the broker's jars from Maven Central into $libs" >&2
   rm -rf "$libs"
   (cd "$here" && mvn -q -B dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$libs")
-  touch "$libs/.complete"
+  echo "$stamp" > "$libs/.complete"
+}
+
+password_of() { sed -n "s/^$1=//p" "$data/passwords"; }
+
+write_passwords() {
+  [ -f "$data/passwords" ] && return
+  mkdir -p "$data"
+  (umask 077; for user in $USERS; do echo "$user=$(head -c 18 /dev/urandom | base64 | tr -d '/+=')"; done > "$data/passwords")
+  (umask 077; cat > "$data/admin.properties" <<PROPS
+security.protocol=SASL_PLAINTEXT
+sasl.mechanism=PLAIN
+sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="$(password_of admin)";
+PROPS
+  )
+}
+
+# The SASL listener's users (PLAIN), the inter-broker login (admin), OAUTHBEARER, the authorizer.
+secure_config() {
+  local users=""
+  for user in $USERS; do users="$users user_$user=\"$(password_of "$user")\""; done
+  cat <<PROPS
+listeners=SASL_PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port
+advertised.listeners=SASL_PLAINTEXT://127.0.0.1:$port
+listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=SASL_PLAINTEXT
+sasl.enabled.mechanisms=PLAIN,OAUTHBEARER
+sasl.mechanism.inter.broker.protocol=PLAIN
+listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="$(password_of admin)"$users;
+listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="admin";
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=false
+super.users=User:admin;User:ANONYMOUS
+PROPS
 }
 
 write_config() {
@@ -35,11 +81,14 @@ write_config() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$controller_port
+$(if [ "$secure" = 1 ]; then secure_config; else cat <<PLAIN
 listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port,CUTTABLE://127.0.0.1:$cuttable_port
 advertised.listeners=PLAINTEXT://127.0.0.1:$port,CUTTABLE://127.0.0.1:$proxy_port
-controller.listener.names=CONTROLLER
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,CUTTABLE:PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
+PLAIN
+fi)
+controller.listener.names=CONTROLLER
 log.dirs=$data/logs
 num.partitions=1
 offsets.topic.replication.factor=1
@@ -69,6 +118,7 @@ java_cmd() {
 up() {
   if answers; then echo "kafka: already answering on 127.0.0.1:$port" >&2; return; fi
   resolve_jars
+  if [ "$secure" = 1 ]; then write_passwords; fi
   write_config
   if [ ! -f "$data/logs/meta.properties" ]; then
     cluster_id="$(java_cmd kafka.tools.StorageTool random-uuid)"
