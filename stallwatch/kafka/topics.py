@@ -69,8 +69,15 @@ def wanted_topics(settings: Settings) -> list[NewTopic]:
     ]
 
 
+def fleet_app_topics(settings: Settings) -> list[NewTopic]:
+    """What the fleet app reads and writes of the project's topics: the fleet's own, the shared
+    events topic (advisories of one-team deployments) and the dead letters."""
+    written = {settings.events_topic, settings.deadletter_topic}
+    return [t for t in wanted_topics(settings) if t.name in written] + fleet_topics(settings)
+
+
 def fleet_topics(settings: Settings) -> list[NewTopic]:
-    """Issue 13: the worker's tallies, the fleet app's re-keyed partials and its incidents."""
+    """The fleet topics: the worker's tallies, the fleet app's re-keyed partials and its incidents."""
     durable = {"min.insync.replicas": str(settings.min_insync_replicas)}
     feed = {**durable, "cleanup.policy": "delete", "retention.ms": str(FEED_RETENTION_MS)}
     partitions, replicas = settings.partitions, settings.replication_factor
@@ -84,9 +91,11 @@ def fleet_topics(settings: Settings) -> list[NewTopic]:
     ]
 
 
-async def ensure_topics(settings: Settings, extra: Sequence[NewTopic] = ()) -> None:
-    """Create the missing topics (the project's, and `extra`); existing ones are left as they are.
-    A refusal raises SetupError naming the setting to change."""
+async def ensure_topics(settings: Settings, extra: Sequence[NewTopic] = (),
+                        only: Sequence[NewTopic] | None = None) -> None:
+    """Create the missing topics (the project's, and `extra`; or `only` these: a principal allowed
+    to see only the topics it uses takes every other for missing); existing ones are left as they
+    are. A refusal raises SetupError naming the setting to change."""
     admin = AIOKafkaAdminClient(**aiokafka_options(settings))
     try:
         await admin.start()
@@ -97,7 +106,8 @@ async def ensure_topics(settings: Settings, extra: Sequence[NewTopic] = ()) -> N
                          "with `make kafka-up`") from None
     try:
         existing = set(await until_ready(settings, admin.list_topics))
-        missing = [t for t in [*wanted_topics(settings), *extra] if t.name not in existing]
+        wanted = [*wanted_topics(settings), *extra] if only is None else list(only)
+        missing = [t for t in wanted if t.name not in existing]
         if missing:
             response = await until_ready(settings, lambda: admin.create_topics(missing))
             # TOPIC_EXISTS: another worker starting at the same moment created it first.

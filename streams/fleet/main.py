@@ -6,7 +6,7 @@ import asyncio
 
 from faust.worker import Worker
 
-from stallwatch.kafka.topics import ensure_topics
+from stallwatch.kafka.topics import ensure_topics, fleet_app_topics
 from stallwatch.logs import tame_kafka_loggers
 from stallwatch.settings import Settings
 from streams.fleet.service import FleetService, changelog_topic
@@ -16,7 +16,8 @@ from streams.fleet.settings import FleetSettings
 def main(settings: Settings) -> int:
     tame_kafka_loggers()  # aiokafka under Faust, in an outage: a few counted lines
     cfg = FleetSettings.from_env(settings)
-    asyncio.run(ensure_topics(settings, [changelog_topic(cfg)]))  # the table's too: led before the join
+    # Its own topics only (under ACLs it sees no other), the table's too: led before the join.
+    asyncio.run(ensure_topics(settings, only=[*fleet_app_topics(settings), changelog_topic(cfg)]))
     service = FleetService(cfg)
     worker = Worker(service.app, loglevel="INFO")
     worker.execute_from_commandline()
