@@ -1,0 +1,46 @@
+"""The Strimzi KafkaUser manifests grant exactly what deploy/kafka/acls.sh grants."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+USERS = ROOT / "deploy/k8s/acls"
+# Strimzi's names for what Kafka's AclCommand calls a transactional id and a prefixed pattern.
+RESOURCE = {"topic": "topic", "group": "group", "transactionalId": "transactional-id"}
+PATTERN = {"literal": "literal", "prefix": "prefixed"}
+
+
+def granted(manifest: str) -> set[tuple[str, ...]]:
+    user = yaml.safe_load((USERS / manifest).read_text())
+    principal = f"User:{user['metadata']['name']}"
+    return {(principal, RESOURCE[acl["resource"]["type"]], acl["resource"]["name"],
+             PATTERN[acl["resource"]["patternType"]], operation)
+            for acl in user["spec"]["authorization"]["acls"] for operation in acl["operations"]}
+
+
+def printed(*args: str) -> set[tuple[str, ...]]:
+    env = {**os.environ, "STALLWATCH_TOPIC_PREFIX": "stallwatch"}
+    out = subprocess.run([str(ROOT / "deploy/kafka/acls.sh"), "--print", *args], check=True,
+                         text=True, capture_output=True, env=env).stdout
+    return {tuple(line.split()) for line in out.splitlines() if line}
+
+
+@pytest.mark.parametrize(("manifest", "args"), [
+    ("worker.yaml", ["worker", "User:stallwatch-worker"]),
+    ("operator.yaml", ["operator", "User:stallwatch-operator"]),
+    ("tenant-acme.yaml", ["tenant", "acme", "User:acme"]),
+])
+def test_each_user_has_the_grants_of_the_script(manifest, args):
+    assert granted(manifest) == printed(*args)
+
+
+def test_the_fleet_user_has_its_own_grants_and_the_tenants_events():
+    fleet = "User:stallwatch-fleet"
+    tenant = {g for g in printed("tenant", "acme", "User:acme", fleet) if g[0] == fleet}
+    assert tenant and granted("fleet.yaml") == printed("fleet", fleet) | tenant
