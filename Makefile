@@ -9,7 +9,7 @@ export STALLWATCH_BOOTSTRAP ?= 127.0.0.1:$(STALLWATCH_KAFKA_PORT)
 export STALLWATCH_REPLICATION_FACTOR ?= 1
 export STALLWATCH_MIN_INSYNC_REPLICAS ?= 1
 
-.PHONY: setup run test lint kafka-up kafka-down bench fuzz schemas docs dashboards clean prometheus
+.PHONY: setup run test test-fast lint kafka-up kafka-down bench fuzz schemas docs dashboards clean prometheus
 
 $(BIN)/stallwatch: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,10 @@ test: setup prometheus
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
 	@$(call with_kafka,$(BIN)/pytest -q)
+
+# The pure lane, no broker and no end-to-end process (make test runs these too): a minute or so.
+test-fast: setup
+	$(BIN)/pytest -q -m "not kafka and not e2e"
 
 # Replay against parse-only (no broker), the adapters against their frameworks alone, then the
 # worker against a bare echo on the broker, then the fleet app at the worker's throughput, then a

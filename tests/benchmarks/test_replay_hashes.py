@@ -6,6 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.e2e  # runs the benchmark as a process, over logs of thousands of events
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -9,6 +9,10 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.e2e  # builds and installs a wheel
+
 ROOT = Path(__file__).resolve().parents[2]
 MARKERS = ("stallwatch/py.typed", "streams/py.typed")
 

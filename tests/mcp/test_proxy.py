@@ -5,8 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from stallwatch.engine import words
 from tests.mcp.session import next_round, proxy_session, text
+
+pytestmark = pytest.mark.e2e  # a real MCP client session through the proxy process
 
 NO_NEW_FACTS = words.stop_reason("no_new_facts", {"already_seen_streak": 5})
 

@@ -10,10 +10,13 @@ import os
 import sys
 
 import mcp.types as types
+import pytest
 
 from stallwatch.engine import words
 from tests.mcp.edge_server import LONG_NAME
 from tests.mcp.session import DOCS_SERVER, EDGE_SERVER, next_round, proxy_command, proxy_session, text
+
+pytestmark = pytest.mark.e2e  # a real MCP client session through the proxy process
 
 
 def answer(result: types.CallToolResult) -> dict:

@@ -23,6 +23,8 @@ from stallwatch.engine.canonical import fingerprint
 from stallwatch.mcp.proxy import MAX_TOOL_PAGES, Proxy, ProxyOptions, result_view
 from tests.mcp.session import DOCS_SERVER, EDGE_SERVER, text
 
+pytestmark = pytest.mark.e2e  # a real MCP client session through the proxy process
+
 
 @contextlib.asynccontextmanager
 async def docs_server(*script: str) -> AsyncIterator[ClientSession]:

@@ -19,8 +19,9 @@ from stallwatch.serve.hooks import HookSettings
 from tests.serve.agents.anthropic_fake import FakeAnthropic, Reply
 from tests.serve.agents.harness import STALLWATCH, RecordingService, install, site
 
-pytestmark = pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not installed: Claude Code "
-                                "comes from npm (deploy/agents/install.sh)")
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(
+    shutil.which("npm") is None, reason="npm is not installed: Claude Code "
+                                "comes from npm (deploy/agents/install.sh)")]
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,9 @@ from stallwatch.serve.hooks import HookSettings
 from tests.serve.agents.harness import STALLWATCH, RecordingService, install, site
 from tests.serve.agents.openai_fake import FakeOpenAI, Script
 
-pytestmark = pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not installed: Codex "
-                                "comes from npm (deploy/agents/install.sh)")
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(
+    shutil.which("npm") is None, reason="npm is not installed: Codex "
+                                "comes from npm (deploy/agents/install.sh)")]
 
 GREP_OUTPUT = "./notes.txt:1:foo is here"
 BLOCKED = "Command blocked by PreToolUse hook: "

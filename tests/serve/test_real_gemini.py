@@ -20,8 +20,9 @@ from stallwatch.serve.hooks import HookSettings
 from tests.serve.agents.gemini_fake import FakeGemini, Reply, Script
 from tests.serve.agents.harness import STALLWATCH, RecordingService, install, site
 
-pytestmark = pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not installed: Gemini CLI "
-                                "comes from npm (deploy/agents/install.sh)")
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(
+    shutil.which("npm") is None, reason="npm is not installed: Gemini CLI "
+                                "comes from npm (deploy/agents/install.sh)")]
 
 BLOCKED = "Tool execution blocked: "
 

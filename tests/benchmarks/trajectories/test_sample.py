@@ -12,8 +12,8 @@ from stallwatch.engine.fleet import Fleet
 
 MINI = DEFAULT_DATA / "mini-swe-agent"
 SWE_AGENT = DEFAULT_DATA / "swe-agent-2024"
-pytestmark = pytest.mark.skipif(not (MINI.is_dir() and SWE_AGENT.is_dir()),
-                                reason="the trajectory sample is not collected")
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not (MINI.is_dir() and SWE_AGENT.is_dir()),
+                                reason="the trajectory sample is not collected")]
 
 
 def test_real_edit_loop_is_stopped_within_six_rounds():
