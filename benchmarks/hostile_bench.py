@@ -23,7 +23,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from stallwatch.contract.parse import MAX_EVENT_BYTES
-from stallwatch.engine.fleet import Fleet, Rejected
+from stallwatch.engine.embedded import EmbeddedEngine, Rejected
 
 # Room for the envelope around the result.
 RESULT_BYTES = MAX_EVENT_BYTES - 2_000
@@ -92,7 +92,7 @@ def cost(declaration: dict, result: Any, repeats: int = 5) -> tuple[float, int]:
     before, line = lines_of(declaration, result)
     times = []
     for _ in range(repeats):
-        fleet = Fleet()
+        fleet = EmbeddedEngine()
         for raw in before:
             assert not isinstance(fleet.handle_raw(raw), Rejected), "the declaration was refused"
         started = time.process_time()

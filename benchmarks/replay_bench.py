@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's
 from stallwatch.contract.commands import encode_command
 from stallwatch.contract.parse import parse_event
 from stallwatch.engine.canonical import derive_secret
-from stallwatch.engine.fleet import Fleet, Rejected
+from stallwatch.engine.embedded import EmbeddedEngine, Rejected
 from tests.streams.worker.fleet_logs import every_rule, interleave, mixed_fleet
 
 HERE = Path(__file__).parent
@@ -90,7 +90,7 @@ def contract_floor(lines: list[bytes]) -> None:
 
 def full_replay(lines: list[bytes], secret: bytes | None = None) -> tuple[int, int]:
     commands = rejected = 0
-    for result in Fleet(secret=secret).replay(lines):
+    for result in EmbeddedEngine(secret=secret).replay(lines):
         if isinstance(result, Rejected):
             rejected += 1
         else:
@@ -102,7 +102,7 @@ def full_replay(lines: list[bytes], secret: bytes | None = None) -> tuple[int, i
 
 def state_sizes(lines: list[bytes]) -> None:
     """Replay part of the log, then weigh the fingerprints and the states of the live runs."""
-    fleet = Fleet()
+    fleet = EmbeddedEngine()
     for _ in fleet.replay(lines):
         pass
     live = [s for s in fleet.runs.values() if not s.ended and s.mode == "researcher"]

@@ -29,7 +29,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's tests package
 
-from stallwatch.cli.replay import ReplayEngine, replay
+from stallwatch.cli.replay import replay
+from stallwatch.cli.replay_engine import ReplayEngine
 from stallwatch.contract.commands import encode_command
 from stallwatch.contract.envelope import envelope
 from stallwatch.contract.events import advisory_event_id

@@ -34,7 +34,7 @@ def run(mode: str, log: Path, count: int) -> None:
     import orjson
 
     from stallwatch.contract.commands import encode_command
-    from stallwatch.engine.fleet import Fleet, Rejected
+    from stallwatch.engine.embedded import EmbeddedEngine, Rejected
 
     with log.open("rb") as f:
         lines = [line.rstrip(b"\n") for _, line in zip(range(count), f, strict=False)]
@@ -42,7 +42,7 @@ def run(mode: str, log: Path, count: int) -> None:
         for line in lines:
             orjson.loads(line)
     elif mode == "replay":
-        for result in Fleet().replay(lines):
+        for result in EmbeddedEngine().replay(lines):
             if not isinstance(result, Rejected):
                 for command in result:
                     encode_command(command)

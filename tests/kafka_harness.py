@@ -27,7 +27,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from stallwatch.contract.commands import encode_command
-from stallwatch.engine.fleet import Fleet, Rejected
+from stallwatch.engine.embedded import EmbeddedEngine, Rejected
 from stallwatch.kafka.read import committed_reader, read_to_end
 from stallwatch.settings import Settings
 
@@ -392,7 +392,7 @@ def replay_commands(lines: list[bytes], advisory_key: bytes | None = None,
     `advisory_key`: the workers' STALLWATCH_ADVISORY_KEY, derived (`advisories.advisory_key`).
     `tenant`: the log is that tenant's events topic."""
     out: list[bytes] = []
-    for result in Fleet(advisory_key=advisory_key, tenant=tenant).replay(lines):
+    for result in EmbeddedEngine(advisory_key=advisory_key, tenant=tenant).replay(lines):
         if not isinstance(result, Rejected):
             out.extend(encode_command(c) for c in result)
     return out

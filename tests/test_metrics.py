@@ -32,7 +32,7 @@ def test_the_in_process_engine_keeps_the_same_counters_when_asked():
 
     import orjson
 
-    from stallwatch.engine.fleet import Fleet, Rejected
+    from stallwatch.engine.embedded import EmbeddedEngine, Rejected
     from tests.script import RunScript
 
     s = RunScript()
@@ -40,7 +40,7 @@ def test_the_in_process_engine_keeps_the_same_counters_when_asked():
         s.round_of(("search", {"q": i}, {"docs": [1]}))
     lines = [*s.lines(), b"garbage"]
     m = StallwatchMetrics()
-    results = list(Fleet(metrics=m).replay(lines))
+    results = list(EmbeddedEngine(metrics=m).replay(lines))
     commands = [c for r in results if not isinstance(r, Rejected) for c in r]
     for kind, count in Counter(orjson.loads(line)["type"] for line in s.lines()).items():
         assert value(m, "stallwatch_events_consumed_total", type=kind) == count
@@ -51,7 +51,7 @@ def test_the_in_process_engine_keeps_the_same_counters_when_asked():
     assert value(m, "stallwatch_dead_letters_total", reason="malformed_json") == 1
     assert len(commands) == 10
     # Without metrics, the same commands come out of the lean path.
-    lean = [c for r in Fleet().replay(lines) if not isinstance(r, Rejected) for c in r]
+    lean = [c for r in EmbeddedEngine().replay(lines) if not isinstance(r, Rejected) for c in r]
     assert lean == commands
 
 

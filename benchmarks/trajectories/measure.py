@@ -25,7 +25,7 @@ from benchmarks.trajectories.collect import DEFAULT_DATA
 from benchmarks.trajectories.load import load_runs
 from benchmarks.trajectories.replay import LOOP_LENGTH, LOOP_STOP_WITHIN, Outcome, replay
 from benchmarks.trajectories.runlog import Call
-from stallwatch.engine.fleet import Fleet
+from stallwatch.engine.embedded import EmbeddedEngine
 
 
 def _codes(counter: Counter) -> str:
@@ -90,7 +90,7 @@ def main() -> None:
     if not runs:
         raise SystemExit(f"no trajectories under {args.data}: see benchmarks/trajectories/README.md")
     by_framework: dict[str, list[Outcome]] = defaultdict(list)
-    fleet = Fleet()
+    fleet = EmbeddedEngine()
     for traj in runs:
         by_framework[traj.framework].append(replay(traj, args.mode, fleet, policy))
     print(f"mode {args.mode}, policy overrides {policy or 'none'}, {len(runs)} runs from {args.data}")

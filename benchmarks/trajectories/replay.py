@@ -22,7 +22,7 @@ from benchmarks.trajectories.runlog import (
     run_started,
 )
 from stallwatch.engine.canonical import call_signature
-from stallwatch.engine.fleet import Fleet, Rejected
+from stallwatch.engine.embedded import EmbeddedEngine, Rejected
 from stallwatch.engine.masks import DEFAULT_VOLATILE_PATTERNS, effective_patterns, mask_strings
 
 # A loop, for the check: the same call with the same result (or error) this many times in a row.
@@ -83,11 +83,11 @@ class Outcome:
         return self.stop_round is not None and self.stop_round < loop.start_round + LOOP_STOP_WITHIN
 
 
-def replay(traj: Trajectory, mode: str, fleet: Fleet | None = None,
+def replay(traj: Trajectory, mode: str, fleet: EmbeddedEngine | None = None,
            policy: dict[str, Any] | None = None) -> Outcome:
     """Feeds the run to `fleet` (a fresh one by default), with `policy` overriding the mode's
     defaults, and collects what the engine decided."""
-    fleet = fleet or Fleet()
+    fleet = fleet or EmbeddedEngine()
     out = Outcome(traj, loops=find_loops(traj))
     seq = 0
 

@@ -25,7 +25,7 @@ from stallwatch.contract.parse import InvalidEvent, parse_event
 from stallwatch.contract.stop_codes import STOPS
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.canonical import secret_from_key
-from stallwatch.engine.fleet import Fleet
+from stallwatch.engine.embedded import EmbeddedEngine
 from stallwatch.engine.names import printable
 from stallwatch.engine.state import RunState
 from stallwatch.kafka.options import aiokafka_options
@@ -38,7 +38,7 @@ def explain(run_id: str, lines: Iterable[bytes], out: TextIO,
             advisory_key: bytes | None = None) -> bool:
     """Write the run's timeline; False when the log has no event of that run. Every field taken
     from the log is `printable`: no event can write a control character to the terminal."""
-    fleet = Fleet(admin_policy, secret=secret, advisory_key=advisory_key)
+    fleet = EmbeddedEngine(admin_policy, secret=secret, advisory_key=advisory_key)
     calls: dict[str, str] = {}
     seen = False
     for line in lines:

@@ -118,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     LogSettings.from_env()
     ServeSettings.from_env()
     if args.command == "replay":
-        from stallwatch.cli.replay import ReplayEngine
         from stallwatch.cli.replay import main as replay_main
+        from stallwatch.cli.replay_engine import ReplayEngine
 
         return replay_main(args.file, ReplayEngine(
             AdminPolicy.from_file(settings.policy_file), secret_from_key(reveal(settings.fingerprint_key)),

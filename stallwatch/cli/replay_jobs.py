@@ -28,11 +28,11 @@ from typing import BinaryIO
 import orjson
 from xxhash import xxh3_64_intdigest
 
-from stallwatch.cli.replay import ReplayEngine, command_lines
+from stallwatch.cli.replay_engine import ReplayEngine, command_lines
 from stallwatch.contract.limits import MAX_ID_CHARS
 from stallwatch.contract.parse import MAX_EVENT_BYTES
 from stallwatch.engine.detector import Event
-from stallwatch.engine.fleet import Rejected
+from stallwatch.engine.embedded import Rejected
 
 # A line's number, which stream its output goes to, and the output's length.
 _HEADER = struct.Struct("<QBI")
@@ -159,11 +159,11 @@ def _job(path: str, job: int, jobs: int, exact: bool, output: str, name: str,
     # would bury the parent's.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    fleet = engine.fleet()
+    embedded = engine.build()
     with open(path, "rb", buffering=_BUFFER) as log, open(output, "wb", buffering=_BUFFER) as tagged:
         share = _Share(log, job, jobs, exact)
         try:
-            for result in fleet.replay(share, name, line_number=share.current, applied=share.check):
+            for result in embedded.replay(share, name, line_number=share.current, applied=share.check):
                 if isinstance(result, Rejected):
                     payload, stream = result.letter.encode() + b"\n", _ERR
                 elif result:

@@ -10,7 +10,7 @@ from stallwatch.contract.commands import Command
 from stallwatch.contract.parse import validate_event
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.canonical import derive_secret
-from stallwatch.engine.fleet import Fleet
+from stallwatch.engine.embedded import EmbeddedEngine
 
 if TYPE_CHECKING:
     from stallwatch.metrics import StallwatchMetrics
@@ -30,7 +30,7 @@ class EmbeddedClient(Client):
         super().__init__()
         self.fingerprint_secret = derive_secret(fingerprint_key) if fingerprint_key else None
         self.args_digest_only = args_digest_only
-        self.fleet = Fleet(admin_policy, metrics=metrics, secret=self.fingerprint_secret)
+        self.fleet = EmbeddedEngine(admin_policy, metrics=metrics, secret=self.fingerprint_secret)
         # A run's events, applied at once. A Run builds them conforming to the contract (it
         # checks the arguments they are made of), so they skip validation, which would cost a
         # sixth of a call's time in-process; run_started, with the caller's tools, goes

@@ -14,7 +14,7 @@ from stallwatch.engine.quota import LiveRuns
 from stallwatch.engine.state import RunState
 
 Letter = TypeVar("Letter")
-# A record's value: bytes from a broker or a log, text from a caller of `Fleet.handle_raw`.
+# A record's value: bytes from a broker or a log, text from a caller of `EmbeddedEngine.handle_raw`.
 Value = TypeVar("Value", bound=bytes | str | None)
 
 
@@ -43,7 +43,7 @@ class EngineFault(InvalidEvent):
 
 
 class RecordApplier:
-    """Parse, load, apply, keep, record after record: replay (`Fleet.replay`) and the worker's
+    """Parse, load, apply, keep, record after record: replay (`EmbeddedEngine.replay`) and the worker's
     batch step (`streams.worker.batch`) both go through `apply`, each adding what it needs around
     it (the worker: record keys, offsets, its partition's clock, tallies, dead letters with keys)."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from stallwatch.engine.fleet import Fleet
+from stallwatch.engine.embedded import EmbeddedEngine
 from tests.cli.test_replay_command import replay
 from tests.engine.test_fleet_advisory import advisory
 from tests.script import RunScript
@@ -38,7 +38,7 @@ def test_replay_reproduces_the_advisories_decisions():
     assert nudges == [("told", "inc-1"), ("breaker", "inc-1")]
     codes = [(c["run_id"], c["code"]) for c in commands if c["type"] == "verdict"][-3:]
     assert codes == [("told", None), ("breaker", "fleet_incident"), ("breaker", None)]
-    fleet = Fleet()  # the in-process engine, event by event, agrees with the replay
+    fleet = EmbeddedEngine()  # the in-process engine, event by event, agrees with the replay
     in_process = [orjson.loads(orjson.dumps(c)) for line in lines for c in fleet.handle_raw(line)]
     assert in_process == commands
     assert replay(b"\n".join(lines) + b"\n", "-").stdout == done.stdout

@@ -15,11 +15,12 @@ import orjson
 import pytest
 
 from benchmarks.replay_hashes import mixed_log
-from stallwatch.cli.replay import ReplayEngine, replay
+from stallwatch.cli.replay import replay
+from stallwatch.cli.replay_engine import ReplayEngine
 from stallwatch.cli.replay_jobs import _literal_run_id, owner, replay_jobs
 from stallwatch.contract.envelope import envelope
 from stallwatch.engine.canonical import derive_secret
-from stallwatch.engine.fleet import Fleet
+from stallwatch.engine.embedded import EmbeddedEngine
 
 
 def sequential(path: Path, secret: bytes | None = None) -> tuple[bytes, bytes, tuple[int, int]]:
@@ -96,14 +97,14 @@ def test_a_blank_line_goes_to_no_job_and_bad_input_to_one():
 
 
 def test_a_job_that_fails_fails_the_replay_and_writes_nothing(tmp_path, monkeypatch):
-    class Failing(Fleet):
+    class Failing(EmbeddedEngine):
         """A job's engine that fails (a full disk, a bug): the forked jobs inherit it."""
 
         def replay(self, *args: object, **kwargs: object) -> Iterator[object]:
             raise OSError("the job's own failure")
 
     class FailingEngine(ReplayEngine):
-        def fleet(self) -> Fleet:
+        def build(self) -> EmbeddedEngine:
             return Failing()
 
     out, err = io.BytesIO(), io.BytesIO()

@@ -12,7 +12,7 @@ import pytest
 from stallwatch.cli.explain import explain
 from stallwatch.cli.top import OpenIncidents, Tally
 from stallwatch.contract.commands import encode_command
-from stallwatch.engine.fleet import Fleet
+from stallwatch.engine.embedded import EmbeddedEngine
 from tests.script import RunScript
 
 HOSTILE = [
@@ -70,7 +70,7 @@ def test_explain_escapes_every_field_of_the_log(script, name):
 
 
 def commands_of(*scripts: RunScript) -> list[bytes]:
-    return [encode_command(command) for s in scripts for result in Fleet().replay(s.lines())
+    return [encode_command(command) for s in scripts for result in EmbeddedEngine().replay(s.lines())
             for command in result]
 
 

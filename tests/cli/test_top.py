@@ -6,7 +6,7 @@ import io
 
 from stallwatch.cli.top import Tally
 from stallwatch.contract.commands import encode_command
-from stallwatch.engine.fleet import Fleet
+from stallwatch.engine.embedded import EmbeddedEngine
 from tests.script import RunScript
 
 
@@ -16,7 +16,7 @@ def test_top_counts_coder_stalls_new_codes_and_workspace_versions():
         s.round_of(("bash", {"command": f"sed -i s/{n}/x/ a.py"}, ""),
                    ("bash", {"command": "python repro.py"}, "Error"))
     tally = Tally()
-    for result in Fleet().replay(s.lines()):
+    for result in EmbeddedEngine().replay(s.lines()):
         for command in result:
             tally.add(encode_command(command))
     out = io.StringIO()

@@ -23,7 +23,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from stallwatch.client import KafkaClient
 from stallwatch.client.kafka import stop_quietly
 from stallwatch.contract.commands import encode_command
-from stallwatch.engine.fleet import Fleet, Rejected
+from stallwatch.engine.embedded import EmbeddedEngine, Rejected
 from stallwatch.kafka.topics import ensure_topics
 from stallwatch.settings import Settings
 from tests.kafka_harness import ROOT
@@ -50,7 +50,7 @@ async def engine(settings: Settings) -> AsyncIterator[None]:
     producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, linger_ms=0)
     await consumer.start()
     await producer.start()
-    fleet = Fleet()
+    fleet = EmbeddedEngine()
 
     async def loop() -> None:
         while True:

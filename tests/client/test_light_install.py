@@ -8,7 +8,7 @@ import sys
 
 
 def test_the_client_imports_neither_the_worker_nor_prometheus_client():
-    code = ("import sys, stallwatch.client, stallwatch.cli.replay, stallwatch.engine.fleet; "
+    code = ("import sys, stallwatch.client, stallwatch.cli.replay, stallwatch.engine.embedded; "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
             "('faust', 'aiohttp', 'prometheus_client', 'streams', 'schemas') "
             "or m.startswith('streams.worker')); print(bad)")

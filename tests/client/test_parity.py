@@ -12,12 +12,12 @@ import pytest
 from stallwatch.client import EmbeddedClient
 from stallwatch.contract.commands import Command, encode_command
 from stallwatch.contract.parse import parse_event
-from stallwatch.engine.fleet import Fleet, Rejected
+from stallwatch.engine.embedded import EmbeddedEngine, Rejected
 
 DOCS = {"documents": [{"id": "a"}, {"id": "b"}]}
 
 
-class RecordingFleet(Fleet):
+class RecordingFleet(EmbeddedEngine):
     """The engine behind the client, keeping each event it got and the commands it answered."""
 
     def __init__(self) -> None:
@@ -70,7 +70,7 @@ async def test_in_process_commands_equal_those_of_the_parsed_events():
     await scripted_runs(client)
     in_process = [encode_command(c) for _, commands in fleet.log for c in commands]
     parsed = []
-    for result in Fleet().replay(orjson.dumps(event) for event, _ in fleet.log):
+    for result in EmbeddedEngine().replay(orjson.dumps(event) for event, _ in fleet.log):
         assert not isinstance(result, Rejected), result.letter.error
         parsed.extend(encode_command(c) for c in result)
     assert in_process == parsed

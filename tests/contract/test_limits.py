@@ -15,7 +15,7 @@ from stallwatch.contract.limits import (
     bounded_key,
 )
 from stallwatch.contract.parse import InvalidEvent, parse_event, parse_record
-from stallwatch.engine.fleet import Fleet
+from stallwatch.engine.embedded import EmbeddedEngine
 from stallwatch.engine.state import RunState
 
 
@@ -79,7 +79,7 @@ def test_an_error_quoting_a_huge_input_is_cut():
 
 def test_a_huge_call_id_and_tool_get_a_small_verdict_the_client_can_match():
     call_id, tool = "c" * 700_000, "t" * 50_000
-    fleet = Fleet()
+    fleet = EmbeddedEngine()
     fleet.handle(parse_event(event("run_started", mode="researcher")))
     fleet.handle(parse_event(orjson.dumps({"v": 1, "type": "round_started", "event_id": "e2",
                                            "run_id": "r", "ts": 1.0, "round": 1})))
@@ -110,7 +110,7 @@ def test_a_bounded_id_is_stable_and_never_changes_a_short_one():
 
 def test_a_declared_name_too_long_to_copy_is_bounded_as_its_calls_tool_is():
     exempt, plain = "w" * 350_000, "t" * (MAX_ID_CHARS + 1)
-    fleet = Fleet()
+    fleet = EmbeddedEngine()
     started = parse_event(event("run_started", mode="researcher",
                                 tools=[{"name": exempt, "repeat_exempt": True}, {"name": plain}]))
     assert [t["name"] for t in started["tools"]] == [bounded_id(exempt), bounded_id(plain)]
@@ -139,7 +139,7 @@ def test_a_run_started_with_oversized_declarations_is_refused_with_a_clear_error
 def test_the_largest_declarations_accepted_make_a_small_state():
     tools = [{"name": f"{i:03}" + "n" * (MAX_ID_CHARS - 3), "repeat_exempt": True,
               "requires_approval": True, "volatile_fields": ["a.b"]} for i in range(60)]
-    fleet = Fleet()
+    fleet = EmbeddedEngine()
     fleet.handle(parse_event(event("run_started", mode="researcher", tools=tools)))
     state = fleet.runs["r"]
     assert len(state.to_bytes()) < MAX_RECORD_BYTES / 4

@@ -8,7 +8,7 @@ import pytest
 
 from stallwatch.contract.commands import COMMAND_ADAPTER
 from stallwatch.contract.stop_codes import ANSWER, STOP_CODES, STOPS, StopAction, StopCode, stop_words
-from stallwatch.engine.fleet import Fleet
+from stallwatch.engine.embedded import EmbeddedEngine
 from tests.engine.conftest import Outcome
 from tests.script import RunScript
 
@@ -42,7 +42,7 @@ def stops_of_every_code() -> list:
     for i in range(4):
         stalled.round_of(("bash", {"command": f"sed -i s/{i}/x/ a.py"}, ""),
                          ("bash", {"command": "pytest"}, "1 failed"))
-    fleet = Fleet()
+    fleet = EmbeddedEngine()
     return [c for s in (seen, refused, failing, limited, budget, late, stalled)
             for c in Outcome(fleet, s).commands if c.type == "stop"]
 

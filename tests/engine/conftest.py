@@ -4,14 +4,14 @@ import orjson
 import pytest
 
 from stallwatch.contract.parse import parse_event
-from stallwatch.engine.fleet import Fleet
+from stallwatch.engine.embedded import EmbeddedEngine
 from tests.script import RunScript
 
 
 class Outcome:
     """Commands a fleet produced for a script, with views tests ask about."""
 
-    def __init__(self, fleet: Fleet, script: RunScript) -> None:
+    def __init__(self, fleet: EmbeddedEngine, script: RunScript) -> None:
         self.fleet = fleet
         self.commands = []
         for raw in script.events:
@@ -32,6 +32,6 @@ class Outcome:
 @pytest.fixture
 def run():
     """Apply a script to a fresh fleet: `run(script)` -> Outcome."""
-    def apply(script: RunScript, fleet: Fleet | None = None) -> Outcome:
-        return Outcome(fleet or Fleet(), script)
+    def apply(script: RunScript, fleet: EmbeddedEngine | None = None) -> Outcome:
+        return Outcome(fleet or EmbeddedEngine(), script)
     return apply

@@ -9,7 +9,8 @@ import io
 import orjson
 import pytest
 
-from stallwatch.cli.replay import ReplayEngine, replay
+from stallwatch.cli.replay import replay
+from stallwatch.cli.replay_engine import ReplayEngine
 from stallwatch.contract.advisories import advisory_key, signed, verified
 from stallwatch.contract.commands import encode_command
 from stallwatch.engine.detector import Detector

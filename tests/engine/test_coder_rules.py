@@ -8,7 +8,7 @@ import pytest
 from stallwatch.contract.commands import encode_command
 from stallwatch.contract.parse import parse_event
 from stallwatch.engine.coder import call_label, effect_of
-from stallwatch.engine.fleet import Fleet
+from stallwatch.engine.embedded import EmbeddedEngine
 from stallwatch.engine.masks import DEFAULT_VOLATILE_PATTERNS, MASK, mask_strings
 from stallwatch.engine.state import RunState
 from tests.script import RunScript
@@ -314,7 +314,7 @@ def test_a_test_run_differing_only_in_its_duration_is_a_stall_unless_the_tool_li
 
 def test_a_pattern_that_is_no_regular_expression_is_a_dead_letter():
     bad = coder(tools=[{"name": "bash", "volatile_patterns": ["(unclosed"]}])
-    fleet = Fleet()
+    fleet = EmbeddedEngine()
     rejected = fleet.handle_raw(orjson.dumps(bad.events[0]))
     assert "is not an RE2 regular expression" in rejected.letter.error
 

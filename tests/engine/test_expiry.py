@@ -6,8 +6,8 @@ from __future__ import annotations
 import orjson
 
 from stallwatch.contract.parse import parse_event
+from stallwatch.engine.embedded import EmbeddedEngine
 from stallwatch.engine.expiry import PartitionClock, is_expired
-from stallwatch.engine.fleet import Fleet
 from stallwatch.engine.state import RunState
 from tests.engine.test_fleet_advisory import advisory
 from tests.script import RunScript
@@ -22,7 +22,7 @@ class Partition:
     broker appended it (`broker`, advancing a second per event)."""
 
     def __init__(self) -> None:
-        self.fleet, self.clock, self.broker = Fleet(), PartitionClock(), NOW
+        self.fleet, self.clock, self.broker = EmbeddedEngine(), PartitionClock(), NOW
 
     def apply(self, event: dict) -> None:
         self.broker += 1.0

@@ -10,7 +10,7 @@ import pytest
 
 from stallwatch.contract.events import Policy, advisory_event_id
 from stallwatch.contract.parse import InvalidEvent, parse_event
-from stallwatch.engine.fleet import Fleet
+from stallwatch.engine.embedded import EmbeddedEngine
 from stallwatch.engine.state import RunState
 from stallwatch.engine.words import system_prompt
 from tests.script import RunScript
@@ -26,15 +26,15 @@ def advisory(run_id: str, incident: str = "open", kind: str = "tool_failing", to
             "tenant": None, "window_s": 300.0, "evidence": EVIDENCE, **extra}
 
 
-def apply(fleet: Fleet, *events: dict[str, Any]) -> list:
+def apply(fleet: EmbeddedEngine, *events: dict[str, Any]) -> list:
     commands: list = []
     for event in events:
         commands.extend(fleet.handle(parse_event(orjson.dumps(event))))
     return commands
 
 
-def started(policy: dict | None = None, mode: str = "researcher") -> tuple[Fleet, RunScript]:
-    fleet, script = Fleet(), RunScript(mode=mode, policy=policy)
+def started(policy: dict | None = None, mode: str = "researcher") -> tuple[EmbeddedEngine, RunScript]:
+    fleet, script = EmbeddedEngine(), RunScript(mode=mode, policy=policy)
     script.round_of(("search", {"q": 1}, {"docs": [1]}))
     apply(fleet, *script.events)
     return fleet, script
@@ -73,7 +73,7 @@ def test_at_most_one_nudge_per_run_and_incident():
 
 
 def test_an_unknown_or_ended_or_stopped_run_gets_nothing():
-    fleet = Fleet()
+    fleet = EmbeddedEngine()
     assert apply(fleet, advisory("nobody")) == []
     assert "nobody" not in fleet.runs
     fleet, s = started()

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from stallwatch.contract.commands import encode_command
 from stallwatch.contract.events import EVENT_TYPES
 from stallwatch.engine.detector import Detector
+from stallwatch.engine.embedded import EmbeddedEngine, Rejected
 from stallwatch.engine.expiry import PartitionClock
-from stallwatch.engine.fleet import Fleet, Rejected
 from stallwatch.engine.state import RunState
 from streams.worker.batch import BatchApplier, SourceMessage
 
@@ -116,7 +116,7 @@ def logs(draw: st.DrawFn) -> list[bytes]:
 def costed_replay(lines: list[bytes]) -> list[bytes]:
     """Replay's commands (dead letters as their errors), each line's CPU time within the bound."""
     out: list[bytes] = []
-    results = Fleet().replay(lines)
+    results = EmbeddedEngine().replay(lines)
     for line in lines:
         started = time.process_time()
         result = next(results, None) if line.strip() else None

@@ -17,8 +17,8 @@ from stallwatch.contract.parse import InvalidEvent, parse_event
 from stallwatch.engine import canonical
 from stallwatch.engine.canonical import declared_view, without_volatile
 from stallwatch.engine.detector import Detector
+from stallwatch.engine.embedded import EmbeddedEngine
 from stallwatch.engine.expiry import PartitionClock
-from stallwatch.engine.fleet import Fleet
 from stallwatch.engine.rules.researcher import ResearcherRules
 from stallwatch.engine.state import RunState
 from streams.worker.batch import BatchApplier, SourceMessage
@@ -217,7 +217,7 @@ def test_a_fault_in_run_started_quarantines_the_new_run(monkeypatch):
 
 
 def test_the_embedded_engine_answers_a_faulting_call_at_once(faulty_tool):
-    fleet = Fleet()
+    fleet = EmbeddedEngine()
     answers = [fleet.handle(parse_event(orjson.dumps(e))) for e in faulting_run().events]
     verdicts = [c for out in answers for c in out if c.type == "verdict"]
     assert len(verdicts) == 9 and {v.decision for v in verdicts} == {"allow"}

@@ -16,7 +16,7 @@ from stallwatch.engine.canonical import (
     fact_fingerprints,
     fingerprint,
 )
-from stallwatch.engine.fleet import Fleet, Rejected
+from stallwatch.engine.embedded import EmbeddedEngine, Rejected
 from tests.script import RunScript
 
 SECRET = derive_secret("a shared secret of the fleet, 32+")
@@ -60,7 +60,7 @@ def test_the_key_changes_no_decision():
     lines = s.lines() + researcher.lines()
 
     def commands(secret):
-        return [orjson.dumps(c) for out in Fleet(secret=secret).replay(lines) for c in out]
+        return [orjson.dumps(c) for out in EmbeddedEngine(secret=secret).replay(lines) for c in out]
 
     assert commands(SECRET) == commands(None) and any(b'"stop"' in c for c in commands(None))
 
@@ -90,15 +90,15 @@ def guessed_pin(raw_digest: str) -> str | None:
 
 
 def test_a_pin_past_a_dead_letters_cut_is_not_recovered_with_the_key_set():
-    unkeyed = Fleet(deadletter_raw=True).handle_raw(poison_with_a_pin("4821"))
-    keyed = Fleet(secret=SECRET, deadletter_raw=True).handle_raw(poison_with_a_pin("4821"))
+    unkeyed = EmbeddedEngine(deadletter_raw=True).handle_raw(poison_with_a_pin("4821"))
+    keyed = EmbeddedEngine(secret=SECRET, deadletter_raw=True).handle_raw(poison_with_a_pin("4821"))
     assert isinstance(unkeyed, Rejected) and isinstance(keyed, Rejected)
     assert keyed.letter.raw_truncated and "4821" not in keyed.letter.raw
     assert guessed_pin(unkeyed.letter.raw_digest) == "4821"  # the risk of running without a key
     assert guessed_pin(keyed.letter.raw_digest) is None
     # Still the same input's digest for whoever holds the key, to match a letter with its record.
-    assert keyed.letter.raw_digest == Fleet(secret=SECRET).handle_raw(
-        poison_with_a_pin("4821")).letter.raw_digest != Fleet(secret=SECRET).handle_raw(
+    assert keyed.letter.raw_digest == EmbeddedEngine(secret=SECRET).handle_raw(
+        poison_with_a_pin("4821")).letter.raw_digest != EmbeddedEngine(secret=SECRET).handle_raw(
         poison_with_a_pin("4822")).letter.raw_digest
 
 
@@ -107,7 +107,7 @@ def test_the_digest_of_a_long_id_is_keyed_in_commands_and_in_the_client():
     s = RunScript()
     s.start_round()
     s.add("call_proposed", round=1, call_id=call_id, tool="search", args={"q": 1})
-    verdict = next(c for out in Fleet(secret=SECRET).replay(s.lines()) for c in out)
+    verdict = next(c for out in EmbeddedEngine(secret=SECRET).replay(s.lines()) for c in out)
     shown = verdict.call_id
     assert shown == bounded_id(call_id, SECRET) != bounded_id(call_id)  # the client maps it alike
     guesses = {bounded_id("c" * 120 + f"-token-{n:04}") for n in range(10_000)}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from stallwatch.engine.detector import Detector
-from stallwatch.engine.fleet import Fleet
+from stallwatch.engine.embedded import EmbeddedEngine
 from stallwatch.engine.records import SKIPPED, RecordApplier
 from stallwatch.engine.state import RunState
 from tests.script import RunScript
@@ -55,7 +55,7 @@ def test_bad_records_go_to_rejected_with_their_index_and_keys_must_name_the_run(
 
 
 def _applied(run_id: str) -> RunState:
-    fleet = Fleet()
+    fleet = EmbeddedEngine()
     for _ in fleet.replay(_script().lines()[:2]):
         pass
     return fleet.runs[run_id]

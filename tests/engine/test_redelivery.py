@@ -4,7 +4,7 @@ and no command id ever carries two contents."""
 from __future__ import annotations
 
 from stallwatch.contract.commands import encode_command
-from stallwatch.engine.fleet import Fleet
+from stallwatch.engine.embedded import EmbeddedEngine
 from stallwatch.engine.state import EVENT_WINDOW, RunState
 from tests.script import RunScript
 
@@ -112,7 +112,7 @@ def test_a_call_redelivered_after_its_run_expired_is_answered_under_an_id_of_its
     s = RunScript()
     s.round_of(("search", {"q": 1}, DOCS))
     s.end()
-    fleet = Fleet()
+    fleet = EmbeddedEngine()
     first = run(s, fleet).commands
     del fleet.runs[s.run_id]  # the worker expired the ended run's state (ended_retention_s)
     redelivered = fleet.handle(dict(s.events[2]))

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stallwatch.contract.commands import encode_command
-from stallwatch.engine.fleet import Fleet
+from stallwatch.engine.embedded import EmbeddedEngine
 from tests.script import RunScript
 
 call = st.tuples(st.sampled_from(["search", "fetch", "wait"]), st.integers(0, 4),
@@ -34,14 +34,14 @@ def test_replaying_the_same_log_twice_gives_identical_commands(runs):
 
     def replay() -> list[bytes]:
         out = []
-        for result in Fleet().replay(lines):
+        for result in EmbeddedEngine().replay(lines):
             out.extend(encode_command(c) for c in result)
         return out
 
     first = replay()
     assert first == replay()
 
-    commands = [c for result in Fleet().replay(lines) for c in result]
+    commands = [c for result in EmbeddedEngine().replay(lines) for c in result]
     for s in scripts:
         mine = [c for c in commands if c.run_id == s.run_id]
         proposed = [e["call_id"] for e in s.events if e["type"] == "call_proposed"]
@@ -64,9 +64,9 @@ def test_coder_runs_replay_the_same_and_answer_every_call_once(plan, effect):
             s.call(tool, {"a": arg}, status=status, result={"r": result} if result else [])
         s.end_round()
     lines = s.lines()
-    first = [encode_command(c) for result in Fleet().replay(lines) for c in result]
-    assert first == [encode_command(c) for result in Fleet().replay(lines) for c in result]
-    commands = [c for result in Fleet().replay(lines) for c in result]
+    first = [encode_command(c) for result in EmbeddedEngine().replay(lines) for c in result]
+    assert first == [encode_command(c) for result in EmbeddedEngine().replay(lines) for c in result]
+    commands = [c for result in EmbeddedEngine().replay(lines) for c in result]
     proposed = [e["call_id"] for e in s.events if e["type"] == "call_proposed"]
     assert [c.call_id for c in commands if c.type == "verdict"] == proposed
     assert sum(c.type == "stop" for c in commands) <= 1

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from stallwatch.engine.admin_policy import AdminPolicy
-from stallwatch.engine.fleet import Fleet
+from stallwatch.engine.embedded import EmbeddedEngine
 from tests.script import RunScript
 
 DOCS = {"documents": [{"id": "d1", "title": "Kafka"}, {"id": "d2", "title": "Faust"}]}
@@ -163,7 +163,7 @@ def test_a_locally_hashed_result_compares_with_one_sent_whole():
         s.end_round()
     from tests.engine.conftest import Outcome
 
-    assert [x.code for x in Outcome(Fleet(), s).stops] == ["no_new_facts"]
+    assert [x.code for x in Outcome(EmbeddedEngine(), s).stops] == ["no_new_facts"]
 
 
 def test_results_with_no_content_count_as_new(run):
@@ -203,7 +203,7 @@ def test_the_administrator_policy_marks_tools_by_glob(run, tmp_path):
     s = RunScript(tools=[{"name": "db_write_rows"}])
     for i in range(8):
         s.round_of(("db_write_rows", {"rows": [i]}, {"ok": True}))
-    assert run(s, Fleet(AdminPolicy.load(policy))).stops == []
+    assert run(s, EmbeddedEngine(AdminPolicy.load(policy))).stops == []
     # Without the policy the same run is stopped for repeating itself.
     assert [x.code for x in run(s).stops] == ["no_new_facts"]
 

@@ -10,7 +10,7 @@ from stallwatch.contract.parse import parse_event
 from stallwatch.contract.policy import POLICY_FIELDS, V1_DEFAULTS
 from stallwatch.engine.coder import LABEL_CHARS, MAX_CALL_HISTORY, MAX_OPEN_CALLS
 from stallwatch.engine.detector import Detector
-from stallwatch.engine.fleet import Fleet
+from stallwatch.engine.embedded import EmbeddedEngine
 from stallwatch.engine.state import (
     EVENT_WINDOW,
     MAX_CHAT_HISTORY,
@@ -105,7 +105,7 @@ def test_a_100000_event_run_keeps_a_small_state():
     events it passed 1 MB and crash-looped the workers)."""
     s = RunScript(tools=[{"name": "search"}, {"name": "wait", "repeat_exempt": True}],
                   policy={"max_rounds": 100_000, "no_progress_threshold": 100_000})
-    fleet, applied, sizes = Fleet(), 0, []
+    fleet, applied, sizes = EmbeddedEngine(), 0, []
     while applied < 100_000:
         s.start_round()
         for _ in range(4):

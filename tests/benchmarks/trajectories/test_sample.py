@@ -8,7 +8,7 @@ from benchmarks.trajectories import mini_swe_agent, swe_agent
 from benchmarks.trajectories.collect import DEFAULT_DATA
 from benchmarks.trajectories.load import load_runs, read_json
 from benchmarks.trajectories.replay import LOOP_STOP_WITHIN, replay
-from stallwatch.engine.fleet import Fleet
+from stallwatch.engine.embedded import EmbeddedEngine
 
 MINI = DEFAULT_DATA / "mini-swe-agent"
 SWE_AGENT = DEFAULT_DATA / "swe-agent-2024"
@@ -41,7 +41,7 @@ def test_resolved_run_with_edits_and_test_reruns_is_left_alone():
 
 @pytest.fixture(scope="module")
 def outcomes():
-    fleet = Fleet()
+    fleet = EmbeddedEngine()
     return [replay(traj, "coder", fleet) for traj in load_runs(DEFAULT_DATA)]
 
 

@@ -31,7 +31,7 @@ class Rejected:
     reason: str
 
 
-class Fleet:
+class EmbeddedEngine:
     """Run states keyed by run id, in memory; an ended run keeps a small tombstone."""
 
     def __init__(self, admin_policy: AdminPolicy | None = None,
