@@ -9,7 +9,7 @@ export STALLWATCH_BOOTSTRAP ?= 127.0.0.1:$(STALLWATCH_KAFKA_PORT)
 export STALLWATCH_REPLICATION_FACTOR ?= 1
 export STALLWATCH_MIN_INSYNC_REPLICAS ?= 1
 
-.PHONY: setup run test test-fast lint kafka-up kafka-down bench fuzz schemas docs dashboards clean prometheus
+.PHONY: setup run test test-fast lint bench-cluster kafka-up kafka-down bench fuzz schemas docs dashboards clean prometheus
 
 $(BIN)/stallwatch: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,13 @@ bench: setup
 	$(BIN)/python benchmarks/adapters_bench.py
 	@$(call with_kafka,$(BIN)/python benchmarks/kafka_bench.py && $(BIN)/python benchmarks/fleet_bench.py \
 		&& $(BIN)/python benchmarks/hooks_bench.py)
+
+# A broker of three killed or frozen under load: the workers' longest gap per partition beside a
+# bare transactional echo's (deploy/kafka/cluster.sh; three brokers, so not in make bench).
+bench-cluster: setup
+	$(BIN)/python benchmarks/cluster_bench.py --fault kill
+	$(BIN)/python benchmarks/cluster_bench.py --fault freeze
+	deploy/kafka/cluster.sh down
 
 # The fuzz harness at length (make test runs a fixed number of its examples): no broker needed.
 fuzz: setup

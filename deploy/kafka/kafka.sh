@@ -6,6 +6,13 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 port="${STALLWATCH_KAFKA_PORT:-9092}"
 controller_port="${STALLWATCH_KAFKA_CONTROLLER_PORT:-$((port + 1))}"
+# One node of a cluster (deploy/kafka/cluster.sh sets these): its id, the controller quorum, the
+# replication of Kafka's internal topics (min ISR 2 once there are more than one) and the
+# cluster id every node is formatted with. Alone, the node is the whole cluster.
+node_id="${STALLWATCH_KAFKA_NODE_ID:-1}"
+voters="${STALLWATCH_KAFKA_VOTERS:-1@127.0.0.1:$controller_port}"
+internal_replicas="${STALLWATCH_KAFKA_INTERNAL_REPLICAS:-1}"
+internal_min_isr=$(( internal_replicas > 1 ? 2 : 1 ))
 # A second listener that tests reach only through a proxy they can cut (tests/kafka_harness.py):
 # it listens on port+4 and tells clients to connect to port+5, where the proxy listens, so every
 # connection of a client bootstrapped on port+5 (metadata, fetches, transactions, heartbeats)
@@ -79,8 +86,8 @@ write_config() {
   mkdir -p "$data/logs"
   cat > "$data/server.properties" <<PROPS
 process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:$controller_port
+node.id=$node_id
+controller.quorum.voters=$voters
 $(if [ "$secure" = 1 ]; then secure_config; else cat <<PLAIN
 listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port,CUTTABLE://127.0.0.1:$cuttable_port
 advertised.listeners=PLAINTEXT://127.0.0.1:$port,CUTTABLE://127.0.0.1:$proxy_port
@@ -91,12 +98,12 @@ fi)
 controller.listener.names=CONTROLLER
 log.dirs=$data/logs
 num.partitions=1
-offsets.topic.replication.factor=1
+offsets.topic.replication.factor=$internal_replicas
 offsets.topic.num.partitions=8
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
+transaction.state.log.replication.factor=$internal_replicas
+transaction.state.log.min.isr=$internal_min_isr
+share.coordinator.state.topic.replication.factor=$internal_replicas
+share.coordinator.state.topic.min.isr=$internal_min_isr
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
 PROPS
@@ -121,13 +128,15 @@ up() {
   if [ "$secure" = 1 ]; then write_passwords; fi
   write_config
   if [ ! -f "$data/logs/meta.properties" ]; then
-    cluster_id="$(java_cmd kafka.tools.StorageTool random-uuid)"
+    cluster_id="${STALLWATCH_KAFKA_CLUSTER_ID:-$(java_cmd kafka.tools.StorageTool random-uuid)}"
     java_cmd kafka.tools.StorageTool format -t "$cluster_id" -c "$data/server.properties" >/dev/null
   fi
   nohup java -Xms256m -Xmx768m -XX:+UseG1GC -Djava.awt.headless=true \
     -Dlog4j2.configurationFile="$data/log4j2.properties" -cp "$libs/*" \
     kafka.Kafka "$data/server.properties" >"$log" 2>&1 &
   echo $! > "$pidfile"
+  # A node of a cluster answers once a quorum of controllers runs: its starter waits for all.
+  if [ "${STALLWATCH_KAFKA_NO_WAIT:-0}" = 1 ]; then return; fi
   # Up to 3 minutes: a restart with thousands of partitions on a loaded 2-core machine took
   # over a minute (the controller replays its metadata log first).
   for _ in $(seq 1 360); do
@@ -155,7 +164,9 @@ down() {
 
 case "${1:-}" in
   up) up ;;
+  jars) resolve_jars ;;
+  uuid) resolve_jars; java_cmd kafka.tools.StorageTool random-uuid ;;
   down) down ;;
   status) if answers; then echo "kafka: answering on 127.0.0.1:$port"; else echo "kafka: down"; exit 1; fi ;;
-  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|jars|uuid" >&2; exit 2 ;;
 esac

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# A local three-node Apache Kafka cluster (KRaft, each node a broker and a controller) with a
+# production's replication: Kafka's internal topics on 3 replicas with min ISR 2, and the worker's
+# own defaults (STALLWATCH_REPLICATION_FACTOR 3, STALLWATCH_MIN_INSYNC_REPLICAS 2) apply as they are.
+# Each node is deploy/kafka/kafka.sh on its own ports: node N serves clients on
+# STALLWATCH_CLUSTER_PORT + 10*(N-1) (default 9200, 9210, 9220) and its controller one above.
+#
+#   cluster.sh up|down|status|bootstrap      the whole cluster
+#   cluster.sh kill|stop|cont|start|pid N    one node: SIGKILL, SIGSTOP (frozen), SIGCONT, start again
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+base="${STALLWATCH_CLUSTER_PORT:-9200}"
+NODES="1 2 3"
+
+port_of() { echo $((base + 10 * ($1 - 1))); }
+voters() {
+  local list=""
+  for n in $NODES; do list="$list${list:+,}$n@127.0.0.1:$(( $(port_of "$n") + 1 ))"; done
+  echo "$list"
+}
+bootstrap() {
+  local list=""
+  for n in $NODES; do list="$list${list:+,}127.0.0.1:$(port_of "$n")"; done
+  echo "$list"
+}
+answers() { (exec 3<>"/dev/tcp/127.0.0.1/$(port_of "$1")") 2>/dev/null; }
+pid_of() { cat "$root/.cache/kafka-data/$(port_of "$1")/kafka.pid"; }
+
+node() {  # node N COMMAND: kafka.sh COMMAND as node N
+  local n=$1
+  shift
+  STALLWATCH_KAFKA_PORT="$(port_of "$n")" STALLWATCH_KAFKA_NODE_ID="$n" \
+    STALLWATCH_KAFKA_VOTERS="$(voters)" STALLWATCH_KAFKA_INTERNAL_REPLICAS=3 \
+    STALLWATCH_KAFKA_CLUSTER_ID="$(cluster_id)" STALLWATCH_KAFKA_NO_WAIT=1 "$here/kafka.sh" "$@"
+}
+
+cluster_id() {
+  local file="$root/.cache/kafka-data/cluster-$base.id"
+  if [ ! -f "$file" ]; then
+    mkdir -p "$(dirname "$file")"
+    STALLWATCH_KAFKA_PORT="$base" "$here/kafka.sh" uuid 2>/dev/null | tail -1 > "$file"
+  fi
+  cat "$file"
+}
+
+wait_for() {  # until every node named answers, up to 3 minutes
+  for _ in $(seq 1 360); do
+    local all=1
+    for n in "$@"; do answers "$n" || all=0; done
+    if [ "$all" = 1 ]; then return; fi
+    sleep 0.5
+  done
+  echo "cluster: nodes $* not answering after 180 s" >&2
+  exit 1
+}
+
+up() {
+  STALLWATCH_KAFKA_PORT="$base" "$here/kafka.sh" jars
+  cluster_id >/dev/null
+  for n in $NODES; do answers "$n" || node "$n" up; done
+  wait_for $NODES
+  echo "cluster: up on $(bootstrap)" >&2
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) for n in $NODES; do node "$n" down; done ;;
+  status) for n in $NODES; do if answers "$n"; then echo "node $n: answering"; else echo "node $n: down"; fi; done ;;
+  bootstrap) bootstrap ;;
+  kill) kill -9 "$(pid_of "$2")" ;;
+  stop) kill -STOP "$(pid_of "$2")" ;;
+  cont) kill -CONT "$(pid_of "$2")" ;;
+  start) node "$2" up; wait_for "$2" ;;
+  pid) pid_of "$2" ;;
+  *) sed -n '8,9p' "$0" >&2; exit 2 ;;
+esac
