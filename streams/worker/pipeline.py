@@ -105,6 +105,9 @@ class Pipeline(ConsumerRebalanceListener):
         self._failure: BaseException | None = None
         # Partitions dropped after a timed-out transaction, waiting for the group's word.
         self._confirming: set[asyncio.Task[None]] = set()
+        # Between a revocation and the assignment that follows: the partitions may be another
+        # member's already (this one was too slow to rejoin), so none is rebuilt meanwhile.
+        self._revoking = False
         self.consumer = consumer or AIOKafkaConsumer(
             group_id=settings.group_id, group_instance_id=settings.instance_id,
             enable_auto_commit=False, auto_offset_reset="earliest",
@@ -258,10 +261,18 @@ class Pipeline(ConsumerRebalanceListener):
 
     async def _rebuild(self, tp: TopicPartition) -> None:
         """A new producer under the partition's transactional id (aborting our own open
-        transaction), its states and its position as last committed."""
+        transaction), its states and its position as last committed. During a rebalance the
+        partition is dropped instead, and the assignment that follows restores it or lets it go:
+        a new producer started now could fence the member the group gave it to meanwhile (a
+        three-node cluster showed both workers fenced at their first rebalance)."""
         partition = tp.partition
         self.in_flight.rebuilding(tp)
         await self._close_producers([partition])
+        if self._revoking:
+            log.info("partition %d: its transaction failed during a rebalance; the assignment "
+                     "that follows restores it or gives it away", partition)
+            self.store.drop(partition)
+            return
         self.producers[partition] = await _until_done(lambda: self._start_producer(partition))
         await _until_done(lambda: self.store.restore(self.settings, [partition], self.progress.tick))
         self.in_flight.rebuilt(tp, await self._seek_to_position(tp))
@@ -310,6 +321,7 @@ class Pipeline(ConsumerRebalanceListener):
         # worker was fenced by it, so nothing stale can be published from here.
         log.info("rebalance: revoking partitions %s once their batches in flight committed",
                  sorted(tp.partition for tp in revoked))
+        self._revoking = True
         async with self._lock:
             self._generation += 1
             await self.in_flight.settle()
@@ -322,11 +334,14 @@ class Pipeline(ConsumerRebalanceListener):
             raise
 
     async def _take_over(self, assigned: list[TopicPartition]) -> None:
+        self._revoking = False
         async with self._lock:
             self._generation += 1
             await self.in_flight.settle()
             owned = {tp.partition for tp in assigned}
-            lost = [p for p in self.producers if p not in owned]
+            # Those held without a producer too (dropped during the rebalance or after a
+            # timed-out transaction) that the group gave away.
+            lost = [p for p in {*self.producers, *self.in_flight.held} if p not in owned]
             await self._close_producers(lost)
             for partition in lost:
                 self.in_flight.forget(partition)

@@ -233,3 +233,36 @@ async def test_an_assignment_seeks_every_partition_to_its_committed_position():
     consumer.committed_offsets[tp] = 7
     await pipeline.on_partitions_assigned([tp])
     assert consumer.seeks == [(tp, 42)] and started == []  # kept: not rebuilt, but repositioned
+
+
+async def test_a_transaction_failed_during_a_rebalance_is_restored_only_when_the_group_gives_it_back():
+    """Rebuilt at once, a new producer could fence the member the group gave the partition to
+    while this one was late to rejoin; dropped, the assignment decides."""
+    gate = asyncio.Event()
+    producer = FakeProducer(gate=gate, fail_commit=KafkaConnectionError("the broker went away"))
+    pipeline, consumer, started = pipeline_of(producer)
+    restored: list[list[int]] = []
+
+    async def restore(settings: Settings, partitions: list[int], on_progress: object) -> float:
+        restored.append(partitions)
+        for partition in partitions:
+            pipeline.store.adopt(partition, {})
+        return 0.0
+
+    pipeline.store.restore = restore  # type: ignore[method-assign]
+    loop = asyncio.create_task(pipeline.run())
+    while not pipeline.in_flight:
+        await asyncio.sleep(0.001)
+    tp = next(iter(consumer.assigned))
+    revoked = asyncio.create_task(pipeline.on_partitions_revoked([tp]))
+    await asyncio.sleep(0.05)
+    gate.set()
+    await asyncio.wait_for(revoked, 5)
+    assert started == [] and restored == []  # no producer of the partition started meanwhile
+    assert not pipeline.store.owns(0) and 0 not in pipeline.producers and 0 in pipeline.in_flight
+    await pipeline.on_partitions_assigned([tp])  # the group gives it back
+    assert started == [0] and restored == [[0]] and pipeline.store.owns(0)
+    assert 0 not in pipeline.in_flight  # served again
+    loop.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await loop
