@@ -31,6 +31,7 @@ class ExpiryScan:
         self.interval_s = interval_s
         self._scanned_at: dict[int, float] = {}
         self._fingerprints: dict[int, int] = {}  # partition -> fingerprints held at its last scan
+        self.fingerprints = 0  # their sum, for the metrics' thread
 
     def due(self, partition: int) -> list[str]:
         """The runs to expire now: none unless the partition's interval has passed."""
@@ -47,15 +48,13 @@ class ExpiryScan:
                    if is_expired(state, newest, self.idle_timeout_s, self.ended_retention_s)]
         # Counted from the states this scan decoded anyway, one partition at a time.
         self._fingerprints[partition] = sum(len(state.fingerprints) for _, state in states)
+        self.fingerprints = sum(self._fingerprints.values())
         if expired:
             log.info("expiring %d idle or ended runs of partition %d", len(expired), partition)
         return expired
-
-    def fingerprints_held(self) -> int:
-        """Result fingerprints held by this scan's partitions, as counted at their last scans."""
-        return sum(self._fingerprints.values())
 
     def forget(self, partition: int) -> None:
         """A partition this worker no longer owns."""
         self._scanned_at.pop(partition, None)
         self._fingerprints.pop(partition, None)
+        self.fingerprints = sum(self._fingerprints.values())

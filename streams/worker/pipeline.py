@@ -118,6 +118,9 @@ class Pipeline(ConsumerRebalanceListener):
             session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=2000,
             **aiokafka_options(settings))
         self.in_flight = InFlight(self.consumer, self.progress, settings.commit_interval_s)
+        # Runs held, counted on the event loop for the metrics' thread, which must not walk the
+        # store while a batch changes it.
+        self.runs_held = 0
         self._fetch_wait_ms = IDLE_FETCH_MAX_WAIT_MS
         self._busy_at = 0.0  # monotonic time of the last fetch that returned records
 
@@ -293,6 +296,7 @@ class Pipeline(ConsumerRebalanceListener):
     def _observe(self, tp: TopicPartition, batch: Applied) -> None:
         """A batch committed: its counts, and the seconds from its apply to its commit."""
         metrics, result, events = self.metrics, batch.result, batch.records
+        self.runs_held = len(self.store)
         seconds = time.perf_counter() - batch.started
         committed = time.time()
         for kind, count in result.events_by_type.items():
@@ -371,6 +375,7 @@ class Pipeline(ConsumerRebalanceListener):
             # Again at the end: a fetch that returned while this callback awaited (the consumer
             # fetches from the group's offsets meanwhile) is then read again from the position.
             self._generation += 1
+            self.runs_held = len(self.store)
             self.progress.restoring = False
             self.progress.tick()
             log.info("serving partitions %s of %s (restored %s)", sorted(owned),

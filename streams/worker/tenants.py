@@ -42,10 +42,11 @@ class Tenants:
         self._runs: dict[str | None, asyncio.Task[None]] = {}
         self._missing: set[str] = set()  # tenants whose events topic the last scan did not find
         self.progress = AllProgress(lambda: [p.progress for p in self.pipelines.values()])
+        # Read from the metrics server's thread: counts the event loop keeps, never the stores.
         metrics.active_runs.set_function(
-            lambda: sum(len(p.store) for p in list(self.pipelines.values())))
+            lambda: sum(p.runs_held for p in list(self.pipelines.values())))
         metrics.fingerprints.set_function(
-            lambda: sum(p.expiry.fingerprints_held() for p in list(self.pipelines.values())))
+            lambda: sum(p.expiry.fingerprints for p in list(self.pipelines.values())))
 
     async def start(self) -> None:
         """The shared topics' pipeline, then every tenant's found now."""

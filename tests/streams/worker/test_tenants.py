@@ -37,13 +37,11 @@ class FakePipeline:
         self.settings = settings
         self.consumer = cluster
         self.progress = Progress(restoring=False)
-        self.store: dict[str, Any] = {}
+        self.runs_held = 0
         self.expiry = self
+        self.fingerprints = 0
         self.started = self.stopped = False
         self.fail = asyncio.Event()
-
-    def fingerprints_held(self) -> int:
-        return 0
 
     async def start(self) -> None:
         self.started = True
@@ -112,4 +110,22 @@ async def test_a_pipelines_failure_ends_the_worker_and_the_health_reads_every_pi
     acme.fail.set()
     with pytest.raises(RuntimeError, match="acme's pipeline failed"):
         await asyncio.wait_for(running, 5)
+    await worker.stop(1.0)
+
+
+async def test_the_gauges_add_up_every_pipelines_counts_kept_on_the_event_loop():
+    cluster = Topics({"sw.events", "sw.tenant.acme.events"})
+    metrics = StallwatchMetrics()
+    made: list[FakePipeline] = []
+
+    def pipeline(settings: Settings) -> Any:
+        made.append(FakePipeline(settings, cluster))
+        return made[-1]
+
+    worker = Tenants(Settings(topic_prefix="sw"), metrics, Detector(), pipeline)
+    await worker.start()
+    for held, fake in zip((3, 4), made, strict=True):
+        fake.runs_held, fake.fingerprints = held, 10 * held
+    assert metrics.registry.get_sample_value("stallwatch_active_runs") == 7
+    assert metrics.registry.get_sample_value("stallwatch_fingerprints_held") == 70
     await worker.stop(1.0)
