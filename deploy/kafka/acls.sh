@@ -49,7 +49,9 @@ acl_command() {
   if [ -n "$command" ]; then
     $command --bootstrap-server "$bootstrap" --command-config "$config" "$@"
   else
-    java -Dlog4j2.level=WARN -cp "$libs/*" org.apache.kafka.tools.AclCommand \
+    # A JVM per grant, each living a second or two: the quick compiler and the small collector.
+    java -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Dlog4j2.level=WARN -cp "$libs/*" \
+      org.apache.kafka.tools.AclCommand \
       --bootstrap-server "$bootstrap" --command-config "$config" "$@"
   fi
 }

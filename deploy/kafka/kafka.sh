@@ -25,12 +25,17 @@ libs="$cache/libs"
 data="$root/.cache/kafka-data/$port"
 # STALLWATCH_KAFKA_SECURE=1: the same node with SASL and authorization on, as a shared cluster
 # runs: clients authenticate on the port (SASL_PLAINTEXT: PLAIN with the users below, or
-# OAUTHBEARER with Kafka's unsecured JWS tokens, whose `sub` is the principal: for a local test
-# broker only), KRaft's StandardAuthorizer denies what no ACL allows, and only User:admin (the
-# broker itself, and the operator's tools) is a super user. Passwords are made at the first start
-# into $data/passwords (name=password lines) and $data/admin.properties (the admin's client
-# settings, for Kafka's own tools). The controller listener stays PLAINTEXT on loopback: its
-# ANONYMOUS principal is the controller's own, and it serves no client request.
+# OAUTHBEARER with Kafka's unsecured JWS tokens, whose `sub` is the principal: anyone can claim
+# any principal with them, so for a local test broker only), KRaft's StandardAuthorizer denies
+# what no ACL allows, and only User:admin (the broker itself, and the operator's tools) is a super
+# user. PLAIN rather than SCRAM: its users live in the broker's config, so a node starts with no
+# credential bootstrapping; the ACLs, not the mechanism, are what the tests exercise. The
+# controller listener authenticates too (PLAIN, the admin alone): a controller answers admin
+# requests (CreateAcls among them, for `--bootstrap-controller`), so an unauthenticated one would
+# let any local process grant itself everything. Passwords are made at the first start (and for
+# a user added later) into $data/passwords (name=password lines) and $data/admin.properties (the
+# admin's client settings, for Kafka's own tools); these and server.properties, which holds every
+# password, are readable by their owner only.
 secure="${STALLWATCH_KAFKA_SECURE:-0}"
 USERS="admin stallwatch-worker stallwatch-fleet stallwatch-operator tenant-a tenant-b"
 pidfile="$data/kafka.pid"
@@ -52,9 +57,12 @@ resolve_jars() {
 password_of() { sed -n "s/^$1=//p" "$data/passwords"; }
 
 write_passwords() {
-  [ -f "$data/passwords" ] && return
   mkdir -p "$data"
-  (umask 077; for user in $USERS; do echo "$user=$(head -c 18 /dev/urandom | base64 | tr -d '/+=')"; done > "$data/passwords")
+  (umask 077; touch "$data/passwords"
+   for user in $USERS; do
+     grep -q "^$user=" "$data/passwords" ||
+       echo "$user=$(head -c 18 /dev/urandom | base64 | tr -d '/+=')" >> "$data/passwords"
+   done)
   (umask 077; cat > "$data/admin.properties" <<PROPS
 security.protocol=SASL_PLAINTEXT
 sasl.mechanism=PLAIN
@@ -70,21 +78,26 @@ secure_config() {
   cat <<PROPS
 listeners=SASL_PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port
 advertised.listeners=SASL_PLAINTEXT://127.0.0.1:$port
-listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT
 inter.broker.listener.name=SASL_PLAINTEXT
 sasl.enabled.mechanisms=PLAIN,OAUTHBEARER
 sasl.mechanism.inter.broker.protocol=PLAIN
 listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="$(password_of admin)"$users;
 listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="admin";
+listener.name.controller.sasl.enabled.mechanisms=PLAIN
+sasl.mechanism.controller.protocol=PLAIN
+listener.name.controller.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="$(password_of admin)" user_admin="$(password_of admin)";
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 allow.everyone.if.no.acl.found=false
-super.users=User:admin;User:ANONYMOUS
+super.users=User:admin
 PROPS
 }
 
 write_config() {
   mkdir -p "$data/logs"
-  cat > "$data/server.properties" <<PROPS
+  # Made anew with umask 077: the secure node's config holds every user's password.
+  rm -f "$data/server.properties"
+  (umask 077; cat > "$data/server.properties") <<PROPS
 process.roles=broker,controller
 node.id=$node_id
 controller.quorum.voters=$voters

@@ -14,10 +14,13 @@ from pathlib import Path
 import pytest
 
 from stallwatch.settings import Settings
+from tests.security.oauth_token import provider_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 # The plain broker's port and up to port+5 are taken (kafka.sh); this one and port+1 are free.
 PORT = int(os.environ.get("STALLWATCH_KAFKA_PORT", "9092")) + 20
+# The broker's jars, Kafka's own tools among them (kafka.sh resolves them).
+KAFKA_LIBS = Path(os.environ.get("STALLWATCH_KAFKA_CACHE", ROOT / ".cache/kafka")) / "libs"
 
 
 @dataclass(frozen=True)
@@ -29,11 +32,20 @@ class SecureBroker:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def controller(self) -> str:
+        """The controller listener (kafka.sh: the port after the broker's)."""
+        return f"127.0.0.1:{self.port + 1}"
+
+    @property
+    def data(self) -> Path:
+        return ROOT / f".cache/kafka-data/{self.port}"
+
     def settings(self, principal: str, prefix: str, mechanism: str = "PLAIN", **more: object) -> Settings:
         """A principal's settings on topics of `prefix`."""
         auth: dict[str, object] = {"sasl_mechanism": mechanism}
         if mechanism == "OAUTHBEARER":
-            auth["sasl_oauth_token_provider"] = "tests.security.oauth_token:UnsecuredToken"
+            auth["sasl_oauth_token_provider"] = provider_spec(principal)
         else:
             auth.update(sasl_username=principal, sasl_password=self.passwords[principal])
         return Settings(bootstrap=self.bootstrap, topic_prefix=prefix, partitions=2,
@@ -44,8 +56,7 @@ class SecureBroker:
         """The same, as a `stallwatch` process reads it."""
         env = {"STALLWATCH_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "STALLWATCH_SASL_MECHANISM": mechanism}
         if mechanism == "OAUTHBEARER":
-            env.update(STALLWATCH_SASL_OAUTH_TOKEN_PROVIDER="tests.security.oauth_token:UnsecuredToken",
-                       STALLWATCH_TEST_OAUTH_SUB=principal)
+            env.update(STALLWATCH_SASL_OAUTH_TOKEN_PROVIDER=provider_spec(principal))
         else:
             env.update(STALLWATCH_SASL_USERNAME=principal, STALLWATCH_SASL_PASSWORD=self.passwords[principal])
         return env
@@ -76,6 +87,11 @@ def secure_broker() -> Iterator[SecureBroker]:
         _kafka("down")
 
 
+def new_prefix() -> str:
+    """A topic prefix no other test uses: topics, groups and ACLs of its own on the one broker."""
+    return f"s{uuid.uuid4().hex[:10]}"
+
+
 @pytest.fixture
 def prefix() -> str:
-    return f"s{uuid.uuid4().hex[:10]}"
+    return new_prefix()

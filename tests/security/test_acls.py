@@ -1,6 +1,7 @@
 """The ACLs as shipped (deploy/kafka/acls.sh), on a broker with SASL and authorization on: a
 tenant's principal writes only its events and reads only its commands and dead letters; the
-broker refuses the rest, whatever the tenant writes in its events."""
+broker refuses the rest, whatever the tenant writes in its events, and only the administrator
+changes the ACLs."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -16,7 +18,7 @@ from aiokafka.errors import TopicAuthorizationFailedError
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.kafka.topics import ensure_topics
 from stallwatch.settings import Settings
-from tests.security.conftest import ROOT, SecureBroker
+from tests.security.conftest import KAFKA_LIBS, ROOT, SecureBroker, new_prefix
 
 pytestmark = pytest.mark.kafka
 
@@ -77,9 +79,11 @@ async def mark(admin: Settings, topics: list[str]) -> None:
         await producer.stop()
 
 
-@pytest.fixture
-async def tenants(secure_broker: SecureBroker, prefix: str) -> tuple[Settings, Settings, Settings]:
-    """acme (principal tenant-a) and globex (tenant-b) with their ACLs, and the shared topics."""
+@pytest.fixture(scope="module")
+async def tenants(secure_broker: SecureBroker) -> tuple[Settings, Settings, Settings]:
+    """acme (principal tenant-a) and globex (tenant-b) with their ACLs, and the shared topics,
+    once for the module (provisioning takes seconds): the tests add records and grant nothing."""
+    prefix = new_prefix()
     admin = secure_broker.settings("admin", prefix)
     await ensure_topics(admin)
     add_tenants(secure_broker, prefix, "acme", "globex")
@@ -117,3 +121,38 @@ def test_the_grants_are_least_privilege_and_printed_as_applied(secure_broker, pr
                "deadletter": ("Read", "Describe")}
     assert grants == {("User:t", "topic", f"{prefix}.tenant.acme.{topic}", "literal", op)
                       for topic, ops in allowed.items() for op in ops}
+
+
+def acl_command(broker: SecureBroker, config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Kafka's own AclCommand on the controller listener, as the client `config` describes."""
+    return subprocess.run(["java", "-XX:TieredStopAtLevel=1", "-Dlog4j2.level=WARN", "-cp", f"{KAFKA_LIBS}/*",
+                           "org.apache.kafka.tools.AclCommand", "--bootstrap-controller",
+                           broker.controller, "--command-config", str(config), *args],
+                          text=True, capture_output=True, timeout=120, check=False)
+
+
+async def test_the_controller_listener_changes_no_acl_for_anyone_but_the_administrator(
+        secure_broker, tenants, tmp_path):
+    """A controller answers CreateAcls (`--bootstrap-controller`): unauthenticated there, any
+    local process could grant itself everything."""
+    acme, _, admin = tenants
+    quick = "default.api.timeout.ms=6000\nrequest.timeout.ms=3000\n"
+    anonymous = tmp_path / "anonymous.properties"
+    anonymous.write_text(quick)
+    tenant = tmp_path / "tenant-a.properties"
+    tenant.write_text(quick + "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                      "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule "
+                      f'required username="tenant-a" password="{secure_broker.passwords["tenant-a"]}";\n')
+    grant = ("--add", "--allow-principal", "User:tenant-a", "--operation", "Write",
+             "--topic", admin.events_topic)
+    for config in (anonymous, tenant):
+        assert acl_command(secure_broker, config, *grant).returncode != 0, config.name
+    assert not await writes(acme, admin.events_topic)
+    # The same command reaches the controller with the administrator's settings.
+    listed = acl_command(secure_broker, secure_broker.data / "admin.properties", "--list")
+    assert listed.returncode == 0, listed.stderr[-2000:]
+
+
+def test_the_secure_brokers_passwords_are_readable_by_its_owner_only(secure_broker):
+    for name in ("server.properties", "passwords", "admin.properties"):
+        assert (secure_broker.data / name).stat().st_mode & 0o077 == 0, name

@@ -18,7 +18,6 @@ from stallwatch.kafka.topics import ensure_topics
 from stallwatch.settings import Settings
 from tests.kafka_harness import WorkerProcess
 from tests.security.conftest import SecureBroker
-from tests.security.oauth_token import SUBJECT_ENV
 from tests.security.test_acls import add_tenants
 from tests.streams.fleet.harness import FleetProcess
 
@@ -76,8 +75,7 @@ async def nudged_runs(tenant: Settings, runs: set[str], timeout_s: float = 90.0)
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "OAUTHBEARER"])
 async def test_a_tenant_is_judged_and_advised_with_every_part_under_its_own_principal(
-        secure_broker: SecureBroker, prefix: str, mechanism: str, monkeypatch):
-    monkeypatch.setenv(SUBJECT_ENV, "tenant-a")  # this process is tenant-a's runtime
+        secure_broker: SecureBroker, prefix: str, mechanism: str):
     admin = secure_broker.settings("admin", prefix)
     await ensure_topics(admin)
     add_tenants(secure_broker, prefix, "acme")
