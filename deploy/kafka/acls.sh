@@ -5,6 +5,9 @@
 #   acls.sh [--print] worker PRINCIPAL             decision workers: every tenant's topics
 #   acls.sh [--print] fleet PRINCIPAL              the fleet app: tallies in, incidents and advisories out
 #   acls.sh [--print] operator PRINCIPAL           `stallwatch top`, `explain`: read the commands
+#   acls.sh [--print] team PRINCIPAL               a one-team deployment's runtimes: write the
+#                                                  shared events, read the shared commands (every
+#                                                  such producer is trusted)
 #   acls.sh [--print] tenant NAME PRINCIPAL [FLEET_PRINCIPAL]
 #                                                  a tenant's runtimes: write its events, read its
 #                                                  commands and dead letters; the fleet app may
@@ -27,7 +30,7 @@ libs="${STALLWATCH_KAFKA_CACHE:-$root/.cache/kafka}/libs"
 print=0
 if [ "${1:-}" = "--print" ]; then print=1; shift; fi
 
-usage() { sed -n '4,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '4,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 # grant PRINCIPAL RESOURCE NAME PATTERN OPERATION...   (RESOURCE: topic, group, transactional-id)
 grant() {
@@ -79,6 +82,12 @@ operator() {
   grant "$1" topic "$prefix." prefixed Read Describe
 }
 
+team() {
+  # Not the shared dead letters: the fleet app's are keyed by any tenant's name and tool.
+  grant "$1" topic "$prefix.events" literal Write Describe
+  grant "$1" topic "$prefix.commands" literal Read Describe
+}
+
 tenant() {
   local name=$1 principal=$2 fleet_principal=${3:-}
   [[ "$name" =~ ^[A-Za-z0-9_-]{1,64}$ ]] || { echo "acls.sh: tenant name $name: use letters, digits, _ and -" >&2; exit 2; }
@@ -92,7 +101,7 @@ tenant() {
 }
 
 case "${1:-}" in
-  worker|fleet|operator) [ $# -eq 2 ] || usage; "$1" "$2" ;;
+  worker|fleet|operator|team) [ $# -eq 2 ] || usage; "$1" "$2" ;;
   tenant) [ $# -ge 3 ] && [ $# -le 4 ] || usage; shift; tenant "$@" ;;
   *) usage ;;
 esac

@@ -37,7 +37,7 @@ data="$root/.cache/kafka-data/$port"
 # admin's client settings, for Kafka's own tools); these and server.properties, which holds every
 # password, are readable by their owner only.
 secure="${STALLWATCH_KAFKA_SECURE:-0}"
-USERS="admin stallwatch-worker stallwatch-fleet stallwatch-operator tenant-a tenant-b"
+USERS="admin stallwatch-worker stallwatch-fleet stallwatch-operator team tenant-a tenant-b"
 pidfile="$data/kafka.pid"
 log="$data/kafka.log"
 

@@ -31,13 +31,21 @@ def printed(*args: str) -> set[tuple[str, ...]]:
     return {tuple(line.split()) for line in out.splitlines() if line}
 
 
-@pytest.mark.parametrize(("manifest", "args"), [
-    ("worker.yaml", ["worker", "User:stallwatch-worker"]),
-    ("operator.yaml", ["operator", "User:stallwatch-operator"]),
-    ("tenant-acme.yaml", ["tenant", "acme", "User:acme"]),
-])
+SCRIPTED = {
+    "worker.yaml": ["worker", "User:stallwatch-worker"],
+    "operator.yaml": ["operator", "User:stallwatch-operator"],
+    "team.yaml": ["team", "User:team"],
+    "tenant-acme.yaml": ["tenant", "acme", "User:acme"],
+}
+
+
+@pytest.mark.parametrize(("manifest", "args"), SCRIPTED.items())
 def test_each_user_has_the_grants_of_the_script(manifest, args):
     assert granted(manifest) == printed(*args)
+
+
+def test_every_manifest_is_held_to_the_script():
+    assert {path.name for path in USERS.glob("*.yaml")} == {*SCRIPTED, "fleet.yaml"}
 
 
 def test_the_fleet_user_has_its_own_grants_and_the_tenants_events():

@@ -1,7 +1,7 @@
 """The ACLs as shipped (deploy/kafka/acls.sh), on a broker with SASL and authorization on: a
-tenant's principal writes only its events and reads only its commands and dead letters; the
-broker refuses the rest, whatever the tenant writes in its events, and only the administrator
-changes the ACLs."""
+tenant's principal writes only its events and reads only its commands and dead letters, a
+one-team runtime's only the shared events and commands; the broker refuses the rest, whatever
+they write in their events, and only the administrator changes the ACLs."""
 
 from __future__ import annotations
 
@@ -82,7 +82,8 @@ async def mark(admin: Settings, topics: list[str]) -> None:
 @pytest.fixture(scope="module")
 async def tenants(secure_broker: SecureBroker) -> tuple[Settings, Settings, Settings]:
     """acme (principal tenant-a) and globex (tenant-b) with their ACLs, and the shared topics,
-    once for the module (provisioning takes seconds): the tests add records and grant nothing."""
+    once for the module (provisioning takes seconds): the tests add records and the team's
+    grants, on which no other test's refusals depend."""
     prefix = new_prefix()
     admin = secure_broker.settings("admin", prefix)
     await ensure_topics(admin)
@@ -121,6 +122,22 @@ def test_the_grants_are_least_privilege_and_printed_as_applied(secure_broker, pr
                "deadletter": ("Read", "Describe")}
     assert grants == {("User:t", "topic", f"{prefix}.tenant.acme.{topic}", "literal", op)
                       for topic, ops in allowed.items() for op in ops}
+
+
+async def test_a_team_writes_only_the_shared_events_and_reads_only_the_shared_commands(
+        secure_broker, tenants):
+    acme, _, admin = tenants
+    secure_broker.acls(admin.topic_prefix, "team", "User:team")
+    team = secure_broker.settings("team", admin.topic_prefix)
+    await mark(admin, [admin.commands_topic, admin.deadletter_topic, admin.tallies_topic,
+                       acme.commands_topic])
+    assert await writes(team, team.events_topic)
+    assert await reads(team, team.commands_topic)
+    for topic in (acme.events_topic, admin.commands_topic, admin.tallies_topic):
+        assert not await writes(team, topic), topic
+    # The shared dead letters too: the fleet app's there name any tenant and its tools.
+    for topic in (acme.commands_topic, admin.deadletter_topic, admin.tallies_topic, admin.events_topic):
+        assert not await reads(team, topic), topic
 
 
 def acl_command(broker: SecureBroker, config: Path, *args: str) -> subprocess.CompletedProcess[str]:

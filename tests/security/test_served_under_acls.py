@@ -1,6 +1,7 @@
-"""A worker, the fleet app and a tenant's runtime, each under its own principal and the ACLs as
-shipped, with SASL PLAIN and with OAUTHBEARER: the tenant's calls are judged on its topics, and
-the fleet app's advisory reaches its runs through its events topic."""
+"""A worker, the fleet app, a tenant's runtime and a one-team runtime, each under its own
+principal and the ACLs as shipped, with SASL PLAIN and with OAUTHBEARER: the worker judges the
+shared topics and the tenant's, and the fleet app's advisory reaches the tenant's runs through
+its events topic."""
 
 from __future__ import annotations
 
@@ -38,10 +39,10 @@ def failing_run(run_id: str, ts: float) -> list[bytes]:
     return [orjson.dumps(e) for e in events]
 
 
-async def judged(tenant: Settings, timeout_s: float = 90.0) -> None:
-    """Until a worker answers the tenant's client (its pipeline for the tenant is serving)."""
+async def judged(runtime: Settings, timeout_s: float = 90.0) -> None:
+    """Until a worker answers the runtime's client (its pipeline for those topics is serving)."""
     deadline = time.monotonic() + timeout_s
-    async with KafkaClient(tenant, verdict_timeout_s=3.0) as client:
+    async with KafkaClient(runtime, verdict_timeout_s=3.0) as client:
         while time.monotonic() < deadline:
             run = await client.start_run(f"probe-{time.monotonic_ns()}", "researcher", TOOLS)
             await run.start_round()
@@ -50,7 +51,7 @@ async def judged(tenant: Settings, timeout_s: float = 90.0) -> None:
             if not first.timed_out and not again.timed_out:
                 assert (first.allowed, again.allowed, again.code) == (True, False, "duplicate_call")
                 return
-    raise AssertionError("no worker judged the tenant's calls")
+    raise AssertionError(f"no worker judged the calls on {runtime.events_topic}")
 
 
 async def nudged_runs(tenant: Settings, runs: set[str], timeout_s: float = 90.0) -> set[str]:
@@ -74,7 +75,7 @@ async def nudged_runs(tenant: Settings, runs: set[str], timeout_s: float = 90.0)
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "OAUTHBEARER"])
-async def test_a_tenant_is_judged_and_advised_with_every_part_under_its_own_principal(
+async def test_each_part_under_its_own_principal_judges_a_team_and_a_tenant_and_advises_the_tenant(
         secure_broker: SecureBroker, prefix: str, mechanism: str):
     admin = secure_broker.settings("admin", prefix)
     await ensure_topics(admin)
@@ -82,13 +83,15 @@ async def test_a_tenant_is_judged_and_advised_with_every_part_under_its_own_prin
     secure_broker.acls(prefix, "worker", "User:stallwatch-worker")
     secure_broker.acls(prefix, "fleet", "User:stallwatch-fleet")
     secure_broker.acls(prefix, "tenant", "acme", "User:tenant-a", "User:stallwatch-fleet")
+    secure_broker.acls(prefix, "team", "User:team")
     acme = secure_broker.settings("tenant-a", prefix, mechanism, tenant="acme")
+    team = secure_broker.settings("team", prefix, mechanism)
     worker = WorkerProcess(admin, env={**secure_broker.env("stallwatch-worker", mechanism),
                                        "STALLWATCH_TENANT_SCAN_INTERVAL_S": "0.5"})
     fleet = FleetProcess(admin, env={**secure_broker.env("stallwatch-fleet", mechanism),
                                      "STALLWATCH_TENANT_SCAN_INTERVAL_S": "0.5"})
     try:
-        await asyncio.gather(judged(acme), fleet.serving())
+        await asyncio.gather(judged(acme), judged(team), fleet.serving())
         failing = {f"live-{i}" for i in range(5)}
         producer = AIOKafkaProducer(acks="all", **aiokafka_options(acme))
         await producer.start()
