@@ -9,18 +9,18 @@ record of its changelog) go to Kafka in ONE transaction of the partition's own p
 with the partition's next batches applied meanwhile (streams/worker/task.py), once every
 command of them is acknowledged; read-committed readers see all of it or none of it, and a
 restore reads states and position from the same commits. The consumer group's offsets ride along
-at most every `group_offsets_interval_s`, for lag tools only. The store takes a batch's states as
-it is applied (the next batch reads them), so the worker's memory runs ahead of Kafka until the
-commit; if a send or the transaction fails, the partition is rebuilt (a new producer, its states
-and position restored from the changelog), everything applied since its last commit is discarded
-and read again. A fenced producer (another worker took the partition over) or a partition that
-keeps failing ends the worker: it must not go on past a batch it cannot commit.
+at most every `group_offsets_interval_s`, for lag tools only. The partition's states take a
+batch's runs as it is applied (the next batch reads them), so the worker's memory runs ahead of
+Kafka until the commit; if a send or the transaction fails, the commit says so (`Failed`) and
+the partition's task is rebuilt (a new producer, its states and position restored from the
+changelog), everything applied since its last commit is discarded and read again
+(streams/worker/task.py). A fenced producer (another worker took the partition over) or a
+partition that keeps failing ends the worker: it must not go on past a batch it cannot commit.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Awaitable, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -36,8 +36,6 @@ from stallwatch.settings import Settings
 from streams.worker.batch import LOG_APPEND_TIME, BatchApplier, BatchResult, SourceRecord
 from streams.worker.expiry import ExpiryScan
 from streams.worker.store import POSITION_KEY, PartitionStates, encode_position
-
-log = logging.getLogger(__name__)
 
 # A partition whose batch failed this many times in a row (each time rebuilt from Kafka and read
 # again) ends the worker: a failure that repeats is not the broker coming back.
@@ -216,19 +214,53 @@ class CommitPartition(Protocol):
     @property
     def ledger(self) -> CommitLedger: ...
 
-    async def failed(self) -> None:
-        """Its transaction failed: rebuild it from what Kafka committed (or drop it meanwhile)."""
 
-    async def timed_out(self) -> None:
-        """Fenced past the transaction timeout: perhaps the broker's abort; the group decides."""
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """Committed whole: everything the batches wrote is visible, the position moved past them."""
+
+    plan: CommitPlan
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """A send or the transaction failed and nothing of it is visible: the partition is rebuilt
+    from what Kafka committed and its batches read again, unless it failed too often in a row
+    (`final`: a failure that repeats is not the broker coming back, and ends the worker)."""
+
+    error: KafkaError
+    attempt: int  # the partition's transactions failed in a row, this one included
+
+    @property
+    def final(self) -> bool:
+        return self.attempt > MAX_BATCH_FAILURES
+
+
+@dataclass(frozen=True, slots=True)
+class Fenced:
+    """A successor's producer fenced the partition's (the transaction was younger than the
+    timeout, so the broker did not abort it for its age): the worker must not go on."""
+
+    error: ProducerFenced
+
+
+@dataclass(frozen=True, slots=True)
+class TimedOut:
+    """Fenced past the transaction timeout: perhaps the broker's abort of it for its age, perhaps a
+    successor's fencing. Only the group can tell whose the partition is now."""
+
+    error: ProducerFenced
+
+
+CommitOutcome = Committed | Failed | Fenced | TimedOut
 
 
 class BatchCommitter:
     """Partition batches from records to committed: `apply` (in memory, commands published ahead),
     then `commit` of one or more applied batches in one transaction once every ahead send is
-    acknowledged; on a failed send or transaction the partition is rebuilt (see the module
-    docstring) and everything applied but not committed is discarded, to be read again. One per
-    pipeline; what it keeps of a partition is the partition's own (`CommitPartition`)."""
+    acknowledged, which says how it went (`CommitOutcome`); what follows a failure is the
+    partition task's to do (see the module docstring). One per pipeline; what it keeps of a
+    partition is the partition's own (`CommitPartition`)."""
 
     def __init__(self, applier: BatchApplier, topics: CommitTopics, group_id: str,
                  transaction_timeout_s: float = float("inf"),
@@ -237,7 +269,7 @@ class BatchCommitter:
         self.topics = topics
         self.group_id = group_id
         # A fencing met by a transaction older than this may be the broker's abort of it for its
-        # age, not a successor's: the partition decides (`timed_out`).
+        # age, not a successor's (`TimedOut`, not `Fenced`).
         self.transaction_timeout_s = transaction_timeout_s
         self.group_offsets_interval_s = group_offsets_interval_s
         # The idempotent producer that publishes commands ahead of their transaction (None: in it).
@@ -277,12 +309,10 @@ class BatchCommitter:
             acks[-1].add_done_callback(lambda _: setattr(result, "published_at", time.time()))
         return Applied(len(records), records[-1].offset, result, plan, acks, started, ahead)
 
-    async def commit(self, partition: CommitPartition, batches: Sequence[Applied]) -> bool:
-        """The applied batches in one transaction, once their ahead sends are acknowledged. True
-        once committed; False if a send or the transaction failed and the partition was rebuilt
-        (its batches are then read again), or handed to its `timed_out`. Raises ProducerFenced (a
-        successor's), and the last KafkaError of a partition that failed more than
-        MAX_BATCH_FAILURES times in a row."""
+    async def commit(self, partition: CommitPartition, batches: Sequence[Applied]) -> CommitOutcome:
+        """The applied batches in one transaction, once their ahead sends are acknowledged:
+        `Committed`, or how it failed (nothing of it visible then). Counts the partition's
+        failures in a row in its ledger."""
         tp, ledger = partition.tp, partition.ledger
         began = txn_began = time.monotonic()
         try:
@@ -297,28 +327,22 @@ class BatchCommitter:
             # of the transaction, and would make a successor's fencing look like a timeout.
             txn_began = time.monotonic()
             await write_plan(_producer_of(partition), plan, self.group_id)
-        except ProducerFenced:
+        except ProducerFenced as exc:
             # Younger than the timeout (on this clock, which started it before the broker saw
             # it), the transaction cannot have been aborted for its age: a successor fenced it.
             if time.monotonic() - txn_began < self.transaction_timeout_s:
-                raise
-            await partition.timed_out()
-            return False
+                return Fenced(exc)
+            return TimedOut(exc)
         except KafkaError as exc:
             ledger.failures += 1
-            if ledger.failures > MAX_BATCH_FAILURES:
-                raise
-            log.warning("partition %d: the batch's transaction failed (%r), attempt %d; rebuilding "
-                        "the partition from what Kafka committed", tp.partition, exc, ledger.failures)
-            await partition.failed()
-            return False
+            return Failed(exc, ledger.failures)
         ledger.failures = 0
         if group_offsets:
             ledger.group_offsets_at = began
         partition.states.position = plan.next_offset
         if ledger.clock_of_receipt is not None and ledger.clock_of_receipt < plan.next_offset:
             ledger.clock_of_receipt = None  # that clock is committed now
-        return True
+        return Committed(plan)
 
 
 def _producer_of(partition: CommitPartition) -> TransactionalProducer:

@@ -34,7 +34,8 @@ from streams.worker.membership import SESSION_TIMEOUT_MS, Membership
 from streams.worker.progress import Progress
 from streams.worker.store import PartitionStates
 from streams.worker.tallies import Tallies
-from streams.worker.task import ProducerFactory, ReadFrom, Restore, TaskContext
+from streams.worker.task import ReadFrom
+from streams.worker.task_context import ProducerFactory, Restore, TaskContext
 from streams.worker.tasks import PartitionTasks
 
 log = logging.getLogger(__name__)

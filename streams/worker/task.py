@@ -17,21 +17,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal
 
 from aiokafka import TopicPartition
 
-from stallwatch.metrics import StallwatchMetrics
-from stallwatch.settings import Settings
 from streams.worker import producers
-from streams.worker.commit import Applied, BatchCommitter, CommitLedger, TransactionalProducer
+from streams.worker.commit import (
+    Applied,
+    CommitLedger,
+    Committed,
+    Failed,
+    Fenced,
+    TimedOut,
+    TransactionalProducer,
+)
 from streams.worker.expiry import ExpiryScan
-from streams.worker.membership import GROUP_CONFIRM_S, Membership
-from streams.worker.progress import Progress
+from streams.worker.membership import GROUP_CONFIRM_S
 from streams.worker.retry import until_done
 from streams.worker.store import PartitionStates
+from streams.worker.task_context import TaskContext
 from streams.worker.task_state import SERVING, Lifecycle, TaskState
 
 log = logging.getLogger(__name__)
@@ -40,43 +45,6 @@ log = logging.getLogger(__name__)
 # transaction ends: bounds the memory of pending writes and what a failed transaction makes the
 # partition read again.
 PENDING_MAX_RECORDS = 4000
-
-
-class TaskConsumer(Protocol):
-    """What a task uses of the pipeline's consumer (aiokafka's, or a fake in the unit tests)."""
-
-    def pause(self, *partitions: TopicPartition) -> None: ...
-
-    def resume(self, *partitions: TopicPartition) -> None: ...
-
-    def assignment(self) -> set[TopicPartition]: ...
-
-    def seek(self, partition: TopicPartition, offset: int) -> None: ...
-
-    async def seek_to_beginning(self, *partitions: TopicPartition) -> None: ...
-
-    async def committed(self, partition: TopicPartition) -> int | None: ...
-
-
-ProducerFactory = Callable[[int], Awaitable[TransactionalProducer]]
-# The states of the given partitions read from their changelog (`store.restore`), with a tick
-# after every fetch.
-Restore = Callable[[list[int], Callable[[], None]], Awaitable[dict[int, PartitionStates]]]
-
-
-@dataclass
-class TaskContext:
-    """What the tasks of one pipeline share."""
-
-    settings: Settings
-    consumer: TaskConsumer
-    committer: BatchCommitter
-    membership: Membership
-    progress: Progress
-    metrics: StallwatchMetrics
-    start_producer: ProducerFactory
-    restore: Restore
-    observe: Callable[[TopicPartition, Applied], None]  # a batch committed: its metrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,9 +220,11 @@ class PartitionTask:
             if not batches:
                 break
             self._began = self.busy_since = time.monotonic()
-            if not await committer.commit(self, batches):
+            outcome = await committer.commit(self, batches)
+            if not isinstance(outcome, Committed):
                 # Rebuilt (what was applied on top of the failed batches is discarded), or
                 # dropped: what is pending now was applied after the rebuild.
+                await self._recover(outcome)
                 continue
             for batch in batches:
                 observe(self.tp, batch)
@@ -299,13 +269,26 @@ class PartitionTask:
 
     # -- failures ----------------------------------------------------------------------------
 
-    async def failed(self) -> None:
-        """Its transaction failed (the broker went away, a leader moved): rebuilt, and the
-        batches read again."""
-        self.context.metrics.batch_retries.inc()
-        await self._rebuild()
+    async def _recover(self, outcome: Failed | Fenced | TimedOut) -> None:
+        """What follows a commit that failed (nothing of it is visible): a successor's fencing, or
+        a failure that keeps coming back, ends the worker (raised: the pipeline's failure);
+        another failure (the broker went away, a leader moved) rebuilds the task, whose batches
+        are read again; a fencing past the transaction timeout waits for the group."""
+        match outcome:
+            case Fenced(error=error):
+                raise error
+            case Failed(error=error) if outcome.final:
+                raise error
+            case Failed(error=error, attempt=attempt):
+                log.warning("partition %d: the batch's transaction failed (%r), attempt %d; "
+                            "rebuilding the partition from what Kafka committed",
+                            self.tp.partition, error, attempt)
+                self.context.metrics.batch_retries.inc()
+                await self._rebuild()
+            case TimedOut():
+                await self._timed_out()
 
-    async def timed_out(self) -> None:
+    async def _timed_out(self) -> None:
         """The broker aborted its transaction for its age (the broker, or the link to it, stalled
         past the transaction timeout) and bumped the producer's epoch, which reads as a fencing.
         Only the group can tell whether a successor took the partition meanwhile, and a rebuild

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 from aiokafka import TopicPartition
 
-from streams.worker.task import PartitionTask, TaskContext
+from streams.worker.task import PartitionTask
+from streams.worker.task_context import TaskContext
 
 
 class PartitionTasks:

@@ -4,19 +4,21 @@ rebuild restores the task's states from what that producer's transactions commit
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Callable, Sequence
 
 from aiokafka import TopicPartition
 
 from stallwatch.engine.detector import Detector
 from stallwatch.metrics import StallwatchMetrics
 from stallwatch.settings import Settings
-from streams.worker.batch import BatchApplier
+from streams.worker.batch import BatchApplier, SourceRecord
 from streams.worker.commit import Applied, BatchCommitter, CommitTopics
 from streams.worker.membership import Membership
 from streams.worker.progress import Progress
 from streams.worker.store import POSITION_KEY, PartitionStates, decode_position
-from streams.worker.task import PartitionTask, TaskContext
+from streams.worker.task import PartitionTask
+from streams.worker.task_context import TaskContext
 from tests.streams.worker.fake_kafka import FakeConsumer, FakeProducer
 
 TOPICS = CommitTopics("commands", "deadletter", "changelog", "tallies")
@@ -56,8 +58,9 @@ class FakePartition:
         self.context = TaskContext(settings or Settings(commit_interval_s=0.0), self.consumer,
                                    self.committer, self.membership, Progress(), self.metrics,
                                    self._start_producer, self._restore,
-                                   observe or (lambda tp, batch: None))
+                                   observe or self._observe)
         self.task = PartitionTask(SOURCE, self.context)
+        self.observed: list[Applied] = []  # the batches committed, in order
 
     async def serve(self) -> FakePartition:
         """Assigned: fenced and restored from what was committed, then running."""
@@ -65,6 +68,22 @@ class FakePartition:
         self.task.restored((await self._restore([0], lambda: None))[0])
         self.started = self.restores = 0
         return self
+
+    async def commit(self, records: Sequence[SourceRecord]) -> bool:
+        """One batch through the task as the consume loop gives it: applied, added, its commit
+        loop run to its end. True if it committed; the loop's failure, if any, is raised."""
+        applied = await self.committer.apply(self.task, records)
+        committed = len(self.observed)
+        self.task.add(applied)
+        while (loop := self.task.commit_loop) is not None:
+            await asyncio.gather(loop, return_exceptions=True)
+        failure, self.membership.batch_failure = self.membership.batch_failure, None
+        if failure is not None:
+            raise failure
+        return len(self.observed) > committed
+
+    def _observe(self, tp: TopicPartition, batch: Applied) -> None:
+        self.observed.append(batch)
 
     async def _start_producer(self, partition: int) -> FakeProducer:
         self.started += 1

@@ -16,10 +16,18 @@ from stallwatch.engine.expiry import PartitionClock
 from stallwatch.metrics import StallwatchMetrics
 from stallwatch.settings import Settings
 from streams.worker.batch import BatchApplier, SourceMessage
-from streams.worker.commit import Write, plan_commit
+from streams.worker.commit import (
+    CommitOutcome,
+    Committed,
+    Failed,
+    Fenced,
+    TimedOut,
+    Write,
+    plan_commit,
+)
 from streams.worker.pipeline import Pipeline
 from streams.worker.store import POSITION_KEY, PartitionStates, encode_position
-from streams.worker.task import Restore
+from streams.worker.task_context import Restore
 from streams.worker.task_state import TaskState
 from tests.script import RunScript
 from tests.streams.worker.fake_kafka import FakeConsumer, FakeProducer, consumer_records
@@ -57,42 +65,61 @@ def test_a_position_key_is_never_a_run_ids_key():
         POSITION_KEY.decode()  # a run id's key is its UTF-8 encoding, so it always decodes
 
 
-async def commit(p: FakePartition, records: list[SourceMessage]) -> bool:
-    """One batch from records to committed, alone in its transaction."""
-    return await p.committer.commit(p.task, [await p.committer.apply(p.task, records)])
-
-
 async def test_a_failed_transaction_leaves_nothing_visible_and_the_partition_is_rebuilt():
     messages = looping_run()
     first, second = messages[:5], messages[5:]
     reference = await FakePartition().serve()
-    assert await commit(reference, first)
-    assert await commit(reference, second)
+    assert await reference.commit(first)
+    assert await reference.commit(second)
 
     p = await FakePartition().serve()
-    await commit(p, first)
+    await p.commit(first)
     before = list(p.committed.visible), dict(p.committed.offsets)
     p.task.producer = FakeProducer(fail_commit=KafkaConnectionError("the broker went away"))
-    assert not await commit(p, second)
+    assert not await p.commit(second)
     assert (p.committed.visible, p.committed.offsets) == before  # nothing of the batch visible
     assert p.started == p.restores == 1 and p.retries == 1
     assert p.task.state is TaskState.RUNNING and p.task.producer is p.committed
     # The detector had changed the run's state in place; the rebuild brought back the committed one.
     assert p.task.states.load("r1").last_offset == first[-1].offset
     # Read again, the batch gives exactly what it gives without the failure.
-    assert await commit(p, second)
+    assert await p.commit(second)
     assert p.committed.visible == reference.committed.visible
     assert p.committed.offsets == reference.committed.offsets == {SOURCE: len(messages)}
     assert any(decode_command(v).decision == "refuse" for _, v in p.committed.records("commands"))
+
+
+async def test_a_commit_says_how_it_went_and_leaves_what_follows_to_the_task():
+    p = await FakePartition().serve()
+    committer, task, messages = p.committer, p.task, looping_run()
+
+    async def commit(records: list[SourceMessage]) -> CommitOutcome:
+        return await committer.commit(task, [await committer.apply(task, records)])
+
+    committed = await commit(messages[:3])
+    assert isinstance(committed, Committed) and committed.plan.next_offset == 3 == task.states.position
+    task.producer = FakeProducer(fail_commit=KafkaConnectionError("the broker went away"))
+    failed = await commit(messages[3:])
+    assert isinstance(failed, Failed) and failed.attempt == 1 and not failed.final
+    assert not Failed(failed.error, 5).final and Failed(failed.error, 6).final
+    # The committer rebuilds nothing: the task is as it was, its states ahead of what committed.
+    assert task.state is TaskState.RUNNING and p.started == p.restores == 0
+    assert task.states.position == 3 and task.ledger.failures == 1
+    task.producer = FakeProducer(fail_commit=ProducerFenced())
+    assert isinstance(await commit(messages[3:]), Fenced)
+    committer.transaction_timeout_s = 0.0  # every transaction is past it
+    assert isinstance(await commit(messages[3:]), TimedOut)
+    task.producer = p.committed
+    assert isinstance(await commit(messages[3:]), Committed) and task.ledger.failures == 0
 
 
 async def test_a_batch_that_keeps_failing_ends_the_worker():
     p = await FakePartition().serve()
     failing = p.task.producer = p.producer = FakeProducer(fail_commit=KafkaConnectionError("down"))
     for _ in range(5):
-        assert not await commit(p, looping_run())
+        assert not await p.commit(looping_run())
     with pytest.raises(KafkaConnectionError):
-        await commit(p, looping_run())
+        await p.commit(looping_run())
     assert p.restores == 5 and p.committed.visible == [] and failing.transactions == 6
 
 
@@ -176,7 +203,7 @@ async def test_a_fencing_younger_than_the_transaction_timeout_is_a_successors_an
     p = await timed_out_partition(timeout_s=60.0)
     p.task.producer = FakeProducer(fail_commit=ProducerFenced())
     with pytest.raises(ProducerFenced):
-        await commit(p, looping_run())
+        await p.commit(looping_run())
     assert p.task.state is TaskState.RUNNING and p.started == p.restores == 0
 
 
@@ -185,7 +212,7 @@ async def test_a_fencing_past_the_transaction_timeout_goes_to_the_group_not_up()
     gate = asyncio.Event()
     p.task.producer = fenced = FakeProducer(fail_commit=ProducerFenced(), gate=gate)
     asyncio.get_running_loop().call_later(0.1, gate.set)  # the commit outlives the timeout
-    assert not await commit(p, looping_run())
+    assert not await p.commit(looping_run())
     # Dropped, its producer closed, paused: not rebuilt until the group has had its say.
     assert p.task.state is TaskState.DROPPED and fenced.stopped and not p.task.has_states
     assert p.started == p.restores == 0 and not p.committed.visible and p.retries == 1
@@ -197,8 +224,8 @@ async def test_the_group_offsets_ride_along_at_most_once_an_interval_the_positio
     p = await FakePartition().serve()
     p.committer.group_offsets_interval_s = 3600.0
     messages = looping_run()
-    await commit(p, messages[:3])
-    await commit(p, messages[3:])
+    await p.commit(messages[:3])
+    await p.commit(messages[3:])
     assert p.committed.offsets == {SOURCE: 3}  # the first batch's; the second's not yet
     assert committed_changelog(p.committed)[1] == len(messages) == p.task.states.position
 

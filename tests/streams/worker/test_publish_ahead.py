@@ -17,12 +17,13 @@ from stallwatch.engine.detector import Detector
 from stallwatch.metrics import StallwatchMetrics
 from stallwatch.settings import Settings
 from streams.worker.batch import LOG_APPEND_TIME, SourceMessage
+from streams.worker.commit import Committed
 from streams.worker.pipeline import Pipeline
 from streams.worker.store import PartitionStates
 from streams.worker.task_state import TaskState
 from tests.streams.worker.fake_kafka import FakeAheadProducer, FakeConsumer, FakeProducer
 from tests.streams.worker.fake_tasks import SOURCE, FakePartition
-from tests.streams.worker.test_commit import commit, looping_run, timed_out_partition
+from tests.streams.worker.test_commit import looping_run, timed_out_partition
 
 
 async def ahead_partition(fail: BaseException | None = None) -> tuple[FakePartition, FakeAheadProducer]:
@@ -34,10 +35,11 @@ async def ahead_partition(fail: BaseException | None = None) -> tuple[FakePartit
 
 async def test_commands_are_published_ahead_and_the_transaction_holds_the_rest():
     reference = await FakePartition().serve()  # commands in the transaction, as before
-    assert await commit(reference, looping_run())
+    assert await reference.commit(looping_run())
     p, ahead = await ahead_partition()
     applied = await p.committer.apply(p.task, looping_run())
-    assert await p.committer.commit(p.task, [applied]) and applied.result.published_at is not None
+    assert isinstance(await p.committer.commit(p.task, [applied]), Committed)
+    assert applied.result.published_at is not None
     assert ahead.records("commands") == reference.committed.records("commands")
     assert p.committed.records("commands") == []
     assert p.committed.records("changelog") == reference.committed.records("changelog")
@@ -46,26 +48,26 @@ async def test_commands_are_published_ahead_and_the_transaction_holds_the_rest()
 
 async def test_a_failed_ahead_send_is_a_failed_batch_read_again_with_the_same_bytes():
     p, _ = await ahead_partition(KafkaTimeoutError())
-    assert not await commit(p, looping_run())
+    assert not await p.commit(looping_run())
     assert p.restores == 1 and p.committed.visible == []  # no transaction after a failed send
     retry = FakeAheadProducer(transactional=p.committed)
     p.committer.ahead = retry
-    assert await commit(p, looping_run())
+    assert await p.commit(looping_run())
     reference, ahead = await ahead_partition()
-    await commit(reference, looping_run())
+    await reference.commit(looping_run())
     assert retry.sent == ahead.sent
 
 
 async def test_a_failed_transaction_after_publishing_publishes_the_same_bytes_again():
     messages = looping_run()
     p, ahead = await ahead_partition()
-    await commit(p, messages[:5])
+    await p.commit(messages[:5])
     first = list(ahead.sent)
     p.task.producer = FakeProducer(fail_commit=KafkaConnectionError("the broker went away"))
-    assert not await commit(p, messages[5:])
+    assert not await p.commit(messages[5:])
     published = ahead.sent[len(first):]
     assert published and p.restores == 1
-    assert await commit(p, messages[5:])
+    assert await p.commit(messages[5:])
     # The batch read again after the rebuild: the same commands, byte for byte, again.
     assert ahead.sent[len(first) + len(published):] == published
 
@@ -74,7 +76,7 @@ async def test_records_stamped_by_their_producer_are_never_published_ahead():
     create_time = [SourceMessage(m.key, m.value, m.partition, m.offset, m.timestamp, 0)
                    for m in looping_run()]
     p, ahead = await ahead_partition()
-    assert await commit(p, create_time)
+    assert await p.commit(create_time)
     assert ahead.sent == [] and len(p.committed.records("commands")) == 6
 
 
@@ -89,7 +91,7 @@ async def test_a_clock_moved_by_a_receipt_time_holds_later_batches_back_until_it
     first = await p.committer.apply(p.task, create_time)
     second = await p.committer.apply(p.task, messages[3:5])
     assert not first.ahead and not second.ahead and ahead.sent == []
-    assert await p.committer.commit(p.task, [first, second])
+    assert isinstance(await p.committer.commit(p.task, [first, second]), Committed)
     third = await p.committer.apply(p.task, messages[5:])
     assert third.ahead and ahead.sent
 
@@ -116,7 +118,7 @@ async def test_a_long_wait_for_acks_does_not_age_the_transaction_a_successor_fen
     p.committer.ahead = SlowAckProducer(delay_s=0.1)
     p.task.producer = FakeProducer(fail_commit=ProducerFenced())
     with pytest.raises(ProducerFenced):
-        await commit(p, looping_run())
+        await p.commit(looping_run())
     assert p.task.state is TaskState.RUNNING
 
 

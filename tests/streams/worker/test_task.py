@@ -8,10 +8,19 @@ import asyncio
 from collections.abc import Sequence
 
 import pytest
+from aiokafka.errors import KafkaConnectionError, ProducerFenced
 
 from streams.worker import task as task_module
 from streams.worker.batch import BatchResult
-from streams.worker.commit import Applied, CommitPartition
+from streams.worker.commit import (
+    Applied,
+    CommitOutcome,
+    CommitPartition,
+    Committed,
+    Failed,
+    Fenced,
+    TimedOut,
+)
 from streams.worker.store import PartitionStates
 from streams.worker.task import PENDING_MAX_RECORDS, PartitionTask, ReadFrom
 from streams.worker.task_state import InvalidTransition, TaskState
@@ -20,6 +29,8 @@ from tests.streams.worker.fake_kafka import FakeProducer
 from tests.streams.worker.fake_tasks import SOURCE, FakePartition
 
 TP = SOURCE
+FAILED = Failed(KafkaConnectionError("the broker went away"), attempt=1)
+TIMED_OUT = TimedOut(ProducerFenced())
 
 
 def batch(last_offset: int, records: int = 1, ahead: bool = False) -> Applied:
@@ -27,23 +38,19 @@ def batch(last_offset: int, records: int = 1, ahead: bool = False) -> Applied:
 
 
 class Commits:
-    """A committer that waits for `gate` and records the batches of each transaction; `fail`
-    is what the real one does to the task when its transaction fails ("failed", "timed out")."""
+    """A committer that waits for `gate` and records the batches of each transaction, which end
+    as `outcome` says (committed, unless it is set)."""
 
-    def __init__(self, fail: str | None = None) -> None:
+    def __init__(self, outcome: CommitOutcome | None = None) -> None:
         self.gate = asyncio.Event()
-        self.fail = fail
+        self.outcome = outcome
         self.transactions: list[list[int]] = []
         self.observed: list[int] = []
 
-    async def commit(self, partition: CommitPartition, batches: Sequence[Applied]) -> bool:
+    async def commit(self, partition: CommitPartition, batches: Sequence[Applied]) -> CommitOutcome:
         self.transactions.append([b.last_offset for b in batches])
         await self.gate.wait()
-        if self.fail == "failed":
-            await partition.failed()
-        elif self.fail == "timed out":
-            await partition.timed_out()
-        return self.fail is None
+        return self.outcome or Committed(None)  # type: ignore[arg-type]
 
     def observe(self, tp: object, applied: Applied) -> None:
         self.observed.append(applied.last_offset)
@@ -96,7 +103,7 @@ async def test_a_task_restored_while_a_rebalance_is_under_way_waits_suspended():
 
 
 async def test_a_failed_transaction_rebuilds_the_task():
-    commits = Commits(fail="failed")
+    commits = Commits(FAILED)
     p = await serving(commits)
     p.task.add(batch(0))
     await asyncio.sleep(0)
@@ -110,8 +117,20 @@ async def test_a_failed_transaction_rebuilds_the_task():
     assert TP not in p.consumer.paused and p.membership.failure is None
 
 
+@pytest.mark.parametrize("outcome", [Fenced(ProducerFenced()),
+                                     Failed(KafkaConnectionError("again"), attempt=6)])
+async def test_a_successors_fencing_or_a_failure_that_keeps_coming_ends_the_worker(outcome):
+    commits = Commits(outcome)
+    p = await serving(commits)
+    p.task.add(batch(0))
+    commits.gate.set()
+    await settled(p.task)
+    assert p.membership.failure is outcome.error and TP in p.consumer.paused
+    assert p.task.state is TaskState.RUNNING and p.started == p.restores == 0  # not rebuilt
+
+
 async def test_a_transaction_failed_during_a_rebalance_drops_the_task():
-    commits = Commits(fail="failed")
+    commits = Commits(FAILED)
     p = await serving(commits)
     p.task.add(batch(0))
     p.membership.revoking = True
@@ -126,7 +145,7 @@ async def test_a_transaction_failed_during_a_rebalance_drops_the_task():
 
 async def test_a_timed_out_task_is_dropped_then_rebuilt_when_the_group_let_it_be(monkeypatch):
     monkeypatch.setattr(task_module, "GROUP_CONFIRM_S", 0.05)
-    commits = Commits(fail="timed out")
+    commits = Commits(TIMED_OUT)
     p = await serving(commits)
     p.task.add(batch(0))
     commits.gate.set()
@@ -140,7 +159,7 @@ async def test_a_timed_out_task_is_dropped_then_rebuilt_when_the_group_let_it_be
 
 async def test_a_timed_out_task_the_group_reassigned_meanwhile_is_left_to_the_assignment(monkeypatch):
     monkeypatch.setattr(task_module, "GROUP_CONFIRM_S", 0.05)
-    commits = Commits(fail="timed out")
+    commits = Commits(TIMED_OUT)
     p = await serving(commits)
     p.task.add(batch(0))
     commits.gate.set()
@@ -159,7 +178,7 @@ async def test_a_task_closes_from_any_state_its_producer_and_states_let_go(state
     if state is TaskState.SUSPENDED:
         p.task.suspend()
     elif state is TaskState.DROPPED:
-        commits = Commits(fail="failed")
+        commits = Commits(FAILED)
         p.context.committer = commits  # type: ignore[assignment]
         p.membership.revoking = True
         p.task.add(batch(0))
@@ -236,7 +255,7 @@ async def test_a_failed_commit_is_the_loops_failure():
     p = await FakePartition().serve()
 
     class Raises:
-        async def commit(self, partition: CommitPartition, batches: Sequence[Applied]) -> bool:
+        async def commit(self, partition: CommitPartition, batches: Sequence[Applied]) -> CommitOutcome:
             raise RuntimeError("boom")
 
     p.context.committer = Raises()  # type: ignore[assignment]
