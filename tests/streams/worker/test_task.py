@@ -169,11 +169,13 @@ async def test_a_timed_out_task_the_group_reassigned_meanwhile_is_left_to_the_as
     assert p.task.state is TaskState.DROPPED and p.started == p.restores == 0
 
 
-@pytest.mark.parametrize("state", [TaskState.CREATED, TaskState.RUNNING, TaskState.SUSPENDED,
-                                   TaskState.DROPPED])
+@pytest.mark.parametrize("state", [TaskState.CREATED, TaskState.RESTORING, TaskState.RUNNING,
+                                   TaskState.SUSPENDED, TaskState.DROPPED])
 async def test_a_task_closes_from_any_state_its_producer_and_states_let_go(state: TaskState):
     p = FakePartition()
-    if state is not TaskState.CREATED:
+    if state is TaskState.RESTORING:
+        await p.task.fence()  # assigned, fenced; the changelog not read yet
+    elif state is not TaskState.CREATED:
         await p.serve()
     if state is TaskState.SUSPENDED:
         p.task.suspend()
