@@ -1,9 +1,11 @@
 """The stream worker: each partition's batch applied, published and committed in one Kafka transaction.
 
-`pipeline` runs the consume loop and partitions changing hands; `inflight` pauses a partition
-while its batch is in flight; `commit` plans a batch's writes and writes them in one transaction
-(rebuilding the partition when that fails); `producers` starts the fencing transactional
-producers; `expiry` finds idle runs; `store` holds the run states and restores them from the
-changelog; `batch` is the pure step from messages to commands; `health` serves liveness;
-`service` wires them and owns the process's lifecycle.
+`pipeline` runs the consume loop and partitions changing hands; `task` is one assigned partition
+(its producer, its run states, its batches in flight and their commit loop, its expiry scan and
+its commit ledger) moved through the lifecycle of `task_state`; `tasks` makes and closes them as
+the group assigns and revokes; `membership` is what they share of the group; `commit` plans a
+batch's writes and writes them in one transaction; `producers` starts the fencing transactional
+producers; `expiry` finds a partition's idle runs; `store` holds a partition's run states and
+restores them from the changelog; `batch` is the pure step from messages to commands; `health`
+serves liveness; `service` wires them and owns the process's lifecycle.
 """

@@ -6,23 +6,23 @@ its commands published at once by the worker's idempotent producer (ahead of the
 docs/decisions.md, "Publishing ahead"). Its other writes (dead letters, changelog records,
 tallies) and the input offset after it (the partition's position, with the partition clock, a
 record of its changelog) go to Kafka in ONE transaction of the partition's own producer, alone or
-with the partition's next batches applied meanwhile (streams/worker/inflight.py), once every
+with the partition's next batches applied meanwhile (streams/worker/task.py), once every
 command of them is acknowledged; read-committed readers see all of it or none of it, and a
 restore reads states and position from the same commits. The consumer group's offsets ride along
-at most every `group_offsets_interval_s`, for lag tools only. The store takes a batch's states as
-it is applied (the next batch reads them), so the worker's memory runs ahead of Kafka until the
-commit; if a send or the transaction fails, the partition is rebuilt (a new producer, its states
-and position restored from the changelog), everything applied since its last commit is discarded
-and read again. A fenced producer (another worker took the partition over) or a partition that
-keeps failing ends the worker: it must not go on past a batch it cannot commit.
+at most every `group_offsets_interval_s`, for lag tools only. The partition's states take a
+batch's runs as it is applied (the next batch reads them), so the worker's memory runs ahead of
+Kafka until the commit; if a send or the transaction fails, the commit says so (`Failed`) and
+the partition's task is rebuilt (a new producer, its states and position restored from the
+changelog), everything applied since its last commit is discarded and read again
+(streams/worker/task.py). A fenced producer (another worker took the partition over) or a
+partition that keeps failing ends the worker: it must not go on past a batch it cannot commit.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -34,9 +34,8 @@ from stallwatch.contract.commands import Command, encode_command
 from stallwatch.engine.state import RunState
 from stallwatch.settings import Settings
 from streams.worker.batch import LOG_APPEND_TIME, BatchApplier, BatchResult, SourceRecord
-from streams.worker.store import POSITION_KEY, RunStore, encode_position
-
-log = logging.getLogger(__name__)
+from streams.worker.expiry import ExpiryScan
+from streams.worker.store import POSITION_KEY, PartitionStates, encode_position
 
 # A partition whose batch failed this many times in a row (each time rebuilt from Kafka and read
 # again) ends the worker: a failure that repeats is not the broker coming back.
@@ -185,86 +184,136 @@ def plan_batches(source: TopicPartition, batches: Sequence[Applied],
                       [run for batch in batches for run in batch.plan.expired], group_offsets)
 
 
+@dataclass
+class CommitLedger:
+    """A partition's commit bookkeeping, kept by its task from one transaction to the next."""
+
+    failures: int = 0  # its transactions failed in a row
+    group_offsets_at: float = float("-inf")  # when (monotonic) its group offsets last rode along
+    # The last offset of an applied batch that moved its clock to this worker's receipt time
+    # (CreateTime records). Until that batch commits, its clock is in no log: a successor would
+    # read it again at another time, so no later batch is published ahead.
+    clock_of_receipt: int | None = None
+
+
+class CommitPartition(Protocol):
+    """What a commit reads and keeps of a partition: its task (a stand-in in the unit tests)."""
+
+    @property
+    def tp(self) -> TopicPartition: ...
+
+    @property
+    def states(self) -> PartitionStates: ...
+
+    @property
+    def producer(self) -> TransactionalProducer | None: ...
+
+    @property
+    def expiry(self) -> ExpiryScan: ...
+
+    @property
+    def ledger(self) -> CommitLedger: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """Committed whole: everything the batches wrote is visible, the position moved past them."""
+
+    plan: CommitPlan
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """A send or the transaction failed and nothing of it is visible: the partition is rebuilt
+    from what Kafka committed and its batches read again, unless it failed too often in a row
+    (`final`: a failure that repeats is not the broker coming back, and ends the worker)."""
+
+    error: KafkaError
+    attempt: int  # the partition's transactions failed in a row, this one included
+
+    @property
+    def final(self) -> bool:
+        return self.attempt > MAX_BATCH_FAILURES
+
+
+@dataclass(frozen=True, slots=True)
+class Fenced:
+    """A successor's producer fenced the partition's (the transaction was younger than the
+    timeout, so the broker did not abort it for its age): the worker must not go on."""
+
+    error: ProducerFenced
+
+
+@dataclass(frozen=True, slots=True)
+class TimedOut:
+    """Fenced past the transaction timeout: perhaps the broker's abort of it for its age, perhaps a
+    successor's fencing. Only the group can tell whose the partition is now."""
+
+    error: ProducerFenced
+
+
+CommitOutcome = Committed | Failed | Fenced | TimedOut
+
+
 class BatchCommitter:
     """Partition batches from records to committed: `apply` (in memory, commands published ahead),
     then `commit` of one or more applied batches in one transaction once every ahead send is
-    acknowledged; on a failed send or transaction the partition is rebuilt (see the module
-    docstring) and everything applied but not committed is discarded, to be read again."""
+    acknowledged, which says how it went (`CommitOutcome`); what follows a failure is the
+    partition task's to do (see the module docstring). One per pipeline; what it keeps of a
+    partition is the partition's own (`CommitPartition`)."""
 
-    def __init__(self, applier: BatchApplier, store: RunStore, topics: CommitTopics, group_id: str,
-                 producers: Mapping[int, TransactionalProducer],
-                 expired_runs: Callable[[int], list[str]],
-                 rebuild: Callable[[TopicPartition], Awaitable[None]],
-                 on_retry: Callable[[], None],
-                 timed_out: Callable[[TopicPartition], Awaitable[None]] | None = None,
+    def __init__(self, applier: BatchApplier, topics: CommitTopics, group_id: str,
                  transaction_timeout_s: float = float("inf"),
                  group_offsets_interval_s: float = 0.0) -> None:
         self.applier = applier
-        self.store = store
         self.topics = topics
         self.group_id = group_id
-        self.producers = producers  # read at each batch: a rebuild replaces the partition's producer
-        self.expired_runs = expired_runs
-        self.rebuild = rebuild
-        self.on_retry = on_retry
         # A fencing met by a transaction older than this may be the broker's abort of it for its
-        # age, not a successor's: `timed_out` decides (without it, every fencing is raised).
-        self.timed_out = timed_out
+        # age, not a successor's (`TimedOut`, not `Fenced`).
         self.transaction_timeout_s = transaction_timeout_s
-        self._failures: dict[int, int] = {}  # partition -> its batches failed in a row
         self.group_offsets_interval_s = group_offsets_interval_s
-        # partition -> when (monotonic) its group offsets were last committed
-        self._group_offsets_at: dict[int, float] = {}
         # The idempotent producer that publishes commands ahead of their transaction (None: in it).
         self.ahead: AheadProducer | None = None
-        # partition -> the last offset of an applied batch that moved its clock to this worker's
-        # receipt time (CreateTime records). Until that batch commits, its clock is in no log: a
-        # successor would read it again at another time, so no later batch is published ahead.
-        self._clock_of_receipt: dict[int, int] = {}
 
-    async def apply(self, tp: TopicPartition, records: Sequence[SourceRecord]) -> Applied:
-        """Apply a batch to the partition's states in memory, the store taking its new runs and
+    async def apply(self, partition: CommitPartition, records: Sequence[SourceRecord]) -> Applied:
+        """Apply a batch to the partition's states in memory, the states taking its new runs and
         dropping its expired ones at once (the next batch reads them before this one commits),
         and send its commands ahead. Nothing of it is in Kafka's transactional record yet."""
-        partition = tp.partition
+        tp, states, ledger = partition.tp, partition.states, partition.ledger
         started = time.perf_counter()
-        result = self.applier.apply(records, lambda run_id: self.store.load(partition, run_id),
-                                    self.store.clocks[partition], time.time(),
-                                    self.store.live.get(partition))
+        result = self.applier.apply(records, states.load, states.clock, time.time(), states.live)
         for run_id, state in result.states.items():
-            self.store.put(partition, run_id, state)
+            states.put(run_id, state)
         # Scanned once the batch's states are in: a run the batch started in an expired run's
         # place is live, and the batch's own runs wait for the next scan.
-        expired = [run_id for run_id in self.expired_runs(partition) if run_id not in result.states]
+        expired = [run_id for run_id in partition.expiry.due(states) if run_id not in result.states]
         for run_id in expired:
-            self.store.delete(partition, run_id)
+            states.delete(run_id)
         if all_append_timed(records):
-            ahead = self.ahead is not None and partition not in self._clock_of_receipt
+            ahead = self.ahead is not None and ledger.clock_of_receipt is None
         else:
-            ahead, self._clock_of_receipt[partition] = False, records[-1].offset
+            ahead, ledger.clock_of_receipt = False, records[-1].offset
         # Planned before the sends' await: the partition may be rebuilt or dropped meanwhile (the
         # caller then discards this batch), and its clock with it.
         plan = plan_commit(self.topics, tp, result, expired, records[-1].offset + 1, False,
-                           self.store.clocks[partition].newest, ahead)
+                           states.clock.newest, ahead)
         acks: list[asyncio.Future[Any]] = []
         if ahead and result.commands and self.ahead is not None:  # ahead: there is a producer
             # Final for readers once acknowledged: whoever reads this batch again (a rebuild, a
             # successor) computes the same commands, byte for byte, from the same log and a
             # committed start state (docs/decisions.md, "Publishing ahead").
             acks = await publish_ahead(self.ahead, self.topics.commands,
-                                       partition, result.commands)
+                                       tp.partition, result.commands)
             # When its verdicts were out (an idempotent producer acknowledges in order), for the
             # decision latency: its commit may come a commit interval later.
             acks[-1].add_done_callback(lambda _: setattr(result, "published_at", time.time()))
         return Applied(len(records), records[-1].offset, result, plan, acks, started, ahead)
 
-    async def commit_applied(self, tp: TopicPartition, batches: Sequence[Applied]) -> bool:
-        """The applied batches in one transaction, once their ahead sends are acknowledged. True
-        once committed; False if a send or the transaction failed and the partition was rebuilt
-        (its batches are then read again), or handed to `timed_out`. Raises ProducerFenced (a
-        successor's), and the last KafkaError of a partition that failed more than
-        MAX_BATCH_FAILURES times in a row."""
-        partition = tp.partition
+    async def commit(self, partition: CommitPartition, batches: Sequence[Applied]) -> CommitOutcome:
+        """The applied batches in one transaction, once their ahead sends are acknowledged:
+        `Committed`, or how it failed (nothing of it visible then). Counts the partition's
+        failures in a row in its ledger."""
+        tp, ledger = partition.tp, partition.ledger
         began = txn_began = time.monotonic()
         try:
             await asyncio.gather(*(ack for batch in batches for ack in batch.acks))
@@ -272,39 +321,32 @@ class BatchCommitter:
             for batch in batches:
                 if batch.acks and batch.result.published_at is None:
                     batch.result.published_at = acked
-            group_offsets = (began - self._group_offsets_at.get(partition, float("-inf"))
-                             >= self.group_offsets_interval_s)
+            group_offsets = began - ledger.group_offsets_at >= self.group_offsets_interval_s
             plan = plan_batches(tp, batches, group_offsets)
             # The transaction's age starts here, after the acks: a long wait for them is no age
             # of the transaction, and would make a successor's fencing look like a timeout.
             txn_began = time.monotonic()
-            await write_plan(self.producers[partition], plan, self.group_id)
-        except ProducerFenced:
+            await write_plan(_producer_of(partition), plan, self.group_id)
+        except ProducerFenced as exc:
             # Younger than the timeout (on this clock, which started it before the broker saw
             # it), the transaction cannot have been aborted for its age: a successor fenced it.
-            if self.timed_out is None or time.monotonic() - txn_began < self.transaction_timeout_s:
-                raise
-            await self.timed_out(tp)
-            return False
+            if time.monotonic() - txn_began < self.transaction_timeout_s:
+                return Fenced(exc)
+            return TimedOut(exc)
         except KafkaError as exc:
-            failures = self._failures[partition] = self._failures.get(partition, 0) + 1
-            if failures > MAX_BATCH_FAILURES:
-                raise
-            log.warning("partition %d: the batch's transaction failed (%r), attempt %d; rebuilding "
-                        "the partition from what Kafka committed", partition, exc, failures)
-            self.on_retry()
-            await self.rebuild(tp)
-            return False
-        self._failures.pop(partition, None)
+            ledger.failures += 1
+            return Failed(exc, ledger.failures)
+        ledger.failures = 0
         if group_offsets:
-            self._group_offsets_at[partition] = began
-        self.store.positions[partition] = plan.next_offset
-        if self._clock_of_receipt.get(partition, plan.next_offset) < plan.next_offset:
-            del self._clock_of_receipt[partition]  # that clock is committed now
-        return True
+            ledger.group_offsets_at = began
+        partition.states.position = plan.next_offset
+        if ledger.clock_of_receipt is not None and ledger.clock_of_receipt < plan.next_offset:
+            ledger.clock_of_receipt = None  # that clock is committed now
+        return Committed(plan)
 
-    async def commit(self, tp: TopicPartition, records: Sequence[SourceRecord]) -> BatchResult | None:
-        """One batch from records to committed (`apply`, then `commit_applied` alone); None when
-        it was not committed (rebuilt, or handed to `timed_out`)."""
-        applied = await self.apply(tp, records)
-        return applied.result if await self.commit_applied(tp, [applied]) else None
+
+def _producer_of(partition: CommitPartition) -> TransactionalProducer:
+    producer = partition.producer
+    if producer is None:  # a task commits only while it has one: never dropped mid-commit
+        raise RuntimeError(f"partition {partition.tp.partition} has no producer to commit with")
+    return producer

@@ -8,6 +8,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 
+def _none() -> list[float]:
+    return []
+
+
 @dataclass
 class Progress:
     """When the loop last went round, when each batch in flight began, and whether the worker
@@ -15,7 +19,9 @@ class Progress:
 
     beat: float = 0.0
     restoring: bool = True
-    batches_since: dict[int, float] = field(default_factory=dict)  # partition -> start of its batch
+    # When (monotonic) each partition's batch in flight began: its tasks', read from the health
+    # checks' and the watchdog's threads.
+    batches_since: Callable[[], Iterable[float]] = field(default=_none)
 
     def tick(self) -> None:
         self.beat = time.monotonic()
@@ -23,7 +29,7 @@ class Progress:
     def stalled_for(self) -> float:
         """Seconds since the oldest sign of progress: a loop that goes round while one
         partition's batch hangs is stalled all the same."""
-        oldest = min([self.beat, *self.batches_since.values()])
+        oldest = min([self.beat, *self.batches_since()])
         return time.monotonic() - oldest
 
 

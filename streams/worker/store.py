@@ -1,4 +1,4 @@
-"""Run states of the partitions this worker owns, restored from their compacted changelog."""
+"""Run states of a partition this worker owns, restored from its compacted changelog."""
 
 from __future__ import annotations
 
@@ -44,43 +44,35 @@ def decode_position(value: bytes) -> tuple[int, float | None]:
     return int(value), None
 
 
-class RunStore:
-    """States by partition and run id. A state stays the raw changelog bytes until a batch first
-    needs it, so restoring 100,000 runs costs a dict insert each, not a decode each.
+class PartitionStates:
+    """One partition's run states by run id, its broker clock, its position and its live runs by
+    tenant: its task's slice of the worker's memory. A state stays the raw changelog bytes until a
+    batch first needs it, so restoring 100,000 runs costs a dict insert each, not a decode each.
 
     A batch's new runs are put and its expired runs deleted as it is applied, before its
     transaction commits (the next batch of the partition reads them), and the detector changes a
-    loaded state in place: after a failed transaction the store holds changes Kafka does not, and
-    the partition must be rebuilt from the changelog (`restore`) before it is served again
-    (streams/worker/commit.py does).
+    loaded state in place: after a failed transaction these states hold changes Kafka does not,
+    and the partition's task serves again only from states read anew from the changelog
+    (`restore`; streams/worker/task.py).
     """
 
-    def __init__(self, quota: RunQuota | None = None) -> None:
-        """`quota`: the limits of each partition's live runs (None: none)."""
-        self.quota = quota
-        # Each partition's live runs by tenant, kept by the batch step (stallwatch/engine/quota.py).
-        self.live: dict[int, LiveRuns] = {}
-        self._raw: dict[int, dict[str, bytes]] = {}
-        self._decoded: dict[int, dict[str, RunState]] = {}
-        self.clocks: dict[int, PartitionClock] = {}  # each partition's broker time
-        # Each partition's input offset after its last committed batch, from the changelog
-        # (absent: no batch committed since positions were written; the group's offset serves).
-        self.positions: dict[int, int] = {}
-
-    def adopt(self, partition: int, raw: dict[str, bytes], position: int | None = None,
-              clock: float | None = None) -> None:
-        """Serve a partition from its restored states (run id -> changelog bytes), position and
-        clock (None: a position written before the clock was; the states decoded move it)."""
-        self.positions.pop(partition, None)
-        if position is not None:
-            self.positions[partition] = position
-        self._raw[partition] = raw
-        self._decoded[partition] = {}
-        self.clocks[partition] = PartitionClock()
-        self.clocks[partition].newest = clock
-        if self.quota is not None:
-            live = self.live[partition] = LiveRuns(self.quota)
-            for stored in raw.values():
+    def __init__(self, raw: dict[str, bytes] | None = None, position: int | None = None,
+                 clock: float | None = None, quota: RunQuota | None = None) -> None:
+        """From restored states (run id -> changelog bytes), position and clock (None: a position
+        written before the clock was; the states decoded move it). `quota`: the limits of the
+        partition's live runs (None: none)."""
+        self._raw = {} if raw is None else raw
+        self._decoded: dict[str, RunState] = {}
+        self.clock = PartitionClock()  # the partition's broker time
+        self.clock.newest = clock
+        # The input offset after its last committed batch, from the changelog (None: no batch
+        # committed since positions were written; the group's offset serves).
+        self.position = position
+        # Its live runs by tenant, kept by the batch step (stallwatch/engine/quota.py).
+        self.live: LiveRuns | None = None
+        if quota is not None:
+            live = self.live = LiveRuns(quota)
+            for stored in self._raw.values():
                 try:
                     tenant, ended = RunState.tenant_and_ended(stored)
                 except (ValueError, TypeError, IndexError, KeyError):
@@ -90,83 +82,73 @@ class RunStore:
                 if not ended:
                     live.add(tenant)
 
-    def owns(self, partition: int) -> bool:
-        return partition in self._decoded
-
-    def load(self, partition: int, run_id: str) -> RunState | None:
-        state = self._decoded[partition].get(run_id)
+    def load(self, run_id: str) -> RunState | None:
+        state = self._decoded.get(run_id)
         if state is None:
-            raw = self._raw[partition].pop(run_id, None)
+            raw = self._raw.pop(run_id, None)
             if raw is not None:
-                state = self._decoded[partition][run_id] = RunState.from_bytes(raw)
-                self.clocks[partition].observe(state)
+                state = self._decoded[run_id] = RunState.from_bytes(raw)
+                self.clock.observe(state)
         return state
 
-    def put(self, partition: int, run_id: str, state: RunState) -> None:
-        self._decoded[partition][run_id] = state
+    def put(self, run_id: str, state: RunState) -> None:
+        self._decoded[run_id] = state
 
-    def delete(self, partition: int, run_id: str) -> None:
-        state = self._decoded[partition].pop(run_id, None)
-        raw = self._raw[partition].pop(run_id, None)
-        live = self.live.get(partition)
-        if live is not None:
+    def delete(self, run_id: str) -> None:
+        state = self._decoded.pop(run_id, None)
+        raw = self._raw.pop(run_id, None)
+        if self.live is not None:
             tenant, ended = (state.tenant, state.ended) if state is not None else \
                 RunState.tenant_and_ended(raw) if raw is not None else (None, True)
             if not ended:
-                live.remove(tenant)
+                self.live.remove(tenant)
 
-    def states(self, partition: int) -> Iterator[tuple[str, RunState]]:
+    def states(self) -> Iterator[tuple[str, RunState]]:
         """Every run of the partition, decoding the ones not yet decoded."""
-        for run_id in list(self._raw[partition]):
-            self.load(partition, run_id)
-        yield from list(self._decoded[partition].items())
+        for run_id in list(self._raw):
+            self.load(run_id)
+        yield from list(self._decoded.items())
 
     def __len__(self) -> int:
-        return sum(len(r) for r in self._raw.values()) + sum(len(d) for d in self._decoded.values())
+        return len(self._raw) + len(self._decoded)
 
-    def drop(self, partition: int) -> None:
-        """Forget a partition this worker no longer owns."""
-        self._raw.pop(partition, None)
-        self._decoded.pop(partition, None)
-        self.clocks.pop(partition, None)
-        self.positions.pop(partition, None)
-        self.live.pop(partition, None)
 
-    async def restore(self, settings: Settings, partitions: list[int],
-                      on_progress: Callable[[], None]) -> float:
-        """Read the partitions' changelog from the start to its end; returns the seconds taken.
+async def restore(settings: Settings, partitions: list[int], on_progress: Callable[[], None],
+                  quota: RunQuota | None = None) -> dict[int, PartitionStates]:
+    """Read the partitions' changelog from the start to its end, in one reader for them all.
 
-        `on_progress` is called after every fetch: a long restore is progress, not a hang.
-        Read committed: a state whose transaction was aborted (its worker died mid-batch) is
-        never restored, so states match the committed input offsets exactly.
-        """
-        started = time.monotonic()
-        raw: dict[int, dict[str, bytes]] = {p: {} for p in partitions}
-        positions: dict[int, tuple[int, float | None]] = {}
-        consumer = committed_reader(aiokafka_options(settings), fetch_max_bytes=RESTORE_FETCH_BYTES,
-                                    max_partition_fetch_bytes=RESTORE_FETCH_BYTES)
+    `on_progress` is called after every fetch: a long restore is progress, not a hang.
+    Read committed: a state whose transaction was aborted (its worker died mid-batch) is
+    never restored, so states match the committed input offsets exactly.
+    """
+    started = time.monotonic()
+    raw: dict[int, dict[str, bytes]] = {p: {} for p in partitions}
+    positions: dict[int, tuple[int, float | None]] = {}
+    consumer = committed_reader(aiokafka_options(settings), fetch_max_bytes=RESTORE_FETCH_BYTES,
+                                max_partition_fetch_bytes=RESTORE_FETCH_BYTES)
 
-        def take(tp: TopicPartition, records: list[ConsumerRecord]) -> None:
-            states = raw[tp.partition]
-            for record in records:
-                if record.key == POSITION_KEY:
-                    positions[tp.partition] = decode_position(record.value)
-                elif record.value is None:
-                    states.pop(record.key.decode(), None)
-                else:
-                    states[record.key.decode()] = record.value
+    def take(tp: TopicPartition, records: list[ConsumerRecord]) -> None:
+        states = raw[tp.partition]
+        for record in records:
+            if record.key == POSITION_KEY:
+                positions[tp.partition] = decode_position(record.value)
+            elif record.value is None:
+                states.pop(record.key.decode(), None)
+            else:
+                states[record.key.decode()] = record.value
 
-        try:
-            await consumer.start()
-            tps = [TopicPartition(settings.changelog_topic, p) for p in partitions]
-            consumer.assign(tps)
-            await consumer.seek_to_beginning(*tps)
-            await read_to_end(consumer, tps, take, max_records=100_000, on_fetch=on_progress)
-        finally:
-            await consumer.stop()
-        for partition in partitions:
-            self.adopt(partition, raw[partition], *positions.get(partition, (None, None)))
-        seconds = time.monotonic() - started
-        log.info("restored %d runs of partitions %s in %.2f s",
-                 sum(len(r) for r in raw.values()), partitions, seconds)
-        return seconds
+    try:
+        await consumer.start()
+        tps = [TopicPartition(settings.changelog_topic, p) for p in partitions]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        await read_to_end(consumer, tps, take, max_records=100_000, on_fetch=on_progress)
+    finally:
+        await consumer.stop()
+    restored = {}
+    for partition in partitions:
+        position, clock = positions.get(partition, (None, None))
+        restored[partition] = PartitionStates(raw[partition], position, clock, quota)
+    log.info("restored %d runs of partitions %s in %.2f s",
+             sum(len(r) for r in raw.values()), partitions, time.monotonic() - started)
+    return restored

@@ -46,7 +46,7 @@ class Tenants:
         metrics.active_runs.set_function(
             lambda: sum(p.runs_held for p in list(self.pipelines.values())))
         metrics.fingerprints.set_function(
-            lambda: sum(p.expiry.fingerprints for p in list(self.pipelines.values())))
+            lambda: sum(p.fingerprints for p in list(self.pipelines.values())))
 
     async def start(self) -> None:
         """The shared topics' pipeline, then every tenant's found now."""

@@ -1,5 +1,6 @@
 """The commit of a partition batch, without a broker: its pure plan, a failed transaction, a fenced
-producer and a rebalance, against the fake producer of fake_kafka.py."""
+producer and a rebalance, against the fake producer of fake_kafka.py, the batches committed by
+a real partition task (fake_tasks.py) and, for rebalances, a real pipeline."""
 
 from __future__ import annotations
 
@@ -15,14 +16,22 @@ from stallwatch.engine.expiry import PartitionClock
 from stallwatch.metrics import StallwatchMetrics
 from stallwatch.settings import Settings
 from streams.worker.batch import BatchApplier, SourceMessage
-from streams.worker.commit import BatchCommitter, CommitTopics, Write, plan_commit
+from streams.worker.commit import (
+    CommitOutcome,
+    Committed,
+    Failed,
+    Fenced,
+    TimedOut,
+    Write,
+    plan_commit,
+)
 from streams.worker.pipeline import Pipeline
-from streams.worker.store import POSITION_KEY, RunStore, decode_position, encode_position
+from streams.worker.store import POSITION_KEY, PartitionStates, encode_position
+from streams.worker.task_context import Restore
+from streams.worker.task_state import TaskState
 from tests.script import RunScript
 from tests.streams.worker.fake_kafka import FakeConsumer, FakeProducer, consumer_records
-
-TOPICS = CommitTopics("commands", "deadletter", "changelog", "tallies")
-SOURCE = TopicPartition("events", 0)
+from tests.streams.worker.fake_tasks import SOURCE, TOPICS, FakePartition, committed_changelog
 
 
 def looping_run() -> list[SourceMessage]:
@@ -56,94 +65,87 @@ def test_a_position_key_is_never_a_run_ids_key():
         POSITION_KEY.decode()  # a run id's key is its UTF-8 encoding, so it always decodes
 
 
-def committed_changelog(producer: FakeProducer) -> tuple[dict[str, bytes], int | None, float | None]:
-    """The states, the position and the clock a restore reads from what the fake committed."""
-    states: dict[str, bytes] = {}
-    position = clock = None
-    for key, value in producer.records("changelog"):
-        if key == POSITION_KEY:
-            position, clock = decode_position(value)
-        elif value is None:
-            states.pop(key.decode(), None)
-        else:
-            states[key.decode()] = value
-    return states, position, clock
-
-
-class Partition0:
-    """A committer of partition 0 whose rebuild restores the store from what the fake committed."""
-
-    def __init__(self) -> None:
-        self.store = RunStore()
-        self.store.adopt(0, {})
-        self.committed = FakeProducer()  # what Kafka holds, across the producers of the partition
-        self.producers = {0: self.committed}
-        self.rebuilds = 0
-        self.committer = BatchCommitter(BatchApplier(Detector(), "events"), self.store, TOPICS,
-                                        "group", self.producers, lambda partition: [],
-                                        self.rebuild, lambda: None)
-
-    async def rebuild(self, tp: TopicPartition) -> None:
-        self.rebuilds += 1
-        self.producers[0] = self.committed
-        self.store.adopt(0, *committed_changelog(self.committed))
-
-
 async def test_a_failed_transaction_leaves_nothing_visible_and_the_partition_is_rebuilt():
     messages = looping_run()
     first, second = messages[:5], messages[5:]
-    reference = Partition0()
-    assert await reference.committer.commit(SOURCE, first) is not None
-    assert await reference.committer.commit(SOURCE, second) is not None
+    reference = await FakePartition().serve()
+    assert await reference.commit(first)
+    assert await reference.commit(second)
 
-    p = Partition0()
-    await p.committer.commit(SOURCE, first)
+    p = await FakePartition().serve()
+    await p.commit(first)
     before = list(p.committed.visible), dict(p.committed.offsets)
-    p.producers[0] = FakeProducer(fail_commit=KafkaConnectionError("the broker went away"))
-    assert await p.committer.commit(SOURCE, second) is None
+    p.task.producer = FakeProducer(fail_commit=KafkaConnectionError("the broker went away"))
+    assert not await p.commit(second)
     assert (p.committed.visible, p.committed.offsets) == before  # nothing of the batch visible
-    assert p.rebuilds == 1
+    assert p.started == p.restores == 1 and p.retries == 1
+    assert p.task.state is TaskState.RUNNING and p.task.producer is p.committed
     # The detector had changed the run's state in place; the rebuild brought back the committed one.
-    assert p.store.load(0, "r1").last_offset == first[-1].offset
+    assert p.task.states.load("r1").last_offset == first[-1].offset
     # Read again, the batch gives exactly what it gives without the failure.
-    assert await p.committer.commit(SOURCE, second) is not None
+    assert await p.commit(second)
     assert p.committed.visible == reference.committed.visible
     assert p.committed.offsets == reference.committed.offsets == {SOURCE: len(messages)}
     assert any(decode_command(v).decision == "refuse" for _, v in p.committed.records("commands"))
 
 
+async def test_a_commit_says_how_it_went_and_leaves_what_follows_to_the_task():
+    p = await FakePartition().serve()
+    committer, task, messages = p.committer, p.task, looping_run()
+
+    async def commit(records: list[SourceMessage]) -> CommitOutcome:
+        return await committer.commit(task, [await committer.apply(task, records)])
+
+    committed = await commit(messages[:3])
+    assert isinstance(committed, Committed) and committed.plan.next_offset == 3 == task.states.position
+    task.producer = FakeProducer(fail_commit=KafkaConnectionError("the broker went away"))
+    failed = await commit(messages[3:])
+    assert isinstance(failed, Failed) and failed.attempt == 1 and not failed.final
+    assert not Failed(failed.error, 5).final and Failed(failed.error, 6).final
+    # The committer rebuilds nothing: the task is as it was, its states ahead of what committed.
+    assert task.state is TaskState.RUNNING and p.started == p.restores == 0
+    assert task.states.position == 3 and task.ledger.failures == 1
+    task.producer = FakeProducer(fail_commit=ProducerFenced())
+    assert isinstance(await commit(messages[3:]), Fenced)
+    committer.transaction_timeout_s = 0.0  # every transaction is past it
+    assert isinstance(await commit(messages[3:]), TimedOut)
+    task.producer = p.committed
+    assert isinstance(await commit(messages[3:]), Committed) and task.ledger.failures == 0
+
+
 async def test_a_batch_that_keeps_failing_ends_the_worker():
-    p = Partition0()
-    failing = FakeProducer(fail_commit=KafkaConnectionError("down"))
-
-    async def rebuild(tp: TopicPartition) -> None:
-        p.rebuilds += 1
-        p.producers[0] = failing
-
-    p.committer.rebuild = rebuild
-    p.producers[0] = failing
+    p = await FakePartition().serve()
+    failing = p.task.producer = p.producer = FakeProducer(fail_commit=KafkaConnectionError("down"))
     for _ in range(5):
-        assert await p.committer.commit(SOURCE, looping_run()) is None
+        assert not await p.commit(looping_run())
     with pytest.raises(KafkaConnectionError):
-        await p.committer.commit(SOURCE, looping_run())
-    assert p.rebuilds == 5 and p.committed.visible == []
+        await p.commit(looping_run())
+    assert p.restores == 5 and p.committed.visible == [] and failing.transactions == 6
 
 
-def pipeline_of(producer: FakeProducer) -> tuple[Pipeline, FakeConsumer, list[int]]:
-    """A pipeline serving partition 0 of `events` with fakes; the list counts producers started."""
+async def nothing_committed(partitions: list[int], tick: object) -> dict[int, PartitionStates]:
+    return {partition: PartitionStates() for partition in partitions}
+
+
+async def pipeline_of(producer: FakeProducer, restore: Restore = nothing_committed,
+                      ) -> tuple[Pipeline, FakeConsumer, list[int]]:
+    """A pipeline serving partition 0 of `events` with fakes, on `producer`; the list counts the
+    producers started after that (each a new FakeProducer)."""
     started: list[int] = []
+    producing: list[FakeProducer] = []  # the first producer started, then new ones
 
     async def start_producer(partition: int) -> FakeProducer:
         started.append(partition)
-        return FakeProducer()
+        return producing.pop() if producing else FakeProducer()
 
     settings = Settings(topic_prefix="t")
     tp = TopicPartition(settings.events_topic, 0)
     consumer = FakeConsumer([tp])
     pipeline = Pipeline(settings, StallwatchMetrics(), Detector(), consumer=consumer,  # type: ignore[arg-type]
-                        start_producer=start_producer)
-    pipeline.store.adopt(0, {})
-    pipeline.producers[0] = producer
+                        start_producer=start_producer, restore=restore)
+    producing.append(producer)
+    await pipeline.on_partitions_assigned([tp])
+    started.clear()
     consumer.queued.append({tp: consumer_records(settings.events_topic, 0, b"r1",
                                                  [m.value for m in looping_run()])})
     return pipeline, consumer, started
@@ -151,7 +153,7 @@ def pipeline_of(producer: FakeProducer) -> tuple[Pipeline, FakeConsumer, list[in
 
 async def test_a_fenced_producer_ends_the_worker_and_publishes_nothing():
     producer = FakeProducer(fail_commit=ProducerFenced())
-    pipeline, _, started = pipeline_of(producer)
+    pipeline, _, started = await pipeline_of(producer)
     with pytest.raises(ProducerFenced):
         await asyncio.wait_for(pipeline.run(), 5)
     assert producer.visible == [] and producer.offsets == {}
@@ -161,9 +163,9 @@ async def test_a_fenced_producer_ends_the_worker_and_publishes_nothing():
 async def test_a_batch_is_never_half_given_up_in_a_rebalance():
     gate = asyncio.Event()
     producer = FakeProducer(gate=gate)
-    pipeline, consumer, _ = pipeline_of(producer)
+    pipeline, consumer, _ = await pipeline_of(producer)
     loop = asyncio.create_task(pipeline.run())
-    while not pipeline.in_flight:
+    while not pipeline.tasks.committing():
         await asyncio.sleep(0.001)
     tp = next(iter(consumer.assigned))
     assert tp not in consumer.paused  # pipelined: the partition reads on meanwhile
@@ -171,68 +173,89 @@ async def test_a_batch_is_never_half_given_up_in_a_rebalance():
     await asyncio.sleep(0.05)
     assert not revoked.done()  # the rebalance waits for the batch in flight
     assert producer.visible == []
+    task = pipeline.tasks.get(0)
+    assert task is not None and task.state is TaskState.SUSPENDED
     gate.set()
     await asyncio.wait_for(revoked, 5)
     # Once the partition is given up, its batch is committed whole: every command, the state and
     # the offset after the batch's last record.
     commands = producer.records(pipeline.settings.commands_topic)
     assert len(commands) == 6
-    after = encode_position(len(looping_run()), pipeline.store.clocks[0].newest)
+    after = encode_position(len(looping_run()), task.states.clock.newest)
     assert producer.records(pipeline.settings.changelog_topic) == [
-        (b"r1", pipeline.store.load(0, "r1").to_bytes()), (POSITION_KEY, after)]
+        (b"r1", task.states.load("r1").to_bytes()), (POSITION_KEY, after)]
     assert producer.offsets == {tp: len(looping_run())}
+    await pipeline.on_partitions_assigned([tp])
+    assert task.state is TaskState.RUNNING and pipeline.tasks.get(0) is task  # kept
     loop.cancel()
     with pytest.raises(asyncio.CancelledError):
         await loop
 
 
-class TimedOutPartition0(Partition0):
-    """Partition 0 whose fencings past `timeout_s` go to a timed-out handler."""
-
-    def __init__(self, timeout_s: float) -> None:
-        super().__init__()
-        self.timed_out: list[TopicPartition] = []
-
-        async def timed_out(tp: TopicPartition) -> None:
-            self.timed_out.append(tp)
-
-        self.committer.timed_out, self.committer.transaction_timeout_s = timed_out, timeout_s
+async def timed_out_partition(timeout_s: float) -> FakePartition:
+    """Partition 0 whose fencings past `timeout_s` may be the broker's abort for its age."""
+    p = await FakePartition().serve()
+    p.committer.transaction_timeout_s = timeout_s
+    return p
 
 
 async def test_a_fencing_younger_than_the_transaction_timeout_is_a_successors_and_raised():
-    p = TimedOutPartition0(timeout_s=60.0)
-    p.producers[0] = FakeProducer(fail_commit=ProducerFenced())
+    p = await timed_out_partition(timeout_s=60.0)
+    p.task.producer = FakeProducer(fail_commit=ProducerFenced())
     with pytest.raises(ProducerFenced):
-        await p.committer.commit(SOURCE, looping_run())
-    assert not p.timed_out and p.rebuilds == 0
+        await p.commit(looping_run())
+    assert p.task.state is TaskState.RUNNING and p.started == p.restores == 0
 
 
 async def test_a_fencing_past_the_transaction_timeout_goes_to_the_group_not_up():
-    p = TimedOutPartition0(timeout_s=0.05)
+    p = await timed_out_partition(timeout_s=0.05)
     gate = asyncio.Event()
-    p.producers[0] = FakeProducer(fail_commit=ProducerFenced(), gate=gate)
+    p.task.producer = fenced = FakeProducer(fail_commit=ProducerFenced(), gate=gate)
     asyncio.get_running_loop().call_later(0.1, gate.set)  # the commit outlives the timeout
-    assert await p.committer.commit(SOURCE, looping_run()) is None
-    assert p.timed_out == [SOURCE] and p.rebuilds == 0 and not p.committed.visible
+    assert not await p.commit(looping_run())
+    # Dropped, its producer closed, paused: not rebuilt until the group has had its say.
+    assert p.task.state is TaskState.DROPPED and fenced.stopped and not p.task.has_states
+    assert p.started == p.restores == 0 and not p.committed.visible and p.retries == 1
+    assert SOURCE in p.consumer.paused
+    p.task.stop_waiting()
 
 
 async def test_the_group_offsets_ride_along_at_most_once_an_interval_the_position_always():
-    p = Partition0()
+    p = await FakePartition().serve()
     p.committer.group_offsets_interval_s = 3600.0
     messages = looping_run()
-    await p.committer.commit(SOURCE, messages[:3])
-    await p.committer.commit(SOURCE, messages[3:])
+    await p.commit(messages[:3])
+    await p.commit(messages[3:])
     assert p.committed.offsets == {SOURCE: 3}  # the first batch's; the second's not yet
-    assert committed_changelog(p.committed)[1] == len(messages) == p.store.positions[0]
+    assert committed_changelog(p.committed)[1] == len(messages) == p.task.states.position
 
 
 async def test_an_assignment_seeks_every_partition_to_its_committed_position():
-    pipeline, consumer, started = pipeline_of(FakeProducer())
+    pipeline, consumer, started = await pipeline_of(FakeProducer())
     tp = next(iter(consumer.assigned))
-    pipeline.store.positions[0] = 42  # committed by this worker since the group's offset (7)
+    task = pipeline.tasks.get(0)
+    assert task is not None
+    task.states.position = 42  # committed by this worker since the group's offset (7)
     consumer.committed_offsets[tp] = 7
     await pipeline.on_partitions_assigned([tp])
     assert consumer.seeks == [(tp, 42)] and started == []  # kept: not rebuilt, but repositioned
+    assert pipeline.tasks.get(0) is task
+
+
+async def test_an_assignment_closes_the_tasks_of_the_partitions_given_away():
+    pipeline, consumer, started = await pipeline_of(FakeProducer())
+    kept, lost = TopicPartition(pipeline.settings.events_topic, 1), next(iter(consumer.assigned))
+    consumer.assigned = {lost, kept}
+    await pipeline.on_partitions_revoked([lost])
+    await pipeline.on_partitions_assigned([lost, kept])
+    task = pipeline.tasks.get(lost.partition)
+    assert task is not None and started == [1]
+    producer = task.producer
+    assert isinstance(producer, FakeProducer)
+    await pipeline.on_partitions_revoked([lost, kept])
+    await pipeline.on_partitions_assigned([kept])
+    assert task.state is TaskState.CLOSED and producer.stopped and not task.has_states
+    assert pipeline.tasks.get(lost.partition) is None and len(pipeline.tasks) == 1
 
 
 async def test_a_transaction_failed_during_a_rebalance_is_restored_only_when_the_group_gives_it_back():
@@ -240,18 +263,16 @@ async def test_a_transaction_failed_during_a_rebalance_is_restored_only_when_the
     while this one was late to rejoin; dropped, the assignment decides."""
     gate = asyncio.Event()
     producer = FakeProducer(gate=gate, fail_commit=KafkaConnectionError("the broker went away"))
-    pipeline, consumer, started = pipeline_of(producer)
     restored: list[list[int]] = []
 
-    async def restore(settings: Settings, partitions: list[int], on_progress: object) -> float:
+    async def restore(partitions: list[int], tick: object) -> dict[int, PartitionStates]:
         restored.append(partitions)
-        for partition in partitions:
-            pipeline.store.adopt(partition, {})
-        return 0.0
+        return await nothing_committed(partitions, tick)
 
-    pipeline.store.restore = restore  # type: ignore[method-assign]
+    pipeline, consumer, started = await pipeline_of(producer, restore)
+    restored.clear()
     loop = asyncio.create_task(pipeline.run())
-    while not pipeline.in_flight:
+    while not pipeline.tasks.committing():
         await asyncio.sleep(0.001)
     tp = next(iter(consumer.assigned))
     revoked = asyncio.create_task(pipeline.on_partitions_revoked([tp]))
@@ -259,10 +280,12 @@ async def test_a_transaction_failed_during_a_rebalance_is_restored_only_when_the
     gate.set()
     await asyncio.wait_for(revoked, 5)
     assert started == [] and restored == []  # no producer of the partition started meanwhile
-    assert not pipeline.store.owns(0) and 0 not in pipeline.producers and 0 in pipeline.in_flight
+    task = pipeline.tasks.get(0)
+    assert task is not None and task.state is TaskState.DROPPED
+    assert not task.has_states and task.producer is None and task.held
     await pipeline.on_partitions_assigned([tp])  # the group gives it back
-    assert started == [0] and restored == [[0]] and pipeline.store.owns(0)
-    assert 0 not in pipeline.in_flight  # served again
+    assert started == [0] and restored == [[0]] and task.has_states
+    assert task.state is TaskState.RUNNING and not task.held  # served again
     loop.cancel()
     with pytest.raises(asyncio.CancelledError):
         await loop

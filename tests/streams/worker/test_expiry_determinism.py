@@ -8,20 +8,15 @@ import itertools
 
 import orjson
 import pytest
-from aiokafka import TopicPartition
 
 from stallwatch.engine.detector import Detector
-from stallwatch.metrics import StallwatchMetrics
 from streams.worker.batch import BatchApplier, SourceMessage
-from streams.worker.commit import BatchCommitter, CommitTopics
 from streams.worker.expiry import ExpiryScan
-from streams.worker.store import RunStore, decode_position, encode_position
+from streams.worker.store import PartitionStates, decode_position, encode_position
+from streams.worker.task import PartitionTask
 from tests.script import RunScript
-from tests.streams.worker.fake_kafka import FakeProducer
-from tests.streams.worker.test_commit import committed_changelog
+from tests.streams.worker.fake_tasks import FakePartition
 
-TOPICS = CommitTopics("commands", "deadletter", "changelog", "tallies")
-SOURCE = TopicPartition("events", 0)
 IDLE_S, ENDED_S = 3600.0, 600.0
 T0_MS = 1_800_000_000_000
 
@@ -66,28 +61,39 @@ def partition_log() -> list[SourceMessage]:
 
 
 class Partition:
-    """Partition 0 of a worker: its committer, its scan and what Kafka committed (a fake)."""
+    """Partition 0 of a worker: its task (scanned every `scan_interval_s`) over fakes, and what
+    Kafka committed."""
 
     def __init__(self, scan_interval_s: float) -> None:
-        self.store = RunStore()
-        self.store.adopt(0, {})
-        self.committed = FakeProducer()
-        self.scan = ExpiryScan(self.store, StallwatchMetrics(), IDLE_S, ENDED_S, scan_interval_s)
-        applier = BatchApplier(Detector(), "events", idle_timeout_s=IDLE_S,
-                               ended_retention_s=ENDED_S)
-        self.committer = BatchCommitter(applier, self.store, TOPICS, "group", {0: self.committed},
-                                        self.scan.due, self.restore, lambda: None)
+        self.scan_interval_s = scan_interval_s
+        self.fake = FakePartition(BatchApplier(Detector(), "events", idle_timeout_s=IDLE_S,
+                                               ended_retention_s=ENDED_S))
+        self.committed = self.fake.committed
+        self.task = self.fake.task
 
-    async def restore(self, tp: TopicPartition | None = None) -> None:
-        """What a successor (or a rebuild) starts from: the committed states, position, clock."""
-        self.store.adopt(0, *committed_changelog(self.committed))
-        self.scan.forget(0)
+    async def serve(self) -> Partition:
+        await self.fake.serve()
+        self._scan()
+        return self
+
+    def _scan(self) -> None:
+        self.task.expiry = ExpiryScan(0, IDLE_S, ENDED_S, self.scan_interval_s)
+
+    async def commit(self, records: list[SourceMessage]) -> bool:
+        committer = self.fake.committer
+        return await committer.commit(self.task, [await committer.apply(self.task, records)])
+
+    async def restore(self) -> None:
+        """What a successor starts from: a task of its own, with the committed states, position
+        and clock."""
+        self.task = self.fake.task = PartitionTask(self.task.tp, self.fake.context)
+        await self.serve()
 
 
 async def commands_of(log: list[SourceMessage], size: int, scan: bool, restore: bool) -> list[bytes]:
-    p = Partition(0.0 if scan else float("inf"))
+    p = await Partition(0.0 if scan else float("inf")).serve()
     for start in range(0, len(log), size):
-        assert await p.committer.commit(SOURCE, log[start:start + size]) is not None
+        assert await p.commit(log[start:start + size])
         if restore:
             await p.restore()
     return [value for _, value in p.committed.records("commands") if value is not None]
@@ -116,9 +122,8 @@ async def test_a_run_expired_by_the_time_of_its_record_is_met_as_absent() -> Non
 def test_the_position_carries_the_clock_and_the_format_before_still_reads() -> None:
     assert decode_position(encode_position(42, 1_800_000_123.456789)) == (42, 1_800_000_123.456789)
     assert decode_position(b"42") == (42, None)
-    store = RunStore()
-    store.adopt(0, {}, 42, 1_800_000_123.5)
-    assert store.positions[0] == 42 and store.clocks[0].newest == 1_800_000_123.5
+    states = PartitionStates({}, 42, 1_800_000_123.5)
+    assert states.position == 42 and states.clock.newest == 1_800_000_123.5
 
 
 @pytest.mark.parametrize("size", [1, 3, 100])
@@ -134,9 +139,9 @@ async def test_a_run_started_again_in_an_expired_runs_place_keeps_its_new_state(
     timed = [(e, 0.0) for e in old.events] + [(e, IDLE_S + 10) for e in new.events]
     log = [SourceMessage(b"again", orjson.dumps(e), 0, offset, timestamp=T0_MS + int(s * 1000))
            for offset, (e, s) in enumerate(timed)]
-    p = Partition(0.0)  # a scan at every batch
+    p = await Partition(0.0).serve()  # a scan at every batch
     for start in range(0, len(log), size):
-        assert await p.committer.commit(SOURCE, log[start:start + size]) is not None
+        assert await p.commit(log[start:start + size])
     verdicts = [orjson.loads(v) for _, v in p.committed.records("commands") if v is not None]
     assert verdicts[-1]["decision"] == "refuse"
-    assert p.store.load(0, "again") is not None
+    assert p.task.states.load("again") is not None

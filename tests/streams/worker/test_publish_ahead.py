@@ -17,24 +17,29 @@ from stallwatch.engine.detector import Detector
 from stallwatch.metrics import StallwatchMetrics
 from stallwatch.settings import Settings
 from streams.worker.batch import LOG_APPEND_TIME, SourceMessage
+from streams.worker.commit import Committed
 from streams.worker.pipeline import Pipeline
+from streams.worker.store import PartitionStates
+from streams.worker.task_state import TaskState
 from tests.streams.worker.fake_kafka import FakeAheadProducer, FakeConsumer, FakeProducer
-from tests.streams.worker.test_commit import SOURCE, Partition0, TimedOutPartition0, looping_run
+from tests.streams.worker.fake_tasks import SOURCE, FakePartition
+from tests.streams.worker.test_commit import looping_run, timed_out_partition
 
 
-def ahead_partition(fail: BaseException | None = None) -> tuple[Partition0, FakeAheadProducer]:
-    p = Partition0()
+async def ahead_partition(fail: BaseException | None = None) -> tuple[FakePartition, FakeAheadProducer]:
+    p = await FakePartition().serve()
     ahead = FakeAheadProducer(fail, transactional=p.committed)
     p.committer.ahead = ahead
     return p, ahead
 
 
 async def test_commands_are_published_ahead_and_the_transaction_holds_the_rest():
-    reference = Partition0()  # commands in the transaction, as before
-    assert await reference.committer.commit(SOURCE, looping_run()) is not None
-    p, ahead = ahead_partition()
-    result = await p.committer.commit(SOURCE, looping_run())
-    assert result is not None and result.published_at is not None
+    reference = await FakePartition().serve()  # commands in the transaction, as before
+    assert await reference.commit(looping_run())
+    p, ahead = await ahead_partition()
+    applied = await p.committer.apply(p.task, looping_run())
+    assert isinstance(await p.committer.commit(p.task, [applied]), Committed)
+    assert applied.result.published_at is not None
     assert ahead.records("commands") == reference.committed.records("commands")
     assert p.committed.records("commands") == []
     assert p.committed.records("changelog") == reference.committed.records("changelog")
@@ -42,27 +47,27 @@ async def test_commands_are_published_ahead_and_the_transaction_holds_the_rest()
 
 
 async def test_a_failed_ahead_send_is_a_failed_batch_read_again_with_the_same_bytes():
-    p, _ = ahead_partition(KafkaTimeoutError())
-    assert await p.committer.commit(SOURCE, looping_run()) is None
-    assert p.rebuilds == 1 and p.committed.visible == []  # no transaction after a failed send
+    p, _ = await ahead_partition(KafkaTimeoutError())
+    assert not await p.commit(looping_run())
+    assert p.restores == 1 and p.committed.visible == []  # no transaction after a failed send
     retry = FakeAheadProducer(transactional=p.committed)
     p.committer.ahead = retry
-    assert await p.committer.commit(SOURCE, looping_run()) is not None
-    reference, ahead = ahead_partition()
-    await reference.committer.commit(SOURCE, looping_run())
+    assert await p.commit(looping_run())
+    reference, ahead = await ahead_partition()
+    await reference.commit(looping_run())
     assert retry.sent == ahead.sent
 
 
 async def test_a_failed_transaction_after_publishing_publishes_the_same_bytes_again():
     messages = looping_run()
-    p, ahead = ahead_partition()
-    await p.committer.commit(SOURCE, messages[:5])
+    p, ahead = await ahead_partition()
+    await p.commit(messages[:5])
     first = list(ahead.sent)
-    p.producers[0] = FakeProducer(fail_commit=KafkaConnectionError("the broker went away"))
-    assert await p.committer.commit(SOURCE, messages[5:]) is None
+    p.task.producer = FakeProducer(fail_commit=KafkaConnectionError("the broker went away"))
+    assert not await p.commit(messages[5:])
     published = ahead.sent[len(first):]
-    assert published and p.rebuilds == 1
-    assert await p.committer.commit(SOURCE, messages[5:]) is not None
+    assert published and p.restores == 1
+    assert await p.commit(messages[5:])
     # The batch read again after the rebuild: the same commands, byte for byte, again.
     assert ahead.sent[len(first) + len(published):] == published
 
@@ -70,8 +75,8 @@ async def test_a_failed_transaction_after_publishing_publishes_the_same_bytes_ag
 async def test_records_stamped_by_their_producer_are_never_published_ahead():
     create_time = [SourceMessage(m.key, m.value, m.partition, m.offset, m.timestamp, 0)
                    for m in looping_run()]
-    p, ahead = ahead_partition()
-    assert await p.committer.commit(SOURCE, create_time) is not None
+    p, ahead = await ahead_partition()
+    assert await p.commit(create_time)
     assert ahead.sent == [] and len(p.committed.records("commands")) == 6
 
 
@@ -82,12 +87,12 @@ async def test_a_clock_moved_by_a_receipt_time_holds_later_batches_back_until_it
     messages = looping_run()
     create_time = [SourceMessage(m.key, m.value, m.partition, m.offset, m.timestamp, 0)
                    for m in messages[:3]]
-    p, ahead = ahead_partition()
-    first = await p.committer.apply(SOURCE, create_time)
-    second = await p.committer.apply(SOURCE, messages[3:5])
+    p, ahead = await ahead_partition()
+    first = await p.committer.apply(p.task, create_time)
+    second = await p.committer.apply(p.task, messages[3:5])
     assert not first.ahead and not second.ahead and ahead.sent == []
-    assert await p.committer.commit_applied(SOURCE, [first, second])
-    third = await p.committer.apply(SOURCE, messages[5:])
+    assert isinstance(await p.committer.commit(p.task, [first, second]), Committed)
+    third = await p.committer.apply(p.task, messages[5:])
     assert third.ahead and ahead.sent
 
 
@@ -109,12 +114,12 @@ class SlowAckProducer(FakeAheadProducer):
 async def test_a_long_wait_for_acks_does_not_age_the_transaction_a_successor_fenced():
     # The transaction begins after the acks: fenced at once, it is a successor's, however long
     # the acks took (it was read as the broker's abort of an old transaction, and waited on).
-    p = TimedOutPartition0(timeout_s=0.05)
+    p = await timed_out_partition(timeout_s=0.05)
     p.committer.ahead = SlowAckProducer(delay_s=0.1)
-    p.producers[0] = FakeProducer(fail_commit=ProducerFenced())
+    p.task.producer = FakeProducer(fail_commit=ProducerFenced())
     with pytest.raises(ProducerFenced):
-        await p.committer.commit(SOURCE, looping_run())
-    assert not p.timed_out
+        await p.commit(looping_run())
+    assert p.task.state is TaskState.RUNNING
 
 
 class HeldAheadProducer(FakeAheadProducer):
@@ -148,19 +153,16 @@ async def test_a_batch_whose_sends_outlast_a_rebuild_of_its_partition_is_never_c
     consumer = FakeConsumer([tp])
 
     async def start_producer(partition: int) -> FakeProducer:
-        return fresh
+        return starting.pop() if starting else fresh
+
+    async def restore(partitions: list[int], tick: object) -> dict[int, PartitionStates]:
+        return {0: PartitionStates()}  # nothing committed: the changelog is empty
 
     pipeline = Pipeline(settings, StallwatchMetrics(), Detector(), consumer=consumer,  # type: ignore[arg-type]
-                        start_producer=start_producer)
-    pipeline.store.adopt(0, {})
-    pipeline.producers[0] = failing
+                        start_producer=start_producer, restore=restore)
+    starting = [failing]  # the first producer, then the fresh one
+    await pipeline.on_partitions_assigned([tp])
     ahead = pipeline.committer.ahead = HeldAheadProducer(b"r2")
-
-    async def restore(settings: Settings, partitions: list[int], tick: object) -> float:
-        pipeline.store.adopt(0, {})  # nothing committed: the changelog is empty
-        return 0.0
-
-    pipeline.store.restore = restore  # type: ignore[method-assign]
     first = append_timed(settings.events_topic, b"r1", 0)
     consumer.queued.append({tp: first})
     consumer.queued.append({tp: append_timed(settings.events_topic, b"r2", len(first))})
@@ -170,7 +172,9 @@ async def test_a_batch_whose_sends_outlast_a_rebuild_of_its_partition_is_never_c
             await asyncio.sleep(0.001)
         await asyncio.sleep(0.05)  # r2's batch applied, its sends held
         gate.set()  # r1's transaction fails: the partition is rebuilt on the fresh producer
-        while pipeline.in_flight.epoch.get(0, 0) < 2:
+        task = pipeline.tasks.get(0)
+        assert task is not None
+        while task.epoch < 2:
             await asyncio.sleep(0.001)
         ahead.release.set()
         await asyncio.sleep(0.2)

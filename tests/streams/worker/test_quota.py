@@ -11,7 +11,7 @@ from stallwatch.engine.detector import Detector
 from stallwatch.engine.quota import LiveRuns, RunQuota
 from stallwatch.engine.state import RunState
 from streams.worker.batch import BatchApplier, SourceMessage
-from streams.worker.store import RunStore
+from streams.worker.store import PartitionStates
 from tests.engine.test_hostile_input import healthy_runs, interleaved, replayed
 from tests.script import RunScript
 
@@ -19,11 +19,10 @@ QUOTA = RunQuota(per_tenant=3, total=5)
 
 
 class Partition:
-    """One partition served by the batch step, its states kept in a RunStore as a worker does."""
+    """One partition served by the batch step, its states kept as a worker's task keeps them."""
 
     def __init__(self, quota: RunQuota = QUOTA, idle_timeout_s: float = float("inf")) -> None:
-        self.store = RunStore(quota)
-        self.store.adopt(0, {})
+        self.store = PartitionStates(quota=quota)
         self.applier = BatchApplier(Detector(), "stallwatch.events", idle_timeout_s=idle_timeout_s)
         self.offset = 0
         self.commands: list[dict] = []
@@ -35,10 +34,9 @@ class Partition:
             batch.append(SourceMessage(orjson.loads(line)["run_id"].encode(), line, 0, self.offset,
                                        timestamp=append_ms))
             self.offset += 1
-        result = self.applier.apply(batch, lambda run: self.store.load(0, run),
-                                    self.store.clocks[0], 0.0, self.store.live.get(0))
+        result = self.applier.apply(batch, self.store.load, self.store.clock, 0.0, self.store.live)
         for run_id, state in result.states.items():
-            self.store.put(0, run_id, state)
+            self.store.put(run_id, state)
         self.commands += [orjson.loads(encode_command(c)) for c in result.commands]
         self.letters += [(key, reason, orjson.loads(letter)["error"])
                          for key, letter, reason in result.letters]
@@ -85,10 +83,11 @@ def test_an_ended_run_frees_its_place_and_a_successor_counts_the_same():
     partition.feed([orjson.dumps(runs[0].events[-1])])
     partition.feed(interleaved(tenant_run("a", 3)))
     assert partition.letters == []
-    assert partition.store.live[0].by_tenant == {"a": 3}
-    successor = RunStore(QUOTA)
-    successor.adopt(0, {run: state.to_bytes() for run, state in partition.store.states(0)})
-    assert successor.live[0].by_tenant == {"a": 3} and successor.live[0].total == 3
+    assert partition.store.live.by_tenant == {"a": 3}
+    successor = PartitionStates({run: state.to_bytes() for run, state in partition.store.states()},
+                                quota=QUOTA)
+    assert successor.live is not None
+    assert successor.live.by_tenant == {"a": 3} and successor.live.total == 3
 
 
 def test_an_expired_run_frees_its_place_replaced_or_deleted():
@@ -97,10 +96,10 @@ def test_an_expired_run_frees_its_place_replaced_or_deleted():
     partition.feed(interleaved(*runs), append_ms=1_000)
     again = tenant_run("a", 0)  # the same run id, long after: a new run in the expired one's place
     partition.feed(interleaved(again), append_ms=1_000_000)
-    assert partition.letters == [] and partition.store.live[0].by_tenant == {"a": 3}
-    partition.store.delete(0, "a-1")  # what the expiry scan does
+    assert partition.letters == [] and partition.store.live.by_tenant == {"a": 3}
+    partition.store.delete("a-1")  # what the expiry scan does
     partition.feed(interleaved(tenant_run("a", 9)), append_ms=1_000_000)
-    assert partition.letters == [] and partition.store.live[0].total == 3
+    assert partition.letters == [] and partition.store.live.total == 3
 
 
 def test_the_ledger_reads_a_stored_state_without_building_it():
@@ -125,13 +124,13 @@ def test_a_quarantined_run_that_ends_frees_its_place(monkeypatch):
     run.end()
     partition.feed(interleaved(run))
     assert [reason for _, reason, _ in partition.letters] == ["engine_fault"]
-    state = partition.store.load(0, "a-0")
+    state = partition.store.load("a-0")
     assert state.quarantined and state.ended
-    assert partition.store.live[0].by_tenant == {}
+    assert partition.store.live.by_tenant == {}
 
 
 def test_a_state_the_ledger_cannot_read_is_counted_and_left_to_the_batch_step():
-    store = RunStore(QUOTA)
     readable = RunState(mode="researcher", started_ts=1.0, tenant="t").to_bytes()
-    store.adopt(0, {"a": readable, "b": orjson.dumps([99, "a format of another version"])})
-    assert store.live[0].by_tenant == {"t": 1, None: 1}
+    store = PartitionStates({"a": readable, "b": orjson.dumps([99, "a format of another version"])},
+                            quota=QUOTA)
+    assert store.live is not None and store.live.by_tenant == {"t": 1, None: 1}

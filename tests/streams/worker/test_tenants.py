@@ -38,7 +38,6 @@ class FakePipeline:
         self.consumer = cluster
         self.progress = Progress(restoring=False)
         self.runs_held = 0
-        self.expiry = self
         self.fingerprints = 0
         self.started = self.stopped = False
         self.fail = asyncio.Event()
@@ -104,7 +103,7 @@ async def test_a_pipelines_failure_ends_the_worker_and_the_health_reads_every_pi
     acme.progress.restoring = True
     assert worker.progress.restoring
     acme.progress.restoring = False
-    acme.progress.batches_since[0] = 0.0  # a batch hung since the epoch of the monotonic clock
+    acme.progress.batches_since = lambda: [0.0]  # a batch hung since the monotonic clock's epoch
     assert worker.progress.stalled_for() > 1.0
     running = asyncio.create_task(worker.run())
     acme.fail.set()

@@ -1,0 +1,398 @@
+"""One assigned partition as a task: its transactional producer, its run states (with their clock
+and position), its batches applied but not yet committed and the loop that commits them, its
+expiry scan and its commit ledger (failures in a row among them), moved through the lifecycle of
+streams/worker/task_state.py.
+
+Pipelining: a partition's batches are applied as they are fetched (`add`); one transaction per
+partition is in flight at a time, and it takes every batch applied meanwhile. A partition's
+events wait for no transaction, only for the apply step (and past PENDING_MAX_RECORDS for the
+commit). A transaction that fails discards everything applied since the last commit (it is read
+again from the committed position) and moves the task's `epoch`, so that records fetched before
+the rebuild are never applied after it. A commit loop that raised (or was cancelled) leaves its
+partition paused and is the pipeline's failure, which its consume loop raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+from aiokafka import TopicPartition
+
+from streams.worker import producers
+from streams.worker.commit import (
+    Applied,
+    CommitLedger,
+    Committed,
+    Failed,
+    Fenced,
+    TimedOut,
+    TransactionalProducer,
+)
+from streams.worker.expiry import ExpiryScan
+from streams.worker.membership import GROUP_CONFIRM_S
+from streams.worker.retry import until_done
+from streams.worker.store import PartitionStates
+from streams.worker.task_context import TaskContext
+from streams.worker.task_state import SERVING, Lifecycle, TaskState
+
+log = logging.getLogger(__name__)
+
+# Records applied but not yet committed, per partition, past which it is paused until its
+# transaction ends: bounds the memory of pending writes and what a failed transaction makes the
+# partition read again.
+PENDING_MAX_RECORDS = 4000
+
+
+@dataclass(frozen=True, slots=True)
+class ReadFrom:
+    """Records fetched before the partition last changed (a rebalance, a rebuild): not applied;
+    the partition is read on from `offset`."""
+
+    offset: int
+
+
+# What the consume loop does with records fetched for a task: apply them, leave them (the task is
+# held: its rebuild seeks it), or seek.
+Admission = Literal["apply", "held"] | ReadFrom
+
+
+class PartitionTask:
+    """One partition this worker was assigned, from its assignment to its loss."""
+
+    def __init__(self, tp: TopicPartition, context: TaskContext) -> None:
+        self.tp = tp
+        self.context = context
+        self.lifecycle = Lifecycle(tp.partition)
+        self.producer: TransactionalProducer | None = None
+        self._states: PartitionStates | None = None
+        settings = context.settings
+        self.expiry = ExpiryScan(tp.partition, settings.idle_timeout_s, settings.ended_retention_s,
+                                 settings.expiry_interval_s)
+        self.ledger = CommitLedger()
+        # Rebuilds so far: records fetched under an older epoch are not applied.
+        self.epoch = 0
+        # The offset after its last applied batch (where to read on from when records fetched
+        # under an older epoch are dropped); None once discarded.
+        self.next_offset: int | None = None
+        # When (monotonic) its batch in flight, or its rebuild, began: a sign of progress.
+        self.busy_since: float | None = None
+        self._pending: list[Applied] = []  # applied, not yet committing
+        self._full = False  # paused for pending records past the bound
+        self._began = float("-inf")  # when (monotonic) its last transaction began
+        self._loop: asyncio.Task[None] | None = None  # its commit loop
+        self._confirm: asyncio.Task[None] | None = None  # its wait for the group after a timeout
+
+    def __repr__(self) -> str:
+        return f"PartitionTask({self.tp.topic}-{self.tp.partition}, {self.state.name})"
+
+    # -- what it is now ----------------------------------------------------------------------
+
+    @property
+    def state(self) -> TaskState:
+        return self.lifecycle.state
+
+    @property
+    def states(self) -> PartitionStates:
+        if self._states is None:
+            raise LookupError(f"partition {self.tp.partition} holds no states ({self.state.name})")
+        return self._states
+
+    @property
+    def has_states(self) -> bool:
+        return self._states is not None
+
+    @property
+    def held(self) -> bool:
+        """Being rebuilt, or dropped: records fetched now are not applied, and it stays paused."""
+        return self.state not in SERVING
+
+    @property
+    def commit_loop(self) -> asyncio.Task[None] | None:
+        """Its batches in flight, committing (None: nothing applied waits for a transaction)."""
+        return self._loop
+
+    def position(self, otherwise: int) -> int:
+        """Its committed position, else `otherwise`."""
+        position = self._states.position if self._states is not None else None
+        return otherwise if position is None else position
+
+    def runs_held(self) -> int:
+        return len(self._states) if self._states is not None else 0
+
+    # -- assignment --------------------------------------------------------------------------
+
+    async def fence(self) -> None:
+        """Start its producer: that aborts the previous owner's open transaction and refuses its
+        later writes, so the changelog read next is final and no zombie can write after it."""
+        self.lifecycle.to(TaskState.RESTORING)
+        self.producer = await self.context.start_producer(self.tp.partition)
+
+    def restored(self, states: PartitionStates) -> None:
+        """Serve from the states read from its changelog."""
+        self._states = states
+        self.lifecycle.to(TaskState.SUSPENDED if self.context.membership.revoking
+                          else TaskState.RUNNING)
+
+    def suspend(self) -> None:
+        """A rebalance began: its batches in flight still commit, and it is kept (producer and
+        states) for the assignment that follows, which most often gives it back."""
+        if self.state is TaskState.RUNNING:
+            self.lifecycle.to(TaskState.SUSPENDED)
+
+    def assigned_again(self) -> None:
+        """Kept, or restored, in an assignment: read on from its committed position, since the
+        consumer put it at the group's offset, which may lag (group_offsets_interval_s). No I/O:
+        a slow assignment callback misses the group's rebalance and is thrown out of the group.
+        With no position yet it starts where the consumer put it (the group's offset, else the
+        beginning), as a partition did before positions were written."""
+        if self.state is TaskState.SUSPENDED:
+            self.lifecycle.to(TaskState.RUNNING)
+        if self._states is not None and self._states.position is not None:
+            self.context.consumer.seek(self.tp, self._states.position)
+
+    def stop_waiting(self) -> None:
+        """No rebuild after a timed-out transaction any more: the worker stops, or the task closes."""
+        if self._confirm is not None:
+            self._confirm.cancel()
+
+    async def close(self) -> None:
+        """Given away, or the worker stops: its producer closed, its states let go. Nothing of
+        it is pending: the rebalance settled its batches first (or a stop abandoned them)."""
+        self.stop_waiting()
+        self.lifecycle.to(TaskState.CLOSED)
+        await self._close_producer()
+        self._states = None
+
+    # -- batches -----------------------------------------------------------------------------
+
+    def admission(self, first_offset: int, epoch: int | None, rebalanced: bool) -> Admission:
+        """What to do with records fetched for it, under `epoch` and before a rebalance or not."""
+        if rebalanced:
+            # Fetched while partitions changed hands, perhaps from the group's offset, which may
+            # lag: read on from the committed position (every batch applied before the rebalance
+            # has committed).
+            return ReadFrom(self.position(first_offset))
+        if self.held:
+            return "held"  # its rebuild seeks it to the committed position
+        if self.epoch != epoch:
+            # Fetched before its rebuild (from the failed batches' end): read on from where the
+            # rebuilt partition stands.
+            return ReadFrom(self.position(first_offset) if self.next_offset is None
+                            else self.next_offset)
+        return "apply"
+
+    def takes(self, epoch: int | None) -> bool:
+        """Whether a batch applied under `epoch` is still to be committed: not if the task was
+        rebuilt or dropped while the batch sent its commands (a commit of its earlier batches
+        failed meanwhile). The batch was applied on states the rebuild discarded; its records
+        are read again from where the rebuild seeks the partition, after this batch was fetched
+        (a dropped partition is sought when it is rebuilt); its commands, sent already, are the
+        same bytes."""
+        return self.epoch == epoch and not self.held and self._states is not None
+
+    def add(self, applied: Applied) -> None:
+        """An applied batch, committed by the task's commit loop (started if idle)."""
+        self.lifecycle.require(*SERVING)
+        pending = self._pending
+        pending.append(applied)
+        self.next_offset = applied.last_offset + 1
+        if sum(batch.records for batch in pending) >= PENDING_MAX_RECORDS:
+            self.context.consumer.pause(self.tp)
+            self._full = True
+        running = self._loop
+        # A commit loop that has just found nothing pending and ended, its done callback not yet
+        # run, would never take this batch: a new one does.
+        if running is None or running.done():
+            self.busy_since = time.monotonic()
+            loop = asyncio.create_task(self._commit_loop(), name=f"batch-{self.tp.partition}")
+            self._loop = loop
+            loop.add_done_callback(self._loop_done)
+
+    async def _commit_loop(self) -> None:
+        committer, observe = self.context.committer, self.context.observe
+        while True:
+            await self._spaced()
+            batches, self._pending = self._pending, []
+            if not batches:
+                break
+            self._began = self.busy_since = time.monotonic()
+            outcome = await committer.commit(self, batches)
+            if not isinstance(outcome, Committed):
+                # Rebuilt (what was applied on top of the failed batches is discarded), or
+                # dropped: what is pending now was applied after the rebuild.
+                await self._recover(outcome)
+                continue
+            for batch in batches:
+                observe(self.tp, batch)
+            if self._full and sum(batch.records for batch in self._pending) < PENDING_MAX_RECORDS:
+                self._full = False
+                self._resume()
+        self._full = False
+        self._resume()
+
+    async def _spaced(self) -> None:
+        """Wait out the commit interval since its last transaction began, unless a verdict waits
+        for the next one (a batch not published ahead) or the worker stops."""
+        pending = self._pending
+        if not pending or self.context.membership.stopping or not all(b.ahead for b in pending):
+            return
+        wait = self._began + self.context.settings.commit_interval_s - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+
+    def _resume(self) -> None:
+        if self.tp in self.context.consumer.assignment() and not self.held:
+            self.context.consumer.resume(self.tp)
+
+    def _loop_done(self, loop: asyncio.Task[None]) -> None:
+        if self._loop is loop:
+            self._loop = None
+            self.busy_since = None
+        membership = self.context.membership
+        # exception() raises on a cancelled task: ask cancelled() first. Abandoned by a stop, a
+        # batch is no failure; cancelled otherwise (a rebalance callback cancelled while it
+        # waited for it), its commit may have landed unseen by its states.
+        if loop.cancelled():
+            if not membership.stopping:
+                membership.batch_failed(asyncio.CancelledError(
+                    f"the batch of partition {self.tp.partition} was cancelled"))
+            self.context.consumer.pause(self.tp)
+            return
+        exc = loop.exception()
+        if exc is not None:
+            membership.batch_failed(exc)
+            self.context.consumer.pause(self.tp)
+
+    # -- failures ----------------------------------------------------------------------------
+
+    async def _recover(self, outcome: Failed | Fenced | TimedOut) -> None:
+        """What follows a commit that failed (nothing of it is visible): a successor's fencing, or
+        a failure that keeps coming back, ends the worker (raised: the pipeline's failure);
+        another failure (the broker went away, a leader moved) rebuilds the task, whose batches
+        are read again; a fencing past the transaction timeout waits for the group."""
+        match outcome:
+            case Fenced(error=error):
+                raise error
+            case Failed(error=error) if outcome.final:
+                raise error
+            case Failed(error=error, attempt=attempt):
+                log.warning("partition %d: the batch's transaction failed (%r), attempt %d; "
+                            "rebuilding the partition from what Kafka committed",
+                            self.tp.partition, error, attempt)
+                self.context.metrics.batch_retries.inc()
+                await self._rebuild()
+            case TimedOut():
+                await self._timed_out()
+
+    async def _timed_out(self) -> None:
+        """The broker aborted its transaction for its age (the broker, or the link to it, stalled
+        past the transaction timeout) and bumped the producer's epoch, which reads as a fencing.
+        Only the group can tell whether a successor took the partition meanwhile, and a rebuild
+        now (a new producer under the same id) would fence that successor. So the task is
+        dropped (its producer, its states; it stays paused) and rebuilt once the group has had a
+        session timeout to say otherwise: a rebalance that moved it reaches this member by its
+        next heartbeat, and the assignment that follows rebuilds or forgets it."""
+        log.warning("partition %d: its transaction outlived the transaction timeout (%d ms) and "
+                    "the broker aborted it; rebuilding the partition unless the group moved it",
+                    self.tp.partition, producers.TRANSACTION_TIMEOUT_MS)
+        self.context.metrics.batch_retries.inc()
+        self._discard()
+        await self._close_producer()
+        self._drop()
+        confirm = asyncio.create_task(self._rebuild_if_still_ours(self.context.membership.generation),
+                                      name=f"confirm-{self.tp.partition}")
+        self._confirm = confirm
+        confirm.add_done_callback(self._confirmed)
+
+    async def _rebuild(self) -> None:
+        """A new producer under the partition's transactional id (aborting our own open
+        transaction), its states and its position as last committed. During a rebalance the task
+        is dropped instead, and the assignment that follows restores it or lets it go: a new
+        producer started now could fence the member the group gave it to meanwhile (a three-node
+        cluster showed both workers fenced at their first rebalance)."""
+        self._discard()
+        await self._close_producer()
+        if self.context.membership.revoking:
+            log.info("partition %d: its transaction failed during a rebalance; the assignment "
+                     "that follows restores it or gives it away", self.tp.partition)
+            self._drop()
+            return
+        await self._restore_alone()
+
+    def _discard(self) -> None:
+        """What was applied since the last commit goes (it was applied on top of the failed
+        batches); paused, its records not applied, until rebuilt (or a new assignment)."""
+        self.lifecycle.to(TaskState.REBUILDING)
+        self._pending = []
+        self.next_offset = None
+        self.context.consumer.pause(self.tp)
+        self.epoch += 1
+
+    def _drop(self) -> None:
+        self._states = None
+        self.lifecycle.to(TaskState.DROPPED)
+
+    async def _restore_alone(self) -> None:
+        """Its producer started again, its states and position read again, and served from there."""
+        partition, context = self.tp.partition, self.context
+        self.lifecycle.to(TaskState.RESTORING)
+        self.producer = await until_done(lambda: context.start_producer(partition))
+        restored = await until_done(lambda: context.restore([partition], context.progress.tick))
+        self._states = restored[partition]
+        position = await self._seek_to_position()
+        # Rebuilt and sought: records fetched before are not applied.
+        self.epoch += 1
+        self._pending = []
+        if position is not None:
+            self.next_offset = position
+        self.restored(self._states)
+        self._resume()
+
+    async def _seek_to_position(self) -> int | None:
+        """The position its changelog holds, which the same commits as its states wrote; else (no
+        batch committed since positions were written) the group's offset, else the beginning
+        (None: the offset is not known here)."""
+        consumer = self.context.consumer
+        position = self.states.position
+        if position is None:
+            position = await until_done(lambda: consumer.committed(self.tp))
+        if position is None:
+            await consumer.seek_to_beginning(self.tp)
+        else:
+            consumer.seek(self.tp, position)
+        return position
+
+    async def _rebuild_if_still_ours(self, generation: int) -> None:
+        await asyncio.sleep(GROUP_CONFIRM_S)
+        membership = self.context.membership
+        async with membership.lock:
+            if (generation != membership.generation or self.state is not TaskState.DROPPED
+                    or self.tp not in self.context.consumer.assignment()):
+                return  # the group spoke: the assignment that followed rebuilt or forgot it
+            log.info("partition %d: still this worker's after %.0f s; rebuilding it",
+                     self.tp.partition, GROUP_CONFIRM_S)
+            self.busy_since = time.monotonic()
+            try:
+                if membership.revoking:
+                    log.info("partition %d: its transaction failed during a rebalance; the "
+                             "assignment that follows restores it or gives it away",
+                             self.tp.partition)
+                    return
+                await self._restore_alone()
+            finally:
+                self.busy_since = None
+
+    def _confirmed(self, confirm: asyncio.Task[None]) -> None:
+        if self._confirm is confirm:
+            self._confirm = None
+        if not confirm.cancelled() and (exc := confirm.exception()) is not None:
+            self.context.membership.rebalance_failed(exc)
+
+    async def _close_producer(self) -> None:
+        producer, self.producer = self.producer, None
+        if producer is not None:
+            await producers.stop_quietly(producer)

@@ -1,0 +1,53 @@
+"""What the partition tasks of one pipeline share, and what they use of the world around them."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from aiokafka import TopicPartition
+
+from stallwatch.metrics import StallwatchMetrics
+from stallwatch.settings import Settings
+from streams.worker.commit import Applied, BatchCommitter, TransactionalProducer
+from streams.worker.membership import Membership
+from streams.worker.progress import Progress
+from streams.worker.store import PartitionStates
+
+
+class TaskConsumer(Protocol):
+    """What a task uses of the pipeline's consumer (aiokafka's, or a fake in the unit tests)."""
+
+    def pause(self, *partitions: TopicPartition) -> None: ...
+
+    def resume(self, *partitions: TopicPartition) -> None: ...
+
+    def assignment(self) -> set[TopicPartition]: ...
+
+    def seek(self, partition: TopicPartition, offset: int) -> None: ...
+
+    async def seek_to_beginning(self, *partitions: TopicPartition) -> None: ...
+
+    async def committed(self, partition: TopicPartition) -> int | None: ...
+
+
+ProducerFactory = Callable[[int], Awaitable[TransactionalProducer]]
+# The states of the given partitions read from their changelog (`store.restore`), with a tick
+# after every fetch.
+Restore = Callable[[list[int], Callable[[], None]], Awaitable[dict[int, PartitionStates]]]
+
+
+@dataclass
+class TaskContext:
+    """What the tasks of one pipeline share."""
+
+    settings: Settings
+    consumer: TaskConsumer
+    committer: BatchCommitter
+    membership: Membership
+    progress: Progress
+    metrics: StallwatchMetrics
+    start_producer: ProducerFactory
+    restore: Restore
+    observe: Callable[[TopicPartition, Applied], None]  # a batch committed: its metrics

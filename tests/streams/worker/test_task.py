@@ -1,0 +1,305 @@
+"""A partition task without a broker: its transitions as its methods take them, and its commit loop
+(batches applied during a transaction join the next one; past the bound the partition is paused;
+a failed commit discards what is pending; a failed or cancelled commit is the loop's failure)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+from aiokafka.errors import KafkaConnectionError, ProducerFenced
+
+from streams.worker import task as task_module
+from streams.worker.batch import BatchResult
+from streams.worker.commit import (
+    Applied,
+    CommitOutcome,
+    CommitPartition,
+    Committed,
+    Failed,
+    Fenced,
+    TimedOut,
+)
+from streams.worker.store import PartitionStates
+from streams.worker.task import PENDING_MAX_RECORDS, PartitionTask, ReadFrom
+from streams.worker.task_state import InvalidTransition, TaskState
+from streams.worker.tasks import PartitionTasks
+from tests.streams.worker.fake_kafka import FakeProducer
+from tests.streams.worker.fake_tasks import SOURCE, FakePartition
+
+TP = SOURCE
+FAILED = Failed(KafkaConnectionError("the broker went away"), attempt=1)
+TIMED_OUT = TimedOut(ProducerFenced())
+
+
+def batch(last_offset: int, records: int = 1, ahead: bool = False) -> Applied:
+    return Applied(records, last_offset, BatchResult(), None, [], 0.0, ahead)  # type: ignore[arg-type]
+
+
+class Commits:
+    """A committer that waits for `gate` and records the batches of each transaction, which end
+    as `outcome` says (committed, unless it is set)."""
+
+    def __init__(self, outcome: CommitOutcome | None = None) -> None:
+        self.gate = asyncio.Event()
+        self.outcome = outcome
+        self.transactions: list[list[int]] = []
+        self.observed: list[int] = []
+
+    async def commit(self, partition: CommitPartition, batches: Sequence[Applied]) -> CommitOutcome:
+        self.transactions.append([b.last_offset for b in batches])
+        await self.gate.wait()
+        return self.outcome or Committed(None)  # type: ignore[arg-type]
+
+    def observe(self, tp: object, applied: Applied) -> None:
+        self.observed.append(applied.last_offset)
+
+
+async def serving(commits: Commits, commit_interval_s: float = 0.0) -> FakePartition:
+    p = FakePartition(observe=commits.observe)
+    p.context.committer = commits  # type: ignore[assignment]
+    p.context.settings = p.context.settings.model_copy(update={"commit_interval_s": commit_interval_s})
+    return await p.serve()
+
+
+async def settled(task: PartitionTask) -> None:
+    while (loop := task.commit_loop) is not None:
+        await asyncio.gather(loop, return_exceptions=True)
+    await asyncio.sleep(0)  # the done callbacks
+
+
+# -- transitions -----------------------------------------------------------------------------
+
+
+async def test_an_assigned_task_is_fenced_restored_and_runs():
+    p = FakePartition()
+    assert p.task.state is TaskState.CREATED and p.task.held and not p.task.has_states
+    await p.task.fence()
+    assert p.task.state is TaskState.RESTORING and p.task.producer is p.committed
+    p.task.restored(PartitionStates(position=12))
+    assert p.task.state is TaskState.RUNNING and not p.task.held
+    p.task.assigned_again()
+    assert p.consumer.seeks == [(TP, 12)]
+
+
+async def test_a_revoked_task_is_suspended_and_runs_again_from_its_position_when_kept():
+    p = await FakePartition().serve()
+    p.task.suspend()
+    assert p.task.state is TaskState.SUSPENDED and not p.task.held  # batches in flight commit
+    p.task.add(batch(0))  # a batch applied before the rebalance took the lock is still committed
+    p.task.states.position = 7
+    p.task.assigned_again()
+    assert p.task.state is TaskState.RUNNING and p.consumer.seeks == [(TP, 7)]
+    await settled(p.task)
+
+
+async def test_a_task_restored_while_a_rebalance_is_under_way_waits_suspended():
+    p = FakePartition()
+    await p.task.fence()
+    p.membership.revoking = True
+    p.task.restored(PartitionStates())
+    assert p.task.state is TaskState.SUSPENDED
+
+
+async def test_a_failed_transaction_rebuilds_the_task():
+    commits = Commits(FAILED)
+    p = await serving(commits)
+    p.task.add(batch(0))
+    await asyncio.sleep(0)
+    p.task.add(batch(1))  # applied on top of batch 0
+    epoch = p.task.epoch
+    commits.gate.set()
+    await settled(p.task)
+    assert p.task.state is TaskState.RUNNING and p.task.epoch == epoch + 2
+    assert p.started == p.restores == 1 and p.retries == 1
+    assert commits.transactions == [[0]] and commits.observed == []  # batch 1 never committed
+    assert TP not in p.consumer.paused and p.membership.failure is None
+
+
+@pytest.mark.parametrize("outcome", [Fenced(ProducerFenced()),
+                                     Failed(KafkaConnectionError("again"), attempt=6)])
+async def test_a_successors_fencing_or_a_failure_that_keeps_coming_ends_the_worker(outcome):
+    commits = Commits(outcome)
+    p = await serving(commits)
+    p.task.add(batch(0))
+    commits.gate.set()
+    await settled(p.task)
+    assert p.membership.failure is outcome.error and TP in p.consumer.paused
+    assert p.task.state is TaskState.RUNNING and p.started == p.restores == 0  # not rebuilt
+
+
+async def test_a_transaction_failed_during_a_rebalance_drops_the_task():
+    commits = Commits(FAILED)
+    p = await serving(commits)
+    p.task.add(batch(0))
+    p.membership.revoking = True
+    p.task.suspend()
+    old = p.task.producer
+    commits.gate.set()
+    await settled(p.task)
+    assert p.task.state is TaskState.DROPPED and p.task.held and not p.task.has_states
+    assert p.task.producer is None and isinstance(old, FakeProducer) and old.stopped
+    assert p.started == p.restores == 0 and TP in p.consumer.paused
+
+
+async def test_a_timed_out_task_is_dropped_then_rebuilt_when_the_group_let_it_be(monkeypatch):
+    monkeypatch.setattr(task_module, "GROUP_CONFIRM_S", 0.05)
+    commits = Commits(TIMED_OUT)
+    p = await serving(commits)
+    p.task.add(batch(0))
+    commits.gate.set()
+    await settled(p.task)
+    assert p.task.state is TaskState.DROPPED and TP in p.consumer.paused
+    while p.task.state is TaskState.DROPPED:
+        await asyncio.sleep(0.01)
+    assert p.task.state is TaskState.RUNNING and p.started == p.restores == 1
+    assert TP not in p.consumer.paused and p.membership.failure is None
+
+
+async def test_a_timed_out_task_the_group_reassigned_meanwhile_is_left_to_the_assignment(monkeypatch):
+    monkeypatch.setattr(task_module, "GROUP_CONFIRM_S", 0.05)
+    commits = Commits(TIMED_OUT)
+    p = await serving(commits)
+    p.task.add(batch(0))
+    commits.gate.set()
+    await settled(p.task)
+    p.membership.generation += 1  # a rebalance: the assignment that follows decides
+    await asyncio.sleep(0.15)
+    assert p.task.state is TaskState.DROPPED and p.started == p.restores == 0
+
+
+@pytest.mark.parametrize("state", [TaskState.CREATED, TaskState.RESTORING, TaskState.RUNNING,
+                                   TaskState.SUSPENDED, TaskState.DROPPED])
+async def test_a_task_closes_from_any_state_its_producer_and_states_let_go(state: TaskState):
+    p = FakePartition()
+    if state is TaskState.RESTORING:
+        await p.task.fence()  # assigned, fenced; the changelog not read yet
+    elif state is not TaskState.CREATED:
+        await p.serve()
+    if state is TaskState.SUSPENDED:
+        p.task.suspend()
+    elif state is TaskState.DROPPED:
+        commits = Commits(FAILED)
+        p.context.committer = commits  # type: ignore[assignment]
+        p.membership.revoking = True
+        p.task.add(batch(0))
+        commits.gate.set()
+        await settled(p.task)
+    assert p.task.state is state
+    await p.task.close()
+    assert p.task.state is TaskState.CLOSED and p.task.producer is None and not p.task.has_states
+    assert p.committed.stopped == (state is not TaskState.CREATED)  # dropped: closed before
+    with pytest.raises(InvalidTransition):
+        await p.task.close()
+
+
+async def test_a_batch_for_a_task_that_does_not_serve_is_refused():
+    p = FakePartition()
+    with pytest.raises(InvalidTransition):
+        p.task.add(batch(0))
+
+
+async def test_records_fetched_before_the_task_changed_are_read_again_from_where_it_stands():
+    p = await FakePartition().serve()
+    p.task.states.position = 40
+    assert p.task.admission(50, 0, rebalanced=False) == "apply"
+    assert p.task.admission(50, 0, rebalanced=True) == ReadFrom(40)  # the committed position
+    p.task.add(batch(55))
+    assert p.task.admission(60, 3, rebalanced=False) == ReadFrom(56)  # after its last applied
+    assert p.task.takes(0) and not p.task.takes(3)
+    await settled(p.task)
+
+
+# -- the commit loop -------------------------------------------------------------------------
+
+
+async def test_batches_applied_during_a_transaction_join_the_next_one_unpaused():
+    commits = Commits()
+    p = await serving(commits)
+    p.task.add(batch(0))
+    await asyncio.sleep(0)
+    p.task.add(batch(1))
+    p.task.add(batch(2))
+    assert TP not in p.consumer.paused and p.task.commit_loop is not None  # not paused meanwhile
+    commits.gate.set()
+    await settled(p.task)
+    assert commits.transactions == [[0], [1, 2]] and commits.observed == [0, 1, 2]
+    assert p.task.commit_loop is None and p.membership.failure is None and p.task.next_offset == 3
+
+
+async def test_a_partition_past_the_bound_of_pending_records_is_paused_until_its_commit():
+    commits = Commits()
+    p = await serving(commits)
+    p.task.add(batch(0))
+    await asyncio.sleep(0)
+    p.task.add(batch(PENDING_MAX_RECORDS, PENDING_MAX_RECORDS))
+    assert TP in p.consumer.paused
+    commits.gate.set()
+    await settled(p.task)
+    assert TP not in p.consumer.paused and commits.transactions == [[0], [PENDING_MAX_RECORDS]]
+
+
+async def test_a_cancelled_commit_is_a_failure_and_leaves_its_partition_paused():
+    commits = Commits()
+    p = await serving(commits)
+    p.task.add(batch(0))
+    await asyncio.sleep(0)
+    loop = p.task.commit_loop
+    assert loop is not None
+    loop.cancel()
+    await settled(p.task)
+    assert isinstance(p.membership.failure, asyncio.CancelledError)
+    assert TP in p.consumer.paused
+
+
+async def test_a_failed_commit_is_the_loops_failure():
+    p = await FakePartition().serve()
+
+    class Raises:
+        async def commit(self, partition: CommitPartition, batches: Sequence[Applied]) -> CommitOutcome:
+            raise RuntimeError("boom")
+
+    p.context.committer = Raises()  # type: ignore[assignment]
+    p.task.add(batch(0))
+    await settled(p.task)
+    assert isinstance(p.membership.failure, RuntimeError) and TP in p.consumer.paused
+
+
+async def test_a_stop_abandons_a_commit_stuck_past_its_time_and_that_is_no_failure():
+    commits = Commits()  # a broker that never answers
+    p = await serving(commits)
+    tasks = PartitionTasks(p.context)
+    tasks._tasks[0] = p.task
+    p.task.add(batch(0))
+    assert await tasks.drain(0.05) == 1
+    await asyncio.sleep(0.01)  # the cancellation lands, then the done callback
+    assert not tasks.committing() and p.membership.failure is None and TP in p.consumer.paused
+
+
+async def test_transactions_of_batches_published_ahead_begin_a_commit_interval_apart():
+    commits = Commits()
+    p = await serving(commits, commit_interval_s=0.2)
+    commits.gate.set()
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    p.task.add(batch(0, ahead=True))  # the first commits at once
+    await asyncio.sleep(0.01)
+    for offset in (1, 2, 3):  # applied meanwhile: they wait out the interval, then go together
+        p.task.add(batch(offset, ahead=True))
+        await asyncio.sleep(0.01)
+    assert commits.transactions == [[0]]
+    await settled(p.task)
+    assert commits.transactions == [[0], [1, 2, 3]] and commits.observed == [0, 1, 2, 3]
+    assert loop.time() - began >= 0.2
+
+
+async def test_a_batch_whose_verdicts_wait_for_its_transaction_is_committed_at_once():
+    commits = Commits()
+    p = await serving(commits, commit_interval_s=60.0)
+    commits.gate.set()
+    p.task.add(batch(0, ahead=True))
+    await asyncio.sleep(0.01)
+    p.task.add(batch(1))  # its commands are in the transaction
+    await asyncio.wait_for(settled(p.task), 5)
+    assert commits.transactions == [[0], [1]]
