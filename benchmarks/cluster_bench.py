@@ -29,20 +29,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import itertools
 import signal
 import subprocess
 import sys
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import NewTopic
-from aiokafka.errors import KafkaTimeoutError
-from aiokafka.partitioner import murmur2
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -51,89 +46,13 @@ from stallwatch.kafka.topics import ensure_topics
 from stallwatch.settings import Settings
 from tests import cluster_harness as nodes
 from tests.kafka_harness import WorkerProcess, by_run, replay_commands, stored_events
-from tests.script import RunScript
+from tests.steady_load import arrivals, load, longest_gaps
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTITIONS = 8
 FAULTS = ("kill", "freeze", "kill-worker", "rolling")
 # Seconds of load before the fault, and after it ends.
 LEAD_S, TAIL_S = 15.0, 20.0
-
-
-def partition_of(run_id: str) -> int:
-    return (murmur2(run_id.encode()) & 0x7FFFFFFF) % PARTITIONS
-
-
-def run_ids(partition: int) -> Iterator[str]:
-    """Run ids whose key the default partitioner sends to `partition`."""
-    return (run for n in itertools.count() if partition_of(run := f"r{partition}-{n}") == partition)
-
-
-def run_lines(run_id: str) -> list[bytes]:
-    """One short run: its start, two rounds with a call each, its end."""
-    s = RunScript(run_id, ts=time.time())
-    s.round_of(("search", {"q": run_id}, {"docs": [run_id]}))
-    s.round_of(("search", {"q": run_id}, {"docs": [run_id]}))
-    s.end()
-    return s.lines()
-
-
-async def load(settings: Settings, rate: float, stop: asyncio.Event) -> None:
-    """`rate` events a second in all, each partition's sent by a task of its own: a partition
-    whose leader is away stalls its own runs only, as in a fleet of separate agents."""
-    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, acks="all", linger_ms=5,
-                                **failover_options())
-    await producer.start()
-
-    async def one_partition(partition: int) -> None:
-        for run_id in run_ids(partition):
-            if stop.is_set():
-                return
-            lines = run_lines(run_id)
-            for line in lines:
-                while True:
-                    try:
-                        sent = await producer.send(settings.events_topic, line,
-                                                   key=run_id.encode(), partition=partition)
-                        break
-                    except KafkaTimeoutError:  # no room while the partition's leader is away
-                        continue
-                # A send that fails is left out of the log; replay reads the log as it is.
-                sent.add_done_callback(lambda done: done.exception())
-            await asyncio.sleep(len(lines) * PARTITIONS / rate)
-
-    try:
-        await asyncio.gather(*(one_partition(p) for p in range(PARTITIONS)))
-        await producer.flush()
-    finally:
-        await producer.stop()
-
-
-async def arrivals(settings: Settings, topic: str, stop: asyncio.Event,
-                   into: dict[int, list[float]], values: list[bytes]) -> None:
-    """When each record of `topic` reaches a read-committed reader with the clients' options."""
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.bootstrap,
-                                isolation_level="read_committed", auto_offset_reset="earliest",
-                                **failover_options())
-    await consumer.start()
-    try:
-        while not stop.is_set():
-            for tp, records in (await consumer.getmany(timeout_ms=100)).items():
-                now = time.monotonic()
-                into[tp.partition].extend([now] * len(records))
-                values.extend(r.value for r in records)
-    finally:
-        await consumer.stop()
-
-
-def longest_gaps(times: dict[int, list[float]], start: float, end: float) -> dict[int, float]:
-    """Per partition, the longest time without a record between `start` and `end`."""
-    gaps = {}
-    for partition in range(PARTITIONS):
-        seen = sorted(t for t in times.get(partition, []) if start <= t <= end)
-        points = [start, *seen, end]
-        gaps[partition] = max(b - a for a, b in itertools.pairwise(points))
-    return gaps
 
 
 class EchoMember:
@@ -234,7 +153,7 @@ async def main() -> None:
         for member in echoes:
             member.stop()
     end = ended + TAIL_S
-    gaps = {name: longest_gaps(times, began, end)
+    gaps = {name: longest_gaps(times, PARTITIONS, began, end)
             for name, times in (("events", events), ("workers", commands), ("echo", echoed))}
     print(f"fault: {what}; {args.rate:.0f} events/s; the longest gap per partition, in seconds "
           f"(from the fault's start until {TAIL_S:.0f} s after its end, {end - began:.0f} s)")

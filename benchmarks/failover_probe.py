@@ -27,11 +27,12 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.cluster_bench import PARTITIONS, arrivals, load
+from benchmarks.cluster_bench import PARTITIONS
 from benchmarks.txn_echo import echo, parse_options
 from stallwatch.kafka.topics import ensure_topics
 from stallwatch.settings import Settings
 from tests import cluster_harness as nodes
+from tests.steady_load import arrivals, load
 
 FAULT_AT: list[float] = []
 
