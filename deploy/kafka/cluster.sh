@@ -7,6 +7,8 @@
 #
 #   cluster.sh up|down|status|bootstrap      the whole cluster
 #   cluster.sh kill|stop|cont|start|pid N    one node: SIGKILL, SIGSTOP (frozen), SIGCONT, start again
+#   cluster.sh stop-clean N                  one node shut down cleanly (SIGTERM: it hands its
+#                                            leaderships over first), as in a rolling restart
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -32,7 +34,8 @@ node() {  # node N COMMAND: kafka.sh COMMAND as node N
   shift
   STALLWATCH_KAFKA_PORT="$(port_of "$n")" STALLWATCH_KAFKA_NODE_ID="$n" \
     STALLWATCH_KAFKA_VOTERS="$(voters)" STALLWATCH_KAFKA_INTERNAL_REPLICAS=3 \
-    STALLWATCH_KAFKA_CLUSTER_ID="$(cluster_id)" STALLWATCH_KAFKA_NO_WAIT=1 "$here/kafka.sh" "$@"
+    STALLWATCH_KAFKA_CLUSTER_ID="$(cluster_id)" STALLWATCH_KAFKA_NO_WAIT=1 \
+    STALLWATCH_KAFKA_CONTROLLER_LOG_LEVEL="${STALLWATCH_KAFKA_CONTROLLER_LOG_LEVEL:-INFO}" "$here/kafka.sh" "$@"
 }
 
 cluster_id() {
@@ -72,6 +75,7 @@ case "${1:-}" in
   stop) kill -STOP "$(pid_of "$2")" ;;
   cont) kill -CONT "$(pid_of "$2")" ;;
   start) node "$2" up; wait_for "$2" ;;
+  stop-clean) node "$2" down ;;
   pid) pid_of "$2" ;;
-  *) sed -n '8,9p' "$0" >&2; exit 2 ;;
+  *) sed -n '8,11p' "$0" >&2; exit 2 ;;
 esac

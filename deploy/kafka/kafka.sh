@@ -127,6 +127,8 @@ appender.stdout.type=Console
 appender.stdout.name=STDOUT
 appender.stdout.layout.type=PatternLayout
 appender.stdout.layout.pattern=[%d] %p %m (%c)%n
+logger.controller.name=org.apache.kafka.controller
+logger.controller.level=${STALLWATCH_KAFKA_CONTROLLER_LOG_LEVEL:-WARN}
 PROPS
 }
 

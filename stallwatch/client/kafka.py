@@ -105,8 +105,8 @@ class KafkaClient(Client):
             return False
         options = aiokafka_options(self.settings)
         timeout_ms = max(int(self.verdict_timeout_s * 1000), 1000)
-        self._producer = AIOKafkaProducer(acks="all", linger_ms=0, request_timeout_ms=timeout_ms,
-                                          **options)
+        self._producer = AIOKafkaProducer(acks="all", linger_ms=0,
+                                          **{**options, "request_timeout_ms": timeout_ms})
         # read_committed: commands published ahead of their batch's transaction are in none and
         # seen at once; the others (CreateTime topics, STALLWATCH_PUBLISH_AHEAD=false) are in
         # their batch's, and an aborted batch's are never seen. Copies of one id are dropped

@@ -35,7 +35,7 @@ def add_tenants(broker: SecureBroker, prefix: str, *names: str) -> None:
 
 async def writes(settings: Settings, topic: str) -> bool:
     """Whether the broker takes a record from these settings' principal on `topic`."""
-    producer = AIOKafkaProducer(request_timeout_ms=10_000, **aiokafka_options(settings))
+    producer = AIOKafkaProducer(**{**aiokafka_options(settings), "request_timeout_ms": 10_000})
     await producer.start()
     try:
         await producer.send_and_wait(topic, b"{}", key=b"run", partition=0)

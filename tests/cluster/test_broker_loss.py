@@ -1,0 +1,172 @@
+"""A node of the three-node cluster lost under load: every partition's verdicts flow again within
+a bound, every run's commands equal replay, and a runtime's client keeps getting verdicts.
+
+The cluster is tests/cluster/conftest.py's. Each test starts from a whole cluster (every
+replica in sync)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import AsyncIterator
+
+import pytest
+
+from stallwatch.client import KafkaClient
+from stallwatch.kafka.topics import ensure_topics
+from stallwatch.settings import Settings
+from tests import cluster_harness as nodes
+from tests.kafka_harness import WorkerProcess, by_run, replay_commands, stored_events
+from tests.steady_load import arrivals, load, longest_gaps, partition_of
+
+pytestmark = [pytest.mark.kafka, pytest.mark.cluster]
+
+PARTITIONS = 8
+RATE = 400.0  # events a second: steady on a loaded 2-core machine with three brokers on it
+# A killed node's partitions get new leaders once the controller fences it (its broker session,
+# 9 s, from its last heartbeat); measured 8-10 s for every partition (benchmarks/README.md).
+KILL_BOUND_S = 12.0
+# A frozen node is fenced the same way; a request already sent to it waits for the clients'
+# request timeout (5 s) on top. Measured 9-12 s.
+FREEZE_BOUND_S = 15.0
+FREEZE_S = 20.0
+# An agent's client fails open while a partition's leader is away and reconnects (every 5 s at
+# most): a verdict comes again after the fencing, a reconnection and one verdict's wait.
+CLIENT_BOUND_S = 20.0
+
+
+@pytest.fixture(scope="module")
+async def served(cluster: None) -> AsyncIterator[tuple[Settings, list[WorkerProcess]]]:
+    """Two workers on eight partitions replicated three times (min in sync 2)."""
+    settings = Settings(bootstrap=nodes.bootstrap(), topic_prefix=f"k{uuid.uuid4().hex[:10]}",
+                        partitions=PARTITIONS)
+    await ensure_topics(settings)
+    env = {"STALLWATCH_REPLICATION_FACTOR": "3", "STALLWATCH_MIN_INSYNC_REPLICAS": "2"}
+    workers = [WorkerProcess(settings, name, env) for name in ("a", "b")]
+    try:
+        for worker in workers:
+            await worker.ready(120)
+        yield settings, workers
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
+class Commands:
+    """The commands topic as a reader receives it: when, per partition, and what."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.times: dict[int, list[float]] = defaultdict(list)
+        self.values: list[bytes] = []
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Commands:
+        self._task = asyncio.create_task(arrivals(self.settings, self.settings.commands_topic,
+                                                  self._stop, self.times, self.values))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._stop.set()
+        assert self._task is not None
+        await self._task
+
+    async def until_replay(self, timeout_s: float = 60.0) -> None:
+        """Until every run's commands equal a crash-free replay of the events as the broker
+        holds them (AssertionError naming the first runs that differ after `timeout_s`)."""
+        expected = by_run(replay_commands(await stored_events(self.settings)))
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            got = by_run(self.values)
+            differing = [run for run in expected if got.get(run) != expected[run]]
+            if not differing:
+                return
+            await asyncio.sleep(0.5)
+        raise AssertionError(f"{len(differing)} of {len(expected)} runs differ from replay, "
+                             f"e.g. {differing[:3]}")
+
+
+@contextlib.asynccontextmanager
+async def steady_load(settings: Settings) -> AsyncIterator[None]:
+    """The load for the body's length, every run ended before it returns."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(load(settings, RATE, stop, prefix=f"{uuid.uuid4().hex[:4]}-"))
+    try:
+        yield
+    finally:
+        stop.set()
+        await task
+
+
+async def test_a_killed_node_stops_no_partitions_verdicts_longer_than_its_bound(served) -> None:
+    settings, _ = served
+    await nodes.until_whole()
+    async with Commands(settings) as commands:
+        async with steady_load(settings):
+            await asyncio.sleep(5)
+            node = await nodes.leader_of_most(settings.events_topic)
+            killed = nodes.kill(node)
+            await asyncio.sleep(KILL_BOUND_S + 3)
+            gaps = longest_gaps(commands.times, PARTITIONS, killed, time.monotonic())
+            await asyncio.to_thread(nodes.start, node)
+        await commands.until_replay()
+    assert max(gaps.values()) <= KILL_BOUND_S, gaps
+
+
+async def test_a_frozen_node_stops_no_partitions_verdicts_longer_than_its_bound(served) -> None:
+    settings, _ = served
+    await nodes.until_whole()
+    async with Commands(settings) as commands:
+        async with steady_load(settings):
+            await asyncio.sleep(5)
+            node = await nodes.leader_of_most(settings.events_topic)
+            with nodes.frozen(node):
+                frozen = time.monotonic()
+                await asyncio.sleep(FREEZE_S)
+                # Within the freeze: verdicts that came only once it thawed would not count.
+                gaps = longest_gaps(commands.times, PARTITIONS, frozen, time.monotonic())
+            await asyncio.sleep(3)
+        await commands.until_replay()
+    assert max(gaps.values()) <= FREEZE_BOUND_S, gaps
+
+
+async def test_a_client_keeps_getting_verdicts_on_every_partition_after_a_node_is_killed(served) -> None:
+    settings, _ = served
+    await nodes.until_whole()
+    decided: dict[int, list[tuple[float, bool]]] = defaultdict(list)  # (when, a verdict came)
+    stop = asyncio.Event()
+    prefix = f"c{uuid.uuid4().hex[:4]}-"
+
+    async def agent(client: KafkaClient, partition: int) -> None:
+        """Runs of a few calls each, one after another, on one partition."""
+        for n in range(10_000):
+            run_id = next(f"{prefix}{partition}-{n}-{i}" for i in range(1000)
+                          if partition_of(f"{prefix}{partition}-{n}-{i}", PARTITIONS) == partition)
+            run = await client.start_run(run_id, "researcher", [{"name": "search"}])
+            for i in range(4):
+                if stop.is_set():
+                    return
+                await run.start_round()
+                call_id, decision = await run.propose("search", {"q": f"{run_id} {i}"})
+                decided[partition].append((time.monotonic(), not decision.timed_out))
+                await run.result(call_id, "search", "ok", {"docs": [f"{run_id} {i}"]})
+                await run.end_round()
+            await run.end()
+
+    async with KafkaClient(settings) as client:
+        agents = [asyncio.create_task(agent(client, p)) for p in range(PARTITIONS)]
+        await asyncio.sleep(5)
+        node = await nodes.leader_of_most(settings.events_topic)
+        killed = nodes.kill(node)
+        await asyncio.sleep(CLIENT_BOUND_S + 5)
+        stop.set()
+        await asyncio.gather(*agents)
+    await asyncio.to_thread(nodes.start, node)
+    answered = {p: [when for when, ok in decided[p] if ok] for p in range(PARTITIONS)}
+    assert all(any(when < killed for when in answered[p]) for p in range(PARTITIONS)), answered
+    gaps = longest_gaps(answered, PARTITIONS, killed, killed + CLIENT_BOUND_S + 5)
+    assert max(gaps.values()) <= CLIENT_BOUND_S, gaps
