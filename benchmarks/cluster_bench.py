@@ -63,7 +63,7 @@ class EchoMember:
         self.proc = subprocess.Popen(
             [sys.executable, str(ROOT / "benchmarks/txn_echo.py"), settings.bootstrap,
              settings.events_topic, output, f"{settings.topic_prefix}-echo",
-             *(f"--opt={k}={v}" for k, v in failover_options().items())],
+             *(f"--opt={k}={v}" for k, v in failover_options(settings).items())],
             stdout=log.open("wb"), stderr=subprocess.STDOUT)
 
     def kill(self) -> None:

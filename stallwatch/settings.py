@@ -210,6 +210,20 @@ class Settings(Declared):
     # A bad event may carry a secret in its other fields.
     deadletter_raw: bool = Field(False, description="dead letters (worker, fleet app, `stallwatch "
                                  "replay`) copy the first 16 KiB of the raw input")
+    # A frozen broker (a long pause, a network that drops packets) keeps its connections open
+    # and answers nothing: a write, a fetch or a transaction's step sent to it waits this long
+    # before it goes to the partition's new leader (aiokafka's default: 40 s). Long enough for a
+    # loaded broker's answer, a write waiting for its replicas included.
+    kafka_request_timeout_ms: int = Field(5_000, ge=1_000, description="how long every Kafka client "
+                                          "of the process waits for a broker's answer before it "
+                                          "drops the connection and sends the request again")
+    # aiokafka refreshes its view when a connection fails, not when a request times out: a client
+    # whose requests to a frozen leader time out sends them to it again until the view is renewed
+    # (aiokafka's default age: 5 minutes). One metadata request per client per period.
+    kafka_metadata_max_age_ms: int = Field(3_000, ge=500, description="how old a Kafka client's "
+                                           "view of the cluster (partitions' leaders, brokers) may "
+                                           "get: within this of a leader's move, every client "
+                                           "follows it")
     security_protocol: SecurityProtocol = Field("PLAINTEXT", description="Kafka security protocol, "
                                                 "for the worker, the client and the fleet app alike")
     sasl_mechanism: SaslMechanism | None = Field(None, description="required with a `SASL_` "

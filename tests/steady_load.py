@@ -44,7 +44,7 @@ async def load(settings: Settings, rate: float, stop: asyncio.Event, prefix: str
     Every run started is ended. Returns the number of runs sent; a send that fails is left out
     of the log (a reference replays the log as the broker holds it)."""
     producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, acks="all", linger_ms=5,
-                                **failover_options())
+                                **failover_options(settings))
     await producer.start()
     sent_runs = 0
 
@@ -80,7 +80,7 @@ async def arrivals(settings: Settings, topic: str, stop: asyncio.Event,
     with the clients' options, per partition, and the records' values."""
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.bootstrap,
                                 isolation_level="read_committed", auto_offset_reset="earliest",
-                                **failover_options())
+                                **failover_options(settings))
     await consumer.start()
     try:
         while not stop.is_set():

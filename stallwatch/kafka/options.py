@@ -64,28 +64,11 @@ def oauth_token_provider(settings: Settings) -> AbstractTokenProvider:
     return provider
 
 
-# How long a client waits for a broker's answer before it gives up on the connection and sends
-# the request again (aiokafka's default is 40 s). A frozen broker (a long GC pause, a network that
-# drops packets) keeps its connections open and answers nothing: a write, a fetch or a
-# transaction's step sent to it waits this long before it can go to the partition's new leader.
-# With 40 s, every partition of a worker stalled 25-33 s while one node of three was frozen 25 s;
-# with 5 s (and the metadata age below), 9-12 s, the broker's fencing of the frozen node (its
-# session timeout, 9 s) and one request timeout at most. Long enough for a loaded broker's
-# answers (a write waits for its replicas within it).
-REQUEST_TIMEOUT_MS = 5_000
-# How old a client's view of the cluster (partitions' leaders, brokers) may get before it asks
-# again (aiokafka's default is 5 minutes). aiokafka asks sooner only when a connection fails, not
-# when a request times out: a client whose requests to a frozen leader time out sends them to
-# the same leader until its view is refreshed. At 3 s a client learns the new leaders within 3 s
-# of the controller's move; 5 s of request timeout alone left the frozen node's partitions
-# stalled until it thawed (20-26 s). It costs one metadata request per client every 3 s.
-METADATA_MAX_AGE_MS = 3_000
-
-
-def failover_options() -> dict[str, Any]:
+def failover_options(settings: Settings) -> dict[str, Any]:
     """How soon a client gives up on a broker that does not answer and learns where the
-    partitions and coordinators moved (docs/decisions.md, "A broker fails")."""
-    return {"request_timeout_ms": REQUEST_TIMEOUT_MS, "metadata_max_age_ms": METADATA_MAX_AGE_MS}
+    partitions and coordinators moved (docs/operations.md, "A broker fails")."""
+    return {"request_timeout_ms": settings.kafka_request_timeout_ms,
+            "metadata_max_age_ms": settings.kafka_metadata_max_age_ms}
 
 
 def aiokafka_options(settings: Settings) -> dict[str, Any]:
@@ -93,7 +76,7 @@ def aiokafka_options(settings: Settings) -> dict[str, Any]:
     the failover options."""
     options: dict[str, Any] = {"bootstrap_servers": settings.bootstrap,
                                "security_protocol": settings.security_protocol,
-                               **failover_options()}
+                               **failover_options(settings)}
     if settings.sasl_mechanism == "OAUTHBEARER":
         options.update(sasl_mechanism="OAUTHBEARER",
                        sasl_oauth_token_provider=oauth_token_provider(settings))
