@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 
 from stallwatch.client import EmbeddedClient
 
-# The 10 µs target of issue 10; printed beside the figure, never asserted.
+# The client's 10 µs per-call target; printed beside the figure, never asserted.
 TARGET_US = 10.0
 # Large enough that the round limit never stops a long benchmark run.
 POLICY = {"max_rounds": 10_000_000}

@@ -1,4 +1,4 @@
-"""The fleet app (issue 13) at the decision worker's full throughput.
+"""The fleet app at the decision worker's full throughput.
 
     python benchmarks/fleet_bench.py [--rate 40000] [--seconds 60] [--batch 100] [--keys 20000]
 

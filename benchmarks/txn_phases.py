@@ -6,7 +6,7 @@ One transactional producer as the worker configures it (2 ms CONCURRENT_TRANSACT
 5 ms retry backoff, linger 0) writes transactions of two records (a command and a state) back to
 back, with and without the input offsets (AddOffsetsToTxn + TxnOffsetCommit, sent after the
 records as the worker does), alternating twice; prints p50/p99 of each phase's end since the
-transaction began. Cited by docs/decisions.md (verdict latency, issue 16).
+transaction began. Cited by benchmarks/README.md (verdict latency).
 """
 
 from __future__ import annotations

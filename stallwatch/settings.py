@@ -297,7 +297,7 @@ class Settings(Declared):
 
     @property
     def tallies_topic(self) -> str:
-        """The decision worker's per-batch tool tallies, read by the fleet app (issue 13)."""
+        """The decision worker's per-batch tool tallies, read by the fleet app."""
         return f"{self.topic_prefix}.tallies"
 
     @property

@@ -43,7 +43,7 @@ def fleet_overview() -> dashboard.Dashboard:
         .with_panel(number("Dead letters/min", "short",
                            "sum(rate(stallwatch_dead_letters_total[5m])) * 60"))
         .with_panel(number("Open fleet incidents", "short", "sum(stallwatch_fleet_incidents_open)"))
-        .with_panel(series("Fleet incidents open, by kind (issue 13: stallwatch fleet)", "short",
+        .with_panel(series("Fleet incidents open, by kind (stallwatch fleet)", "short",
                            query("sum by (kind) (stallwatch_fleet_incidents_open)", "{{kind}}"),
                            query("sum(rate(stallwatch_fleet_advisories_total[5m])) * 60",
                                  "advisories/min")))

@@ -1,4 +1,4 @@
-"""`stallwatch demo`'s fleet scene (issue 13): a tool breaks for every run at once.
+"""`stallwatch demo`'s fleet scene: a tool breaks for every run at once.
 
 The fleet app (`stallwatch fleet`) runs beside the worker. Six runs of one tenant call `search`;
 it starts failing for all of them; the fleet app opens a `tool_failing` incident from the

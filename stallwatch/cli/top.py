@@ -90,7 +90,7 @@ class Tally:
 
 @dataclass
 class OpenIncidents:
-    """The fleet app's open incidents, from its compacted `{prefix}.incidents` topic (issue 13):
+    """The fleet app's open incidents, from its compacted `{prefix}.incidents` topic:
     the latest record of each incident id is its state."""
 
     open: dict[str, dict] = field(default_factory=dict)  # incident id -> its latest record

@@ -20,7 +20,7 @@ from stallwatch.contract.stop_codes import StopAction, StopCode
 
 RefusalCode = Literal[
     "duplicate_call", "repeated_call", "repeated_cycle", "run_stopped", "budget_exhausted",
-    "fleet_incident",  # addition to v1 (issue 13): the run's `fleet_breaker` refused the tool
+    "fleet_incident",  # addition to v1: the run's `fleet_breaker` refused the tool
 ]
 
 

@@ -1,4 +1,4 @@
-"""Fleet incidents (issue 13): the records of the `{prefix}.incidents` topic, and their ids."""
+"""Fleet incidents: the records of the `{prefix}.incidents` topic, and their ids."""
 
 from __future__ import annotations
 

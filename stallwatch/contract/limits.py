@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from stallwatch.contract.digests import digest
 
-# The producer refuses a record over this many bytes (the issue measured it: one oversized
-# dead letter, verdict or state crashed every worker that read its input).
+# The producer refuses a record over this many bytes: one oversized dead letter, verdict or
+# state would crash every worker that read its input.
 PRODUCER_MAX_BYTES = 1_000_000
 # Every record stallwatch writes (command, dead letter, run state) stays under this: half
 # of the producer's limit, margin for the key, the headers and the batch framing.

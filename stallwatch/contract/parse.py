@@ -34,7 +34,7 @@ _QUICK_TYPES = frozenset(("round_started", "round_ended", "call_proposed", "call
                           "run_ended"))
 # A run_started in its common shape (these fields only, no policy, tools declaring names and
 # flags only) is checked here too: pydantic took ~40 µs for each, so a fleet log's 2% of
-# run_started cost as much as parsing every one of its lines (issue 16).
+# run_started cost as much as parsing every one of its lines.
 _PLAIN_RUN_STARTED = frozenset(("v", "type", "event_id", "run_id", "ts", "mode", "tools",
                                 "parent_run_id", "tenant"))
 _PLAIN_TOOL = frozenset(("name", "repeat_exempt", "requires_approval"))

@@ -37,7 +37,7 @@ class Policy(BaseModel):
     stall_nudge_at: Annotated[int, Field(ge=2)] | None = None
     # Coder mode: stop with `no_effect` at this many such runs; null (the default): never.
     stall_stop_at: Annotated[int, Field(ge=2)] | None = None
-    # Addition to v1 (issue 13): refuse calls to a tool with an open `tool_failing` fleet
+    # Addition to v1: refuse calls to a tool with an open `tool_failing` fleet
     # incident (verdict code `fleet_incident`) until the fleet reports it closed; off by default.
     fleet_breaker: bool = False
 

@@ -65,7 +65,7 @@ class Detector:
                 # Fail open, as the client does on a timeout: no record, no grounds to refuse.
                 verdict(out, event, "allow", None, words.unknown_run())
             return state, out
-        # `state.seen_event` in line (a call less on every event, issue 16)
+        # `state.seen_event` in line (a call less on every event, on the hot path)
         event_ids = state.event_ids
         key = xxh3_64_intdigest(event["event_id"].encode())
         if key in event_ids:
@@ -205,7 +205,7 @@ class Detector:
     # -- the fleet ---------------------------------------------------------------------------
 
     def _on_advisory(self, state: RunState, event: Event, out: list[Command]) -> None:
-        """An incident seen across runs (issue 13): one nudge per incident for a live run, and
+        """An incident seen across runs: one nudge per incident for a live run, and
         under `fleet_breaker` the tool of an open `tool_failing` incident refused until it closes.
         Changes no streak, counter or clock."""
         if state.ended or state.stop_code is not None:

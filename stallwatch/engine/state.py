@@ -123,7 +123,7 @@ class RunState:
     # researcher and coder: results seen (coder: each under its call's signature).
     fingerprints: dict[bytes, None] = field(default_factory=dict)
     event_ids: dict[int, None] = field(default_factory=dict)  # recent events' 64-bit digests
-    # Fleet advisories (issue 13): incident ids the run was nudged about, oldest first; under
+    # Fleet advisories: incident ids the run was nudged about, oldest first; under
     # `fleet_breaker`, tool -> id of its open `tool_failing` incident.
     advised: list[str] = field(default_factory=list)
     fleet_incidents: dict[str, str] = field(default_factory=dict)

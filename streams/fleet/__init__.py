@@ -1,1 +1,1 @@
-"""The fleet app (issue 13): cross-run incidents per (tenant, tool), on faust-streaming."""
+"""The fleet app: cross-run incidents per (tenant, tool), on faust-streaming."""

@@ -23,7 +23,7 @@ class Outcome:
 
 
 def holds(kind: str, w: Window, cfg: FleetSettings) -> bool:
-    """The issue's three rules, thresholds from the settings."""
+    """The three fleet rules, thresholds from the settings."""
     if kind == "tool_failing":
         # Every run counted made at least one call; one not reported yet is no failure. Else the
         # first failed result among runs still waiting on theirs opened it ("1 of 1 calls").

@@ -94,8 +94,8 @@ class FleetService:
         base = cfg.base
         self.metrics = metrics or FleetMetrics()
         self.judge = Judge(cfg)
-        # Keys the digest of a dead letter's input, as the workers' (issue 17: every digest
-        # that leaves a process is keyed when a key is set).
+        # Keys the digest of a dead letter's input, as the workers' (every digest that
+        # leaves a process is keyed when a key is set).
         self.secret = secret_from_key(reveal(base.fingerprint_key))
         # Signs every advisory, so that workers know it for the fleet app's (None: unsigned).
         self.advisory_key = advisory_key_of(reveal(base.advisory_key))

@@ -1,4 +1,4 @@
-"""Per-batch partial counts per (tenant, tool) for the fleet app (issue 13): pure, no I/O.
+"""Per-batch partial counts per (tenant, tool) for the fleet app: pure, no I/O.
 
 The decision worker writes them inside the batch's transaction to `{prefix}.tallies`, so a
 read_committed reader sees each batch's counts exactly once. Digests only, never content:

@@ -20,7 +20,7 @@ def test_replay_gives_no_second_verdict_for_a_call_redelivered_after_the_end():
 
 
 def test_replay_gives_one_content_per_id_for_calls_redelivered_beyond_the_window():
-    """Issue 17 item 2, in replay: round-1 calls redelivered after 600 events, in a stopped run
+    """Redeliveries in replay: round-1 calls redelivered after 600 events, in a stopped run
     and after a run's end, got `run_stopped` under the id that carried `allow`."""
     stopped = long_run(27, policy={"max_rounds": 27})
     stopped.events.append(dict(stopped.events[2]))

@@ -1,5 +1,5 @@
 """Every input gets a bounded output: dead letters, verdicts and stops stay far below the
-producer's limit whatever came in (issue 8: one oversized message took every worker down)."""
+producer's limit whatever came in (one oversized record refused by the producer would stop every worker)."""
 
 from __future__ import annotations
 

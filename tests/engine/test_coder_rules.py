@@ -364,7 +364,7 @@ def test_the_oldest_signatures_are_forgotten_beyond_the_bound(run, monkeypatch):
 
 
 def test_the_same_call_with_the_same_result_five_times_in_a_row_is_stopped_within_six_rounds(run):
-    """The issue's target for true loops, for an ok result, an error, and a read."""
+    """The target for true loops, for an ok result, an error, and a read."""
     for tool, status in (("bash", "ok"), ("bash", "error"), ("view", "ok")):
         s = coder()
         for n in range(3):  # healthy work first

@@ -1,4 +1,4 @@
-"""Fleet advisories (issue 13): one nudge per (run, incident), nothing for an unknown or ended
+"""Fleet advisories: one nudge per (run, incident), nothing for an unknown or ended
 run, the optional `fleet_breaker`, and no effect on streaks or run time."""
 
 from __future__ import annotations

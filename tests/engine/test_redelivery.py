@@ -53,7 +53,7 @@ def test_every_event_type_redelivered_after_the_end_changes_nothing(run):
     assert after.fleet.runs[s.run_id] == before.fleet.runs[s.run_id]
 
 
-# -- beyond the window of recent ids, and after the state is gone (issue 17 item 2) -----------
+# -- beyond the window of recent ids, and after the state is gone ---------------------------
 
 def contents_by_id(commands) -> dict[str, bytes]:
     """Every command id with its one content; fails when an id carries two."""

@@ -101,8 +101,8 @@ def test_the_tenant_is_kept_bounded_and_round_trips(run):
 
 
 def test_a_100000_event_run_keeps_a_small_state():
-    """No per-event id kept forever: the state of a long run stops growing (issue 8: at 96,000
-    events it passed 1 MB and crash-looped the workers)."""
+    """No per-event id kept forever: the state of a long run stops growing (a state keeping
+    every id passes 1 MB by 96,000 events, past the producer's limit on a record)."""
     s = RunScript(tools=[{"name": "search"}, {"name": "wait", "repeat_exempt": True}],
                   policy={"max_rounds": 100_000, "no_progress_threshold": 100_000})
     fleet, applied, sizes = EmbeddedEngine(), 0, []

@@ -1,7 +1,7 @@
 """Small trajectories written for the tests, in the two recorded formats the converters read."""
 
 # They are authored here (not copied from the public sample, which stays out of the repository)
-# and shaped like what the sample and issue 9 show: an edit, test, re-read cycle that ends
+# and shaped like what the sample shows: an edit, test, re-read cycle that ends
 # resolved; an editor call missing a required parameter, repeated with the same error; a
 # reproduction script printing the same error after each of several edits.
 
@@ -72,7 +72,7 @@ RESOLVED_EDIT_CYCLE = mini_run([
 
 _MISSING = "ERROR:\nParameter `new_str` is required for command: str_replace."
 # Unresolved: after two looks, the same edit without `new_str` twelve times, the same error
-# each time (the issue's one real loop, shortened); the loop starts in round 3.
+# each time (the sample's one real loop, shortened); the loop starts in round 3.
 EDITOR_LOOP = openhands_run(
     [("execute_bash", {"command": "ls /workspace/repo/src"},
       "parser.py\n[Command finished with exit code 0]"),

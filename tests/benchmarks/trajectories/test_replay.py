@@ -17,7 +17,7 @@ def test_the_recorded_loop_is_found():
 
 
 def test_researcher_refuses_reruns_whose_output_changed():
-    """The issue's baseline: a test re-run after an edit is refused as a duplicate although it
+    """The baseline: a test re-run after an edit is refused as a duplicate although it
     would have shown progress."""
     out = replay(mini_swe_agent.convert(RESOLVED_EDIT_CYCLE, "r", True), "researcher")
     assert [(r.round, r.changed) for r in out.refusals] == [

@@ -1,4 +1,4 @@
-"""Behaviour pinned on the stored public sample, and the issue's targets over all of it."""
+"""Behaviour pinned on the stored public sample, and the rules' targets over all of it."""
 
 # Coder mode. Skipped when the sample has not been collected (benchmarks/trajectories/README.md).
 
@@ -46,7 +46,7 @@ def outcomes():
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "issue 9 finding: swe-agent deepseek-chat-v2/googlecontainertools__jib-4035 (resolved) runs "
+    "a finding on the sample: swe-agent deepseek-chat-v2/googlecontainertools__jib-4035 (resolved) runs "
     "`javac` 20 times from round 6, `command not found` each time, after its fix (round 3); "
     "coder mode stops it with tool_failures at round 10, a true loop in a run SWE-bench resolved"))
 def test_no_resolved_run_is_stopped(outcomes):

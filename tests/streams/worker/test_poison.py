@@ -119,7 +119,7 @@ async def test_a_run_of_100000_events_keeps_a_bounded_state_and_its_decisions():
 
 
 async def test_a_dead_letter_of_a_keyed_worker_keeps_a_pin_past_its_cut_secret():
-    """The leak the issue showed: with STALLWATCH_FINGERPRINT_KEY set, a reader of the dead-letter
+    """The leak this guards against: with STALLWATCH_FINGERPRINT_KEY set, a reader of the dead-letter
     topic hashed every guess of a poison event's hidden tail against `raw_digest`."""
     key = "a fleet key of at least 16 characters"
     settings = fresh_settings()

@@ -1,4 +1,4 @@
-"""Redeliveries on a real broker (issue 17 item 2): after run_ended's retention, after an idle
+"""Redeliveries on a real broker: after run_ended's retention, after an idle
 run expired and after 600 events, no command id carries two contents, in the commands topic or
 in replay's output, and the first verdict of every call stays its answer."""
 

@@ -1,4 +1,4 @@
-"""The worker's per-batch tallies per (tenant, tool), computed without a broker (issue 13)."""
+"""The worker's per-batch tallies per (tenant, tool), computed without a broker."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The worker's tallies on a real broker: each batch's counts exactly once for a read_committed
-reader, none from a transaction aborted by a SIGKILL (issue 13)."""
+reader, none from a transaction aborted by a SIGKILL."""
 
 from __future__ import annotations
 
