@@ -143,7 +143,7 @@ FIRST_COPIES_KEPT = 1_000_000
 
 
 class FirstCopies:
-    """What every reader of the commands topic does (docs/contract-additions.md, "Command ids"):
+    """What every reader of the commands topic does (docs/contract.md, "Command ids"):
     keep the first copy of each command id, drop a later copy with the same bytes (a command
     published ahead of its batch's transaction is published again by whoever reads the batch
     again), and refuse one with different bytes (ConflictingCommand). Remembers a digest per

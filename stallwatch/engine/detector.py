@@ -54,7 +54,7 @@ class Detector:
         Each command's id digests its cause and its whole content (`content_id`, given as each
         command is built: `rules.base`), so one id never carries two contents at any distance: an
         event redelivered after its run's state expired, or beyond the window of recent ids, is
-        either recognised or answered under an id of its own (docs/contract-additions.md,
+        either recognised or answered under an id of its own (docs/contract.md,
         "Command ids")."""
         out: list[Command] = []
         kind = event["type"]

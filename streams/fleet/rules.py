@@ -134,7 +134,7 @@ class Judge:
 
     def advisory(self, state: State, kind: str, incident: dict[str, Any], run: str, phase: str,
                  ts: float) -> dict[str, Any]:
-        """The fleet_advisory event for one run (docs/contract-additions.md)."""
+        """The fleet_advisory event for one run (docs/contract.md)."""
         return {"v": 1, "type": "fleet_advisory", "event_id": advisory_event_id(incident["id"], run, phase),
                 "run_id": run, "ts": ts, "incident_id": incident["id"], "incident": phase,
                 "kind": kind, "tool": state["tool"], "tenant": state["tenant"],

@@ -1,4 +1,4 @@
-"""The decision worker's tallies (docs/contract-additions.md): checked, and merged per (key, bucket)."""
+"""The decision worker's tallies (docs/contract.md): checked, and merged per (key, bucket)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 What is true, and why a batch is exact: a batch is applied in memory as soon as it is fetched,
 its commands published at once by the worker's idempotent producer (ahead of the transaction,
 `publish_ahead`; final for readers, since whoever reads the batch again computes the same bytes:
-docs/decisions.md, "Publishing ahead"). Its other writes (dead letters, changelog records,
+docs/exactly-once.md). Its other writes (dead letters, changelog records,
 tallies) and the input offset after it (the partition's position, with the partition clock, a
 record of its changelog) go to Kafka in ONE transaction of the partition's own producer, alone or
 with the partition's next batches applied meanwhile (streams/worker/task.py), once every
@@ -301,7 +301,7 @@ class BatchCommitter:
         if ahead and result.commands and self.ahead is not None:  # ahead: there is a producer
             # Final for readers once acknowledged: whoever reads this batch again (a rebuild, a
             # successor) computes the same commands, byte for byte, from the same log and a
-            # committed start state (docs/decisions.md, "Publishing ahead").
+            # committed start state (docs/exactly-once.md).
             acks = await publish_ahead(self.ahead, self.topics.commands,
                                        tp.partition, result.commands)
             # When its verdicts were out (an idempotent producer acknowledges in order), for the

@@ -18,7 +18,7 @@ from stallwatch.engine.canonical import call_signature, digest, fact_digest
 from stallwatch.engine.state import RunState
 
 TALLY_VERSION = 1
-# Caps of one record (docs/contract-additions.md, the tallies topic): a batch of one tool called
+# Caps of one record (docs/contract.md, the tallies topic): a batch of one tool called
 # by thousands of runs, or answering thousands of questions, stays a small record; what is left
 # out is counted in `dropped`.
 MAX_RUN_IDS = 64

@@ -66,7 +66,7 @@ def test_the_key_changes_no_decision():
 
 
 def test_the_keyed_digest_is_the_documented_construction():
-    """What docs/contract-additions.md tells runtimes in other languages to compute."""
+    """What docs/contract.md tells runtimes in other languages to compute."""
     key = blake2b(b"a shared secret of the fleet, 32+", digest_size=32, person=b"stallwatch-fp").digest()
     assert key == SECRET
     content = canonical_bytes(PIN)
