@@ -64,6 +64,8 @@ class KafkaClient(Client):
         self._consumer: AIOKafkaConsumer | None = None
         self._partitions: list[int] = []
         self._assigned: set[TopicPartition] = set()
+        # Partitions whose leader does not answer while others do: their runs fail open alone.
+        self._stalled: set[int] = set()
         self._assign_lock = asyncio.Lock()
         self._reader: asyncio.Task[None] | None = None
         self._reconnector: asyncio.Task[None] | None = None
@@ -193,6 +195,7 @@ class KafkaClient(Client):
             wait = min(wait * 2, _RETRY_MAX_S)
 
     async def _close(self) -> None:
+        self._stalled.clear()
         parts = (self._consumer, self._producer)
         self._producer = self._consumer = None
         for part in parts:
@@ -202,13 +205,23 @@ class KafkaClient(Client):
     # -- runs and events ----------------------------------------------------------------------
 
     async def _prepare(self, run_id: str) -> None:
-        if not self.connected:
-            return  # its partition is followed on reconnection
+        if self.connected:
+            await self._following(self.partition_for(run_id))
+
+    async def _following(self, partition: int) -> bool:
+        """Whether the partition's commands are followed, trying once more (within the send
+        timeout) when they are not and the partition is not known to be stalled."""
+        if TopicPartition(self.settings.commands_topic, partition) in self._assigned:
+            return True
+        if self._is_stalled(partition):
+            return False
         try:
             async with asyncio.timeout(self._send_timeout_s):
-                await self._follow(self.partition_for(run_id))
+                await self._follow(partition)
         except _UNREACHABLE as exc:
-            await self._lose(f"cannot follow the commands of run {run_id!r}: {exc!r}")
+            await self._stalled_or_lost(partition, f"cannot follow its commands: {exc!r}")
+            return False
+        return True
 
     def partition_for(self, run_id: str) -> int:
         """The partition of a run's events and commands: Kafka's default partitioner (murmur2)."""
@@ -234,21 +247,64 @@ class KafkaClient(Client):
             consumer.seek(tp, end)
 
     async def _send(self, event: dict[str, Any]) -> bool:
-        """Publish one event; False (at once while the broker is away) when it was not sent."""
+        """Publish one event; False when it was not delivered within the send timeout: at once
+        while the broker is away or the run's partition is stalled (its event then waits in the
+        producer's queue, in order, for the partition's new leader)."""
         producer = self._producer
         if not self.connected or producer is None:
             # A turn of the loop even so: a caller that retries at once (a warm-up loop) must
             # not starve the reconnection task it is waiting for.
             await asyncio.sleep(0)
             return False
+        run_id = event["run_id"]
+        partition = self.partition_for(run_id)
+        followed = await self._following(partition)
         try:
             async with asyncio.timeout(self._send_timeout_s):
-                await producer.send_and_wait(self.settings.events_topic, orjson.dumps(event),
-                                                   key=event["run_id"].encode())
-        except _UNREACHABLE as exc:
+                delivery = await producer.send(self.settings.events_topic, orjson.dumps(event),
+                                               key=run_id.encode(), partition=partition)
+                if not followed or self._is_stalled(partition):
+                    return False
+                # Shielded: the event stays queued for the partition when the wait times out.
+                await asyncio.shield(delivery)
+        except TimeoutError as exc:
+            await self._stalled_or_lost(partition, f"cannot publish an event: {exc!r}",
+                                        locals().get("delivery"))
+            return False
+        except (KafkaError, OSError) as exc:
             await self._lose(f"cannot publish an event: {exc!r}")
             return False
         return True
+
+    def _is_stalled(self, partition: int) -> bool:
+        return partition in self._stalled
+
+    async def _stalled_or_lost(self, partition: int, why: str,
+                               delivery: asyncio.Future[Any] | None = None) -> None:
+        """A partition that does not answer while the cluster does (its leader is gone, until
+        the controller moves it) fails open for its own runs only; the others keep their
+        verdicts. No broker answering: the client fails open as a whole and reconnects."""
+        if not await self._reachable():
+            await self._lose(why)
+            return
+        if partition not in self._stalled:
+            log.warning("stallwatch: partition %d does not answer (%s); its runs' calls are allowed "
+                        "until it does", partition, why)
+        # Until the event waiting on the partition is delivered (or given up by the producer), or
+        # for one retry interval when there is none.
+        self._stalled.add(partition)
+        if delivery is not None:
+            delivery.add_done_callback(lambda done: self._unstall(partition, done))
+        else:
+            asyncio.get_running_loop().call_later(_RETRY_FIRST_S, self._unstall, partition, None)
+
+    def _unstall(self, partition: int, delivery: asyncio.Future[Any] | None) -> None:
+        if delivery is not None and not delivery.cancelled() and delivery.exception() is not None:
+            log.warning("stallwatch: an event of partition %d was not delivered: %r", partition,
+                        delivery.exception())
+        if partition in self._stalled:
+            self._stalled.discard(partition)
+            log.info("stallwatch: partition %d answers again", partition)
 
     async def _read_commands(self, consumer: AIOKafkaConsumer) -> None:
         """The commands of the followed partitions, from this connection's consumer."""

@@ -27,7 +27,7 @@ from stallwatch.kafka.options import aiokafka_options
 from stallwatch.metrics import StallwatchMetrics
 from stallwatch.settings import Settings
 from streams.worker import producers, store
-from streams.worker.aiokafka_patch import set_fetch_max_wait
+from streams.worker.aiokafka_patch import join_group_waits_for_the_rebalance, set_fetch_max_wait
 from streams.worker.batch import LOG_APPEND_TIME, BatchApplier
 from streams.worker.commit import Applied, BatchCommitter, CommitTopics
 from streams.worker.membership import SESSION_TIMEOUT_MS, Membership
@@ -87,6 +87,7 @@ class Pipeline(ConsumerRebalanceListener):
             transaction_timeout_s=producers.TRANSACTION_TIMEOUT_MS / 1000,
             group_offsets_interval_s=settings.group_offsets_interval_s)
         self.membership = Membership()
+        join_group_waits_for_the_rebalance()
         self.consumer = consumer or AIOKafkaConsumer(
             group_id=settings.group_id, group_instance_id=settings.instance_id,
             enable_auto_commit=False, auto_offset_reset="earliest",

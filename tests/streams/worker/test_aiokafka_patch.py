@@ -6,13 +6,18 @@ import ast
 import inspect
 from types import SimpleNamespace
 
+import aiokafka.conn
 import aiokafka.consumer.fetcher as fetcher
 import aiokafka.producer.sender as sender
+from aiokafka.conn import AIOKafkaConnection
 from aiokafka.errors import ConcurrentTransactions
+from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
 
 from streams.worker.aiokafka_patch import (
     AIOKAFKA_BACKOFF_S,
     CONCURRENT_TRANSACTIONS_BACKOFF_S,
+    JOIN_GROUP_MARGIN_S,
+    join_group_waits_for_the_rebalance,
     set_fetch_max_wait,
     shorten_concurrent_transactions_backoff,
 )
@@ -44,3 +49,19 @@ def test_the_fetch_wait_set_on_a_running_consumer_is_the_one_its_fetch_requests_
     consumer = SimpleNamespace(_fetcher=SimpleNamespace(_fetch_max_wait_ms=500))
     set_fetch_max_wait(consumer, 5)  # type: ignore[arg-type]
     assert consumer._fetcher._fetch_max_wait_ms == 5
+
+
+async def test_a_join_group_waits_for_the_rebalance_timeout_and_other_requests_for_the_request_timeout(
+        monkeypatch):
+    # aiokafka reads the connection's request timeout when it sends a request.
+    assert "wait_for(fut, self._request_timeout)" in inspect.getsource(AIOKafkaConnection.send)
+    join_group_waits_for_the_rebalance()
+    conn = AIOKafkaConnection("127.0.0.1", 1, request_timeout_ms=5_000)
+    conn._writer = SimpleNamespace(write=lambda data: None)  # type: ignore[assignment]
+    conn._versions = {11: (0, 5), 13: (0, 3)}
+    waits: list[float] = []
+    monkeypatch.setattr(aiokafka.conn, "wait_for", lambda fut, timeout: waits.append(timeout))
+    conn.send(JoinGroupRequest("g", 6_000, 6_000, "", None, "consumer", []))
+    conn.send(LeaveGroupRequest("g", "m"))
+    assert waits == [6.0 + JOIN_GROUP_MARGIN_S, 5.0]
+    assert conn._request_timeout == 5.0
