@@ -168,7 +168,7 @@ class FleetEvidence(BaseModel):
 
 
 class FleetAdvisory(_Event):
-    """Addition to v1, written by the fleet app (streams/fleet): an incident across runs that
+    """Addition to v1, written by the fleet app (stallwatch_streams.fleet): an incident across runs that
     concerns this run. `event_id` is derived from (incident, run, open/closed), so a repeated
     advisory is a redelivery. Changes no streak and never moves the run's time."""
 

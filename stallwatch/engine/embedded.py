@@ -15,8 +15,8 @@ from stallwatch.engine.state import RunState
 
 
 class Counters(Protocol):
-    """What the engine counts when asked (stallwatch.metrics.StallwatchMetrics is one): a protocol,
-    so that the pure engine imports nothing above it."""
+    """What the engine counts when asked (stallwatch-streams' StallwatchMetrics is one): a protocol,
+    so that the light package imports neither prometheus-client nor the stream jobs."""
 
     def count_event(self, kind: str) -> None: ...
     def count_commands(self, commands: list[Command]) -> None: ...

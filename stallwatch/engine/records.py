@@ -44,7 +44,7 @@ class EngineFault(InvalidEvent):
 
 class RecordApplier:
     """Parse, load, apply, keep, record after record: replay (`EmbeddedEngine.replay`) and the worker's
-    batch step (`streams.worker.batch`) both go through `apply`, each adding what it needs around
+    batch step (`stallwatch_streams.worker.batch`) both go through `apply`, each adding what it needs around
     it (the worker: record keys, offsets, its partition's clock, tallies, dead letters with keys)."""
 
     def __init__(self, detector: Detector, max_event_bytes: int = MAX_EVENT_BYTES,

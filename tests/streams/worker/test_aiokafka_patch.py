@@ -10,7 +10,7 @@ import aiokafka.consumer.fetcher as fetcher
 import aiokafka.producer.sender as sender
 from aiokafka.errors import ConcurrentTransactions
 
-from streams.worker.aiokafka_patch import (
+from stallwatch_streams.worker.aiokafka_patch import (
     AIOKAFKA_BACKOFF_S,
     CONCURRENT_TRANSACTIONS_BACKOFF_S,
     set_fetch_max_wait,

@@ -14,7 +14,7 @@ from stallwatch.engine.expiry import PartitionClock, is_expired
 from stallwatch.engine.quota import LiveRuns
 from stallwatch.engine.records import SKIPPED, RecordApplier
 from stallwatch.engine.state import RunState
-from streams.worker.tallies import Tallies
+from stallwatch_streams.worker.tallies import Tallies
 
 
 class SourceRecord(Protocol):
