@@ -38,8 +38,9 @@ def light_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def light(site: Path, code: str, cwd: Path) -> subprocess.CompletedProcess:
     """`code` run by this interpreter with `site` as its only site-packages (-S skips the real one)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STALLWATCH_", "PYTHON"))}
-    return subprocess.run([sys.executable, "-S", "-c", f"import site; site.addsitedir({str(site)!r})\n{code}"],
-                          capture_output=True, text=True, timeout=120, cwd=cwd, env=env)
+    prelude = f"import site; site.addsitedir({str(site)!r})\n"
+    return subprocess.run([sys.executable, "-S", "-c", prelude + code], capture_output=True, text=True,
+                          timeout=120, cwd=cwd, env=env)
 
 
 def test_the_light_site_has_stallwatch_and_not_the_stream_jobs(light_site: Path, tmp_path: Path):
