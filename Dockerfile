@@ -15,7 +15,8 @@ EXPOSE 8737
 CMD ["stallwatch", "serve", "--host", "0.0.0.0"]
 
 FROM source AS worker
-RUN pip install --no-cache-dir '.[worker]'
+# Both distributions from this tree: stallwatch-streams' requirement of stallwatch is met by `.`.
+RUN pip install --no-cache-dir . ./streams
 USER nobody
 EXPOSE 9401 9400
 CMD ["stallwatch", "worker"]

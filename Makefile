@@ -11,10 +11,12 @@ export STALLWATCH_MIN_INSYNC_REPLICAS ?= 1
 
 .PHONY: setup run test test-fast lint bench-cluster kafka-up kafka-down bench fuzz schemas docs dashboards clean prometheus
 
-$(BIN)/stallwatch: pyproject.toml
+# Both distributions editable, in one resolution: stallwatch-streams' requirement of stallwatch is
+# met by the editable root. Re-run when either project's metadata (dependencies, entry points) changes.
+$(BIN)/stallwatch: pyproject.toml streams/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[worker,serve,dev,mcp,langchain,openai-agents,pydantic-ai]'
+	$(BIN)/pip install --quiet -e '.[serve,dev,mcp,langchain,openai-agents,pydantic-ai]' -e ./streams
 	touch $@
 
 setup: $(BIN)/stallwatch

@@ -35,7 +35,7 @@ from benchmarks.fleet_log import fleet_events
 from stallwatch.contract.envelope import envelope
 from stallwatch.kafka.topics import ensure_topics
 from stallwatch.logs import configure as configure_logging
-from streams.worker.pipeline import SESSION_TIMEOUT_MS
+from stallwatch_streams.worker.pipeline import SESSION_TIMEOUT_MS
 from tests.kafka_harness import (
     WorkerProcess,
     fresh_settings,

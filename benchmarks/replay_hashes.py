@@ -38,8 +38,8 @@ from stallwatch.engine.canonical import derive_secret, fingerprint
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.expiry import PartitionClock
 from stallwatch.engine.state import RunState
-from streams.worker.batch import BatchApplier, SourceMessage
-from streams.worker.tallies import Tallies
+from stallwatch_streams.worker.batch import BatchApplier, SourceMessage
+from stallwatch_streams.worker.tallies import Tallies
 
 HERE = Path(__file__).parent
 # Runs of the mixed log: ~60,000 events, every path many times, a few seconds to replay.

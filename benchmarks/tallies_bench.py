@@ -22,8 +22,8 @@ from benchmarks.fleet_log import fleet_events
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.expiry import PartitionClock
 from stallwatch.engine.state import RunState
-from streams.worker.batch import BatchApplier, SourceMessage
-from streams.worker.tallies import Tallies
+from stallwatch_streams.worker.batch import BatchApplier, SourceMessage
+from stallwatch_streams.worker.tallies import Tallies
 
 
 def one_pass(messages: list[SourceMessage], batch: int, tallies: bool) -> float:

@@ -27,8 +27,8 @@ from aiokafka.errors import KafkaError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from streams.worker.pipeline import SESSION_TIMEOUT_MS
-from streams.worker.producers import TRANSACTION_TIMEOUT_MS
+from stallwatch_streams.worker.pipeline import SESSION_TIMEOUT_MS
+from stallwatch_streams.worker.producers import TRANSACTION_TIMEOUT_MS
 
 
 def parse_options(pairs: list[str]) -> dict[str, Any]:

@@ -25,8 +25,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from streams.worker.aiokafka_patch import shorten_concurrent_transactions_backoff
-from streams.worker.producers import RETRY_BACKOFF_MS
+from stallwatch_streams.worker.aiokafka_patch import shorten_concurrent_transactions_backoff
+from stallwatch_streams.worker.producers import RETRY_BACKOFF_MS
 
 
 def pct(values: list[float], q: int) -> float:

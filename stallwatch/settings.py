@@ -111,6 +111,12 @@ class Declared(BaseSettings):
         return SecretStr in types_in(cls.model_fields[field].annotation)
 
     @classmethod
+    def from_env(cls) -> Self:
+        """The values the environment sets, the defaults for the rest (`stallwatch settings` reads
+        every class, the plugins' too, through this)."""
+        return cls._from_environment()
+
+    @classmethod
     def _from_environment(cls, **given: Any) -> Self:
         try:
             found = EnvSettingsSource(cls)()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from stallwatch.contract.commands import Nudge, Stop, Verdict
-from stallwatch.metrics import StallwatchMetrics
+from stallwatch_streams.metrics import StallwatchMetrics
 
 
 def value(metrics: StallwatchMetrics, name: str, **labels: str) -> float:

@@ -8,8 +8,8 @@ from urllib.request import urlopen
 
 import pytest
 
-from stallwatch.metrics import StallwatchMetrics
 from stallwatch.settings import Settings
+from stallwatch_streams.metrics import StallwatchMetrics
 
 
 def test_defaults_bind_the_web_to_loopback_and_replicate_for_three_brokers(monkeypatch):

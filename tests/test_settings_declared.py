@@ -12,7 +12,7 @@ import pytest
 
 from stallwatch.cli.settings_table import DECLARED, declared_names, effective, table, with_tables
 from stallwatch.settings import LogSettings, ServeSettings, Settings, SetupError, reveal
-from streams.fleet.settings import FleetSettings
+from stallwatch_streams.fleet.settings import FleetSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 OPERATIONS = ROOT / "docs" / "operations.md"

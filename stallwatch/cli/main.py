@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 import sys
 
-# The module each command's extra brings, and the extra that brings it: a missing one is named.
-_EXTRAS = {"prometheus_client": "worker", "aiohttp": "worker", "faust": "worker", "mode": "worker",
-           "mcp": "mcp"}
+# The module a command needs, and what installs it: a missing one is named in one line.
+_INSTALLS = {"mcp": "pip install 'stallwatch[mcp]'", "aiohttp": "pip install 'stallwatch[serve]'",
+             **dict.fromkeys(("stallwatch_streams", "prometheus_client", "faust", "mode"),
+                             "pip install stallwatch-streams")}
 # Replay jobs at most: each reads the whole log and writes a file of its own (in TMPDIR); more
 # jobs than cores gain nothing.
 _MAX_JOBS = 256
@@ -92,9 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--url", help="the server's address (default $STALLWATCH_SERVE_URL or "
                    "http://127.0.0.1:8737)")
 
-    sub.add_parser("worker", help="start a stream worker (needs the [worker] extra)")
+    sub.add_parser("worker", help="start a stream worker (needs stallwatch-streams)")
     sub.add_parser("fleet", help="start a fleet app worker: incidents across runs per tool (Faust; "
-                   "needs the [worker] extra)")
+                   "needs stallwatch-streams)")
     sub.add_parser("demo", help="drive a simulated fleet through a local broker and a worker")
 
     p = sub.add_parser("tenants", help="create a tenant's topics; every worker serves them within "
@@ -162,14 +163,10 @@ def main(argv: list[str] | None = None) -> int:
         from stallwatch.hooks.install import main as hooks_main
 
         return hooks_main(args.action, args.agent, args.scope, args.http, args.url)
-    if args.command == "worker":
-        from streams.worker.service import main as worker_main
+    if args.command in ("worker", "fleet"):
+        from stallwatch.cli.plugins import command
 
-        return worker_main(settings)
-    if args.command == "fleet":
-        from streams.fleet.main import main as fleet_main
-
-        return fleet_main(settings)
+        return command(args.command)(settings)
     if args.command == "tenants":
         from stallwatch.kafka.topics import add_tenants
 
@@ -205,20 +202,21 @@ def entry() -> int:
         from stallwatch.hooks.command import main as hook_main
 
         return hook_main(sys.argv[2:])
+    from stallwatch.cli.plugins import MissingPlugin
     from stallwatch.settings import SetupError
 
     try:
         return main()
-    except SetupError as exc:  # a setting to change, named in the message: no traceback
+    except (SetupError, MissingPlugin) as exc:  # a setting to change or a package to install: no traceback
         print(f"stallwatch: {exc}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as exc:
         module = (exc.name or "").split(".")[0]
-        extra = "serve" if sys.argv[1:2] == ["serve"] else _EXTRAS.get(module)
-        if extra is None:
+        install = _INSTALLS["aiohttp"] if sys.argv[1:2] == ["serve"] else _INSTALLS.get(module)
+        if install is None:
             raise
-        print(f"stallwatch: this command needs the [{extra}] extra (no module {exc.name!r}): "
-              f"pip install 'stallwatch[{extra}]'", file=sys.stderr)
+        print(f"stallwatch: this command needs what it does not find (no module {exc.name!r}): {install}",
+              file=sys.stderr)
         return 2
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # as the Python docs advise

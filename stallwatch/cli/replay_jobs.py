@@ -29,9 +29,9 @@ import orjson
 from xxhash import xxh3_64_intdigest
 
 from stallwatch.cli.replay_engine import ReplayEngine, command_lines
+from stallwatch.contract.events import RawEvent
 from stallwatch.contract.limits import MAX_ID_CHARS
 from stallwatch.contract.parse import MAX_EVENT_BYTES
-from stallwatch.engine.detector import Event
 from stallwatch.engine.embedded import Rejected
 
 # A line's number, which stream its output goes to, and the output's length.
@@ -200,7 +200,7 @@ class _Share:
     def current(self, _: int) -> int:
         return self.number
 
-    def check(self, _: int, event: Event, state: object, commands: object) -> None:
+    def check(self, _: int, event: RawEvent, state: object, commands: object) -> None:
         """After each event applied: its run is this job's, or the whole replay is redone with
         every line parsed to find its run (a run seen by two jobs answers wrongly in both)."""
         if job_of(event["run_id"].encode(), self.jobs) != self.job:

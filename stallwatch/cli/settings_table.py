@@ -10,11 +10,12 @@ from typing import Any
 
 from pydantic_core import PydanticUndefined
 
+from stallwatch.cli.plugins import settings_classes
 from stallwatch.settings import Declared, LogSettings, ServeSettings, Settings, bounds, choices, types_in
-from streams.fleet.settings import FleetSettings
 
-# Every settings class, in the order the documentation shows them.
-DECLARED: tuple[type[Declared], ...] = (Settings, LogSettings, FleetSettings, ServeSettings)
+# Every settings class, in the order the documentation shows them: the installed plugins' (the
+# fleet app's, with stallwatch-streams) between the logs' and the server's.
+DECLARED: tuple[type[Declared], ...] = (Settings, LogSettings, *settings_classes(), ServeSettings)
 _BLOCK = re.compile(r"(<!-- settings table: (\w+) -->\n).*?(<!-- end of settings table -->)", re.S)
 
 
@@ -83,10 +84,7 @@ def with_tables(document: str) -> str:
 
 def effective(out: Any = sys.stdout) -> None:
     """Each variable and the value this process reads (secrets only as set or unset)."""
-    base = Settings.from_env()
-    reads: list[Declared] = [base, LogSettings.from_env(), ServeSettings.from_env(),
-                             FleetSettings.from_env(base)]
-    for values in reads:
+    for values in (cls.from_env() for cls in DECLARED):
         for field in type(values).declared():
             value = getattr(values, field)
             if type(values).is_secret(field):

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from stallwatch.client.run import Client
 from stallwatch.contract.commands import Command
 from stallwatch.contract.parse import validate_event
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.canonical import derive_secret
-from stallwatch.engine.embedded import EmbeddedEngine
-
-if TYPE_CHECKING:
-    from stallwatch.metrics import StallwatchMetrics
+from stallwatch.engine.embedded import Counters, EmbeddedEngine
 
 
 class EmbeddedClient(Client):
@@ -23,10 +20,11 @@ class EmbeddedClient(Client):
     runs_inline = True  # no I/O: every call completes without waiting
 
     def __init__(self, admin_policy: AdminPolicy | None = None,
-                 metrics: StallwatchMetrics | None = None, fingerprint_key: str | None = None,
+                 metrics: Counters | None = None, fingerprint_key: str | None = None,
                  args_digest_only: bool = False) -> None:
-        """`metrics`: a `stallwatch.metrics.StallwatchMetrics` to keep the workers' counters;
-        `fingerprint_key` keys every digest (as STALLWATCH_FINGERPRINT_KEY does for workers)."""
+        """`metrics`: any `Counters` (stallwatch-streams' `stallwatch_streams.metrics.StallwatchMetrics`
+        keeps the workers' Prometheus counters); `fingerprint_key` keys every digest (as
+        STALLWATCH_FINGERPRINT_KEY does for workers)."""
         super().__init__()
         self.fingerprint_secret = derive_secret(fingerprint_key) if fingerprint_key else None
         self.args_digest_only = args_digest_only

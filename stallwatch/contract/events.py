@@ -168,7 +168,7 @@ class FleetEvidence(BaseModel):
 
 
 class FleetAdvisory(_Event):
-    """Addition to v1, written by the fleet app (streams/fleet): an incident across runs that
+    """Addition to v1, written by the fleet app (stallwatch_streams.fleet): an incident across runs that
     concerns this run. `event_id` is derived from (incident, run, open/closed), so a repeated
     advisory is a redelivery. Changes no streak and never moves the run's time."""
 
@@ -189,6 +189,10 @@ def advisory_event_id(incident_id: str, run_id: str, incident: str) -> str:
     return "fa-" + hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
+# An event as the engine applies it: the JSON object `stallwatch.contract.parse` validated (and
+# bounded), kept as a dict because the engine reads a few fields of each and a model per event
+# would cost the replay hot path. `Event` is the same event parsed into its model.
+RawEvent = dict[str, Any]
 Event = Annotated[
     RunStarted | RoundStarted | CallProposed | CallResult | RoundEnded | RunEnded | FleetAdvisory,
     Field(discriminator="type"),

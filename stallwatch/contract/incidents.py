@@ -30,7 +30,7 @@ class Incident(BaseModel):
     closed_at: float | None = None
     window_s: float
     evidence: FleetEvidence
-    # Runs sent a fleet_advisory (bounded: the cap is in streams/fleet).
+    # Runs sent a fleet_advisory (bounded: the cap is in streams/stallwatch_streams/fleet).
     advised_runs: int = Field(ge=0)
 
 

@@ -14,7 +14,7 @@ import orjson
 from pydantic import ValidationError
 
 from stallwatch.contract.advisories import verified
-from stallwatch.contract.events import CONTRACT_VERSION, EVENT_ADAPTER, EVENT_TYPES, STATUSES
+from stallwatch.contract.events import CONTRACT_VERSION, EVENT_ADAPTER, EVENT_TYPES, STATUSES, RawEvent
 from stallwatch.contract.limits import MAX_DECLARATIONS_BYTES, MAX_ID_CHARS, bounded_id
 from stallwatch.contract.policy import MODES
 
@@ -50,7 +50,7 @@ class InvalidEvent(ValueError):
 
 
 def parse_record(key: bytes | None, value: bytes | str | None, max_bytes: int = MAX_EVENT_BYTES,
-                 secret: bytes | None = None, advisory_key: bytes | None = None) -> dict[str, Any]:
+                 secret: bytes | None = None, advisory_key: bytes | None = None) -> RawEvent:
     """A Kafka record of the events topic to a validated event: as `parse_event`, and its key
     must be the event's run_id (the run's state is partitioned by it)."""
     if key is None:
@@ -63,7 +63,7 @@ def parse_record(key: bytes | None, value: bytes | str | None, max_bytes: int = 
 
 
 def parse_event(raw: bytes | str | None, max_bytes: int = MAX_EVENT_BYTES,
-                secret: bytes | None = None, advisory_key: bytes | None = None) -> dict[str, Any]:
+                secret: bytes | None = None, advisory_key: bytes | None = None) -> RawEvent:
     """Parse and validate one event; raises InvalidEvent with a message naming what is wrong.
     `secret`: the fleet's fingerprint key, which keys the digest of an id too long to copy.
     `advisory_key`: with it, a fleet_advisory must carry the fleet app's MAC
@@ -92,7 +92,7 @@ def parse_event(raw: bytes | str | None, max_bytes: int = MAX_EVENT_BYTES,
     return validate_event(data, secret)
 
 
-def validate_event(data: dict[str, Any], secret: bytes | None = None) -> dict[str, Any]:
+def validate_event(data: dict[str, Any], secret: bytes | None = None) -> RawEvent:
     """Check a parsed event against the models; returns the event as a dict of its fields.
     `secret` keys the digest of an id too long to copy (`parse_event`)."""
     version = data.get("v")

@@ -11,11 +11,9 @@ from typing import Any
 
 from xxhash import xxh3_128_digest, xxh3_128_hexdigest
 
-from stallwatch.contract.events import FAILED_STATUSES
+from stallwatch.contract.events import FAILED_STATUSES, RawEvent
 from stallwatch.engine.canonical import canonical_bytes, parse_json_text
 from stallwatch.engine.state import RunState
-
-Event = dict[str, Any]
 
 # Call signatures whose history a run keeps, oldest forgotten first. Forgetting only makes a
 # call look new (never a repeat, a stall or a failure streak), so a run making thousands of
@@ -41,7 +39,7 @@ class Judged:
     failures: int  # failures in a row of this call with nothing else changing the workspace
 
 
-def effect_of(state: RunState, event: Event) -> str:
+def effect_of(state: RunState, event: RawEvent) -> str:
     """The call's own effect, else its tool's, else `unknown` (treated as a change)."""
     return event.get("effect") or state.tool_effects.get(event["tool"], "unknown")
 
@@ -51,7 +49,7 @@ def is_duplicate(state: RunState, signature: bytes | None, effect: str, exempt: 
     return effect == "read" and not exempt and signature is not None and signature in state.signatures
 
 
-def allow(state: RunState, event: Event, signature: bytes | None, effect: str) -> None:
+def allow(state: RunState, event: RawEvent, signature: bytes | None, effect: str) -> None:
     """An allowed call: remember it until its result; a call that is not a read advances the
     workspace version (the runtime runs it next), after which every earlier read may differ."""
     version = state.workspace_version
@@ -69,7 +67,7 @@ def allow(state: RunState, event: Event, signature: bytes | None, effect: str) -
         del calls[next(iter(calls))]
 
 
-def on_result(state: RunState, event: Event, whole: bytes | None, facts: list[bytes] | None,
+def on_result(state: RunState, event: RawEvent, whole: bytes | None, facts: list[bytes] | None,
               itemised: bool, always_new: bool, empty: bool) -> Judged | None:
     """Record a result. `whole`: the result's digest (None without content); `facts`: its fact
     digests (None when it counts as new whatever was seen: empty, no content); `itemised`: the

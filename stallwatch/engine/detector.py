@@ -8,11 +8,10 @@ say what each call and result means.
 
 from __future__ import annotations
 
-from typing import Any
-
 from xxhash import xxh3_64_intdigest
 
 from stallwatch.contract.commands import Command
+from stallwatch.contract.events import RawEvent
 from stallwatch.contract.limits import bounded_id
 from stallwatch.contract.policy import policy_defaults
 from stallwatch.engine import words
@@ -22,8 +21,6 @@ from stallwatch.engine.digests import fingerprint_digest, tool_spec
 from stallwatch.engine.rules import RULES_BY_MODE
 from stallwatch.engine.rules.base import Rules, nudge, verdict
 from stallwatch.engine.state import EVENT_WINDOW, RunPolicy, RunState
-
-Event = dict[str, Any]
 
 # Events that belong to the open round only: one of a round closed already is a redelivery
 # that came after the window of recent ids (a runtime's rounds only go up). Applied, a round-1
@@ -48,7 +45,7 @@ class Detector:
         self.rules: dict[str, Rules] = {mode: rules(self.admin_policy, secret)
                                         for mode, rules in RULES_BY_MODE.items()}
 
-    def apply(self, state: RunState | None, event: Event) -> tuple[RunState | None, list[Command]]:
+    def apply(self, state: RunState | None, event: RawEvent) -> tuple[RunState | None, list[Command]]:
         """Apply one event. `state` is None for a run not seen yet; the state is changed in place.
 
         Each command's id digests its cause and its whole content (`content_id`, given as each
@@ -104,7 +101,7 @@ class Detector:
         # A second run_started changes nothing.
         return state, out
 
-    def quarantine(self, state: RunState | None, event: Event) -> RunState | None:
+    def quarantine(self, state: RunState | None, event: RawEvent) -> RunState | None:
         """The run after the engine failed on `event`: marked quarantined (its state may be half
         changed, so nothing of it is judged again), or, for a run_started, a new quarantined run
         that holds its id. None for any other event of a run not seen."""
@@ -117,12 +114,12 @@ class Detector:
         state.quarantined = True
         return state
 
-    def tenant_of(self, event: Event) -> str | None:
+    def tenant_of(self, event: RawEvent) -> str | None:
         """A run_started's tenant as its state keeps it: bounded like an id."""
         tenant = event.get("tenant")
         return None if tenant is None else bounded_id(tenant, self.secret)
 
-    def quarantined_verdict(self, event: Event) -> list[Command]:
+    def quarantined_verdict(self, event: RawEvent) -> list[Command]:
         """What a quarantined run's call gets: allowed, since nothing of the run is judged."""
         out: list[Command] = []
         verdict(out, event, "allow", None, words.quarantined())
@@ -130,7 +127,7 @@ class Detector:
 
     # -- run and round lifecycle ------------------------------------------------------------
 
-    def _start(self, event: Event) -> RunState:
+    def _start(self, event: RawEvent) -> RunState:
         mode = event["mode"]
         tools = event.get("tools") or []
         state = RunState(
@@ -147,7 +144,7 @@ class Detector:
         state.seen_event(xxh3_64_intdigest(event["event_id"].encode()))
         return state
 
-    def _enter_round(self, rules: Rules, state: RunState, event: Event, number: int,
+    def _enter_round(self, rules: Rules, state: RunState, event: RawEvent, number: int,
                      out: list[Command]) -> None:
         """Open round `number`, closing the open one first when a runtime skipped its round_ended."""
         if number <= state.round:
@@ -159,7 +156,7 @@ class Detector:
         state.round_proposed = state.round_allowed = state.round_results = 0
         state.round_new_fact = state.round_exempt_overloaded = False
 
-    def _close_round(self, rules: Rules, state: RunState, event: Event, out: list[Command]) -> None:
+    def _close_round(self, rules: Rules, state: RunState, event: RawEvent, out: list[Command]) -> None:
         if not state.round_open:
             return
         state.round_open = False
@@ -171,7 +168,7 @@ class Detector:
 
     # -- calls and results --------------------------------------------------------------------
 
-    def _on_call(self, rules: Rules, state: RunState, event: Event, out: list[Command]) -> None:
+    def _on_call(self, rules: Rules, state: RunState, event: RawEvent, out: list[Command]) -> None:
         self._enter_round(rules, state, event, event["round"], out)
         state.round_proposed += 1
         tool = event["tool"]
@@ -204,7 +201,7 @@ class Detector:
 
     # -- the fleet ---------------------------------------------------------------------------
 
-    def _on_advisory(self, state: RunState, event: Event, out: list[Command]) -> None:
+    def _on_advisory(self, state: RunState, event: RawEvent, out: list[Command]) -> None:
         """An incident seen across runs: one nudge per incident for a live run, and
         under `fleet_breaker` the tool of an open `tool_failing` incident refused until it closes.
         Changes no streak, counter or clock."""
@@ -227,7 +224,7 @@ class Detector:
               {"incident_id": incident, "kind": event["kind"], "tool": tool,
                "window_s": event["window_s"], **evidence})
 
-    def _on_result(self, rules: Rules, state: RunState, event: Event, out: list[Command]) -> None:
+    def _on_result(self, rules: Rules, state: RunState, event: RawEvent, out: list[Command]) -> None:
         if state.stop_code is not None:
             return
         if event["status"] == "overloaded" \

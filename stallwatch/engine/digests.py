@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from stallwatch.contract.events import RawEvent
 from stallwatch.engine.canonical import DIGEST_SIZE, declared_view, digest, fact_digest, fingerprint
-
-Event = dict[str, Any]
 
 
 def tool_spec(tool: dict) -> dict:
@@ -28,7 +25,7 @@ def fingerprint_digest(fingerprint: str, secret: bytes | None) -> bytes:
     return digest(fingerprint.encode(), secret)
 
 
-def result_digests(event: Event, spec: dict | None, secret: bytes | None) -> list[bytes] | None:
+def result_digests(event: RawEvent, spec: dict | None, secret: bytes | None) -> list[bytes] | None:
     """The digests that identify a result's facts: the whole result's, or one per item for a
     tool that declares facts. None when the result counts as new whatever was seen before:
     empty, without content or fingerprint, or impossible to put in canonical form."""
@@ -53,7 +50,7 @@ def result_digests(event: Event, spec: dict | None, secret: bytes | None) -> lis
     return [fingerprint_digest(event["fingerprint"], secret)]
 
 
-def coder_digests(event: Event, spec: dict | None, patterns: tuple[str, ...],
+def coder_digests(event: RawEvent, spec: dict | None, patterns: tuple[str, ...],
                   secret: bytes | None) -> tuple[bytes | None, list[bytes] | None, bool, bool]:
     """Coder mode: (the whole result's digest, None without content or comparison; its fact
     digests, None when it counts as new whatever was seen; whether those are a list's items;

@@ -7,16 +7,17 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from stallwatch.contract.commands import Command, DeadLetter
+from stallwatch.contract.events import RawEvent
 from stallwatch.contract.parse import MAX_EVENT_BYTES, InvalidEvent
 from stallwatch.engine.admin_policy import AdminPolicy
-from stallwatch.engine.detector import Detector, Event
+from stallwatch.engine.detector import Detector
 from stallwatch.engine.records import RecordApplier
 from stallwatch.engine.state import RunState
 
 
 class Counters(Protocol):
-    """What the engine counts when asked (stallwatch.metrics.StallwatchMetrics is one): a protocol,
-    so that the pure engine imports nothing above it."""
+    """What the engine counts when asked (stallwatch-streams' StallwatchMetrics is one): a protocol,
+    so that the light package imports neither prometheus-client nor the stream jobs."""
 
     def count_event(self, kind: str) -> None: ...
     def count_commands(self, commands: list[Command]) -> None: ...
@@ -50,7 +51,7 @@ class EmbeddedEngine:
         # The workers' counters, kept only when asked for (prometheus-client installed).
         self.metrics = metrics
 
-    def handle(self, event: Event) -> list[Command]:
+    def handle(self, event: RawEvent) -> list[Command]:
         """Apply one validated event (a dict, as `parse_event` returns it)."""
         run_id = event["run_id"]
         before = self.runs.get(run_id)
@@ -77,7 +78,7 @@ class EmbeddedEngine:
 
     def replay(self, lines: Iterable[bytes], source: str = "-",
                line_number: Callable[[int], int] | None = None,
-               applied: Callable[[int, Event, RunState | None, list[Command]], None] | None = None,
+               applied: Callable[[int, RawEvent, RunState | None, list[Command]], None] | None = None,
                ) -> Iterator[list[Command] | Rejected]:
         """`handle_raw` over a log's lines (the offset of each is its line number), one result per
         non-blank line: the engine's one path from records to runs (`RecordApplier`).
@@ -90,7 +91,7 @@ class EmbeddedEngine:
             lambda index, line, exc: self._reject_line(line, exc, source, number(index)),
             applied=applied or (None if self.metrics is None else self._count))
 
-    def _count(self, _: int, event: Event, state: RunState | None, commands: list[Command]) -> None:
+    def _count(self, _: int, event: RawEvent, state: RunState | None, commands: list[Command]) -> None:
         if (metrics := self.metrics) is not None:  # always, as passed only when metrics are set
             metrics.count_event(event["type"])
             metrics.count_commands(commands)

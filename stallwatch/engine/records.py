@@ -6,10 +6,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar, overload
 
 from stallwatch.contract.commands import Command
+from stallwatch.contract.events import RawEvent
 from stallwatch.contract.faults import fault
 from stallwatch.contract.parse import MAX_EVENT_BYTES, InvalidEvent, parse_event, parse_record
 from stallwatch.contract.tenancy import claim_for_tenant
-from stallwatch.engine.detector import Detector, Event
+from stallwatch.engine.detector import Detector
 from stallwatch.engine.quota import LiveRuns
 from stallwatch.engine.state import RunState
 
@@ -44,7 +45,7 @@ class EngineFault(InvalidEvent):
 
 class RecordApplier:
     """Parse, load, apply, keep, record after record: replay (`EmbeddedEngine.replay`) and the worker's
-    batch step (`streams.worker.batch`) both go through `apply`, each adding what it needs around
+    batch step (`stallwatch_streams.worker.batch`) both go through `apply`, each adding what it needs around
     it (the worker: record keys, offsets, its partition's clock, tallies, dead letters with keys)."""
 
     def __init__(self, detector: Detector, max_event_bytes: int = MAX_EVENT_BYTES,
@@ -62,7 +63,7 @@ class RecordApplier:
               load: Callable[[str], RunState | None] | None = None,
               keys: Sequence[bytes | None] | None = None,
               offsets: None = None,
-              applied: Callable[[int, Event, RunState | None, list[Command]], None] | None = None,
+              applied: Callable[[int, RawEvent, RunState | None, list[Command]], None] | None = None,
               expired: Callable[[RunState], bool] | None = None,
               live: LiveRuns | None = None,
               ) -> Iterator[list[Command] | Letter]: ...
@@ -73,7 +74,7 @@ class RecordApplier:
               load: Callable[[str], RunState | None] | None = None,
               keys: Sequence[bytes | None] | None = None,
               offsets: Sequence[int],
-              applied: Callable[[int, Event, RunState | None, list[Command]], None] | None = None,
+              applied: Callable[[int, RawEvent, RunState | None, list[Command]], None] | None = None,
               expired: Callable[[RunState], bool] | None = None,
               live: LiveRuns | None = None,
               ) -> Iterator[list[Command] | Skipped | Letter]: ...
@@ -83,7 +84,7 @@ class RecordApplier:
               load: Callable[[str], RunState | None] | None = None,
               keys: Sequence[bytes | None] | None = None,
               offsets: Sequence[int] | None = None,
-              applied: Callable[[int, Event, RunState | None, list[Command]], None] | None = None,
+              applied: Callable[[int, RawEvent, RunState | None, list[Command]], None] | None = None,
               expired: Callable[[RunState], bool] | None = None,
               live: LiveRuns | None = None,
               ) -> Iterator[list[Command] | Skipped | Letter]:

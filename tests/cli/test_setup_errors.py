@@ -78,9 +78,9 @@ def test_a_fleet_window_that_is_no_whole_number_of_steps_is_named():
               "STALLWATCH_FLEET_WINDOW_S=100", "STALLWATCH_FLEET_STEP_S=30")
 
 
-def test_a_missing_extra_is_named():
+def test_a_missing_library_of_the_stream_jobs_names_their_distribution():
     result = stallwatch(["worker"], {}, prelude="import sys; sys.modules['prometheus_client'] = None")
-    said_only(result, "[worker] extra", "pip install 'stallwatch[worker]'")
+    said_only(result, "'prometheus_client'", "pip install stallwatch-streams")
 
 
 @pytest.mark.parametrize("adapter, module, extra", [("langchain", "langchain", "langchain"),

@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from stallwatch.cli.settings_table import declared_names
-from streams.fleet.settings import FleetSettings
+from stallwatch_streams.fleet.settings import FleetSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,15 +63,19 @@ def test_every_published_port_is_bound_to_the_hosts_loopback():
             assert host_ip == "127.0.0.1", (name, port)
 
 
-def test_the_image_copies_every_package_the_project_installs():
-    """The worker's code is in `streams/`: an image without it installs a worker that cannot start."""
+def test_the_image_copies_and_installs_both_distributions():
+    """The worker's code is its own distribution in `streams/`: an image without it, or one that
+    installs only the light client, has a `stallwatch worker` that cannot start."""
     import tomllib
 
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     packages = setuptools["packages"]["find"]["include"]
-    copied = {line.split()[1] for line in (ROOT / "Dockerfile").read_text().splitlines()
-              if line.startswith("COPY ")}
-    assert {p.rstrip("*") for p in packages} <= copied
+    text = (ROOT / "Dockerfile").read_text()
+    copied = {line.split()[1] for line in text.splitlines() if line.startswith("COPY ")}
+    assert {p.rstrip("*") for p in packages} | {"streams"} <= copied
+    worker_stage = text.split(" AS worker")[1].splitlines()
+    (install,) = [line.split() for line in worker_stage if line.startswith("RUN pip install")]
+    assert "." in install and "./streams" in install
     stages = [line.split()[-1] for line in (ROOT / "Dockerfile").read_text().splitlines()
               if line.startswith("FROM ")]
     assert stages[-1] == "worker" and "serve" in stages  # compose builds the last: the worker

@@ -7,8 +7,8 @@ import json
 import re
 from pathlib import Path
 
-from stallwatch.metrics import StallwatchMetrics
-from streams.fleet.metrics import FleetMetrics
+from stallwatch_streams.fleet.metrics import FleetMetrics
+from stallwatch_streams.metrics import StallwatchMetrics
 
 GRAFANA = Path(__file__).resolve().parents[2] / "deploy" / "grafana"
 _HISTOGRAM_SERIES = re.compile(r"_(bucket|sum|count)$")

@@ -15,7 +15,7 @@ from stallwatch.contract.advisories import advisory_key, signed, verified
 from stallwatch.contract.commands import encode_command
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.expiry import PartitionClock
-from streams.worker.batch import BatchApplier, SourceMessage
+from stallwatch_streams.worker.batch import BatchApplier, SourceMessage
 from tests.cli.test_replay_fleet_advisory import log_with_advisories
 from tests.engine.test_fleet_advisory import advisory
 from tests.script import RunScript

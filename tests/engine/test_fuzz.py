@@ -23,7 +23,7 @@ from stallwatch.engine.detector import Detector
 from stallwatch.engine.embedded import EmbeddedEngine, Rejected
 from stallwatch.engine.expiry import PartitionClock
 from stallwatch.engine.state import RunState
-from streams.worker.batch import BatchApplier, SourceMessage
+from stallwatch_streams.worker.batch import BatchApplier, SourceMessage
 
 settings.register_profile("ci", max_examples=120, deadline=None,
                           suppress_health_check=list(HealthCheck))

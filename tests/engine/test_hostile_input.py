@@ -21,7 +21,7 @@ from stallwatch.engine.embedded import EmbeddedEngine
 from stallwatch.engine.expiry import PartitionClock
 from stallwatch.engine.rules.researcher import ResearcherRules
 from stallwatch.engine.state import RunState
-from streams.worker.batch import BatchApplier, SourceMessage
+from stallwatch_streams.worker.batch import BatchApplier, SourceMessage
 from tests.script import RunScript
 
 # A result's size near the broker's limit (1 MB events): what a hostile declaration meets.

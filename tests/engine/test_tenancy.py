@@ -17,8 +17,8 @@ from stallwatch.engine.detector import Detector
 from stallwatch.engine.expiry import PartitionClock
 from stallwatch.engine.quota import LiveRuns, RunQuota
 from stallwatch.settings import Settings, SetupError, tenant_of_events_topic
-from streams.worker.batch import BatchApplier, SourceMessage
-from streams.worker.tallies import Tallies
+from stallwatch_streams.worker.batch import BatchApplier, SourceMessage
+from stallwatch_streams.worker.tallies import Tallies
 from tests.engine.test_fleet_advisory import advisory
 from tests.script import RunScript
 

@@ -18,7 +18,7 @@ from aiokafka.abc import AbstractTokenProvider
 
 from stallwatch.kafka.options import aiokafka_options, oauth_token_provider, ssl_context
 from stallwatch.settings import Settings, SetupError
-from streams.fleet.service import faust_credentials
+from stallwatch_streams.fleet.service import faust_credentials
 
 PASSPHRASE = "correct horse battery staple"
 

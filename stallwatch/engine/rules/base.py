@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from xxhash import xxh3_128_hexdigest
 
 from stallwatch.contract.commands import Command, Nudge, RefusalCode, Stop, Verdict, content_id
-from stallwatch.contract.events import FAILED_STATUSES
+from stallwatch.contract.events import FAILED_STATUSES, RawEvent
 from stallwatch.contract.stop_codes import STOPS, StopCode
 from stallwatch.engine import words
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.state import RunState
-
-Event = dict[str, Any]
-
 
 
 class Rules:
@@ -31,22 +28,22 @@ class Rules:
     def start(self, state: RunState, tools: list[dict]) -> None:
         """A new run of this mode, its declarations stored."""
 
-    def refusal(self, state: RunState, event: Event, tool: str, signature: bytes | None,
+    def refusal(self, state: RunState, event: RawEvent, tool: str, signature: bytes | None,
                 exempt: bool) -> tuple[RefusalCode, str] | None:
         """Why this call (within the budget) is refused, as (code, reason); None: allowed."""
         return None
 
-    def allow(self, state: RunState, event: Event, signature: bytes | None) -> None:
+    def allow(self, state: RunState, event: RawEvent, signature: bytes | None) -> None:
         """Remember a call allowed to run."""
 
-    def refused(self, state: RunState, event: Event, tool: str, out: list[Command]) -> None:
+    def refused(self, state: RunState, event: RawEvent, tool: str, out: list[Command]) -> None:
         """After a refusal's verdict."""
 
-    def on_result(self, state: RunState, event: Event, out: list[Command]) -> None:
+    def on_result(self, state: RunState, event: RawEvent, out: list[Command]) -> None:
         """A result of a run not stopped, its overloaded exemption already counted."""
         raise NotImplementedError
 
-    def close_round(self, state: RunState, event: Event, out: list[Command]) -> None:
+    def close_round(self, state: RunState, event: RawEvent, out: list[Command]) -> None:
         """The stops judged when a round of a run not stopped closes."""
         self.all_refused(state, event, out)
         self.no_new_facts(state, event, out)
@@ -58,7 +55,7 @@ class Rules:
 
     # -- the loops every mode catches ------------------------------------------------------
 
-    def tool_failures(self, state: RunState, event: Event, tool: str, out: list[Command],
+    def tool_failures(self, state: RunState, event: RawEvent, tool: str, out: list[Command],
                       refused: bool = False) -> None:
         """Rule 5 (chat rule 2): one tool failing again and again. A success resets its count
         (`count_failures`). `refused`: the call that reached the limit was refused, not failed
@@ -70,7 +67,7 @@ class Rules:
             self.stop(state, event, "tool_failures", detail | ({"refused": True} if refused else {}),
                       out)
 
-    def no_new_facts(self, state: RunState, event: Event, out: list[Command]) -> None:
+    def no_new_facts(self, state: RunState, event: RawEvent, out: list[Command]) -> None:
         """Rule 2: rounds whose calls ran and brought back only results seen before."""
         if state.round_allowed == 0:
             return  # nothing ran: the already-seen streak stays as it was (rule 4)
@@ -88,7 +85,7 @@ class Rules:
             nudge(out, event, state.round, words.nudge(state.already_seen_streak),
                   {"already_seen_streak": state.already_seen_streak, "nudge_at": nudge_at})
 
-    def all_refused(self, state: RunState, event: Event, out: list[Command]) -> None:
+    def all_refused(self, state: RunState, event: RawEvent, out: list[Command]) -> None:
         """Rule 4: rounds in which every proposed call was refused."""
         if state.round_allowed > 0:
             state.all_refused_streak = 0
@@ -97,14 +94,14 @@ class Rules:
             if state.all_refused_streak >= state.policy.no_progress_threshold:
                 self.stop(state, event, "all_refused", _streaks(state), out, closing=True)
 
-    def call_budget(self, state: RunState, event: Event, out: list[Command]) -> None:
+    def call_budget(self, state: RunState, event: RawEvent, out: list[Command]) -> None:
         """Rule 7: the executed-call count reached the budget during this round."""
         budget = state.policy.call_budget
         if state.stop_code is None and budget is not None and state.executed_calls >= budget:
             self.stop(state, event, "call_budget", {"executed_calls": state.executed_calls,
                                                     "call_budget": budget}, out, closing=True)
 
-    def round_limit(self, state: RunState, event: Event, out: list[Command]) -> None:
+    def round_limit(self, state: RunState, event: RawEvent, out: list[Command]) -> None:
         """Rule 8: the end of round `max_rounds`, as grown by exempted overloaded calls."""
         limit = state.policy.max_rounds + state.extra_rounds
         if state.stop_code is None and state.round >= limit:
@@ -112,7 +109,7 @@ class Rules:
                                                     "extra_rounds": state.extra_rounds}, out,
                       closing=True)
 
-    def time_limit(self, state: RunState, event: Event, ts: float, limit: float,
+    def time_limit(self, state: RunState, event: RawEvent, ts: float, limit: float,
                    out: list[Command]) -> None:
         """Rule 8: the first event more than `limit` (the policy's `time_limit_s`) after
         run_started, by event time."""
@@ -122,7 +119,7 @@ class Rules:
 
     # -- shared by the modes ---------------------------------------------------------------
 
-    def count_failures(self, state: RunState, event: Event, out: list[Command]) -> None:
+    def count_failures(self, state: RunState, event: RawEvent, out: list[Command]) -> None:
         """A failed result counts towards its tool's streak; a success resets it."""
         if event["status"] in FAILED_STATUSES:
             self.tool_failures(state, event, event["tool"], out)
@@ -135,7 +132,7 @@ class Rules:
     def repeat_exempt(self, state: RunState, tool: str) -> bool:
         return tool in state.exempt_tools or self.admin_policy.repeat_exempt(tool)
 
-    def stop(self, state: RunState, event: Event, code: StopCode, detail: dict, out: list[Command],
+    def stop(self, state: RunState, event: RawEvent, code: StopCode, detail: dict, out: list[Command],
              closing: bool = False) -> None:
         """`closing`: a stop at the close of the open round carries that round; any other stop
         carries the round of the event that caused it (round 6's round_started says 6)."""
@@ -150,15 +147,15 @@ class Rules:
         out.append(command)
 
 
-def command_id(event: Event, index: int) -> str:
+def command_id(event: RawEvent, index: int) -> str:
     """Derived from the causing event, so the same input always yields the same ids. Each
     command is then given its final id, this and its whole content digested (`content_id`), so
     one id never carries two contents: built complete, a command is never changed after."""
     return xxh3_128_hexdigest(f"{event['run_id']}\x00{event['event_id']}\x00{index}".encode())[:24]
 
 
-def verdict(out: list[Command], event: Event, decision: Literal["allow", "refuse"], code: RefusalCode | None,
-            reason: str) -> None:
+def verdict(out: list[Command], event: RawEvent, decision: Literal["allow", "refuse"],
+            code: RefusalCode | None, reason: str) -> None:
     command = Verdict(command_id=command_id(event, len(out)), run_id=event["run_id"],
                       caused_by=event["event_id"], call_id=event["call_id"], round=event["round"],
                       decision=decision, code=code, reason=reason, tool=event["tool"])
@@ -166,7 +163,7 @@ def verdict(out: list[Command], event: Event, decision: Literal["allow", "refuse
     out.append(command)
 
 
-def nudge(out: list[Command], event: Event, round_no: int, reason: str, detail: dict) -> None:
+def nudge(out: list[Command], event: RawEvent, round_no: int, reason: str, detail: dict) -> None:
     command = Nudge(command_id=command_id(event, len(out)), run_id=event["run_id"],
                     caused_by=event["event_id"], round=round_no, reason=reason, detail=detail)
     command.command_id = content_id(command)

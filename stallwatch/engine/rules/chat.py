@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from stallwatch.contract.commands import Command, RefusalCode
+from stallwatch.contract.events import RawEvent
 from stallwatch.engine import words
 from stallwatch.engine.canonical import canonical_bytes, digest, parse_json_text
-from stallwatch.engine.rules.base import Event, Rules
+from stallwatch.engine.rules.base import Rules
 from stallwatch.engine.state import MAX_CHAT_HISTORY, RunState
 
 # Chat cycles of 2 to 4 calls; the history keeps enough for the longest at its threshold.
@@ -15,7 +16,7 @@ _CYCLE_LENGTHS = (2, 3, 4)
 class ChatRules(Rules):
     """Chat rules: no new-fact or all-refused streaks (a chat's calls answer the user)."""
 
-    def refusal(self, state: RunState, event: Event, tool: str, signature: bytes | None,
+    def refusal(self, state: RunState, event: RawEvent, tool: str, signature: bytes | None,
                 exempt: bool) -> tuple[RefusalCode, str] | None:
         if self.repeated_call(state, signature, exempt):
             return "repeated_call", words.repeated_call(tool, state.repeat_count)
@@ -26,20 +27,20 @@ class ChatRules(Rules):
             return "repeated_cycle", words.repeated_cycle(cycle, threshold)
         return None
 
-    def allow(self, state: RunState, event: Event, signature: bytes | None) -> None:
+    def allow(self, state: RunState, event: RawEvent, signature: bytes | None) -> None:
         if (threshold := state.policy.cycle_threshold) is not None:
             self.remember_call(state, event, signature, threshold)
 
-    def refused(self, state: RunState, event: Event, tool: str, out: list[Command]) -> None:
+    def refused(self, state: RunState, event: RawEvent, tool: str, out: list[Command]) -> None:
         """Chat rule 2: a refused call counts as a failure of its tool."""
         self.tool_failures(state, event, tool, out, refused=True)
 
-    def on_result(self, state: RunState, event: Event, out: list[Command]) -> None:
+    def on_result(self, state: RunState, event: RawEvent, out: list[Command]) -> None:
         if state.policy.cycle_threshold is not None:
             self.remember_result(state, event)
         self.count_failures(state, event, out)
 
-    def close_round(self, state: RunState, event: Event, out: list[Command]) -> None:
+    def close_round(self, state: RunState, event: RawEvent, out: list[Command]) -> None:
         self.call_budget(state, event, out)
         self.round_limit(state, event, out)
 
@@ -71,14 +72,14 @@ class ChatRules(Rules):
                 return [entry[3] for entry in block]
         return []
 
-    def remember_call(self, state: RunState, event: Event, signature: bytes | None,
+    def remember_call(self, state: RunState, event: RawEvent, signature: bytes | None,
                       threshold: int) -> None:
         state.chat_history.append([signature.hex() if signature else None, None, event["call_id"],
                                    event["tool"]])
         del state.chat_history[:-min(max(_CYCLE_LENGTHS) * (threshold + 1),
                                      MAX_CHAT_HISTORY)]
 
-    def remember_result(self, state: RunState, event: Event) -> None:
+    def remember_result(self, state: RunState, event: RawEvent) -> None:
         """Chat cycles compare results too: a poll whose answer changes is never a cycle."""
         for entry in reversed(state.chat_history):
             if entry[2] == event["call_id"]:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from stallwatch.contract.commands import Command, RefusalCode
+from stallwatch.contract.events import RawEvent
 from stallwatch.engine import coder, words
 from stallwatch.engine.digests import coder_digests
 from stallwatch.engine.masks import effective_patterns
-from stallwatch.engine.rules.base import Event, Rules, count_new_fact, nudge
+from stallwatch.engine.rules.base import Rules, count_new_fact, nudge
 from stallwatch.engine.state import RunState
 
 
@@ -18,24 +19,24 @@ class CoderRules(Rules):
         state.tool_effects = {t["name"]: t["effect"] for t in tools
                               if t.get("effect") in ("read", "write")}
 
-    def refusal(self, state: RunState, event: Event, tool: str, signature: bytes | None,
+    def refusal(self, state: RunState, event: RawEvent, tool: str, signature: bytes | None,
                 exempt: bool) -> tuple[RefusalCode, str] | None:
         if self.duplicate_read(state, event, signature, exempt):
             return "duplicate_call", words.duplicate_read(tool)
         return None
 
-    def allow(self, state: RunState, event: Event, signature: bytes | None) -> None:
+    def allow(self, state: RunState, event: RawEvent, signature: bytes | None) -> None:
         coder.allow(state, event, signature, coder.effect_of(state, event))
 
     def annotate_stop(self, state: RunState, detail: dict) -> None:
         detail["workspace_version"] = state.workspace_version  # for explain, top and metrics
 
-    def duplicate_read(self, state: RunState, event: Event, signature: bytes | None,
+    def duplicate_read(self, state: RunState, event: RawEvent, signature: bytes | None,
                        exempt: bool) -> bool:
         """A read already run, with the same arguments, at this workspace version."""
         return coder.is_duplicate(state, signature, coder.effect_of(state, event), exempt)
 
-    def on_result(self, state: RunState, event: Event, out: list[Command]) -> None:
+    def on_result(self, state: RunState, event: RawEvent, out: list[Command]) -> None:
         """New facts per call signature, failures of one call while nothing else changes, and
         stalls: one call's same result after changes made between its runs."""
         tool = event["tool"]
@@ -56,14 +57,14 @@ class CoderRules(Rules):
         elif judged.stall_runs:
             self.no_effect(state, event, judged, out)
 
-    def call_failures(self, state: RunState, event: Event, judged: coder.Judged,
+    def call_failures(self, state: RunState, event: RawEvent, judged: coder.Judged,
                       out: list[Command]) -> None:
         """One call failing again and again while nothing else changes the workspace."""
         self.stop(state, event, "tool_failures", {
             "tool": event["tool"], "consecutive_failures": judged.failures,
             "threshold": state.policy.no_progress_threshold, "call": judged.label}, out)
 
-    def no_effect(self, state: RunState, event: Event, judged: coder.Judged,
+    def no_effect(self, state: RunState, event: RawEvent, judged: coder.Judged,
                   out: list[Command]) -> None:
         """A stall: the same result of one call, run after run, although the workspace changed
         between: a nudge at `stall_nudge_at`, a stop at `stall_stop_at`."""

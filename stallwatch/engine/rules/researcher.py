@@ -3,26 +3,27 @@
 from __future__ import annotations
 
 from stallwatch.contract.commands import Command, RefusalCode
+from stallwatch.contract.events import RawEvent
 from stallwatch.engine import words
 from stallwatch.engine.digests import result_digests
-from stallwatch.engine.rules.base import Event, Rules, count_new_fact
+from stallwatch.engine.rules.base import Rules, count_new_fact
 from stallwatch.engine.state import RunState
 
 
 class ResearcherRules(Rules):
     """Rules 1 to 8 of contract v1 as written."""
 
-    def refusal(self, state: RunState, event: Event, tool: str, signature: bytes | None,
+    def refusal(self, state: RunState, event: RawEvent, tool: str, signature: bytes | None,
                 exempt: bool) -> tuple[RefusalCode, str] | None:
         if self.duplicate_call(state, signature, exempt):
             return "duplicate_call", words.duplicate_call(tool)
         return None
 
-    def allow(self, state: RunState, event: Event, signature: bytes | None) -> None:
+    def allow(self, state: RunState, event: RawEvent, signature: bytes | None) -> None:
         if signature is not None:
             state.add_signature(signature)
 
-    def on_result(self, state: RunState, event: Event, out: list[Command]) -> None:
+    def on_result(self, state: RunState, event: RawEvent, out: list[Command]) -> None:
         current = event["round"] == state.round and state.round_open
         if current:
             state.round_results += 1
@@ -34,7 +35,7 @@ class ResearcherRules(Rules):
         """Rule 1: the same tool and arguments as a call already allowed to run."""
         return not exempt and signature is not None and signature in state.signatures
 
-    def brings_new_fact(self, state: RunState, event: Event) -> bool:
+    def brings_new_fact(self, state: RunState, event: RawEvent) -> bool:
         """Rule 3: unseen results are new, and so is anything empty, content-less or approved."""
         tool = event["tool"]
         if self.requires_approval(state, tool) or self.repeat_exempt(state, tool):

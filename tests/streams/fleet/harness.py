@@ -16,8 +16,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 from stallwatch.kafka.read import committed_reader, read_to_end
 from stallwatch.kafka.topics import ensure_topics
 from stallwatch.settings import Settings
-from streams.fleet.settings import FleetSettings
-from streams.fleet.tally import tally_key
+from stallwatch_streams.fleet.settings import FleetSettings
+from stallwatch_streams.fleet.tally import tally_key
 from tests.kafka_harness import StallwatchProcess, free_port
 
 # Small windows so a test sees an incident open and close in seconds: 6 s wide, 1 s step,

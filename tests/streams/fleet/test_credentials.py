@@ -7,8 +7,8 @@ import ssl
 import faust
 
 from stallwatch.settings import Settings
-from streams.fleet.service import FleetService, faust_credentials
-from streams.fleet.settings import FleetSettings
+from stallwatch_streams.fleet.service import FleetService, faust_credentials
+from stallwatch_streams.fleet.settings import FleetSettings
 
 
 def test_plaintext_has_no_credentials():

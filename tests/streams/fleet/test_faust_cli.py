@@ -1,4 +1,4 @@
-"""Faust's own command line runs the same app: `faust -A streams.fleet.app worker`."""
+"""Faust's own command line runs the same app: `faust -A stallwatch_streams.fleet.app worker`."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ async def test_faust_worker_on_the_fleet_app_opens_an_incident() -> None:
     settings = fresh_settings()
     await ensure_topics(settings)  # Faust's CLI creates only Faust's own topics
     fleet = FleetProcess(settings, "cli", command=[str(Path(sys.executable).parent / "faust"), "-A",
-                                                   "streams.fleet.app", "worker", "-l", "info"])
+                                                   "stallwatch_streams.fleet.app", "worker", "-l", "info"])
     now = float(int(time.time()))
     try:
         await fleet.serving()

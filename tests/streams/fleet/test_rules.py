@@ -7,10 +7,10 @@ import pytest
 
 from stallwatch.contract.events import EVENT_ADAPTER
 from stallwatch.contract.incidents import Incident, incident_id
-from streams.fleet.rules import Judge, Outcome
-from streams.fleet.settings import FleetSettings
-from streams.fleet.tally import InvalidTally, merge, new_partial, parse_tally, tally_key
-from streams.fleet.window import BUCKET_RUNS_CAP, new_state
+from stallwatch_streams.fleet.rules import Judge, Outcome
+from stallwatch_streams.fleet.settings import FleetSettings
+from stallwatch_streams.fleet.tally import InvalidTally, merge, new_partial, parse_tally, tally_key
+from stallwatch_streams.fleet.window import BUCKET_RUNS_CAP, new_state
 from tests.streams.fleet.harness import tally
 
 CFG = FleetSettings(window_s=300.0, step_s=60.0)

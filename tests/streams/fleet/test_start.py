@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from stallwatch.settings import Settings
-from streams.fleet.service import FleetService, changelog_topic
-from streams.fleet.settings import FleetSettings
+from stallwatch_streams.fleet.service import FleetService, changelog_topic
+from stallwatch_streams.fleet.settings import FleetSettings
 from tests.kafka_harness import fresh_settings
 from tests.streams.fleet.harness import FleetProcess
 

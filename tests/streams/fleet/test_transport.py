@@ -15,8 +15,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from stallwatch.kafka.topics import ensure_topics
 from stallwatch.settings import Settings
-from streams.fleet.service import FleetService
-from streams.fleet.settings import FleetSettings
+from stallwatch_streams.fleet.service import FleetService
+from stallwatch_streams.fleet.settings import FleetSettings
 from tests.kafka_harness import fresh_settings
 
 pytestmark = pytest.mark.kafka

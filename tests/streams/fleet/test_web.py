@@ -8,8 +8,8 @@ import socket
 import aiohttp
 
 from stallwatch.settings import Settings
-from streams.fleet.service import FleetService
-from streams.fleet.settings import FleetSettings
+from stallwatch_streams.fleet.service import FleetService
+from stallwatch_streams.fleet.settings import FleetSettings
 
 
 def free_port() -> int:

@@ -10,15 +10,15 @@ from collections.abc import Callable, Sequence
 from aiokafka import TopicPartition
 
 from stallwatch.engine.detector import Detector
-from stallwatch.metrics import StallwatchMetrics
 from stallwatch.settings import Settings
-from streams.worker.batch import BatchApplier, SourceRecord
-from streams.worker.commit import Applied, BatchCommitter, CommitTopics
-from streams.worker.membership import Membership
-from streams.worker.progress import Progress
-from streams.worker.store import POSITION_KEY, PartitionStates, decode_position
-from streams.worker.task import PartitionTask
-from streams.worker.task_context import TaskContext
+from stallwatch_streams.metrics import StallwatchMetrics
+from stallwatch_streams.worker.batch import BatchApplier, SourceRecord
+from stallwatch_streams.worker.commit import Applied, BatchCommitter, CommitTopics
+from stallwatch_streams.worker.membership import Membership
+from stallwatch_streams.worker.progress import Progress
+from stallwatch_streams.worker.store import POSITION_KEY, PartitionStates, decode_position
+from stallwatch_streams.worker.task import PartitionTask
+from stallwatch_streams.worker.task_context import TaskContext
 from tests.streams.worker.fake_kafka import FakeConsumer, FakeProducer
 
 TOPICS = CommitTopics("commands", "deadletter", "changelog", "tallies")

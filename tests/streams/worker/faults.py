@@ -31,7 +31,8 @@ from tests.streams.worker.fleet_logs import interleave, mixed_fleet
 
 # A steady 800 events/s: 80 events, then a pause of 0.1 s.
 STEADY_EVERY, STEADY_PAUSE_S = 80, 0.1
-# The workers' group session (streams/worker/membership.py): a member silent this long is removed.
+# The workers' group session (stallwatch_streams/worker/membership.py): a member silent this long
+# is removed.
 SESSION_S = 6.0
 # A cut meant to end before the session expires ends this long before it would: room for the
 # heartbeat held by the cut to reach the broker on a loaded machine.

@@ -13,7 +13,7 @@ from aiokafka.conn import AIOKafkaConnection
 from aiokafka.errors import ConcurrentTransactions
 from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
 
-from streams.worker.aiokafka_patch import (
+from stallwatch_streams.worker.aiokafka_patch import (
     AIOKAFKA_BACKOFF_S,
     CONCURRENT_TRANSACTIONS_BACKOFF_S,
     JOIN_GROUP_MARGIN_S,

@@ -7,7 +7,7 @@ import orjson
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.expiry import PartitionClock
 from stallwatch.engine.state import RunState
-from streams.worker.batch import BatchApplier, SourceMessage
+from stallwatch_streams.worker.batch import BatchApplier, SourceMessage
 from tests.script import RunScript
 
 BROKER_MS = 1_800_000_000_000  # the broker's append time of a test batch's first record

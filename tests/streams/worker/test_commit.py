@@ -13,10 +13,10 @@ from aiokafka.errors import KafkaConnectionError, ProducerFenced
 from stallwatch.contract.commands import decode_command
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.expiry import PartitionClock
-from stallwatch.metrics import StallwatchMetrics
 from stallwatch.settings import Settings
-from streams.worker.batch import BatchApplier, SourceMessage
-from streams.worker.commit import (
+from stallwatch_streams.metrics import StallwatchMetrics
+from stallwatch_streams.worker.batch import BatchApplier, SourceMessage
+from stallwatch_streams.worker.commit import (
     CommitOutcome,
     Committed,
     Failed,
@@ -25,10 +25,10 @@ from streams.worker.commit import (
     Write,
     plan_commit,
 )
-from streams.worker.pipeline import Pipeline
-from streams.worker.store import POSITION_KEY, PartitionStates, encode_position
-from streams.worker.task_context import Restore
-from streams.worker.task_state import TaskState
+from stallwatch_streams.worker.pipeline import Pipeline
+from stallwatch_streams.worker.store import POSITION_KEY, PartitionStates, encode_position
+from stallwatch_streams.worker.task_context import Restore
+from stallwatch_streams.worker.task_state import TaskState
 from tests.script import RunScript
 from tests.streams.worker.fake_kafka import FakeConsumer, FakeProducer, consumer_records
 from tests.streams.worker.fake_tasks import SOURCE, TOPICS, FakePartition, committed_changelog

@@ -15,7 +15,7 @@ from stallwatch.contract.envelope import envelope
 from stallwatch.engine.canonical import derive_secret
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.expiry import PartitionClock
-from streams.worker.batch import BatchApplier, SourceMessage
+from stallwatch_streams.worker.batch import BatchApplier, SourceMessage
 
 SECRET = "sk-live-7Qx9Vb2Lm4Np8Rt6Wz3Yk5"
 FLEET_KEY = "a fleet key of at least 16 characters"

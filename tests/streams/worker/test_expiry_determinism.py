@@ -10,10 +10,10 @@ import orjson
 import pytest
 
 from stallwatch.engine.detector import Detector
-from streams.worker.batch import BatchApplier, SourceMessage
-from streams.worker.expiry import ExpiryScan
-from streams.worker.store import PartitionStates, decode_position, encode_position
-from streams.worker.task import PartitionTask
+from stallwatch_streams.worker.batch import BatchApplier, SourceMessage
+from stallwatch_streams.worker.expiry import ExpiryScan
+from stallwatch_streams.worker.store import PartitionStates, decode_position, encode_position
+from stallwatch_streams.worker.task import PartitionTask
 from tests.script import RunScript
 from tests.streams.worker.fake_tasks import FakePartition
 

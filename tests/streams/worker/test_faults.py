@@ -10,7 +10,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from stallwatch.kafka.topics import ensure_topics
-from streams.worker.health import STALLED_EXIT_CODE
+from stallwatch_streams.worker.health import STALLED_EXIT_CODE
 from tests.kafka_harness import (
     WorkerProcess,
     by_run,

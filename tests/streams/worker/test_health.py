@@ -7,8 +7,8 @@ import json
 import urllib.error
 import urllib.request
 
-from streams.worker.health import HealthServer
-from streams.worker.progress import Progress
+from stallwatch_streams.worker.health import HealthServer
+from stallwatch_streams.worker.progress import Progress
 from tests.kafka_harness import free_port
 
 

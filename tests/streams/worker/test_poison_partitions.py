@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from stallwatch.engine.rules.researcher import ResearcherRules
-from streams.fleet.service import partition_of
+from stallwatch_streams.fleet.service import partition_of
 from tests.kafka_harness import (
     WorkerProcess,
     by_run,

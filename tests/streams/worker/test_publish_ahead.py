@@ -14,13 +14,13 @@ from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, ProducerFen
 from aiokafka.structs import ConsumerRecord
 
 from stallwatch.engine.detector import Detector
-from stallwatch.metrics import StallwatchMetrics
 from stallwatch.settings import Settings
-from streams.worker.batch import LOG_APPEND_TIME, SourceMessage
-from streams.worker.commit import Committed
-from streams.worker.pipeline import Pipeline
-from streams.worker.store import PartitionStates
-from streams.worker.task_state import TaskState
+from stallwatch_streams.metrics import StallwatchMetrics
+from stallwatch_streams.worker.batch import LOG_APPEND_TIME, SourceMessage
+from stallwatch_streams.worker.commit import Committed
+from stallwatch_streams.worker.pipeline import Pipeline
+from stallwatch_streams.worker.store import PartitionStates
+from stallwatch_streams.worker.task_state import TaskState
 from tests.streams.worker.fake_kafka import FakeAheadProducer, FakeConsumer, FakeProducer
 from tests.streams.worker.fake_tasks import SOURCE, FakePartition
 from tests.streams.worker.test_commit import looping_run, timed_out_partition

@@ -10,8 +10,8 @@ from stallwatch.contract.commands import encode_command
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.quota import LiveRuns, RunQuota
 from stallwatch.engine.state import RunState
-from streams.worker.batch import BatchApplier, SourceMessage
-from streams.worker.store import PartitionStates
+from stallwatch_streams.worker.batch import BatchApplier, SourceMessage
+from stallwatch_streams.worker.store import PartitionStates
 from tests.engine.test_hostile_input import healthy_runs, interleaved, replayed
 from tests.script import RunScript
 

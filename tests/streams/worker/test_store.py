@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from stallwatch.engine.state import RunState
-from streams.worker.store import PartitionStates
+from stallwatch_streams.worker.store import PartitionStates
 
 
 def test_states_are_decoded_on_first_use_and_kept_one_object_per_run():

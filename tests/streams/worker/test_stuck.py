@@ -12,7 +12,7 @@ import time
 import pytest
 
 from stallwatch.kafka.topics import ensure_topics
-from streams.worker.service import ABANDONED_EXIT_CODE, STOP_TIMEOUT_S
+from stallwatch_streams.worker.service import ABANDONED_EXIT_CODE, STOP_TIMEOUT_S
 from tests.kafka_harness import (
     END_TXN,
     CuttableLink,

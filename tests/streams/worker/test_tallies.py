@@ -9,8 +9,8 @@ from stallwatch.engine.canonical import call_signature, derive_secret, fact_dige
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.expiry import PartitionClock
 from stallwatch.engine.state import RunState
-from streams.worker.batch import BatchApplier, SourceMessage
-from streams.worker.tallies import MAX_RUN_IDS, Tallies, tally_key
+from stallwatch_streams.worker.batch import BatchApplier, SourceMessage
+from stallwatch_streams.worker.tallies import MAX_RUN_IDS, Tallies, tally_key
 from tests.script import RunScript
 
 STALE = {"docs": ["the fallback page"]}

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 import pytest
 from aiokafka.errors import KafkaConnectionError, ProducerFenced
 
-from streams.worker import task as task_module
-from streams.worker.batch import BatchResult
-from streams.worker.commit import (
+from stallwatch_streams.worker import task as task_module
+from stallwatch_streams.worker.batch import BatchResult
+from stallwatch_streams.worker.commit import (
     Applied,
     CommitOutcome,
     CommitPartition,
@@ -21,10 +21,10 @@ from streams.worker.commit import (
     Fenced,
     TimedOut,
 )
-from streams.worker.store import PartitionStates
-from streams.worker.task import PENDING_MAX_RECORDS, PartitionTask, ReadFrom
-from streams.worker.task_state import InvalidTransition, TaskState
-from streams.worker.tasks import PartitionTasks
+from stallwatch_streams.worker.store import PartitionStates
+from stallwatch_streams.worker.task import PENDING_MAX_RECORDS, PartitionTask, ReadFrom
+from stallwatch_streams.worker.task_state import InvalidTransition, TaskState
+from stallwatch_streams.worker.tasks import PartitionTasks
 from tests.streams.worker.fake_kafka import FakeProducer
 from tests.streams.worker.fake_tasks import SOURCE, FakePartition
 

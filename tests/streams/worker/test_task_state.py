@@ -7,11 +7,11 @@ import itertools
 
 import pytest
 
-from streams.worker.task_state import TRANSITIONS, InvalidTransition, Lifecycle, TaskState
+from stallwatch_streams.worker.task_state import TRANSITIONS, InvalidTransition, Lifecycle, TaskState
 
 S = TaskState
-# The edges drawn in streams/worker/task_state.py's docstring, written out again here so that a
-# change of the table is a change of this test too.
+# The edges drawn in stallwatch_streams/worker/task_state.py's docstring, written out again here so
+# that a change of the table is a change of this test too.
 DRAWN = {
     (S.CREATED, S.RESTORING),
     (S.RESTORING, S.RUNNING), (S.RESTORING, S.SUSPENDED),

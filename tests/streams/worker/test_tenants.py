@@ -11,10 +11,10 @@ import pytest
 from aiokafka.errors import KafkaConnectionError
 
 from stallwatch.engine.detector import Detector
-from stallwatch.metrics import StallwatchMetrics
 from stallwatch.settings import Settings
-from streams.worker.progress import Progress
-from streams.worker.tenants import Tenants
+from stallwatch_streams.metrics import StallwatchMetrics
+from stallwatch_streams.worker.progress import Progress
+from stallwatch_streams.worker.tenants import Tenants
 
 
 class Topics:

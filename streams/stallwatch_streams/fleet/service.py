@@ -24,12 +24,12 @@ from stallwatch.contract.incidents import INCIDENT_KINDS
 from stallwatch.kafka.options import oauth_token_provider, ssl_context
 from stallwatch.kafka.topics import list_topic_names, tenants_in
 from stallwatch.settings import Settings, reveal
-from streams.fleet.metrics import FleetMetrics
-from streams.fleet.rules import Judge, Outcome
-from streams.fleet.settings import FleetSettings
-from streams.fleet.tally import InvalidTally, Tally, merge, new_partial, parse_tally
-from streams.fleet.transport import transport_for
-from streams.fleet.window import bucket_of, new_state
+from stallwatch_streams.fleet.metrics import FleetMetrics
+from stallwatch_streams.fleet.rules import Judge, Outcome
+from stallwatch_streams.fleet.settings import FleetSettings
+from stallwatch_streams.fleet.tally import InvalidTally, Tally, merge, new_partial, parse_tally
+from stallwatch_streams.fleet.transport import transport_for
+from stallwatch_streams.fleet.window import bucket_of, new_state
 
 log = logging.getLogger(__name__)
 

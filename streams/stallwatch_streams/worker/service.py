@@ -16,12 +16,12 @@ from stallwatch.engine.canonical import secret_from_key
 from stallwatch.engine.detector import Detector
 from stallwatch.kafka.topics import ensure_topics
 from stallwatch.logs import configure as configure_logging
-from stallwatch.metrics import StallwatchMetrics
 from stallwatch.settings import Settings, SetupError, reveal
-from streams.worker.health import HealthServer, start_watchdog
-from streams.worker.tenants import Tenants
+from stallwatch_streams.metrics import StallwatchMetrics
+from stallwatch_streams.worker.health import HealthServer, start_watchdog
+from stallwatch_streams.worker.tenants import Tenants
 
-log = logging.getLogger("streams.worker")
+log = logging.getLogger("stallwatch_streams.worker")
 
 # A clean stop (leave the group, close the producers) gets this long; a stuck one is cut short,
 # which is safe: everything committed is in Kafka, everything else is read again.

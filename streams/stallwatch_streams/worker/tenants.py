@@ -19,10 +19,10 @@ from aiokafka.errors import KafkaError
 from stallwatch.contract.faults import fault
 from stallwatch.engine.detector import Detector
 from stallwatch.kafka.topics import tenants_in
-from stallwatch.metrics import StallwatchMetrics
 from stallwatch.settings import Settings
-from streams.worker.pipeline import Pipeline
-from streams.worker.progress import AllProgress
+from stallwatch_streams.metrics import StallwatchMetrics
+from stallwatch_streams.worker.pipeline import Pipeline
+from stallwatch_streams.worker.progress import AllProgress
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from streams.fleet.tally import Tally, add_capped
+from stallwatch_streams.fleet.tally import Tally, add_capped
 
 # Sets one bucket keeps (distinct runs, stopped runs, fingerprints, runs and args per
 # fingerprint): the thresholds are a handful, so these leave wide margin for the evidence while

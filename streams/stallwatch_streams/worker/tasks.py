@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 from aiokafka import TopicPartition
 
-from streams.worker.task import PartitionTask
-from streams.worker.task_context import TaskContext
+from stallwatch_streams.worker.task import PartitionTask
+from stallwatch_streams.worker.task_context import TaskContext
 
 
 class PartitionTasks:

@@ -53,7 +53,7 @@ class PartitionStates:
     transaction commits (the next batch of the partition reads them), and the detector changes a
     loaded state in place: after a failed transaction these states hold changes Kafka does not,
     and the partition's task serves again only from states read anew from the changelog
-    (`restore`; streams/worker/task.py).
+    (`restore`; streams/stallwatch_streams/worker/task.py).
     """
 
     def __init__(self, raw: dict[str, bytes] | None = None, position: int | None = None,

@@ -9,7 +9,7 @@ import time
 
 from aiohttp import web
 
-from streams.worker.progress import Signs
+from stallwatch_streams.worker.progress import Signs
 
 log = logging.getLogger(__name__)
 

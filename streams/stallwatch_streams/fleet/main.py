@@ -9,8 +9,8 @@ from faust.worker import Worker
 from stallwatch.kafka.topics import ensure_topics, fleet_app_topics
 from stallwatch.logs import tame_kafka_loggers
 from stallwatch.settings import Settings
-from streams.fleet.service import FleetService, changelog_topic
-from streams.fleet.settings import FleetSettings
+from stallwatch_streams.fleet.service import FleetService, changelog_topic
+from stallwatch_streams.fleet.settings import FleetSettings
 
 
 def main(settings: Settings) -> int:

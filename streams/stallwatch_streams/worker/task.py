@@ -1,7 +1,7 @@
 """One assigned partition as a task: its transactional producer, its run states (with their clock
 and position), its batches applied but not yet committed and the loop that commits them, its
 expiry scan and its commit ledger (failures in a row among them), moved through the lifecycle of
-streams/worker/task_state.py.
+streams/stallwatch_streams/worker/task_state.py.
 
 Pipelining: a partition's batches are applied as they are fetched (`add`); one transaction per
 partition is in flight at a time, and it takes every batch applied meanwhile. A partition's
@@ -22,8 +22,8 @@ from typing import Literal
 
 from aiokafka import TopicPartition
 
-from streams.worker import producers
-from streams.worker.commit import (
+from stallwatch_streams.worker import producers
+from stallwatch_streams.worker.commit import (
     Applied,
     CommitLedger,
     Committed,
@@ -32,12 +32,12 @@ from streams.worker.commit import (
     TimedOut,
     TransactionalProducer,
 )
-from streams.worker.expiry import ExpiryScan
-from streams.worker.membership import GROUP_CONFIRM_S
-from streams.worker.retry import until_done
-from streams.worker.store import PartitionStates
-from streams.worker.task_context import TaskContext
-from streams.worker.task_state import SERVING, Lifecycle, TaskState
+from stallwatch_streams.worker.expiry import ExpiryScan
+from stallwatch_streams.worker.membership import GROUP_CONFIRM_S
+from stallwatch_streams.worker.retry import until_done
+from stallwatch_streams.worker.store import PartitionStates
+from stallwatch_streams.worker.task_context import TaskContext
+from stallwatch_streams.worker.task_state import SERVING, Lifecycle, TaskState
 
 log = logging.getLogger(__name__)
 

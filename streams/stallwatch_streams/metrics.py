@@ -1,6 +1,6 @@
 """Prometheus metrics of the workers and, when asked, of the in-process engine: base units,
-no per-run labels (run ids would explode cardinality). Needs prometheus-client (the `worker`
-extra brings it)."""
+no per-run labels (run ids would explode cardinality). A runtime's `EmbeddedClient(metrics=...)`
+takes it as the engine's `Counters`."""
 
 from __future__ import annotations
 

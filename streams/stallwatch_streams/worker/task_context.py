@@ -8,12 +8,12 @@ from typing import Protocol
 
 from aiokafka import TopicPartition
 
-from stallwatch.metrics import StallwatchMetrics
 from stallwatch.settings import Settings
-from streams.worker.commit import Applied, BatchCommitter, TransactionalProducer
-from streams.worker.membership import Membership
-from streams.worker.progress import Progress
-from streams.worker.store import PartitionStates
+from stallwatch_streams.metrics import StallwatchMetrics
+from stallwatch_streams.worker.commit import Applied, BatchCommitter, TransactionalProducer
+from stallwatch_streams.worker.membership import Membership
+from stallwatch_streams.worker.progress import Progress
+from stallwatch_streams.worker.store import PartitionStates
 
 
 class TaskConsumer(Protocol):

@@ -8,8 +8,8 @@ from aiokafka import AIOKafkaProducer
 
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.settings import Settings
-from streams.worker.aiokafka_patch import shorten_concurrent_transactions_backoff
-from streams.worker.commit import AheadProducer, TransactionalProducer
+from stallwatch_streams.worker.aiokafka_patch import shorten_concurrent_transactions_backoff
+from stallwatch_streams.worker.commit import AheadProducer, TransactionalProducer
 
 # Other retries of the transactional producer back off this long: the same refusal met by the
 # offsets later in a transaction (at 10 ms, the decision latency's p50 was

@@ -6,7 +6,7 @@ its commands published at once by the worker's idempotent producer (ahead of the
 docs/exactly-once.md). Its other writes (dead letters, changelog records,
 tallies) and the input offset after it (the partition's position, with the partition clock, a
 record of its changelog) go to Kafka in ONE transaction of the partition's own producer, alone or
-with the partition's next batches applied meanwhile (streams/worker/task.py), once every
+with the partition's next batches applied meanwhile (streams/stallwatch_streams/worker/task.py), once every
 command of them is acknowledged; read-committed readers see all of it or none of it, and a
 restore reads states and position from the same commits. The consumer group's offsets ride along
 at most every `group_offsets_interval_s`, for lag tools only. The partition's states take a
@@ -14,7 +14,7 @@ batch's runs as it is applied (the next batch reads them), so the worker's memor
 Kafka until the commit; if a send or the transaction fails, the commit says so (`Failed`) and
 the partition's task is rebuilt (a new producer, its states and position restored from the
 changelog), everything applied since its last commit is discarded and read again
-(streams/worker/task.py). A fenced producer (another worker took the partition over) or a
+(streams/stallwatch_streams/worker/task.py). A fenced producer (another worker took the partition over) or a
 partition that keeps failing ends the worker: it must not go on past a batch it cannot commit.
 """
 
@@ -33,9 +33,9 @@ from aiokafka.errors import KafkaError, ProducerFenced
 from stallwatch.contract.commands import Command, encode_command
 from stallwatch.engine.state import RunState
 from stallwatch.settings import Settings
-from streams.worker.batch import LOG_APPEND_TIME, BatchApplier, BatchResult, SourceRecord
-from streams.worker.expiry import ExpiryScan
-from streams.worker.store import POSITION_KEY, PartitionStates, encode_position
+from stallwatch_streams.worker.batch import LOG_APPEND_TIME, BatchApplier, BatchResult, SourceRecord
+from stallwatch_streams.worker.expiry import ExpiryScan
+from stallwatch_streams.worker.store import POSITION_KEY, PartitionStates, encode_position
 
 # A partition whose batch failed this many times in a row (each time rebuilt from Kafka and read
 # again) ends the worker: a failure that repeats is not the broker coming back.

@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 # How long a topic Faust just created may take to show all its partitions with leaders in the
 # client's metadata. Without the wait, a table's changelog created at start-up was counted as 0
 # partitions at the group's join (until the next metadata refresh, minutes later) and every table
-# write failed with PartitionsMismatch (seen with `faust -A streams.fleet.app worker`).
+# write failed with PartitionsMismatch (seen with `faust -A stallwatch_streams.fleet.app worker`).
 TOPIC_KNOWN_WAIT_S = 30.0
 
 

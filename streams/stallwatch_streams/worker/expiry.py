@@ -6,7 +6,7 @@ import logging
 import time
 
 from stallwatch.engine.expiry import is_expired
-from streams.worker.store import PartitionStates
+from stallwatch_streams.worker.store import PartitionStates
 
 log = logging.getLogger(__name__)
 
@@ -15,8 +15,8 @@ class ExpiryScan:
     """Collects one partition's garbage: scans its runs at most once an interval of the worker's
     own clock and tombstones the runs expired on the partition's broker clock. Which batch carries
     a tombstone depends on timing, but no answer does: the batch step already meets a run expired
-    by the time of its record as absent (streams/worker/batch.py), with the same test on the same
-    clock, so a scan only deletes what no event can see any more. A state with no broker time
+    by the time of its record as absent (stallwatch_streams/worker/batch.py), with the same test on
+    the same clock, so a scan only deletes what no event can see any more. A state with no broker time
     (written before states carried one) is not placed on the clock here, which would hide it from
     then on at a time of the worker's choosing: it gets its time from its run's next event.
     Counts the fingerprints held on the way."""

@@ -7,9 +7,9 @@ from typing import Any
 
 from stallwatch.contract.events import advisory_event_id
 from stallwatch.contract.incidents import INCIDENT_KINDS, incident_id
-from streams.fleet.settings import FleetSettings
-from streams.fleet.tally import Tally
-from streams.fleet.window import State, Window, add, stopped_runs, window
+from stallwatch_streams.fleet.settings import FleetSettings
+from stallwatch_streams.fleet.tally import Tally
+from stallwatch_streams.fleet.window import State, Window, add, stopped_runs, window
 
 
 @dataclass(slots=True)

@@ -7,14 +7,15 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from stallwatch.contract.commands import Command, DeadLetter
+from stallwatch.contract.events import RawEvent
 from stallwatch.contract.limits import bounded_key
 from stallwatch.contract.parse import MAX_EVENT_BYTES, InvalidEvent
-from stallwatch.engine.detector import Detector, Event
+from stallwatch.engine.detector import Detector
 from stallwatch.engine.expiry import PartitionClock, is_expired
 from stallwatch.engine.quota import LiveRuns
 from stallwatch.engine.records import SKIPPED, RecordApplier
 from stallwatch.engine.state import RunState
-from streams.worker.tallies import Tallies
+from stallwatch_streams.worker.tallies import Tallies
 
 
 class SourceRecord(Protocol):
@@ -112,7 +113,7 @@ class BatchApplier:
                                    secret, self.deadletter_raw)
             result.letters.append((bounded_key(message.key, secret), letter.encode(), exc.reason))
 
-        def applied(index: int, event: Event, state: RunState | None,
+        def applied(index: int, event: RawEvent, state: RunState | None,
                     commands: list[Command]) -> None:
             kind = event["type"]
             result.events_by_type[kind] = result.events_by_type.get(kind, 0) + 1

@@ -1,5 +1,5 @@
-"""The consume loop and partitions changing hands; each partition is a task (streams/worker/task.py)
-whose batches are committed by `commit`.
+"""The consume loop and partitions changing hands; each partition is a task
+(stallwatch_streams/worker/task.py) whose batches are committed by `commit`.
 
 Fencing: each input partition has its own transactional id. A worker taking a partition over
 starts a producer with that id, which aborts the previous owner's open transaction and makes
@@ -24,19 +24,19 @@ from aiokafka.errors import KafkaError
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.quota import RunQuota
 from stallwatch.kafka.options import aiokafka_options
-from stallwatch.metrics import StallwatchMetrics
 from stallwatch.settings import Settings
-from streams.worker import producers, store
-from streams.worker.aiokafka_patch import join_group_waits_for_the_rebalance, set_fetch_max_wait
-from streams.worker.batch import LOG_APPEND_TIME, BatchApplier
-from streams.worker.commit import Applied, BatchCommitter, CommitTopics
-from streams.worker.membership import SESSION_TIMEOUT_MS, Membership
-from streams.worker.progress import Progress
-from streams.worker.store import PartitionStates
-from streams.worker.tallies import Tallies
-from streams.worker.task import ReadFrom
-from streams.worker.task_context import ProducerFactory, Restore, TaskContext
-from streams.worker.tasks import PartitionTasks
+from stallwatch_streams.metrics import StallwatchMetrics
+from stallwatch_streams.worker import producers, store
+from stallwatch_streams.worker.aiokafka_patch import join_group_waits_for_the_rebalance, set_fetch_max_wait
+from stallwatch_streams.worker.batch import LOG_APPEND_TIME, BatchApplier
+from stallwatch_streams.worker.commit import Applied, BatchCommitter, CommitTopics
+from stallwatch_streams.worker.membership import SESSION_TIMEOUT_MS, Membership
+from stallwatch_streams.worker.progress import Progress
+from stallwatch_streams.worker.store import PartitionStates
+from stallwatch_streams.worker.tallies import Tallies
+from stallwatch_streams.worker.task import ReadFrom
+from stallwatch_streams.worker.task_context import ProducerFactory, Restore, TaskContext
+from stallwatch_streams.worker.tasks import PartitionTasks
 
 log = logging.getLogger(__name__)
 

@@ -1,1 +1,0 @@
-"""The stream jobs: the decision worker (`streams.worker`) and the fleet app (`streams.fleet`)."""
