@@ -19,7 +19,7 @@ from stallwatch.client import KafkaClient
 from stallwatch.client.kafka import DEFAULT_VERDICT_TIMEOUT_S
 from stallwatch.kafka.topics import ensure_topics
 from stallwatch.settings import Settings
-from streams.worker.membership import SESSION_TIMEOUT_MS
+from stallwatch_streams.worker.membership import SESSION_TIMEOUT_MS
 from tests import cluster_harness as nodes
 from tests.kafka_harness import WorkerProcess, by_run, replay_commands, stored_events
 from tests.steady_load import arrivals, load, longest_gaps, partition_of
