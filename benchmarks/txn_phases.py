@@ -25,7 +25,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from stallwatch_streams.worker.aiokafka_patch import shorten_concurrent_transactions_backoff
+from stallwatch.kafka.aiokafka_patch import shorten_concurrent_transactions_backoff
 from stallwatch_streams.worker.producers import RETRY_BACKOFF_MS
 
 

@@ -23,11 +23,11 @@ from aiokafka.errors import KafkaError
 
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.quota import RunQuota
+from stallwatch.kafka.aiokafka_patch import join_group_waits_for_the_rebalance, set_fetch_max_wait
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.settings import Settings
 from stallwatch_streams.metrics import StallwatchMetrics
 from stallwatch_streams.worker import producers, store
-from stallwatch_streams.worker.aiokafka_patch import join_group_waits_for_the_rebalance, set_fetch_max_wait
 from stallwatch_streams.worker.batch import LOG_APPEND_TIME, BatchApplier
 from stallwatch_streams.worker.commit import Applied, BatchCommitter, CommitTopics
 from stallwatch_streams.worker.membership import SESSION_TIMEOUT_MS, Membership

@@ -6,9 +6,9 @@ import contextlib
 
 from aiokafka import AIOKafkaProducer
 
+from stallwatch.kafka.aiokafka_patch import shorten_concurrent_transactions_backoff
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.settings import Settings
-from stallwatch_streams.worker.aiokafka_patch import shorten_concurrent_transactions_backoff
 from stallwatch_streams.worker.commit import AheadProducer, TransactionalProducer
 
 # Other retries of the transactional producer back off this long: the same refusal met by the

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+from pathlib import Path
 from types import SimpleNamespace
 
 import aiokafka.conn
@@ -13,7 +14,7 @@ from aiokafka.conn import AIOKafkaConnection
 from aiokafka.errors import ConcurrentTransactions
 from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
 
-from stallwatch_streams.worker.aiokafka_patch import (
+from stallwatch.kafka.aiokafka_patch import (
     AIOKAFKA_BACKOFF_S,
     CONCURRENT_TRANSACTIONS_BACKOFF_S,
     JOIN_GROUP_MARGIN_S,
@@ -65,3 +66,23 @@ async def test_a_join_group_waits_for_the_rebalance_timeout_and_other_requests_f
     conn.send(LeaveGroupRequest("g", "m"))
     assert waits == [6.0 + JOIN_GROUP_MARGIN_S, 5.0]
     assert conn._request_timeout == 5.0
+
+
+# aiokafka's documented modules; everything else of it is internal.
+PUBLIC = {"aiokafka", "aiokafka.abc", "aiokafka.admin", "aiokafka.errors", "aiokafka.structs",
+          "aiokafka.partitioner", "aiokafka.helpers"}
+PATCH = Path(inspect.getfile(join_group_waits_for_the_rebalance)).resolve()
+
+
+def test_aiokafka_internals_are_imported_by_the_patch_module_alone():
+    root = Path(__file__).resolve().parents[2]
+    outside = []
+    for path in [*root.joinpath("stallwatch").rglob("*.py"), *root.joinpath("streams").rglob("*.py")]:
+        if path.resolve() == PATCH:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            outside += [f"{path.relative_to(root)}: {name}" for name in names
+                        if name.split(".")[0] == "aiokafka" and name not in PUBLIC]
+    assert outside == []

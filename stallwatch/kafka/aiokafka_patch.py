@@ -1,7 +1,7 @@
 """Every use of aiokafka's internals, in one place: a shorter wait after a refused first write of
 a transaction, a consumer's fetch wait changed while it runs, and a JoinGroup given the time the
-broker may hold it (tests/streams/worker/test_aiokafka_patch.py fails if aiokafka changes under
-any of them)."""
+broker may hold it (tests/kafka/test_aiokafka_patch.py fails if aiokafka changes under any of
+them)."""
 
 from __future__ import annotations
 
@@ -60,3 +60,4 @@ def join_group_waits_for_the_rebalance() -> None:
     worker keeps short so that a frozen broker is left within seconds: a JoinGroup cut short is
     sent again and again while a slow member revokes. Process-wide and idempotent."""
     AIOKafkaConnection.send = _send
+
