@@ -20,7 +20,7 @@ def schemas() -> dict[str, dict]:
                                     COMMAND_ADAPTER.json_schema(mode="serialization")),
         "deadletter.v1.schema.json": ("stallwatch dead letter, contract v1",
                                       DeadLetter.model_json_schema()),
-        "incidents.v1.schema.json": ("stallwatch fleet incident (issue 13), the incidents topic",
+        "incidents.v1.schema.json": ("stallwatch fleet incident, the incidents topic",
                                      Incident.model_json_schema()),
     }
     return {name: {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": title,
