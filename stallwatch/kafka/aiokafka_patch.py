@@ -1,14 +1,20 @@
 """Every use of aiokafka's internals, in one place: a shorter wait after a refused first write of
-a transaction, a consumer's fetch wait changed while it runs, and a JoinGroup given the time the
-broker may hold it (tests/kafka/test_aiokafka_patch.py fails if aiokafka changes under any of
+a transaction, a consumer's fetch wait changed while it runs, a JoinGroup given the time the
+broker may hold it, one connection lock per broker, and metadata asked of the brokers a client is
+connected to first (tests/kafka/test_aiokafka_patch.py fails if aiokafka changes under any of
 them)."""
 
 from __future__ import annotations
 
+import asyncio
+import random
+from contextvars import ContextVar
 from typing import Any
 
+import aiokafka.client
 import aiokafka.producer.sender
 from aiokafka import AIOKafkaConsumer
+from aiokafka.client import AIOKafkaClient, ConnectionGroup
 from aiokafka.conn import AIOKafkaConnection
 from aiokafka.protocol.group import JoinGroupRequest
 
@@ -61,3 +67,74 @@ def join_group_waits_for_the_rebalance() -> None:
     sent again and again while a slow member revokes. Process-wide and idempotent."""
     AIOKafkaConnection.send = _send
 
+
+
+# The connection a client's `_get_conn` is making, for the lock it takes while making it.
+_connecting: ContextVar[tuple[Any, Any] | None] = ContextVar("connecting")
+_connect_holding_one_lock = AIOKafkaClient._get_conn
+
+
+async def _get_conn(self: AIOKafkaClient, node_id: Any, *, group: Any = ConnectionGroup.DEFAULT,
+                    no_hint: bool = False) -> Any:
+    token = _connecting.set((node_id, group))
+    try:
+        return await _connect_holding_one_lock(self, node_id, group=group, no_hint=no_hint)
+    finally:
+        _connecting.reset(token)
+
+
+def _lock_of_the_connection(self: AIOKafkaClient) -> asyncio.Lock:
+    locks: dict[tuple[Any, Any] | None, asyncio.Lock] = self.__dict__.setdefault("_locks_per_connection", {})
+    return locks.setdefault(_connecting.get(None), asyncio.Lock())
+
+
+def one_connection_lock_per_broker() -> None:
+    """A client makes its connections to different brokers at once. aiokafka makes them one at a
+    time, under one lock per client: a connection to a frozen broker (a TCP connect, then a
+    version request, each up to the request timeout) held every other connection of the client
+    back, so a producer whose requests to the live brokers had timed out (a write with acks=all
+    waits for a frozen follower until it leaves the ISR) stayed cut off from them too, measured
+    for 10 s after the frozen broker's partitions had new leaders. The lock still keeps two
+    connections to one broker from being made at once. Process-wide and idempotent."""
+    AIOKafkaClient._get_conn = _get_conn
+    AIOKafkaClient._get_conn_lock = property(_lock_of_the_connection)
+
+
+# The brokers a client holds an open connection to, while it picks whom to ask for metadata.
+_connected: ContextVar[frozenset[Any]] = ContextVar("connected", default=frozenset())
+
+
+class _ConnectedFirst:
+    """aiokafka.client's `random`: its metadata update shuffles the brokers and asks each in turn
+    until one answers; this shuffle puts first those the client is connected to."""
+
+    def shuffle(self, node_ids: list[Any]) -> None:
+        random.shuffle(node_ids)
+        connected = _connected.get()
+        node_ids.sort(key=lambda node: node not in connected)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(random, name)
+
+
+_update_metadata_from_any = AIOKafkaClient._metadata_update
+
+
+async def _update_metadata_connected_first(self: AIOKafkaClient, cluster_metadata: Any,
+                                           topics: Any) -> Any:
+    token = _connected.set(frozenset(node for (node, _), conn in self._conns.items()
+                                     if conn.connected()))
+    try:
+        return await _update_metadata_from_any(self, cluster_metadata, topics)
+    finally:
+        _connected.reset(token)
+
+
+def metadata_from_connected_brokers_first() -> None:
+    """A client asks the brokers it is connected to for metadata before the others. A frozen
+    broker's connection closes at its first timed-out request; aiokafka, picking at random, then
+    tries to connect to it again for the next update (a TCP connect and a version request, each up
+    to the request timeout) while the partitions it led already have new leaders that the client
+    keeps not knowing. Process-wide and idempotent."""
+    aiokafka.client.random = _ConnectedFirst()
+    AIOKafkaClient._metadata_update = _update_metadata_connected_first

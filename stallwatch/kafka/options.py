@@ -9,6 +9,10 @@ from typing import Any
 
 from aiokafka.abc import AbstractTokenProvider
 
+from stallwatch.kafka.aiokafka_patch import (
+    metadata_from_connected_brokers_first,
+    one_connection_lock_per_broker,
+)
 from stallwatch.settings import Settings, SetupError, reveal
 
 
@@ -67,6 +71,8 @@ def oauth_token_provider(settings: Settings) -> AbstractTokenProvider:
 def failover_options(settings: Settings) -> dict[str, Any]:
     """How soon a client gives up on a broker that does not answer and learns where the
     partitions and coordinators moved (docs/operations.md, "A broker fails")."""
+    one_connection_lock_per_broker()
+    metadata_from_connected_brokers_first()
     return {"request_timeout_ms": settings.kafka_request_timeout_ms,
             "metadata_max_age_ms": settings.kafka_metadata_max_age_ms}
 

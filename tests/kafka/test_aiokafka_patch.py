@@ -1,15 +1,18 @@
-"""The one patch of aiokafka's internals still does what it says: fails if aiokafka changes under it."""
+"""The patches of aiokafka's internals still do what they say: fail if aiokafka changes under them."""
 
 from __future__ import annotations
 
 import ast
+import asyncio
 import inspect
 from pathlib import Path
 from types import SimpleNamespace
 
+import aiokafka.client
 import aiokafka.conn
 import aiokafka.consumer.fetcher as fetcher
 import aiokafka.producer.sender as sender
+from aiokafka.client import AIOKafkaClient, ConnectionGroup
 from aiokafka.conn import AIOKafkaConnection
 from aiokafka.errors import ConcurrentTransactions
 from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
@@ -19,6 +22,8 @@ from stallwatch.kafka.aiokafka_patch import (
     CONCURRENT_TRANSACTIONS_BACKOFF_S,
     JOIN_GROUP_MARGIN_S,
     join_group_waits_for_the_rebalance,
+    metadata_from_connected_brokers_first,
+    one_connection_lock_per_broker,
     set_fetch_max_wait,
     shorten_concurrent_transactions_backoff,
 )
@@ -86,3 +91,49 @@ def test_aiokafka_internals_are_imported_by_the_patch_module_alone():
             outside += [f"{path.relative_to(root)}: {name}" for name in names
                         if name.split(".")[0] == "aiokafka" and name not in PUBLIC]
     assert outside == []
+
+
+def _client_of(brokers: list[int]) -> AIOKafkaClient:
+    client = AIOKafkaClient(bootstrap_servers="127.0.0.1:1")
+    client.cluster.broker_metadata = lambda node: SimpleNamespace(host="127.0.0.1", port=node)  # type: ignore[method-assign]
+    client.cluster.brokers = lambda: [SimpleNamespace(nodeId=n) for n in brokers]  # type: ignore[method-assign]
+    return client
+
+
+async def test_a_connection_to_a_broker_that_does_not_answer_holds_back_no_other(monkeypatch):
+    # aiokafka makes a connection under the lock the patch makes per broker.
+    assert "async with self._get_conn_lock:" in inspect.getsource(
+        inspect.unwrap(aiokafka.client.AIOKafkaClient._get_conn))
+    one_connection_lock_per_broker()
+    frozen = asyncio.Event()
+
+    async def create_conn(host: str, port: int, **options: object) -> object:
+        if port == 1:
+            await frozen.wait()  # a broker that never answers
+        return SimpleNamespace(connected=lambda: True)
+
+    monkeypatch.setattr(aiokafka.client, "create_conn", create_conn)
+    client = _client_of([1, 2])
+    to_frozen = asyncio.create_task(client._get_conn(1))
+    await asyncio.sleep(0)
+    assert await asyncio.wait_for(client._get_conn(2), 1.0) is not None
+    assert not to_frozen.done()  # the frozen one still waits, alone
+    frozen.set()
+    assert await to_frozen is await client._get_conn(1)  # one connection per broker
+
+
+async def test_metadata_is_asked_of_a_connected_broker_before_the_others():
+    metadata_from_connected_brokers_first()
+    client = _client_of([1, 2, 3, 4])
+    client._conns = {(3, ConnectionGroup.DEFAULT): SimpleNamespace(connected=lambda: True),
+                     (1, ConnectionGroup.DEFAULT): SimpleNamespace(connected=lambda: False)}
+    asked: list[int] = []
+
+    async def get_conn(node: int, **options: object) -> None:
+        asked.append(node)  # none answers: each is asked in turn
+
+    client._get_conn = get_conn  # type: ignore[method-assign]
+    for _ in range(20):
+        asked.clear()
+        await client._metadata_update(client.cluster, [])
+        assert asked[0] == 3 and sorted(asked) == [1, 2, 3, 4]
