@@ -64,11 +64,14 @@ bench: setup
 	@$(call with_kafka,$(BIN)/python benchmarks/kafka_bench.py && $(BIN)/python benchmarks/fleet_bench.py \
 		&& $(BIN)/python benchmarks/hooks_bench.py)
 
-# A broker of three killed or frozen under load: the workers' longest gap per partition beside a
-# bare transactional echo's (deploy/kafka/cluster.sh; three brokers, so not in make bench).
+# A broker of three killed, frozen, killed with a worker, or restarted in turn under load: the
+# workers' longest gap per partition beside a bare transactional echo's (deploy/kafka/cluster.sh;
+# three brokers, so not in make bench).
 bench-cluster: setup
 	$(BIN)/python benchmarks/cluster_bench.py --fault kill
 	$(BIN)/python benchmarks/cluster_bench.py --fault freeze
+	$(BIN)/python benchmarks/cluster_bench.py --fault kill-worker
+	$(BIN)/python benchmarks/cluster_bench.py --fault rolling
 	deploy/kafka/cluster.sh down
 
 # The fuzz harness at length (make test runs a fixed number of its examples): no broker needed.
