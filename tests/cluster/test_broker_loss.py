@@ -117,19 +117,30 @@ async def steady_load(settings: Settings) -> AsyncIterator[None]:
         await task
 
 
-async def test_a_killed_node_stops_no_partitions_verdicts_longer_than_its_bound(served) -> None:
-    settings, _ = served
+async def gaps_after_a_kill(settings: Settings, window_s: float,
+                            worker: WorkerProcess | None = None) -> dict[int, float]:
+    """Under load, the node leading the most events partitions killed (with `worker`, when
+    given) and started again `window_s` later: each partition's longest gap in commands from the
+    kill, once every run's commands equal replay."""
     await nodes.until_whole()
     async with Commands(settings) as commands:
         async with steady_load(settings):
             await asyncio.sleep(5)
             node = await nodes.leader_of_most(settings.events_topic)
             killed = nodes.kill(node)
-            await asyncio.sleep(KILL_BOUND_S + 3)
+            if worker is not None:
+                worker.kill()
+            await asyncio.sleep(window_s)
             gaps = longest_gaps(commands.times, PARTITIONS, killed, time.monotonic())
             await asyncio.to_thread(nodes.start, node)
         await commands.until_replay()
     print(f"longest gaps per partition (s): {({p: round(g, 1) for p, g in gaps.items()})}")
+    return gaps
+
+
+async def test_a_killed_node_stops_no_partitions_verdicts_longer_than_its_bound(served) -> None:
+    settings, _ = served
+    gaps = await gaps_after_a_kill(settings, KILL_BOUND_S + 3)
     assert max(gaps.values()) <= KILL_BOUND_S, gaps
 
 
@@ -207,17 +218,6 @@ async def test_a_node_and_a_worker_killed_together_stop_no_partitions_verdicts_l
         served) -> None:
     """Last in the module: the worker it kills stays dead."""
     settings, workers = served
-    await nodes.until_whole()
-    async with Commands(settings) as commands:
-        async with steady_load(settings):
-            await asyncio.sleep(5)
-            node = await nodes.leader_of_most(settings.events_topic)
-            killed = nodes.kill(node)
-            workers[0].kill()
-            await asyncio.sleep(NODE_AND_WORKER_BOUND_S + 5)
-            gaps = longest_gaps(commands.times, PARTITIONS, killed, time.monotonic())
-            await asyncio.to_thread(nodes.start, node)
-        await commands.until_replay()
+    gaps = await gaps_after_a_kill(settings, NODE_AND_WORKER_BOUND_S + 5, workers[0])
     assert workers[1].alive(), workers[1].log_tail()
-    print(f"longest gaps per partition (s): {({p: round(g, 1) for p, g in gaps.items()})}")
     assert max(gaps.values()) <= NODE_AND_WORKER_BOUND_S, gaps
