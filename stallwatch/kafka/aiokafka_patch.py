@@ -34,6 +34,12 @@ def shorten_concurrent_transactions_backoff() -> None:
     aiokafka.producer.sender.BACKOFF_OVERRIDE = CONCURRENT_TRANSACTIONS_BACKOFF_S
 
 
+def read_committed_before_start(consumer: AIOKafkaConsumer) -> None:
+    """A consumer built by another library (Faust) reads committed records only: aiokafka reads
+    the isolation level at start(), from the attribute its constructor set."""
+    consumer._isolation_level = "read_committed"
+
+
 def set_fetch_max_wait(consumer: AIOKafkaConsumer, wait_ms: int) -> None:
     """The longest the broker holds the consumer's next fetches (`fetch_max_wait_ms`), changed
     while it runs: aiokafka reads its fetcher's copy at each fetch it builds and has no public

@@ -137,3 +137,14 @@ async def test_metadata_is_asked_of_a_connected_broker_before_the_others():
         asked.clear()
         await client._metadata_update(client.cluster, [])
         assert asked[0] == 3 and sorted(asked) == [1, 2, 3, 4]
+
+
+def test_the_isolation_level_set_before_start_is_the_one_the_fetcher_is_built_with():
+    from aiokafka import AIOKafkaConsumer
+
+    from stallwatch.kafka.aiokafka_patch import read_committed_before_start
+
+    assert "isolation_level=self._isolation_level" in inspect.getsource(AIOKafkaConsumer.start)
+    consumer = SimpleNamespace(_isolation_level="read_uncommitted")
+    read_committed_before_start(consumer)  # type: ignore[arg-type]
+    assert consumer._isolation_level == "read_committed"

@@ -28,7 +28,7 @@ from stallwatch_streams.fleet.metrics import FleetMetrics
 from stallwatch_streams.fleet.rules import Judge, Outcome
 from stallwatch_streams.fleet.settings import FleetSettings
 from stallwatch_streams.fleet.tally import InvalidTally, Tally, merge, new_partial, parse_tally
-from stallwatch_streams.fleet.transport import transport_for
+from stallwatch_streams.fleet.transport import committed_offsets, use_transport
 from stallwatch_streams.fleet.window import bucket_of, new_state
 
 log = logging.getLogger(__name__)
@@ -112,9 +112,7 @@ class FleetService:
             # @table_route): the web port serves /incidents/, /metrics and Faust's "/" status only.
             web_router_enabled=False, web_tables_enabled=False)
         # read_committed and the fetch wait: the consumer Faust builds, adjusted (transport.py).
-        transport = transport_for(cfg.fetch_wait_ms)
-        # Faust has no transport argument: its factory method is replaced on this app alone.
-        app._new_transport = lambda: transport(app.conf.broker_consumer, app)  # type: ignore[method-assign]
+        use_transport(app, cfg.fetch_wait_ms)
         self.tallies = _raw_topic(app, base.tallies_topic)
         self.partials = _raw_topic(app, base.fleet_partials_topic)
         self.incidents = _raw_topic(app, base.incidents_topic)
@@ -220,7 +218,7 @@ class FleetService:
         consumer = self.app.consumer
         try:
             assigned = consumer.assignment()
-            committed = consumer._committed_offset  # type: ignore[attr-defined]  # Consumer's, private
+            committed = committed_offsets(consumer)
             for label, topic in (("tallies", self.cfg.base.tallies_topic),
                                  ("partials", self.cfg.base.fleet_partials_topic)):
                 lag = 0

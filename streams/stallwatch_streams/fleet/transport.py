@@ -1,5 +1,7 @@
-"""Faust's aiokafka transport: two consumer settings Faust does not expose, a fetch that never
-drains a partition Faust would drop, and topics it creates known to its client before it goes on."""
+"""Every use of Faust's internals, in one place: its aiokafka transport with two consumer settings
+Faust does not expose, a fetch that never drains a partition Faust would drop, topics it creates
+known to its client before it goes on; the transport installed on an app; the consumer's
+committed offsets (tests/streams/fleet/test_transport.py and tests/test_private_access.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from aiokafka import TopicPartition
 from aiokafka.errors import IllegalStateError
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
+
+from stallwatch.kafka.aiokafka_patch import read_committed_before_start, set_fetch_max_wait
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +37,8 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 
     def _create_worker_consumer(self, transport: Any) -> aiokafka.AIOKafkaConsumer:
         consumer = super()._create_worker_consumer(transport)
-        consumer._isolation_level = "read_committed"
-        consumer._fetch_max_wait_ms = self.fetch_wait_ms
+        read_committed_before_start(consumer)
+        set_fetch_max_wait(consumer, self.fetch_wait_ms)
         return consumer
 
     async def _fetch_records(self, consumer: aiokafka.AIOKafkaConsumer, active_partitions: Set[TP],
@@ -128,3 +132,16 @@ def transport_for(fetch_wait_ms: int) -> type[Transport]:
     consumer = type("Consumer", (_Consumer,), {"_new_consumer_thread":
                                                lambda self: thread(self, loop=self.loop, beacon=self.beacon)})
     return type("Transport", (Transport,), {"Consumer": consumer})
+
+
+def use_transport(app: Any, fetch_wait_ms: int) -> None:
+    """The app's transport is this module's, with this fetch wait: Faust takes no transport
+    argument, so its factory method is replaced on this app alone."""
+    transport = transport_for(fetch_wait_ms)
+    app._new_transport = lambda: transport(app.conf.broker_consumer, app)
+
+
+def committed_offsets(consumer: Any) -> Mapping[TP, int]:
+    """The offsets Faust's consumer last committed, per partition: Faust keeps them only in a
+    private attribute (a missing one raises AttributeError, which the caller tolerates)."""
+    return consumer._committed_offset
