@@ -48,7 +48,7 @@ test: setup prometheus
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
-	@$(call with_kafka,$(BIN)/pytest -q)
+	@$(call with_kafka,$(BIN)/pytest -q --durations=15)
 
 # The pure lane, no broker and no end-to-end process (make test runs these too): a minute or so.
 test-fast: setup

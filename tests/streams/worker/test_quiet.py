@@ -16,6 +16,8 @@ pytestmark = pytest.mark.kafka
 
 # Generous: an idle worker measured 0.3-0.6% of a core; polling the broker every 5 ms cost ~9%.
 IDLE_CPU_BOUND = 0.03
+# Past a tenant scan (10 s) and a few metadata refreshes (3 s); CPU time counts in 10 ms ticks.
+IDLE_S = 15.0
 
 
 def cpu_seconds(pid: int) -> float:
@@ -41,14 +43,14 @@ async def test_steady_running_on_a_healthy_broker_logs_no_not_enough_replicas():
     assert not refusals, f"{len(refusals)} lines, e.g. {refusals[:2]}"
 
 
-async def test_an_idle_worker_uses_next_to_no_cpu_over_a_minute():
+async def test_an_idle_worker_uses_next_to_no_cpu():
     settings = fresh_settings(partitions=4)
     worker = WorkerProcess(settings, "idle")
     try:
         await wait_until_serving(settings)
         await asyncio.sleep(2)  # past the probe's batch
         cpu, began = cpu_seconds(worker.proc.pid), time.monotonic()
-        await asyncio.sleep(60)
+        await asyncio.sleep(IDLE_S)
         share = (cpu_seconds(worker.proc.pid) - cpu) / (time.monotonic() - began)
         assert worker.alive(), worker.log_tail()
     finally:
