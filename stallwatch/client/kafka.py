@@ -259,6 +259,7 @@ class KafkaClient(Client):
         run_id = event["run_id"]
         partition = self.partition_for(run_id)
         followed = await self._following(partition)
+        delivery: asyncio.Future[Any] | None = None
         try:
             async with asyncio.timeout(self._send_timeout_s):
                 delivery = await producer.send(self.settings.events_topic, orjson.dumps(event),
@@ -268,8 +269,7 @@ class KafkaClient(Client):
                 # Shielded: the event stays queued for the partition when the wait times out.
                 await asyncio.shield(delivery)
         except TimeoutError as exc:
-            await self._stalled_or_lost(partition, f"cannot publish an event: {exc!r}",
-                                        locals().get("delivery"))
+            await self._stalled_or_lost(partition, f"cannot publish an event: {exc!r}", delivery)
             return False
         except (KafkaError, OSError) as exc:
             await self._lose(f"cannot publish an event: {exc!r}")
