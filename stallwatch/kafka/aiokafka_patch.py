@@ -7,6 +7,7 @@ them)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 from contextvars import ContextVar
 from typing import Any
@@ -54,6 +55,7 @@ JOIN_GROUP_MARGIN_S = 5.0
 _send_with_request_timeout = AIOKafkaConnection.send
 
 
+@functools.wraps(_send_with_request_timeout)
 def _send(self: AIOKafkaConnection, request: Any, expect_response: bool = True) -> Any:
     if not isinstance(request, JoinGroupRequest):
         return _send_with_request_timeout(self, request, expect_response)
@@ -80,6 +82,7 @@ _connecting: ContextVar[tuple[Any, Any] | None] = ContextVar("connecting")
 _connect_holding_one_lock = AIOKafkaClient._get_conn
 
 
+@functools.wraps(_connect_holding_one_lock)
 async def _get_conn(self: AIOKafkaClient, node_id: Any, *, group: Any = ConnectionGroup.DEFAULT,
                     no_hint: bool = False) -> Any:
     token = _connecting.set((node_id, group))
@@ -126,6 +129,7 @@ class _ConnectedFirst:
 _update_metadata_from_any = AIOKafkaClient._metadata_update
 
 
+@functools.wraps(_update_metadata_from_any)
 async def _update_metadata_connected_first(self: AIOKafkaClient, cluster_metadata: Any,
                                            topics: Any) -> Any:
     token = _connected.set(frozenset(node for (node, _), conn in self._conns.items()

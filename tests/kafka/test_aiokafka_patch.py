@@ -60,7 +60,8 @@ def test_the_fetch_wait_set_on_a_running_consumer_is_the_one_its_fetch_requests_
 async def test_a_join_group_waits_for_the_rebalance_timeout_and_other_requests_for_the_request_timeout(
         monkeypatch):
     # aiokafka reads the connection's request timeout when it sends a request.
-    assert "wait_for(fut, self._request_timeout)" in inspect.getsource(AIOKafkaConnection.send)
+    assert "wait_for(fut, self._request_timeout)" in inspect.getsource(
+        inspect.unwrap(AIOKafkaConnection.send))
     join_group_waits_for_the_rebalance()
     conn = AIOKafkaConnection("127.0.0.1", 1, request_timeout_ms=5_000)
     conn._writer = SimpleNamespace(write=lambda data: None)  # type: ignore[assignment]
@@ -103,7 +104,7 @@ def _client_of(brokers: list[int]) -> AIOKafkaClient:
 async def test_a_connection_to_a_broker_that_does_not_answer_holds_back_no_other(monkeypatch):
     # aiokafka makes a connection under the lock the patch makes per broker.
     assert "async with self._get_conn_lock:" in inspect.getsource(
-        inspect.unwrap(aiokafka.client.AIOKafkaClient._get_conn))
+        inspect.unwrap(AIOKafkaClient._get_conn))
     one_connection_lock_per_broker()
     frozen = asyncio.Event()
 
@@ -144,7 +145,8 @@ def test_the_isolation_level_set_before_start_is_the_one_the_fetcher_is_built_wi
 
     from stallwatch.kafka.aiokafka_patch import read_committed_before_start
 
-    assert "isolation_level=self._isolation_level" in inspect.getsource(AIOKafkaConsumer.start)
+    assert "isolation_level=self._isolation_level" in inspect.getsource(
+        inspect.unwrap(AIOKafkaConsumer.start))
     consumer = SimpleNamespace(_isolation_level="read_uncommitted")
     read_committed_before_start(consumer)  # type: ignore[arg-type]
     assert consumer._isolation_level == "read_committed"
