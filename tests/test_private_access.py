@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.source import parse
+
 ROOT = Path(__file__).resolve().parents[1]
 PATCH_MODULES = {"stallwatch/kafka/aiokafka_patch.py", "streams/stallwatch_streams/fleet/transport.py"}
 OWN = {
@@ -19,7 +21,7 @@ OWN = {
 
 def private_touches(path: Path, root: Path = ROOT) -> list[str]:
     touches = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parse(path.read_text())):
         if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")
                 and not node.attr.startswith("__")):
             continue
@@ -34,7 +36,7 @@ def private_touches(path: Path, root: Path = ROOT) -> list[str]:
 
 
 def test_private_attributes_of_other_libraries_are_touched_in_their_patch_modules_only():
-    sources = [*ROOT.joinpath("stallwatch").rglob("*.py"), *ROOT.joinpath("streams").rglob("*.py")]
+    sources = [*ROOT.joinpath("stallwatch").rglob("*.py"), *ROOT.joinpath("streams", "stallwatch_streams").rglob("*.py")]
     touches = [touch for path in sources if str(path.relative_to(ROOT)) not in PATCH_MODULES
                for touch in private_touches(path)]
     assert touches == []

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.source import parse
+
 pytestmark = pytest.mark.e2e  # builds and installs wheels
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +45,7 @@ def built(project: Path, names: tuple[str, ...], out: Path) -> Path:
 def imported_modules(source: str) -> set[str]:
     """The top-level names a module imports, function-level and TYPE_CHECKING imports included."""
     names = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         if isinstance(node, ast.Import):
             names |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
