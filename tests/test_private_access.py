@@ -36,7 +36,8 @@ def private_touches(path: Path, root: Path = ROOT) -> list[str]:
 
 
 def test_private_attributes_of_other_libraries_are_touched_in_their_patch_modules_only():
-    sources = [*ROOT.joinpath("stallwatch").rglob("*.py"), *ROOT.joinpath("streams", "stallwatch_streams").rglob("*.py")]
+    packages = (ROOT / "stallwatch", ROOT / "streams" / "stallwatch_streams")
+    sources = [path for package in packages for path in package.rglob("*.py")]
     touches = [touch for path in sources if str(path.relative_to(ROOT)) not in PATCH_MODULES
                for touch in private_touches(path)]
     assert touches == []

@@ -84,7 +84,8 @@ PATCH = Path(inspect.getfile(join_group_waits_for_the_rebalance)).resolve()
 def test_aiokafka_internals_are_imported_by_the_patch_module_alone():
     root = Path(__file__).resolve().parents[2]
     outside = []
-    for path in [*root.joinpath("stallwatch").rglob("*.py"), *root.joinpath("streams", "stallwatch_streams").rglob("*.py")]:
+    packages = (root / "stallwatch", root / "streams" / "stallwatch_streams")
+    for path in [path for package in packages for path in package.rglob("*.py")]:
         if path.resolve() == PATCH:
             continue
         for node in ast.walk(parse(path.read_text())):
