@@ -79,6 +79,19 @@ class EchoMember:
                 self.kill()
 
 
+async def cluster_topics(prefix: str) -> tuple[Settings, str]:
+    """The cluster up, a fresh set of the project's topics on it and the echo's output topic
+    (replicated as the workers' are): the settings and the echo topic's name."""
+    await asyncio.to_thread(nodes.up)
+    settings = Settings(bootstrap=nodes.bootstrap(), topic_prefix=f"{prefix}{uuid.uuid4().hex[:8]}",
+                        partitions=PARTITIONS)
+    await ensure_topics(settings)
+    echo_topic = f"{settings.topic_prefix}.echo"
+    await ensure_topics(settings, only=[NewTopic(echo_topic, PARTITIONS, 3,
+                                                 topic_configs={"min.insync.replicas": "2"})])
+    return settings, echo_topic
+
+
 async def fault(kind: str, settings: Settings, workers: list[WorkerProcess],
                 echoes: list[EchoMember], down_s: float) -> tuple[float, str]:
     """The fault, from its first act to the cluster's return: (when it began, what was done)."""
@@ -112,13 +125,7 @@ async def main() -> None:
     parser.add_argument("--rate", type=float, default=700.0, help="events per second")
     parser.add_argument("--down-s", type=float, default=25.0)
     args = parser.parse_args()
-    await asyncio.to_thread(nodes.up)
-    settings = Settings(bootstrap=nodes.bootstrap(), topic_prefix=f"c{uuid.uuid4().hex[:8]}",
-                        partitions=PARTITIONS)
-    await ensure_topics(settings)
-    echo_topic = f"{settings.topic_prefix}.echo"
-    await ensure_topics(settings, only=[NewTopic(echo_topic, PARTITIONS, 3,
-                                                 topic_configs={"min.insync.replicas": "2"})])
+    settings, echo_topic = await cluster_topics("c")
     env = {"STALLWATCH_REPLICATION_FACTOR": "3", "STALLWATCH_MIN_INSYNC_REPLICAS": "2"}
     workers = [WorkerProcess(settings, name, env) for name in ("a", "b")]
     echoes = [EchoMember(settings, echo_topic, name) for name in ("a", "b")]

@@ -19,18 +19,15 @@ import itertools
 import logging
 import sys
 import time
-import uuid
 from collections import defaultdict
 from pathlib import Path
 
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.cluster_bench import PARTITIONS
+from benchmarks.cluster_bench import PARTITIONS, cluster_topics
 from benchmarks.txn_echo import echo, parse_options
-from stallwatch.kafka.topics import ensure_topics
-from stallwatch.settings import Settings
 from tests import cluster_harness as nodes
 from tests.steady_load import arrivals, load
 
@@ -83,13 +80,7 @@ async def main() -> None:
     logging.getLogger("aiokafka").addHandler(handler)
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
     options = parse_options(args.opt)
-    await asyncio.to_thread(nodes.up)
-    settings = Settings(bootstrap=nodes.bootstrap(), topic_prefix=f"p{uuid.uuid4().hex[:8]}",
-                        partitions=PARTITIONS)
-    await ensure_topics(settings)
-    echo_topic = f"{settings.topic_prefix}.echo"
-    await ensure_topics(settings, only=[NewTopic(echo_topic, PARTITIONS, 3,
-                                                 topic_configs={"min.insync.replicas": "2"})])
+    settings, echo_topic = await cluster_topics("p")
     stop = asyncio.Event()
     echoed: dict[int, list[float]] = defaultdict(list)
     tasks = [asyncio.create_task(echo(settings.bootstrap, settings.events_topic, echo_topic,
