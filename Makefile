@@ -44,11 +44,15 @@ run: setup
 prometheus:
 	deploy/prometheus/install.sh
 
+# Everything, in two lanes: most tests spread over three workers (broker tests mostly wait on
+# timeouts, so three share two cores well), then the tests that disrupt the shared broker, one at a
+# time, beside the three-node cluster's (tests/conftest.py says which run together).
 test: setup prometheus
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
-	@$(call with_kafka,$(BIN)/pytest -q --durations=15)
+	@$(call with_kafka,$(BIN)/pytest -n 3 --dist loadgroup -q --durations=10 -m "not solo and not cluster" && \
+		$(BIN)/pytest -n 2 --dist loadgroup -q --durations=10 -m "solo or cluster")
 
 # The pure lane, no broker and no end-to-end process (make test runs these too): a minute or so.
 test-fast: setup

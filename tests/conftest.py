@@ -9,6 +9,23 @@ import pytest
 from tests.kafka_harness import StallwatchProcess
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """How `make test` spreads tests over pytest-xdist's workers (`--dist loadgroup`): the tests
+    of one group run in one worker, one after another. Tests that disrupt the shared broker form
+    one group, the cluster's another; every other test of a broker or a process keeps its module
+    together (a module-scoped worker process starts once, and its tests never race each other);
+    pure tests go wherever a worker is free."""
+    for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue
+        if item.get_closest_marker("solo"):
+            item.add_marker(pytest.mark.xdist_group("solo"))
+        elif item.get_closest_marker("cluster"):
+            item.add_marker(pytest.mark.xdist_group("cluster"))
+        elif item.get_closest_marker("kafka") or item.get_closest_marker("e2e"):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     report = yield

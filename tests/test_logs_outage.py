@@ -23,7 +23,8 @@ from stallwatch.kafka.topics import ensure_topics
 from stallwatch.settings import Settings
 from tests.kafka_harness import ROOT, WorkerProcess, wait_until_serving
 
-pytestmark = pytest.mark.kafka
+# The outage broker is started and stopped by these tests: one xdist worker runs them all.
+pytestmark = [pytest.mark.kafka, pytest.mark.xdist_group("outage-broker")]
 
 PORT = int(os.environ.get("STALLWATCH_KAFKA_PORT", "9092")) + 2
 OUTAGE_S = 30.0

@@ -20,7 +20,8 @@ from stallwatch.kafka.topics import ensure_topics
 from stallwatch.settings import Settings
 from tests.security.conftest import KAFKA_LIBS, ROOT, SecureBroker, new_prefix
 
-pytestmark = pytest.mark.kafka
+# The secure broker is started and stopped by these tests: one xdist worker runs them all.
+pytestmark = [pytest.mark.kafka, pytest.mark.xdist_group("secure-broker")]
 
 
 def add_tenants(broker: SecureBroker, prefix: str, *names: str) -> None:

@@ -22,7 +22,8 @@ from tests.security.conftest import SecureBroker
 from tests.security.test_acls import add_tenants
 from tests.streams.fleet.harness import FleetProcess
 
-pytestmark = pytest.mark.kafka
+# The secure broker is started and stopped by these tests: one xdist worker runs them all.
+pytestmark = [pytest.mark.kafka, pytest.mark.xdist_group("secure-broker")]
 
 TOOLS = [{"name": "search"}]
 

@@ -84,6 +84,7 @@ async def test_eviction_spares_keys_with_an_open_incident_and_closes_them_only_w
         fleet.stop()
 
 
+@pytest.mark.solo
 async def test_a_broker_restart_is_survived() -> None:
     settings = fresh_settings()
     fleet = FleetProcess(settings)

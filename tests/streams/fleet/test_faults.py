@@ -51,7 +51,7 @@ async def test_sigkill_mid_window_then_restart_opens_the_incident_once_with_the_
                     "stallwatch_fleet_tallies_total", "stallwatch_fleet_partials_total",
                     "stallwatch_fleet_tracked_keys", "stallwatch_fleet_dropped_entries_total")}
                 raise AssertionError(f"{failure}; the restarted app's counts: {seen}\n"
-                                     f"{await fleet_evidence(settings)}") from None
+                                     f"{await fleet_evidence(settings)}\n{fleet.log_tail(60)}") from None
             await tallies.send([_failing(i, now + 1.0) for i in range(5)])
             await events.until(lambda vs: sum(v["incident"] == "open" for v in vs) >= 5)
             for _ in range(4):

@@ -66,6 +66,7 @@ async def test_a_worker_cut_off_mid_transaction_and_back_before_its_session_expi
     assert outcome.zombie_exit is None and not outcome.zombie_fenced, outcome.zombie_log
 
 
+@pytest.mark.solo
 async def test_the_broker_restarted_under_load_changes_no_decision():
     settings = fresh_settings(partitions=4)
     worker = WorkerProcess(settings)
@@ -116,6 +117,7 @@ async def test_a_worker_fenced_by_a_successor_exits_non_zero_and_loses_nothing()
             successor.stop()
 
 
+@pytest.mark.solo
 async def test_a_hung_worker_reports_itself_dead_then_exits():
     settings = fresh_settings(partitions=2)
     # A backlog keeps both partitions in one transaction after another, so that freezing the

@@ -45,6 +45,7 @@ async def test_steady_running_on_a_healthy_broker_logs_no_not_enough_replicas():
     assert not refusals, f"{len(refusals)} lines, e.g. {refusals[:2]}"
 
 
+@pytest.mark.solo
 async def test_an_idle_worker_uses_next_to_no_cpu():
     settings = fresh_settings(partitions=4)
     worker = WorkerProcess(settings, "idle")

@@ -77,6 +77,7 @@ async def test_sigterm_to_a_healthy_worker_is_a_clean_stop_exit_0_and_no_error_l
         worker.stop()
 
 
+@pytest.mark.solo
 async def test_sigterm_ends_a_worker_stuck_on_a_frozen_broker_within_its_stop_deadline():
     worker, _ = await busy_worker("stuck", runs=1000)
     try:
@@ -97,6 +98,7 @@ async def test_sigterm_ends_a_worker_stuck_on_a_frozen_broker_within_its_stop_de
         worker.stop()
 
 
+@pytest.mark.solo
 async def test_a_transaction_the_frozen_broker_timed_out_is_rebuilt_and_the_worker_lives():
     worker, log = await busy_worker("frozen", runs=1000)
     try:
