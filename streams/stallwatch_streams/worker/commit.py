@@ -14,8 +14,8 @@ batch's runs as it is applied (the next batch reads them), so the worker's memor
 Kafka until the commit; if a send or the transaction fails, the commit says so (`Failed`) and
 the partition's task is rebuilt (a new producer, its states and position restored from the
 changelog), everything applied since its last commit is discarded and read again
-(streams/stallwatch_streams/worker/task.py). A fenced producer (another worker took the partition over) or a
-partition that keeps failing ends the worker: it must not go on past a batch it cannot commit.
+(streams/stallwatch_streams/worker/task.py). A fenced producer (`Fenced`) gives the partition back
+to the group, which says whose it is; a partition that keeps failing ends the worker.
 """
 
 from __future__ import annotations
@@ -238,21 +238,16 @@ class Failed:
 
 @dataclass(frozen=True, slots=True)
 class Fenced:
-    """A successor's producer fenced the partition's (the transaction was younger than the
-    timeout, so the broker did not abort it for its age): the worker must not go on."""
+    """The partition's producer was fenced: a successor's producer under its transactional id, or
+    the broker's abort of the transaction for its age (`past_timeout`: the transaction was older
+    than the transaction timeout), or a transaction coordinator that moved. Only the group can tell
+    whose the partition is now, so the task gives it back to the group (see the module docstring)."""
 
     error: ProducerFenced
+    past_timeout: bool
 
 
-@dataclass(frozen=True, slots=True)
-class TimedOut:
-    """Fenced past the transaction timeout: perhaps the broker's abort of it for its age, perhaps a
-    successor's fencing. Only the group can tell whose the partition is now."""
-
-    error: ProducerFenced
-
-
-CommitOutcome = Committed | Failed | Fenced | TimedOut
+CommitOutcome = Committed | Failed | Fenced
 
 
 class BatchCommitter:
@@ -269,7 +264,7 @@ class BatchCommitter:
         self.topics = topics
         self.group_id = group_id
         # A fencing met by a transaction older than this may be the broker's abort of it for its
-        # age, not a successor's (`TimedOut`, not `Fenced`).
+        # age (said in the log: the task's answer is the same).
         self.transaction_timeout_s = transaction_timeout_s
         self.group_offsets_interval_s = group_offsets_interval_s
         # The idempotent producer that publishes commands ahead of their transaction (None: in it).
@@ -329,10 +324,8 @@ class BatchCommitter:
             await write_plan(_producer_of(partition), plan, self.group_id)
         except ProducerFenced as exc:
             # Younger than the timeout (on this clock, which started it before the broker saw
-            # it), the transaction cannot have been aborted for its age: a successor fenced it.
-            if time.monotonic() - txn_began < self.transaction_timeout_s:
-                return Fenced(exc)
-            return TimedOut(exc)
+            # it), the transaction cannot have been aborted for its age.
+            return Fenced(exc, time.monotonic() - txn_began >= self.transaction_timeout_s)
         except KafkaError as exc:
             ledger.failures += 1
             return Failed(exc, ledger.failures)

@@ -4,11 +4,11 @@
 Fencing: each input partition has its own transactional id. A worker taking a partition over
 starts a producer with that id, which aborts the previous owner's open transaction and makes
 any later write of that owner fail, so a worker that was cut off and comes back cannot publish
-over its successor (it raises ProducerFenced and exits; a fencing that may be the broker's
-abort of a transaction past its timeout is the group's to judge, `PartitionTask.timed_out`). A
-failed transaction otherwise rebuilds its partition's task and reads the batch again; one that
-keeps failing, or any other error, ends the worker (see `service`), which restarts from what
-Kafka committed.
+over its successor: its fenced task is dropped and the group says whose the partition is
+(`PartitionTask._fenced`, as Kafka Streams treats a `TaskMigratedException`). A failed
+transaction otherwise rebuilds its partition's task and reads the batch again; one that keeps
+failing, or any other error, ends the worker (see `service`), which restarts from what Kafka
+committed.
 """
 
 from __future__ import annotations

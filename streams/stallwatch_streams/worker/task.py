@@ -29,7 +29,6 @@ from stallwatch_streams.worker.commit import (
     Committed,
     Failed,
     Fenced,
-    TimedOut,
     TransactionalProducer,
 )
 from stallwatch_streams.worker.expiry import ExpiryScan
@@ -269,14 +268,12 @@ class PartitionTask:
 
     # -- failures ----------------------------------------------------------------------------
 
-    async def _recover(self, outcome: Failed | Fenced | TimedOut) -> None:
-        """What follows a commit that failed (nothing of it is visible): a successor's fencing, or
-        a failure that keeps coming back, ends the worker (raised: the pipeline's failure);
-        another failure (the broker went away, a leader moved) rebuilds the task, whose batches
-        are read again; a fencing past the transaction timeout waits for the group."""
+    async def _recover(self, outcome: Failed | Fenced) -> None:
+        """What follows a commit that failed (nothing of it is visible): a failure that keeps
+        coming back ends the worker (raised: the pipeline's failure); another failure (the broker
+        went away, a leader moved) rebuilds the task, whose batches are read again; a fencing
+        gives the partition back to the group."""
         match outcome:
-            case Fenced(error=error):
-                raise error
             case Failed(error=error) if outcome.final:
                 raise error
             case Failed(error=error, attempt=attempt):
@@ -285,20 +282,27 @@ class PartitionTask:
                             self.tp.partition, error, attempt)
                 self.context.metrics.batch_retries.inc()
                 await self._rebuild()
-            case TimedOut():
-                await self._timed_out()
+            case Fenced():
+                await self._fenced(outcome)
 
-    async def _timed_out(self) -> None:
-        """The broker aborted its transaction for its age (the broker, or the link to it, stalled
-        past the transaction timeout) and bumped the producer's epoch, which reads as a fencing.
-        Only the group can tell whether a successor took the partition meanwhile, and a rebuild
-        now (a new producer under the same id) would fence that successor. So the task is
-        dropped (its producer, its states; it stays paused) and rebuilt once the group has had a
-        session timeout to say otherwise: a rebalance that moved it reaches this member by its
-        next heartbeat, and the assignment that follows rebuilds or forgets it."""
-        log.warning("partition %d: its transaction outlived the transaction timeout (%d ms) and "
-                    "the broker aborted it; rebuilding the partition unless the group moved it",
-                    self.tp.partition, producers.TRANSACTION_TIMEOUT_MS)
+    async def _fenced(self, outcome: Fenced) -> None:
+        """The producer was fenced: by a successor the group gave the partition to, by the
+        broker's abort of a transaction past the transaction timeout (the broker, or the link to
+        it, stalled), or by a transaction coordinator that moved with a lost broker. Only the
+        group can tell whether a successor holds the partition, and a rebuild now (a new producer
+        under the same id) would fence that successor. So, as Kafka Streams does with a
+        `TaskMigratedException`, the task is dropped (its producer, its states; it stays paused)
+        and rebuilt once the group has had a session timeout to say otherwise: a rebalance that
+        moved it reaches this member by its next heartbeat, and the assignment that follows
+        rebuilds or forgets it. No batch of it is lost: what was not committed is read again by
+        whoever holds the partition."""
+        if outcome.past_timeout:
+            log.warning("partition %d: its transaction outlived the transaction timeout (%d ms) "
+                        "and was fenced; rebuilding the partition unless the group moved it",
+                        self.tp.partition, producers.TRANSACTION_TIMEOUT_MS)
+        else:
+            log.warning("partition %d: its producer was fenced (%r); rebuilding the partition "
+                        "unless the group moved it", self.tp.partition, outcome.error)
         self.context.metrics.batch_retries.inc()
         self._discard()
         await self._close_producer()

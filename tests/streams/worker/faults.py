@@ -148,6 +148,7 @@ class CutOutcome(Outcome):
     taken_over: bool = False  # B served any of A's partitions after the cut
     zombie_exit: int | None = None  # the cut-off worker's exit status (None: still serving)
     zombie_fenced: bool = False  # its log names the fencing (ProducerFenced)
+    zombie_rejoined: bool = False  # it served partitions again after the heal
     zombie_log: str = ""
 
 
@@ -211,6 +212,7 @@ async def cut_off(heal_before_expiry: bool, drop: bool = False, partitions: int 
                 await asyncio.sleep(max(0.0, heal_at - time.monotonic()))
             else:
                 await _serving(b, partitions, 30)
+            served_before_heal = len(_served(a))
             link.heal()
             outcome.cut_s = time.monotonic() - cut
             assert not producing.done(), "the log ended before the heal: make it longer"
@@ -218,6 +220,7 @@ async def cut_off(heal_before_expiry: bool, drop: bool = False, partitions: int 
             got = await collect(settings, settings.commands_topic,
                                 sum(map(len, expected.values())) + 1, 120)
             outcome.zombie_exit = a.proc.poll()
+            outcome.zombie_rejoined = any(_served(a)[served_before_heal:])
             outcome.taken_over = any(set(p) - b_partitions for p in _served(b)[before:])
         finally:
             # Stopped from threads: the link runs on this loop, and a worker leaving the group

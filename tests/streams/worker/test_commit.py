@@ -21,7 +21,6 @@ from stallwatch_streams.worker.commit import (
     Committed,
     Failed,
     Fenced,
-    TimedOut,
     Write,
     plan_commit,
 )
@@ -106,9 +105,11 @@ async def test_a_commit_says_how_it_went_and_leaves_what_follows_to_the_task():
     assert task.state is TaskState.RUNNING and p.started == p.restores == 0
     assert task.states.position == 3 and task.ledger.failures == 1
     task.producer = FakeProducer(fail_commit=ProducerFenced())
-    assert isinstance(await commit(messages[3:]), Fenced)
+    young = await commit(messages[3:])
+    assert isinstance(young, Fenced) and not young.past_timeout
     committer.transaction_timeout_s = 0.0  # every transaction is past it
-    assert isinstance(await commit(messages[3:]), TimedOut)
+    old = await commit(messages[3:])
+    assert isinstance(old, Fenced) and old.past_timeout
     task.producer = p.committed
     assert isinstance(await commit(messages[3:]), Committed) and task.ledger.failures == 0
 
@@ -151,13 +152,19 @@ async def pipeline_of(producer: FakeProducer, restore: Restore = nothing_committ
     return pipeline, consumer, started
 
 
-async def test_a_fenced_producer_ends_the_worker_and_publishes_nothing():
+async def test_a_fenced_producer_publishes_nothing_and_the_worker_goes_on():
     producer = FakeProducer(fail_commit=ProducerFenced())
     pipeline, _, started = await pipeline_of(producer)
-    with pytest.raises(ProducerFenced):
-        await asyncio.wait_for(pipeline.run(), 5)
+    loop = asyncio.create_task(pipeline.run())
+    while (task := pipeline.tasks.get(0)) is None or task.state is not TaskState.DROPPED:
+        await asyncio.sleep(0.001)
     assert producer.visible == [] and producer.offsets == {}
-    assert started == []  # not rebuilt: a successor owns the partition now
+    assert started == []  # not rebuilt yet: the group has a session timeout to say whose it is
+    assert not loop.done()  # the worker serves on
+    task.stop_waiting()
+    loop.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await loop
 
 
 async def test_a_batch_is_never_half_given_up_in_a_rebalance():
@@ -199,19 +206,12 @@ async def timed_out_partition(timeout_s: float) -> FakePartition:
     return p
 
 
-async def test_a_fencing_younger_than_the_transaction_timeout_is_a_successors_and_raised():
-    p = await timed_out_partition(timeout_s=60.0)
-    p.task.producer = FakeProducer(fail_commit=ProducerFenced())
-    with pytest.raises(ProducerFenced):
-        await p.commit(looping_run())
-    assert p.task.state is TaskState.RUNNING and p.started == p.restores == 0
-
-
-async def test_a_fencing_past_the_transaction_timeout_goes_to_the_group_not_up():
+@pytest.mark.parametrize("commit_s", [0.0, 0.1], ids=["young", "past the timeout"])
+async def test_a_fencing_goes_to_the_group_not_up(commit_s: float):
     p = await timed_out_partition(timeout_s=0.05)
     gate = asyncio.Event()
     p.task.producer = fenced = FakeProducer(fail_commit=ProducerFenced(), gate=gate)
-    asyncio.get_running_loop().call_later(0.1, gate.set)  # the commit outlives the timeout
+    asyncio.get_running_loop().call_later(commit_s, gate.set)
     assert not await p.commit(looping_run())
     # Dropped, its producer closed, paused: not rebuilt until the group has had its say.
     assert p.task.state is TaskState.DROPPED and fenced.stopped and not p.task.has_states

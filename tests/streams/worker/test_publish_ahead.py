@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, ProducerFenced
 from aiokafka.structs import ConsumerRecord
@@ -17,10 +16,9 @@ from stallwatch.engine.detector import Detector
 from stallwatch.settings import Settings
 from stallwatch_streams.metrics import StallwatchMetrics
 from stallwatch_streams.worker.batch import LOG_APPEND_TIME, SourceMessage
-from stallwatch_streams.worker.commit import Committed
+from stallwatch_streams.worker.commit import Committed, Fenced
 from stallwatch_streams.worker.pipeline import Pipeline
 from stallwatch_streams.worker.store import PartitionStates
-from stallwatch_streams.worker.task_state import TaskState
 from tests.streams.worker.fake_kafka import FakeAheadProducer, FakeConsumer, FakeProducer
 from tests.streams.worker.fake_tasks import SOURCE, FakePartition
 from tests.streams.worker.test_commit import looping_run, timed_out_partition
@@ -112,14 +110,13 @@ class SlowAckProducer(FakeAheadProducer):
 
 
 async def test_a_long_wait_for_acks_does_not_age_the_transaction_a_successor_fenced():
-    # The transaction begins after the acks: fenced at once, it is a successor's, however long
-    # the acks took (it was read as the broker's abort of an old transaction, and waited on).
+    # The transaction begins after the acks: fenced at once, it is young, however long the acks
+    # took (the log then names a fencing, not the broker's abort of an old transaction).
     p = await timed_out_partition(timeout_s=0.05)
     p.committer.ahead = SlowAckProducer(delay_s=0.1)
     p.task.producer = FakeProducer(fail_commit=ProducerFenced())
-    with pytest.raises(ProducerFenced):
-        await p.commit(looping_run())
-    assert p.task.state is TaskState.RUNNING
+    outcome = await p.committer.commit(p.task, [await p.committer.apply(p.task, looping_run())])
+    assert isinstance(outcome, Fenced) and not outcome.past_timeout
 
 
 class HeldAheadProducer(FakeAheadProducer):

@@ -19,7 +19,6 @@ from stallwatch_streams.worker.commit import (
     Committed,
     Failed,
     Fenced,
-    TimedOut,
 )
 from stallwatch_streams.worker.store import PartitionStates
 from stallwatch_streams.worker.task import PENDING_MAX_RECORDS, PartitionTask, ReadFrom
@@ -30,7 +29,8 @@ from tests.streams.worker.fake_tasks import SOURCE, FakePartition
 
 TP = SOURCE
 FAILED = Failed(KafkaConnectionError("the broker went away"), attempt=1)
-TIMED_OUT = TimedOut(ProducerFenced())
+FENCED = Fenced(ProducerFenced(), past_timeout=False)
+TIMED_OUT = Fenced(ProducerFenced(), past_timeout=True)
 
 
 def batch(last_offset: int, records: int = 1, ahead: bool = False) -> Applied:
@@ -117,9 +117,8 @@ async def test_a_failed_transaction_rebuilds_the_task():
     assert TP not in p.consumer.paused and p.membership.failure is None
 
 
-@pytest.mark.parametrize("outcome", [Fenced(ProducerFenced()),
-                                     Failed(KafkaConnectionError("again"), attempt=6)])
-async def test_a_successors_fencing_or_a_failure_that_keeps_coming_ends_the_worker(outcome):
+async def test_a_failure_that_keeps_coming_ends_the_worker():
+    outcome = Failed(KafkaConnectionError("again"), attempt=6)
     commits = Commits(outcome)
     p = await serving(commits)
     p.task.add(batch(0))
@@ -143,9 +142,10 @@ async def test_a_transaction_failed_during_a_rebalance_drops_the_task():
     assert p.started == p.restores == 0 and TP in p.consumer.paused
 
 
-async def test_a_timed_out_task_is_dropped_then_rebuilt_when_the_group_let_it_be(monkeypatch):
+@pytest.mark.parametrize("outcome", [FENCED, TIMED_OUT], ids=["young", "past the timeout"])
+async def test_a_fenced_task_is_dropped_then_rebuilt_when_the_group_let_it_be(monkeypatch, outcome):
     monkeypatch.setattr(task_module, "GROUP_CONFIRM_S", 0.05)
-    commits = Commits(TIMED_OUT)
+    commits = Commits(outcome)
     p = await serving(commits)
     p.task.add(batch(0))
     commits.gate.set()
@@ -157,9 +157,10 @@ async def test_a_timed_out_task_is_dropped_then_rebuilt_when_the_group_let_it_be
     assert TP not in p.consumer.paused and p.membership.failure is None
 
 
-async def test_a_timed_out_task_the_group_reassigned_meanwhile_is_left_to_the_assignment(monkeypatch):
+@pytest.mark.parametrize("outcome", [FENCED, TIMED_OUT], ids=["young", "past the timeout"])
+async def test_a_fenced_task_the_group_reassigned_meanwhile_is_left_to_the_assignment(monkeypatch, outcome):
     monkeypatch.setattr(task_module, "GROUP_CONFIRM_S", 0.05)
-    commits = Commits(TIMED_OUT)
+    commits = Commits(outcome)
     p = await serving(commits)
     p.task.add(batch(0))
     commits.gate.set()
