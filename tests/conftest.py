@@ -9,12 +9,14 @@ import pytest
 from tests.kafka_harness import StallwatchProcess
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """How `make test` spreads tests over pytest-xdist's workers (`--dist loadgroup`): the tests
     of one group run in one worker, one after another. Tests that disrupt the shared broker form
-    one group, the cluster's another; every other test of a broker or a process keeps its module
-    together (a module-scoped worker process starts once, and its tests never race each other);
-    pure tests go wherever a worker is free."""
+    one group, the cluster's another; tests that share one more thing say so with their own mark
+    (the secure broker, the outage broker, the `CuttableLink` port); every other test of a broker
+    or a process keeps its module together (a module-scoped worker process starts once, and its
+    tests never race each other); pure tests go wherever a worker is free."""
     for item in items:
         if item.get_closest_marker("xdist_group"):
             continue

@@ -110,7 +110,8 @@ PRODUCE, HEARTBEAT, END_TXN = 0, 12, 26
 
 class CuttableLink:
     """A TCP proxy between clients and the broker's CUTTABLE listener (`deploy/kafka/kafka.sh`:
-    the broker listens on port+4 and advertises port+5, where this proxy listens). A worker
+    the broker listens on port+4 and advertises port+5, where this proxy listens: one at a time,
+    so its tests carry `xdist_group("cuttable-link")` for make test's parallel lane). A worker
     bootstrapped on `bootstrap` reaches the broker only through here, so `cut()` is a network
     partition of that worker alone: nothing crosses either way, and bytes already sent are held,
     as TCP holds them while it retransmits, until `heal()` delivers them. With `drop=True` the cut

@@ -46,6 +46,7 @@ async def test_three_kills_with_the_group_offsets_an_hour_behind_resume_at_the_c
     assert outcome.skipped == 0
 
 
+@pytest.mark.xdist_group("cuttable-link")
 async def test_a_worker_cut_off_until_its_partitions_moved_is_fenced_on_return_and_changes_no_decision():
     # The cut holds A's commit while its session expires and B takes every partition over, which
     # fences A's producers and aborts A's open transactions. On the heal, the old commit reaches
@@ -58,6 +59,7 @@ async def test_a_worker_cut_off_until_its_partitions_moved_is_fenced_on_return_a
     assert outcome.zombie_rejoined, outcome.zombie_log
 
 
+@pytest.mark.xdist_group("cuttable-link")
 async def test_a_worker_cut_off_mid_transaction_and_back_before_its_session_expired_carries_on():
     # The cut holds one of A's transactional writes, and ends before the group would remove A:
     # the group never rebalances, A's transaction completes late, and A keeps serving.

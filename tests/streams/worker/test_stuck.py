@@ -115,6 +115,7 @@ async def test_a_transaction_the_frozen_broker_timed_out_is_rebuilt_and_the_work
         worker.stop()
 
 
+@pytest.mark.xdist_group("cuttable-link")
 async def test_a_commit_held_past_the_transaction_timeout_with_no_successor_is_rebuilt():
     # The deterministic form of the frozen broker: the worker's link is cut as it sends a
     # commit, and healed after the broker aborted the transaction for its age. Its session

@@ -77,6 +77,7 @@ async def test_every_batch_is_tallied_exactly_once():
                     if orjson.loads(line).get("tool") == "search"}
 
 
+@pytest.mark.xdist_group("cuttable-link")
 async def test_a_transaction_aborted_by_a_successor_leaves_no_tallies():
     """The worker's transaction commit (EndTxn) is lost on a cut link and the worker killed: its
     tallies are in the topic, uncommitted, until the successor's producer aborts them. A
