@@ -110,9 +110,19 @@ async def test_a_worker_fenced_by_a_producer_outside_its_group_serves_on_and_los
         expected = by_run(replay_commands(log))
         got = await collect(settings, settings.commands_topic, sum(map(len, expected.values())) + 1, 60)
         assert {run: by_run(got).get(run) for run in expected} == expected
-        # The group still gave it partition 0: after a session timeout the worker rebuilt it.
-        text = worker.log_path.read_text()
-        assert "its producer was fenced" in text and "still this worker's" in text, worker.log_tail()
+        # The group still gives it partition 0: after a session timeout the worker rebuilds it
+        # (the commands above were published ahead, before the fenced commit).
+        deadline = time.monotonic() + 30
+        while "still this worker's" not in worker.log_path.read_text():
+            assert time.monotonic() < deadline and worker.alive(), worker.log_tail()
+            await asyncio.sleep(0.2)
+        assert "its producer was fenced" in worker.log_path.read_text(), worker.log_tail()
+        # And serves on: a second fleet's commands, from the rebuilt partition.
+        more = interleave(mixed_fleet(6)[3:])  # runs of their own
+        await produce(settings, more)
+        expected = by_run(replay_commands(log + more))
+        got = await collect(settings, settings.commands_topic, sum(map(len, expected.values())) + 1, 60)
+        assert {run: by_run(got).get(run) for run in expected} == expected
         assert worker.alive(), worker.log_tail()
     finally:
         worker.stop()
