@@ -128,7 +128,9 @@ class PartitionTask:
         """Start its producer: that aborts the previous owner's open transaction and refuses its
         later writes, so the changelog read next is final and no zombie can write after it."""
         self.lifecycle.to(TaskState.RESTORING)
-        self.producer = await self.context.start_producer(self.tp.partition)
+        # Tried again while the broker is away: a broker lost during a rebalance must not end the
+        # worker that the group is handing partitions to.
+        self.producer = await until_done(lambda: self.context.start_producer(self.tp.partition))
 
     def restored(self, states: PartitionStates) -> None:
         """Serve from the states read from its changelog."""

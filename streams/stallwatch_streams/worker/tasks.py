@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 from aiokafka import TopicPartition
 
+from stallwatch_streams.worker.retry import until_done
 from stallwatch_streams.worker.task import PartitionTask
 from stallwatch_streams.worker.task_context import TaskContext
 
@@ -70,7 +71,9 @@ class PartitionTasks:
             await task.fence()
         if new:
             started = time.monotonic()
-            restored = await self.context.restore(new, self.context.progress.tick)
+            # Tried again while the broker is away (a lost broker's partitions of the changelog
+            # answer again once their new leaders are elected), as a task's rebuild does.
+            restored = await until_done(lambda: self.context.restore(new, self.context.progress.tick))
             self.context.metrics.recovery_seconds.observe(time.monotonic() - started)
             for partition in new:
                 self._tasks[partition].restored(restored[partition])

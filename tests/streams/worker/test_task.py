@@ -8,8 +8,9 @@ import asyncio
 from collections.abc import Sequence
 
 import pytest
-from aiokafka.errors import KafkaConnectionError, ProducerFenced
+from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, ProducerFenced
 
+from stallwatch_streams.worker import retry
 from stallwatch_streams.worker import task as task_module
 from stallwatch_streams.worker.batch import BatchResult
 from stallwatch_streams.worker.commit import (
@@ -304,3 +305,31 @@ async def test_a_batch_whose_verdicts_wait_for_its_transaction_is_committed_at_o
     p.task.add(batch(1))  # its commands are in the transaction
     await asyncio.wait_for(settled(p.task), 5)
     assert commits.transactions == [[0], [1]]
+
+
+async def test_an_assignment_waits_out_a_broker_that_does_not_answer_and_serves(monkeypatch):
+    # A broker lost during a rebalance: the new partition's producer and its changelog read time
+    # out once each, then answer. The worker the group hands the partition to must not exit.
+    monkeypatch.setattr(retry, "RETRY_FIRST_S", 0.01)
+    p = FakePartition()
+    start_producer, restore = p.context.start_producer, p.context.restore
+    failures = {"producer": 1, "restore": 1}
+
+    async def flaky_producer(partition: int) -> object:
+        if failures["producer"]:
+            failures["producer"] -= 1
+            raise KafkaTimeoutError("InitProducerId")
+        return await start_producer(partition)
+
+    async def flaky_restore(partitions: list[int], tick: object) -> dict[int, PartitionStates]:
+        if failures["restore"]:
+            failures["restore"] -= 1
+            raise KafkaTimeoutError("Failed to get offsets by times in 5000 ms")
+        return await restore(partitions, tick)  # type: ignore[arg-type]
+
+    p.context.start_producer, p.context.restore = flaky_producer, flaky_restore  # type: ignore[assignment]
+    tasks = PartitionTasks(p.context)
+    assert await tasks.assign([SOURCE]) == [0]
+    task = tasks.get(0)
+    assert task is not None and task.state is TaskState.RUNNING and task.producer is p.committed
+    assert failures == {"producer": 0, "restore": 0} and p.started == p.restores == 1
