@@ -343,18 +343,30 @@ async def produce(settings: Settings, lines: list[bytes], keys: list[bytes | Non
         await producer.stop()
 
 
-async def collect(settings: Settings, topic: str, until: int, timeout_s: float) -> list[bytes]:
+# How long a test reads on past the records it expects: a record beyond them (a second content, a
+# command replay would not make) shows within it, and no test waits out its whole timeout.
+SETTLE_S = 5.0
+
+
+async def collect(settings: Settings, topic: str, until: int, timeout_s: float,
+                  settle_s: float = 0.0) -> list[bytes]:
     """Read a topic from the start until `until` distinct records arrived (commands count once
-    per command id, since a crash may send one twice) or the time is up."""
+    per command id, since a crash may send one twice) or the time is up; then `settle_s` more,
+    so that a record beyond the expected ones (a second content, a decision replay would not
+    make) is seen too."""
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.bootstrap, isolation_level="read_committed",
                                 auto_offset_reset="earliest", enable_auto_commit=False)
     await consumer.start()
     values: list[bytes] = []
     distinct: set = set()
     deadline = time.monotonic() + timeout_s
+    settled: float | None = None
     try:
-        while len(distinct) < until and time.monotonic() < deadline:
-            batches = await consumer.getmany(timeout_ms=500)
+        while time.monotonic() < (deadline if settled is None else settled):
+            if settled is None and len(distinct) >= until:
+                settled = time.monotonic() + settle_s
+                continue
+            batches = await consumer.getmany(timeout_ms=200)
             for records in batches.values():
                 for r in records:
                     values.append(r.value)

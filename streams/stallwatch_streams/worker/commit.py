@@ -21,8 +21,10 @@ to the group, which says whose it is; a partition that keeps failing ends the wo
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -35,7 +37,10 @@ from stallwatch.engine.state import RunState
 from stallwatch.settings import Settings
 from stallwatch_streams.worker.batch import LOG_APPEND_TIME, BatchApplier, BatchResult, SourceRecord
 from stallwatch_streams.worker.expiry import ExpiryScan
+from stallwatch_streams.worker.retry import until_done
 from stallwatch_streams.worker.store import POSITION_KEY, PartitionStates, encode_position
+
+log = logging.getLogger(__name__)
 
 # A partition whose batch failed this many times in a row (each time rebuilt from Kafka and read
 # again) ends the worker: a failure that repeats is not the broker coming back.
@@ -171,6 +176,7 @@ class Applied:
     acks: list[asyncio.Future[Any]]  # the ahead sends' acknowledgements
     started: float  # perf_counter when the batch was applied
     ahead: bool = False  # its commands were published ahead: no verdict waits for its commit
+    publisher: AheadProducer | None = None  # the producer that published them ahead
 
 
 def plan_batches(source: TopicPartition, batches: Sequence[Applied],
@@ -259,7 +265,8 @@ class BatchCommitter:
 
     def __init__(self, applier: BatchApplier, topics: CommitTopics, group_id: str,
                  transaction_timeout_s: float = float("inf"),
-                 group_offsets_interval_s: float = 0.0) -> None:
+                 group_offsets_interval_s: float = 0.0,
+                 start_ahead: Callable[[], Awaitable[AheadProducer]] | None = None) -> None:
         self.applier = applier
         self.topics = topics
         self.group_id = group_id
@@ -267,8 +274,10 @@ class BatchCommitter:
         # age (said in the log: the task's answer is the same).
         self.transaction_timeout_s = transaction_timeout_s
         self.group_offsets_interval_s = group_offsets_interval_s
-        # The idempotent producer that publishes commands ahead of their transaction (None: in it).
+        # The idempotent producer that publishes commands ahead of their transaction (None: in it),
+        # and how a new one starts when it breaks.
         self.ahead: AheadProducer | None = None
+        self.start_ahead = start_ahead
 
     async def apply(self, partition: CommitPartition, records: Sequence[SourceRecord]) -> Applied:
         """Apply a batch to the partition's states in memory, the states taking its new runs and
@@ -293,16 +302,18 @@ class BatchCommitter:
         plan = plan_commit(self.topics, tp, result, expired, records[-1].offset + 1, False,
                            states.clock.newest, ahead)
         acks: list[asyncio.Future[Any]] = []
-        if ahead and result.commands and self.ahead is not None:  # ahead: there is a producer
+        publisher = self.ahead
+        if ahead and result.commands and publisher is not None:  # ahead: there is a producer
             # Final for readers once acknowledged: whoever reads this batch again (a rebuild, a
             # successor) computes the same commands, byte for byte, from the same log and a
             # committed start state (docs/exactly-once.md).
-            acks = await publish_ahead(self.ahead, self.topics.commands,
+            acks = await publish_ahead(publisher, self.topics.commands,
                                        tp.partition, result.commands)
             # When its verdicts were out (an idempotent producer acknowledges in order), for the
             # decision latency: its commit may come a commit interval later.
             acks[-1].add_done_callback(lambda _: setattr(result, "published_at", time.time()))
-        return Applied(len(records), records[-1].offset, result, plan, acks, started, ahead)
+        return Applied(len(records), records[-1].offset, result, plan, acks, started, ahead,
+                       publisher if acks else None)
 
     async def commit(self, partition: CommitPartition, batches: Sequence[Applied]) -> CommitOutcome:
         """The applied batches in one transaction, once their ahead sends are acknowledged:
@@ -311,7 +322,7 @@ class BatchCommitter:
         tp, ledger = partition.tp, partition.ledger
         began = txn_began = time.monotonic()
         try:
-            await asyncio.gather(*(ack for batch in batches for ack in batch.acks))
+            await self._acknowledged(batches)
             acked = time.time()
             for batch in batches:
                 if batch.acks and batch.result.published_at is None:
@@ -336,6 +347,30 @@ class BatchCommitter:
         if ledger.clock_of_receipt is not None and ledger.clock_of_receipt < plan.next_offset:
             ledger.clock_of_receipt = None  # that clock is committed now
         return Committed(plan)
+
+
+    async def _acknowledged(self, batches: Sequence[Applied]) -> None:
+        """Every ahead send of the batches acknowledged; if one failed, its producer is replaced
+        before the error is raised. An idempotent producer that lost a send (it expired, or the
+        broker restarted under it) numbers its next ones out of order, and the broker refuses
+        every later send (OutOfOrderSequenceNumber) until a new producer id: the Java client
+        bumps its epoch (KIP-360), aiokafka does not. A command the old one may have published is
+        published again, the same bytes under the same id (docs/exactly-once.md)."""
+        try:
+            await asyncio.gather(*(ack for batch in batches for ack in batch.acks))
+        except KafkaError:
+            for publisher in {id(b.publisher): b.publisher for b in batches if b.publisher}.values():
+                await self._replace_ahead(publisher)
+            raise
+
+    async def _replace_ahead(self, broken: AheadProducer) -> None:
+        if self.ahead is not broken or self.start_ahead is None:
+            return  # another partition's commit replaced it already
+        self.ahead = None  # meanwhile commands go inside their transactions
+        log.warning("the producer of commands published ahead failed a send; replacing it")
+        with contextlib.suppress(Exception):  # a broken producer may refuse to close cleanly
+            await broken.stop()
+        self.ahead = await until_done(self.start_ahead)
 
 
 def _producer_of(partition: CommitPartition) -> TransactionalProducer:

@@ -85,7 +85,8 @@ class Pipeline(ConsumerRebalanceListener):
                 deadletter_raw=settings.deadletter_raw),
             CommitTopics.of(settings), settings.group_id,
             transaction_timeout_s=producers.TRANSACTION_TIMEOUT_MS / 1000,
-            group_offsets_interval_s=settings.group_offsets_interval_s)
+            group_offsets_interval_s=settings.group_offsets_interval_s,
+            start_ahead=lambda: producers.start_ahead_producer(settings))
         self.membership = Membership()
         join_group_waits_for_the_rebalance()
         self.consumer = consumer or AIOKafkaConsumer(
@@ -114,6 +115,8 @@ class Pipeline(ConsumerRebalanceListener):
     async def start(self) -> None:
         if self.settings.publish_ahead and self.committer.ahead is None:
             self.committer.ahead = await producers.start_ahead_producer(self.settings)
+        elif not self.settings.publish_ahead:
+            self.committer.start_ahead = None
         self.consumer.subscribe([self.settings.events_topic], listener=self)
         await self.consumer.start()
         self.progress.tick()

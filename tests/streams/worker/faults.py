@@ -18,6 +18,7 @@ import orjson
 from tests.kafka_harness import (
     END_TXN,
     PRODUCE,
+    SETTLE_S,
     CuttableLink,
     WorkerProcess,
     by_run,
@@ -113,7 +114,8 @@ async def three_kills(partitions: int = 8, runs: int = 480, env: dict[str, str] 
         workers.append(a)
         assert not producing.done(), "the log ended before the third kill: make it longer"
         await producing
-        got = await collect(settings, settings.commands_topic, sum(map(len, expected.values())) + 1, 180)
+        got = await collect(settings, settings.commands_topic,
+                            sum(map(len, expected.values())), 180, settle_s=SETTLE_S)
         outcome.skipped = sum(w.metric("stallwatch_events_skipped_total") for w in (a, b))
     finally:
         for worker in workers:
@@ -218,7 +220,7 @@ async def cut_off(heal_before_expiry: bool, drop: bool = False, partitions: int 
             assert not producing.done(), "the log ended before the heal: make it longer"
             await producing
             got = await collect(settings, settings.commands_topic,
-                                sum(map(len, expected.values())) + 1, 120)
+                                sum(map(len, expected.values())), 120, settle_s=SETTLE_S)
             outcome.zombie_exit = a.proc.poll()
             outcome.zombie_rejoined = any(_served(a)[served_before_heal:])
             outcome.taken_over = any(set(p) - b_partitions for p in _served(b)[before:])

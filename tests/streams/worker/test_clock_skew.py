@@ -11,6 +11,7 @@ from aiokafka import AIOKafkaConsumer
 
 from stallwatch.settings import Settings
 from tests.kafka_harness import (
+    SETTLE_S,
     WorkerProcess,
     by_run,
     collect,
@@ -80,7 +81,7 @@ async def test_two_producers_seven_hours_apart_in_one_run_change_no_decision_of_
             await asyncio.sleep(TICK_S)
         expected = by_run(replay_commands(sent))
         got = by_run(await collect(settings, settings.commands_topic,
-                                   sum(map(len, expected.values())) + 1, 30))
+                                   sum(map(len, expected.values())), 30, settle_s=SETTLE_S))
         assert {run: got.get(run) for run in expected} == expected
         # Live runs are kept; the silent one is forgotten after the idle timeout of broker time.
         assert await changelog_tombstones(settings) == {"silent"}

@@ -12,6 +12,7 @@ from aiokafka import AIOKafkaProducer
 from stallwatch.kafka.topics import ensure_topics
 from stallwatch_streams.worker.health import STALLED_EXIT_CODE
 from tests.kafka_harness import (
+    SETTLE_S,
     WorkerProcess,
     by_run,
     collect,
@@ -85,7 +86,8 @@ async def test_the_broker_restarted_under_load_changes_no_decision():
         # restart, so what it meant to send may reach the topic twice or not at all.
         stored = await stored_events(settings)
         expected = by_run(replay_commands(stored))
-        got = await collect(settings, settings.commands_topic, sum(map(len, expected.values())) + 1, 120)
+        got = await collect(settings, settings.commands_topic,
+                            sum(map(len, expected.values())), 120, settle_s=SETTLE_S)
         got_by_run = by_run(got)
         differing = {run for run in expected if got_by_run.get(run) != expected[run]}
         assert not differing, (sorted(differing), len(stored), len(log), len(set(stored)))
@@ -108,7 +110,8 @@ async def test_a_worker_fenced_by_a_producer_outside_its_group_serves_on_and_los
         log = interleave(mixed_fleet(3))
         await produce(settings, log)
         expected = by_run(replay_commands(log))
-        got = await collect(settings, settings.commands_topic, sum(map(len, expected.values())) + 1, 60)
+        got = await collect(settings, settings.commands_topic,
+                            sum(map(len, expected.values())), 60, settle_s=SETTLE_S)
         assert {run: by_run(got).get(run) for run in expected} == expected
         # The group still gives it partition 0: after a session timeout the worker rebuilds it
         # (the commands above were published ahead, before the fenced commit).
@@ -121,7 +124,8 @@ async def test_a_worker_fenced_by_a_producer_outside_its_group_serves_on_and_los
         more = interleave(mixed_fleet(6)[3:])  # runs of their own
         await produce(settings, more)
         expected = by_run(replay_commands(log + more))
-        got = await collect(settings, settings.commands_topic, sum(map(len, expected.values())) + 1, 60)
+        got = await collect(settings, settings.commands_topic,
+                            sum(map(len, expected.values())), 60, settle_s=SETTLE_S)
         assert {run: by_run(got).get(run) for run in expected} == expected
         assert worker.alive(), worker.log_tail()
     finally:

@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from tests.cli.test_replay_fleet_advisory import log_with_advisories
-from tests.kafka_harness import by_run, collect, produce, replay_commands, serving_worker
+from tests.kafka_harness import SETTLE_S, by_run, collect, produce, replay_commands, serving_worker
 
 pytestmark = pytest.mark.kafka
 
@@ -16,7 +16,7 @@ async def test_the_worker_nudges_once_per_advisory_and_agrees_with_replay():
         log = log_with_advisories()  # "told" gets the same advisory twice (same event_id)
         expected = replay_commands(log)
         await produce(settings, log)
-        got = await collect(settings, settings.commands_topic, len(expected) + 2, 20)
+        got = await collect(settings, settings.commands_topic, len(expected), 20, settle_s=SETTLE_S)
         runs = {run: commands for run, commands in by_run(got).items()
                 if not run.startswith("probe-")}  # the harness's probe run, sent before the log
         assert runs == by_run(expected)

@@ -13,6 +13,7 @@ from stallwatch.contract.digests import derive_secret, digest
 from stallwatch.contract.limits import DEADLETTER_RAW_BYTES
 from tests.engine.test_keyed_digests import guessed_pin, poison_with_a_pin
 from tests.kafka_harness import (
+    SETTLE_S,
     WorkerProcess,
     by_run,
     collect,
@@ -88,7 +89,8 @@ async def test_poison_gets_bounded_answers_and_leaves_other_runs_untouched():
         finally:
             await producer.stop()
         expected = by_run(replay_commands(healthy))
-        got = await collect(settings, settings.commands_topic, sum(map(len, expected.values())) + 8, 60)
+        got = await collect(settings, settings.commands_topic,
+                            sum(map(len, expected.values())), 60, settle_s=SETTLE_S)
         letters = await collect(settings, settings.deadletter_topic, 4, 10)
         await asyncio.sleep(1)
         assert worker.alive(), worker.log_tail()
@@ -111,7 +113,7 @@ async def test_a_run_of_100000_events_keeps_a_bounded_state_and_its_decisions():
     async with serving_worker(partitions=1) as (settings, worker):
         await produce(settings, lines)
         expected = replay_commands(lines)
-        got = await collect(settings, settings.commands_topic, len(expected) + 1, 180)
+        got = await collect(settings, settings.commands_topic, len(expected), 180, settle_s=SETTLE_S)
         changelog = await collect(settings, settings.changelog_topic, 10**9, 5)
         assert worker.alive(), worker.log_tail()
     assert by_run(got)["long"] == by_run(expected)["long"]

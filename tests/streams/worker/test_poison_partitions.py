@@ -13,6 +13,7 @@ import pytest
 from stallwatch.engine.rules.researcher import ResearcherRules
 from stallwatch_streams.fleet.service import partition_of
 from tests.kafka_harness import (
+    SETTLE_S,
     WorkerProcess,
     by_run,
     collect,
@@ -74,7 +75,8 @@ async def test_a_poison_run_on_every_partition_leaves_both_workers_and_every_oth
         b = WorkerProcess(settings, "b", env)
         await b.ready()
         await produce(settings, log, pause_every=200, pause_s=0.05)
-        got = await collect(settings, settings.commands_topic, sum(map(len, expected.values())) + 1, 120)
+        got = await collect(settings, settings.commands_topic,
+                            sum(map(len, expected.values())), 120, settle_s=SETTLE_S)
         letters = await collect(settings, settings.deadletter_topic, PARTITIONS, 20)
         await asyncio.sleep(1)
         assert a.alive(), a.log_tail()

@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from tests.kafka_harness import (
+    SETTLE_S,
     WorkerProcess,
     collect,
     fresh_settings,
@@ -68,7 +69,7 @@ async def test_prometheus_sees_the_counts_the_log_implies(prometheus):
         log = interleave(every_rule())
         expected = [orjson.loads(c) for c in replay_commands(log)]
         await produce(settings, log)
-        await collect(settings, settings.commands_topic, len(expected) + 1, 60)
+        await collect(settings, settings.commands_topic, len(expected), 60, settle_s=SETTLE_S)
         events = Counter(orjson.loads(line)["type"] for line in log)
         events["call_proposed"] += 1
         verdicts = Counter((c["decision"], c["code"] or "none") for c in expected if c["type"] == "verdict")

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 
 from aiokafka import TopicPartition
-from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, ProducerFenced
+from aiokafka.errors import KafkaConnectionError, OutOfOrderSequenceNumber, ProducerFenced
 from aiokafka.structs import ConsumerRecord
 
 from stallwatch.engine.detector import Detector
@@ -44,16 +44,25 @@ async def test_commands_are_published_ahead_and_the_transaction_holds_the_rest()
     assert all(partition == SOURCE.partition for _, partition, _, _ in ahead.sent)
 
 
-async def test_a_failed_ahead_send_is_a_failed_batch_read_again_with_the_same_bytes():
-    p, _ = await ahead_partition(KafkaTimeoutError())
+async def test_a_failed_ahead_send_replaces_its_producer_and_the_batch_is_read_again_with_the_same_bytes():
+    # An idempotent producer that lost a send (the broker restarted under it) has every later
+    # send refused as out of order: it is replaced, once, and the batch read again.
+    p, broken = await ahead_partition(OutOfOrderSequenceNumber())
+    replacement = FakeAheadProducer(transactional=p.committed)
+    started = []
+
+    async def start_ahead() -> FakeAheadProducer:
+        started.append(replacement)
+        return replacement
+
+    p.committer.start_ahead = start_ahead
     assert not await p.commit(looping_run())
     assert p.restores == 1 and p.committed.visible == []  # no transaction after a failed send
-    retry = FakeAheadProducer(transactional=p.committed)
-    p.committer.ahead = retry
+    assert p.committer.ahead is replacement and broken.stopped and len(started) == 1
     assert await p.commit(looping_run())
     reference, ahead = await ahead_partition()
     await reference.commit(looping_run())
-    assert retry.sent == ahead.sent
+    assert replacement.sent == ahead.sent
 
 
 async def test_a_failed_transaction_after_publishing_publishes_the_same_bytes_again():

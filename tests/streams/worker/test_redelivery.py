@@ -11,6 +11,7 @@ import pytest
 
 from tests.engine.test_redelivery import long_run
 from tests.kafka_harness import (
+    SETTLE_S,
     WorkerProcess,
     by_run,
     collect,
@@ -69,7 +70,7 @@ async def test_redeliveries_after_expiry_and_beyond_the_window_never_reuse_an_id
         sent += redelivered
         expected = by_run(replay_commands(sent))  # fails if replay gave one id two contents
         got = by_run(await collect(settings, settings.commands_topic,
-                                   sum(map(len, expected.values())) + 3, 30))  # fails alike
+                                   sum(map(len, expected.values())), 30, settle_s=SETTLE_S))  # fails alike
     finally:
         worker.stop()
     # The window and the closed round: the worker answers as replay does, no second verdict.

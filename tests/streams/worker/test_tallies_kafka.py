@@ -14,6 +14,7 @@ from aiokafka import AIOKafkaConsumer
 from stallwatch.settings import Settings
 from tests.kafka_harness import (
     END_TXN,
+    SETTLE_S,
     CuttableLink,
     WorkerProcess,
     by_run,
@@ -66,7 +67,7 @@ async def test_every_batch_is_tallied_exactly_once():
         log = interleave(mixed_fleet(40))
         expected = replay_commands(log)
         await produce(settings, log)
-        await collect(settings, settings.commands_topic, len(expected) + 1, 30)
+        await collect(settings, settings.commands_topic, len(expected), 30, settle_s=SETTLE_S)
         tallies = await read_tallies(settings, "read_committed")
     finally:
         worker.stop()
@@ -101,7 +102,7 @@ async def test_a_transaction_aborted_by_a_successor_leaves_no_tallies():
             workers.append(WorkerProcess(settings, "successor"))  # fences and aborts
             await producing
             got = await collect(settings, settings.commands_topic,
-                                sum(map(len, expected.values())) + 2, 90)
+                                sum(map(len, expected.values())), 90, settle_s=SETTLE_S)
             committed = await read_tallies(settings, "read_committed")
             uncommitted = await read_tallies(settings, "read_uncommitted")
         finally:

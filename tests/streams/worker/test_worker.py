@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from stallwatch.contract.envelope import envelope
-from tests.kafka_harness import by_run, collect, produce, replay_commands, serving_worker
+from tests.kafka_harness import SETTLE_S, by_run, collect, produce, replay_commands, serving_worker
 from tests.streams.worker.fleet_logs import every_rule, interleave
 
 pytestmark = pytest.mark.kafka
@@ -17,7 +17,7 @@ async def test_every_rule_end_to_end_equals_replay():
         log = interleave(every_rule())
         expected = replay_commands(log)
         await produce(settings, log)
-        got = await collect(settings, settings.commands_topic, len(expected) + 1, 60)
+        got = await collect(settings, settings.commands_topic, len(expected), 60, settle_s=SETTLE_S)
         runs = by_run(got)
         assert {run: runs.get(run) for run in by_run(expected)} == by_run(expected)
         stops = {orjson.loads(c)["run_id"]: orjson.loads(c)["code"] for c in got
@@ -47,7 +47,7 @@ async def test_a_burst_of_garbage_is_dead_lettered_and_other_runs_are_untouched(
                 keys.append(b"pager")
         await produce(settings, log, keys)
         expected = replay_commands(good)
-        got = await collect(settings, settings.commands_topic, len(expected) + 1, 60)
+        got = await collect(settings, settings.commands_topic, len(expected), 60, settle_s=SETTLE_S)
         assert {run: by_run(got).get(run) for run in by_run(expected)} == by_run(expected)
         letters = [orjson.loads(x) for x in
                    await collect(settings, settings.deadletter_topic, len(garbage), 60)]
