@@ -354,7 +354,8 @@ class BatchCommitter:
         before the error is raised. An idempotent producer that lost a send (it expired, or the
         broker restarted under it) numbers its next ones out of order, and the broker refuses
         every later send (OutOfOrderSequenceNumber) until a new producer id: the Java client
-        bumps its epoch (KIP-360), aiokafka does not. A command the old one may have published is
+        bumps its epoch (KIP-360), aiokafka does not (aio-libs/aiokafka#1017). A command the old
+        one may have published is
         published again, the same bytes under the same id (docs/exactly-once.md)."""
         try:
             await asyncio.gather(*(ack for batch in batches for ack in batch.acks))
