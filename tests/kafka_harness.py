@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -313,6 +314,25 @@ class WorkerProcess(StallwatchProcess):
                 break
             await asyncio.sleep(0.2)
         raise AssertionError(f"worker not ready after {timeout_s} s:\n{self.log_tail()}")
+
+    def assignments(self) -> list[list[int]]:
+        """Every assignment the worker's log reports serving, in order."""
+        served = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            msg = json.loads(line).get("msg", "") if line.startswith("{") else ""
+            if msg.startswith("serving partitions ["):
+                served.append(json.loads(msg[len("serving partitions "):msg.index("]") + 1]))
+        return served
+
+    async def serving(self, count: int, timeout_s: float) -> bool:
+        """Until the worker's latest assignment has `count` partitions (False if it never does)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            served = self.assignments()
+            if served and len(served[-1]) == count:
+                return True
+            await asyncio.sleep(0.05)
+        return False
 
 
 @contextlib.asynccontextmanager

@@ -60,6 +60,9 @@ async def served(cluster: None) -> AsyncIterator[tuple[Settings, list[WorkerProc
     try:
         for worker in workers:
             await worker.ready(120)
+        # Settled: each serves its half (a fault during the first rebalance is another test).
+        for worker in workers:
+            assert await worker.serving(PARTITIONS // 2, 60), worker.log_tail()
         yield settings, workers
     finally:
         for worker in workers:

@@ -8,7 +8,6 @@ Shared by the tests (one pass each) and `benchmarks/kill_loop.py`, `benchmarks/c
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -154,27 +153,6 @@ class CutOutcome(Outcome):
     zombie_log: str = ""
 
 
-def _served(worker: WorkerProcess) -> list[list[int]]:
-    """Every assignment the worker's log reports serving, in order."""
-    served = []
-    for line in worker.log_path.read_text(errors="replace").splitlines():
-        msg = json.loads(line).get("msg", "") if line.startswith("{") else ""
-        if msg.startswith("serving partitions ["):
-            served.append(json.loads(msg[len("serving partitions "):msg.index("]") + 1]))
-    return served
-
-
-async def _serving(worker: WorkerProcess, count: int, timeout_s: float) -> bool:
-    """Until the worker's latest assignment has `count` partitions."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        served = _served(worker)
-        if served and len(served[-1]) == count:
-            return True
-        await asyncio.sleep(0.05)
-    return False
-
-
 async def cut_off(heal_before_expiry: bool, drop: bool = False, partitions: int = 8,
                   runs: int = 360) -> CutOutcome:
     """Two workers under a steady load; A reaches the broker only through a `CuttableLink`.
@@ -200,12 +178,12 @@ async def cut_off(heal_before_expiry: bool, drop: bool = False, partitions: int 
             b = WorkerProcess(settings, "b")
             workers.append(b)
             await b.ready()
-            assert await _serving(a, partitions // 2, 30), a.log_tail()  # the group settled
+            assert await a.serving(partitions // 2, 30), a.log_tail()  # the group settled
             producing = asyncio.create_task(produce(settings, log, pause_every=STEADY_EVERY,
                                                     pause_s=STEADY_PAUSE_S))
             await asyncio.sleep(2)
-            before = len(_served(b))
-            b_partitions = set(_served(b)[-1])
+            before = len(b.assignments())
+            b_partitions = set(b.assignments()[-1])
             link.cut_at(PRODUCE if heal_before_expiry else END_TXN, drop)
             await asyncio.wait_for(link.cut_seen.wait(), 15)
             cut = time.monotonic()
@@ -213,8 +191,8 @@ async def cut_off(heal_before_expiry: bool, drop: bool = False, partitions: int 
                 heal_at = link.last_heartbeat + SESSION_S - HEAL_MARGIN_S
                 await asyncio.sleep(max(0.0, heal_at - time.monotonic()))
             else:
-                await _serving(b, partitions, 30)
-            served_before_heal = len(_served(a))
+                await b.serving(partitions, 30)
+            served_before_heal = len(a.assignments())
             link.heal()
             outcome.cut_s = time.monotonic() - cut
             assert not producing.done(), "the log ended before the heal: make it longer"
@@ -222,8 +200,8 @@ async def cut_off(heal_before_expiry: bool, drop: bool = False, partitions: int 
             got = await collect(settings, settings.commands_topic,
                                 sum(map(len, expected.values())), 120, settle_s=SETTLE_S)
             outcome.zombie_exit = a.proc.poll()
-            outcome.zombie_rejoined = any(_served(a)[served_before_heal:])
-            outcome.taken_over = any(set(p) - b_partitions for p in _served(b)[before:])
+            outcome.zombie_rejoined = any(a.assignments()[served_before_heal:])
+            outcome.taken_over = any(set(p) - b_partitions for p in b.assignments()[before:])
         finally:
             # Stopped from threads: the link runs on this loop, and a worker leaving the group
             # through it must not wait on a loop blocked in `stop`.
