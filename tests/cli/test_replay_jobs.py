@@ -172,8 +172,15 @@ def test_a_replay_stopped_by_sigterm_leaves_no_job_running_and_no_temporary_file
             while not list(folder.glob("*/job-*")) and time.monotonic() < deadline:
                 time.sleep(0.01)
             children = Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split()
-            assert parent.poll() is None and len(children) == 2  # stopped while the jobs run
+            # The jobs held (a replay this size ends in a fraction of a second): the parent is
+            # stopped while they run, whatever the machine's load.
+            for child in children:
+                os.kill(int(child), signal.SIGSTOP)
+            assert parent.poll() is None and len(children) == 2
             parent.send_signal(signal.SIGTERM)
+            time.sleep(0.2)
+            for child in children:
+                os.kill(int(child), signal.SIGCONT)
             assert parent.wait(timeout=30) != 0
         finally:
             parent.kill()
