@@ -16,6 +16,7 @@ kind the parser names).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import io
 import random
@@ -126,8 +127,18 @@ def mixed_log(runs: int = MIXED_RUNS, seed: int = 16) -> list[bytes]:
         if rng.random() < 0.02 and lines:
             lines.append(rng.choice(lines[-600:]))  # a redelivery, near or beyond the id window
         if rng.random() < 0.01:
-            lines.append(_bad_line(rng, lines[-1]))
+            lines.append(_bad_line(rng, _last_event(lines)))
     return lines
+
+
+def _last_event(lines: list[bytes]) -> bytes:
+    """The newest line that parses as an event's object: the last one, unless a redelivery just
+    repeated a malformed line (then the one before it that parses)."""
+    for line in reversed(lines):
+        with contextlib.suppress(orjson.JSONDecodeError):
+            if isinstance(orjson.loads(line), dict):
+                return line
+    raise ValueError("no event to spoil yet")
 
 
 _TOOLS = ("search", "fetch", "wait", "edit", "bash")

@@ -161,33 +161,74 @@ def test_a_missing_log_fails_as_in_one_process_before_any_job_starts(tmp_path):
 def test_a_replay_stopped_by_sigterm_leaves_no_job_running_and_no_temporary_file(tmp_path):
     """A stopped parent must take its jobs with it: orphaned, they replayed on to the end into
     a temporary folder no one would remove (beside the copy of standard input)."""
-    folder = tmp_path / "tmp"
-    folder.mkdir()
-    log = written(tmp_path, mixed_log(runs=1500, seed=9))
+    # A replay this size ends in a fraction of a second: the jobs are held (SIGSTOP) so that the
+    # parent is stopped while they run; if they had ended already, a larger log is tried.
+    for runs in (1500, 6000, 24000):
+        folder = tmp_path / f"tmp-{runs}"
+        folder.mkdir()
+        held = _stop_during_the_jobs(written(tmp_path, mixed_log(runs=runs, seed=9)), folder)
+        if held is not None:
+            break
+    else:
+        raise AssertionError("every replay ended before its jobs could be held")
+    code, children = held
+    assert code != 0
+    deadline = time.monotonic() + 10  # an orphan is reaped by init, a moment later
+    while (left := [c for c in children if Path(f"/proc/{c}").exists()]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, [_state(child) for child in left]
+    assert list(folder.iterdir()) == []
+
+
+def _stop_during_the_jobs(log: Path, folder: Path) -> tuple[int, list[str]] | None:
+    """`stallwatch replay --jobs 2 -` given SIGTERM while both its jobs are held: its exit status
+    and the jobs' pids, or None when the jobs ended before they could be held."""
     with log.open("rb") as source:
         parent = subprocess.Popen([sys.executable, "-m", "stallwatch.cli.main", "replay", "--jobs",
                                    "2", "-"], stdin=source, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(folder)})
         try:
             deadline = time.monotonic() + 60
-            while not list(folder.glob("*/job-*")) and time.monotonic() < deadline:
-                time.sleep(0.01)
-            children = Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split()
-            # The jobs held (a replay this size ends in a fraction of a second): the parent is
-            # stopped while they run, whatever the machine's load.
-            for child in children:
-                os.kill(int(child), signal.SIGSTOP)
-            assert parent.poll() is None and len(children) == 2
+            children: list[str] = []
+            while len(children) < 2 and parent.poll() is None and time.monotonic() < deadline:
+                children = Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split()
+                time.sleep(0.002)
+            _signal(children, signal.SIGSTOP)
+            if len(children) < 2 or not all(_stopped(child) for child in children):
+                _signal(children, signal.SIGCONT)
+                parent.wait(timeout=60)
+                return None
             parent.send_signal(signal.SIGTERM)
             time.sleep(0.2)
-            for child in children:  # the parent's SIGTERM may have ended it already
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(child), signal.SIGCONT)
-            assert parent.wait(timeout=30) != 0
+            _signal(children, signal.SIGCONT)  # the parent's SIGTERM may have ended them already
+            return parent.wait(timeout=30), children
         finally:
             parent.kill()
-    assert not [child for child in children if Path(f"/proc/{child}").exists()]
-    assert list(folder.iterdir()) == []
+
+
+def _signal(pids: list[str], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signum)
+
+
+def _stopped(pid: str, timeout_s: float = 5.0) -> bool:
+    """Whether the process stops (a signal lands once it is scheduled); False once it ended."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = _state(pid)
+        if state[0] in "TtZX" or state == "gone":
+            return state[0] in "Tt"
+        time.sleep(0.005)
+    return False
+
+
+def _state(pid: str) -> str:
+    """The process's state letter and name (/proc/PID/stat), or "gone"."""
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return f"{stat[stat.rindex(')') + 2]} {stat[stat.index('(') + 1:stat.rindex(')')]}"
+    return "gone"
 
 
 class _OneFile(io.RawIOBase):
