@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiokafka import TopicPartition
-from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.errors import IllegalOperation, KafkaError, ProducerFenced
 
 from stallwatch.contract.commands import Command, encode_command
 from stallwatch.engine.state import RunState
@@ -200,6 +200,16 @@ class CommitLedger:
     # (CreateTime records). Until that batch commits, its clock is in no log: a successor would
     # read it again at another time, so no later batch is published ahead.
     clock_of_receipt: int | None = None
+    # Its uncommitted batches' commands: the last offset of a batch whose commands wait in its
+    # transaction, and the producer that published the others ahead. A later batch is published
+    # ahead only by that producer and only after such a batch: none overtakes an earlier one's
+    # commands (commands of a run are in order). Reset when the uncommitted batches are discarded.
+    inside_until: int | None = None
+    ahead_by: Any = None
+    ahead_until: int | None = None
+
+    def discarded(self) -> None:
+        self.inside_until = self.ahead_by = self.ahead_until = None
 
 
 class CommitPartition(Protocol):
@@ -234,7 +244,7 @@ class Failed:
     from what Kafka committed and its batches read again, unless it failed too often in a row
     (`final`: a failure that repeats is not the broker coming back, and ends the worker)."""
 
-    error: KafkaError
+    error: KafkaError | IllegalOperation
     attempt: int  # the partition's transactions failed in a row, this one included
 
     @property
@@ -293,8 +303,13 @@ class BatchCommitter:
         expired = [run_id for run_id in partition.expiry.due(states) if run_id not in result.states]
         for run_id in expired:
             states.delete(run_id)
+        publisher = self.ahead
         if all_append_timed(records):
-            ahead = self.ahead is not None and ledger.clock_of_receipt is None
+            ahead = (publisher is not None and ledger.clock_of_receipt is None
+                     and ledger.inside_until is None
+                     and (ledger.ahead_until is None or ledger.ahead_by is publisher))
+            if not ahead and result.commands:
+                ledger.inside_until = records[-1].offset
         else:
             ahead, ledger.clock_of_receipt = False, records[-1].offset
         # Planned before the sends' await: the partition may be rebuilt or dropped meanwhile (the
@@ -302,8 +317,8 @@ class BatchCommitter:
         plan = plan_commit(self.topics, tp, result, expired, records[-1].offset + 1, False,
                            states.clock.newest, ahead)
         acks: list[asyncio.Future[Any]] = []
-        publisher = self.ahead
-        if ahead and result.commands and publisher is not None:  # ahead: there is a producer
+        if ahead and result.commands and publisher is not None:
+            ledger.ahead_by, ledger.ahead_until = publisher, records[-1].offset  # ahead: there is a producer
             # Final for readers once acknowledged: whoever reads this batch again (a rebuild, a
             # successor) computes the same commands, byte for byte, from the same log and a
             # committed start state (docs/exactly-once.md).
@@ -337,7 +352,9 @@ class BatchCommitter:
             # Younger than the timeout (on this clock, which started it before the broker saw
             # it), the transaction cannot have been aborted for its age.
             return Fenced(exc, time.monotonic() - txn_began >= self.transaction_timeout_s)
-        except KafkaError as exc:
+        except (KafkaError, IllegalOperation) as exc:
+            # IllegalOperation: aiokafka's producer left its transaction on an error (a fencing
+            # it met between the batch's sends); a rebuild starts a new producer either way.
             ledger.failures += 1
             return Failed(exc, ledger.failures)
         ledger.failures = 0
@@ -346,6 +363,10 @@ class BatchCommitter:
         partition.states.position = plan.next_offset
         if ledger.clock_of_receipt is not None and ledger.clock_of_receipt < plan.next_offset:
             ledger.clock_of_receipt = None  # that clock is committed now
+        if ledger.inside_until is not None and ledger.inside_until < plan.next_offset:
+            ledger.inside_until = None
+        if ledger.ahead_until is not None and ledger.ahead_until < plan.next_offset:
+            ledger.ahead_by = ledger.ahead_until = None
         return Committed(plan)
 
 
@@ -357,10 +378,14 @@ class BatchCommitter:
         bumps its epoch (KIP-360), aiokafka does not (aio-libs/aiokafka#1017). A command the old
         one may have published is
         published again, the same bytes under the same id (docs/exactly-once.md)."""
+        sends = [(ack, batch.publisher) for batch in batches for ack in batch.acks]
         try:
-            await asyncio.gather(*(ack for batch in batches for ack in batch.acks))
+            await asyncio.gather(*(ack for ack, _ in sends))
         except KafkaError:
-            for publisher in {id(b.publisher): b.publisher for b in batches if b.publisher}.values():
+            # Only a producer whose send failed: another one in these batches is healthy.
+            broken = {id(p): p for ack, p in sends if p is not None and ack.done()
+                      and not ack.cancelled() and isinstance(ack.exception(), KafkaError)}
+            for publisher in broken.values():
                 await self._replace_ahead(publisher)
             raise
 

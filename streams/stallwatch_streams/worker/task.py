@@ -335,6 +335,7 @@ class PartitionTask:
         self.lifecycle.to(TaskState.REBUILDING)
         self._pending = []
         self.next_offset = None
+        self.ledger.discarded()
         self.context.consumer.pause(self.tp)
         self.epoch += 1
 
