@@ -21,7 +21,6 @@ to the group, which says whose it is; a partition that keeps failing ends the wo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -37,7 +36,6 @@ from stallwatch.engine.state import RunState
 from stallwatch.settings import Settings
 from stallwatch_streams.worker.batch import LOG_APPEND_TIME, BatchApplier, BatchResult, SourceRecord
 from stallwatch_streams.worker.expiry import ExpiryScan
-from stallwatch_streams.worker.retry import until_done
 from stallwatch_streams.worker.store import POSITION_KEY, PartitionStates, encode_position
 
 log = logging.getLogger(__name__)
@@ -205,8 +203,17 @@ class CommitLedger:
     # ahead only by that producer and only after such a batch: none overtakes an earlier one's
     # commands (commands of a run are in order). Reset when the uncommitted batches are discarded.
     inside_until: int | None = None
-    ahead_by: Any = None
+    ahead_by: AheadProducer | None = None
     ahead_until: int | None = None
+
+    def committed_to(self, next_offset: int) -> None:
+        """A commit up to `next_offset`: what it held back of later batches no longer holds."""
+        if self.clock_of_receipt is not None and self.clock_of_receipt < next_offset:
+            self.clock_of_receipt = None  # that clock is committed now
+        if self.inside_until is not None and self.inside_until < next_offset:
+            self.inside_until = None
+        if self.ahead_until is not None and self.ahead_until < next_offset:
+            self.ahead_by = self.ahead_until = None
 
     def discarded(self) -> None:
         self.inside_until = self.ahead_by = self.ahead_until = None
@@ -276,7 +283,8 @@ class BatchCommitter:
     def __init__(self, applier: BatchApplier, topics: CommitTopics, group_id: str,
                  transaction_timeout_s: float = float("inf"),
                  group_offsets_interval_s: float = 0.0,
-                 start_ahead: Callable[[], Awaitable[AheadProducer]] | None = None) -> None:
+                 replace_ahead: Callable[[AheadProducer], Awaitable[AheadProducer]] | None = None,
+                 ) -> None:
         self.applier = applier
         self.topics = topics
         self.group_id = group_id
@@ -285,9 +293,9 @@ class BatchCommitter:
         self.transaction_timeout_s = transaction_timeout_s
         self.group_offsets_interval_s = group_offsets_interval_s
         # The idempotent producer that publishes commands ahead of their transaction (None: in it),
-        # and how a new one starts when it breaks.
+        # and what replaces it when it breaks (None: nothing does).
         self.ahead: AheadProducer | None = None
-        self.start_ahead = start_ahead
+        self.replace_ahead = replace_ahead
 
     async def apply(self, partition: CommitPartition, records: Sequence[SourceRecord]) -> Applied:
         """Apply a batch to the partition's states in memory, the states taking its new runs and
@@ -317,8 +325,8 @@ class BatchCommitter:
         plan = plan_commit(self.topics, tp, result, expired, records[-1].offset + 1, False,
                            states.clock.newest, ahead)
         acks: list[asyncio.Future[Any]] = []
-        if ahead and result.commands and publisher is not None:
-            ledger.ahead_by, ledger.ahead_until = publisher, records[-1].offset  # ahead: there is a producer
+        if ahead and result.commands and publisher is not None:  # ahead: there is a producer
+            ledger.ahead_by, ledger.ahead_until = publisher, records[-1].offset
             # Final for readers once acknowledged: whoever reads this batch again (a rebuild, a
             # successor) computes the same commands, byte for byte, from the same log and a
             # committed start state (docs/exactly-once.md).
@@ -361,14 +369,8 @@ class BatchCommitter:
         if group_offsets:
             ledger.group_offsets_at = began
         partition.states.position = plan.next_offset
-        if ledger.clock_of_receipt is not None and ledger.clock_of_receipt < plan.next_offset:
-            ledger.clock_of_receipt = None  # that clock is committed now
-        if ledger.inside_until is not None and ledger.inside_until < plan.next_offset:
-            ledger.inside_until = None
-        if ledger.ahead_until is not None and ledger.ahead_until < plan.next_offset:
-            ledger.ahead_by = ledger.ahead_until = None
+        ledger.committed_to(plan.next_offset)
         return Committed(plan)
-
 
     async def _acknowledged(self, batches: Sequence[Applied]) -> None:
         """Every ahead send of the batches acknowledged; if one failed, its producer is replaced
@@ -376,8 +378,8 @@ class BatchCommitter:
         broker restarted under it) numbers its next ones out of order, and the broker refuses
         every later send (OutOfOrderSequenceNumber) until a new producer id: the Java client
         bumps its epoch (KIP-360), aiokafka does not (aio-libs/aiokafka#1017). A command the old
-        one may have published is
-        published again, the same bytes under the same id (docs/exactly-once.md)."""
+        one may have published is published again, the same bytes under the same id
+        (docs/exactly-once.md)."""
         sends = [(ack, batch.publisher) for batch in batches for ack in batch.acks]
         try:
             await asyncio.gather(*(ack for ack, _ in sends))
@@ -390,13 +392,11 @@ class BatchCommitter:
             raise
 
     async def _replace_ahead(self, broken: AheadProducer) -> None:
-        if self.ahead is not broken or self.start_ahead is None:
+        if self.ahead is not broken or self.replace_ahead is None:
             return  # another partition's commit replaced it already
         self.ahead = None  # meanwhile commands go inside their transactions
         log.warning("the producer of commands published ahead failed a send; replacing it")
-        with contextlib.suppress(Exception):  # a broken producer may refuse to close cleanly
-            await broken.stop()
-        self.ahead = await until_done(self.start_ahead)
+        self.ahead = await self.replace_ahead(broken)
 
 
 def _producer_of(partition: CommitPartition) -> TransactionalProducer:

@@ -86,7 +86,8 @@ class Pipeline(ConsumerRebalanceListener):
             CommitTopics.of(settings), settings.group_id,
             transaction_timeout_s=producers.TRANSACTION_TIMEOUT_MS / 1000,
             group_offsets_interval_s=settings.group_offsets_interval_s,
-            start_ahead=lambda: producers.start_ahead_producer(settings))
+            replace_ahead=(lambda broken: producers.replace_ahead_producer(settings, broken))
+            if settings.publish_ahead else None)
         self.membership = Membership()
         join_group_waits_for_the_rebalance()
         self.consumer = consumer or AIOKafkaConsumer(
@@ -115,8 +116,6 @@ class Pipeline(ConsumerRebalanceListener):
     async def start(self) -> None:
         if self.settings.publish_ahead and self.committer.ahead is None:
             self.committer.ahead = await producers.start_ahead_producer(self.settings)
-        elif not self.settings.publish_ahead:
-            self.committer.start_ahead = None
         self.consumer.subscribe([self.settings.events_topic], listener=self)
         await self.consumer.start()
         self.progress.tick()

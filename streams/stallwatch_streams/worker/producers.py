@@ -10,6 +10,7 @@ from stallwatch.kafka.aiokafka_patch import shorten_concurrent_transactions_back
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.settings import Settings
 from stallwatch_streams.worker.commit import AheadProducer, TransactionalProducer
+from stallwatch_streams.worker.retry import until_done
 
 # Other retries of the transactional producer back off this long: the same refusal met by the
 # offsets later in a transaction (at 10 ms, the decision latency's p50 was
@@ -45,6 +46,13 @@ async def start_ahead_producer(settings: Settings) -> AIOKafkaProducer:
     return await _started(AIOKafkaProducer(enable_idempotence=True, acks="all", linger_ms=0,
                                            retry_backoff_ms=RETRY_BACKOFF_MS,
                                            **aiokafka_options(settings)))
+
+
+async def replace_ahead_producer(settings: Settings, broken: AheadProducer) -> AIOKafkaProducer:
+    """A new producer of commands published ahead in place of one that failed a send: the broken
+    one stopped, the new one started once the broker answers."""
+    await stop_quietly(broken)
+    return await until_done(lambda: start_ahead_producer(settings))
 
 
 async def _started(producer: AIOKafkaProducer) -> AIOKafkaProducer:

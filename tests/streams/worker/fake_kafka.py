@@ -122,7 +122,6 @@ class FakeAheadProducer:
         self.fail = fail
         self.transactional = transactional
         self.sent: list[tuple[str, int | None, bytes | None, bytes | None]] = []
-        self.stopped = False
 
     async def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
                    partition: int | None = None) -> asyncio.Future[None]:
@@ -137,7 +136,7 @@ class FakeAheadProducer:
         return done
 
     async def stop(self) -> None:
-        self.stopped = True
+        pass
 
     def records(self, topic: str) -> list[tuple[bytes | None, bytes | None]]:
         return [(key, value) for t, _, key, value in self.sent if t == topic]

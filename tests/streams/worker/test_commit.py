@@ -156,7 +156,9 @@ async def test_a_fenced_producer_publishes_nothing_and_the_worker_goes_on():
     producer = FakeProducer(fail_commit=ProducerFenced())
     pipeline, _, started = await pipeline_of(producer)
     loop = asyncio.create_task(pipeline.run())
+    deadline = asyncio.get_running_loop().time() + 5
     while (task := pipeline.tasks.get(0)) is None or task.state is not TaskState.DROPPED:
+        assert not loop.done() and asyncio.get_running_loop().time() < deadline  # not ended, nor stuck
         await asyncio.sleep(0.001)
     assert producer.visible == [] and producer.offsets == {}
     assert started == []  # not rebuilt yet: the group has a session timeout to say whose it is

@@ -49,16 +49,16 @@ async def test_a_failed_ahead_send_replaces_its_producer_and_the_batch_is_read_a
     # send refused as out of order: it is replaced, once, and the batch read again.
     p, broken = await ahead_partition(OutOfOrderSequenceNumber())
     replacement = FakeAheadProducer(transactional=p.committed)
-    started = []
+    replaced: list[object] = []
 
-    async def start_ahead() -> FakeAheadProducer:
-        started.append(replacement)
+    async def replace_ahead(old: object) -> FakeAheadProducer:
+        replaced.append(old)
         return replacement
 
-    p.committer.start_ahead = start_ahead
+    p.committer.replace_ahead = replace_ahead
     assert not await p.commit(looping_run())
     assert p.restores == 1 and p.committed.visible == []  # no transaction after a failed send
-    assert p.committer.ahead is replacement and broken.stopped and len(started) == 1
+    assert p.committer.ahead is replacement and replaced == [broken]
     assert await p.commit(looping_run())
     reference, ahead = await ahead_partition()
     await reference.commit(looping_run())
