@@ -70,6 +70,11 @@ async def test_a_worker_cut_off_mid_transaction_and_back_before_its_session_expi
     assert outcome.zombie_exit is None and not outcome.zombie_fenced, outcome.zombie_log
 
 
+def diff_of(run: str, expected: dict[str, list[bytes]], got: dict[str, list[bytes]]) -> str:
+    """One differing run's commands, replay's beside the worker's, for the failure message."""
+    return f"{run}:\n replay: {expected.get(run)}\n worker: {got.get(run)}"
+
+
 @pytest.mark.solo
 async def test_the_broker_restarted_under_load_changes_no_decision():
     settings = fresh_settings(partitions=4)
@@ -90,7 +95,8 @@ async def test_the_broker_restarted_under_load_changes_no_decision():
                             sum(map(len, expected.values())), 120, settle_s=SETTLE_S)
         got_by_run = by_run(got)
         differing = {run for run in expected if got_by_run.get(run) != expected[run]}
-        assert not differing, (sorted(differing), len(stored), len(log), len(set(stored)))
+        assert not differing, (diff_of(sorted(differing)[0], expected, got_by_run), sorted(differing),
+                               len(stored), len(log), worker.log_tail())
         assert worker.alive(), worker.log_tail()
     finally:
         worker.stop()
