@@ -50,6 +50,15 @@ def set_fetch_max_wait(consumer: AIOKafkaConsumer, wait_ms: int) -> None:
         fetcher._fetch_max_wait_ms = wait_ms
 
 
+def request_rejoin(consumer: AIOKafkaConsumer) -> None:
+    """The consumer rejoins its group at once (the Java client's `enforceRebalance`): aiokafka's
+    coordinator has the call, its consumer does not expose it. A consumer not started yet (no
+    coordinator) joins anyway when it starts."""
+    coordinator = getattr(consumer, "_coordinator", None)
+    if coordinator is not None:
+        coordinator.request_rejoin()
+
+
 # Beyond the rebalance timeout, for a slow answer: the Java client's margin (KAFKA-5570).
 JOIN_GROUP_MARGIN_S = 5.0
 _send_with_request_timeout = AIOKafkaConnection.send

@@ -343,18 +343,24 @@ class BatchCommitter:
         `Committed`, or how it failed (nothing of it visible then). Counts the partition's
         failures in a row in its ledger."""
         tp, ledger = partition.tp, partition.ledger
-        began = txn_began = time.monotonic()
+        began = time.monotonic()
         try:
             await self._acknowledged(batches)
-            acked = time.time()
-            for batch in batches:
-                if batch.acks and batch.result.published_at is None:
-                    batch.result.published_at = acked
-            group_offsets = began - ledger.group_offsets_at >= self.group_offsets_interval_s
-            plan = plan_batches(tp, batches, group_offsets)
-            # The transaction's age starts here, after the acks: a long wait for them is no age
-            # of the transaction, and would make a successor's fencing look like a timeout.
-            txn_began = time.monotonic()
+        except KafkaError as exc:
+            # The worker's ahead producer, not the partition's: even a fencing of it says nothing
+            # of whose the partition is, and a rebuild sends the commands again.
+            ledger.failures += 1
+            return Failed(exc, ledger.failures)
+        acked = time.time()
+        for batch in batches:
+            if batch.acks and batch.result.published_at is None:
+                batch.result.published_at = acked
+        group_offsets = began - ledger.group_offsets_at >= self.group_offsets_interval_s
+        plan = plan_batches(tp, batches, group_offsets)
+        # The transaction's age starts here, after the acks: a long wait for them is no age of
+        # the transaction, and would make a successor's fencing look like a timeout.
+        txn_began = time.monotonic()
+        try:
             await write_plan(_producer_of(partition), plan, self.group_id)
         except ProducerFenced as exc:
             # Younger than the timeout (on this clock, which started it before the broker saw

@@ -23,7 +23,11 @@ from aiokafka.errors import KafkaError
 
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.quota import RunQuota
-from stallwatch.kafka.aiokafka_patch import join_group_waits_for_the_rebalance, set_fetch_max_wait
+from stallwatch.kafka.aiokafka_patch import (
+    join_group_waits_for_the_rebalance,
+    request_rejoin,
+    set_fetch_max_wait,
+)
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.settings import Settings
 from stallwatch_streams.metrics import StallwatchMetrics
@@ -88,7 +92,7 @@ class Pipeline(ConsumerRebalanceListener):
             group_offsets_interval_s=settings.group_offsets_interval_s,
             replace_ahead=(lambda broken: producers.replace_ahead_producer(settings, broken))
             if settings.publish_ahead else None)
-        self.membership = Membership()
+        self.membership = Membership(rejoin=lambda: request_rejoin(self.consumer))
         join_group_waits_for_the_rebalance()
         self.consumer = consumer or AIOKafkaConsumer(
             group_id=settings.group_id, group_instance_id=settings.instance_id,

@@ -32,7 +32,6 @@ from stallwatch_streams.worker.commit import (
     TransactionalProducer,
 )
 from stallwatch_streams.worker.expiry import ExpiryScan
-from stallwatch_streams.worker.membership import GROUP_CONFIRM_S
 from stallwatch_streams.worker.retry import until_done
 from stallwatch_streams.worker.store import PartitionStates
 from stallwatch_streams.worker.task_context import TaskContext
@@ -83,7 +82,6 @@ class PartitionTask:
         self._full = False  # paused for pending records past the bound
         self._began = float("-inf")  # when (monotonic) its last transaction began
         self._loop: asyncio.Task[None] | None = None  # its commit loop
-        self._confirm: asyncio.Task[None] | None = None  # its wait for the group after a timeout
 
     def __repr__(self) -> str:
         return f"PartitionTask({self.tp.topic}-{self.tp.partition}, {self.state.name})"
@@ -155,15 +153,9 @@ class PartitionTask:
         if self._states is not None and self._states.position is not None:
             self.context.consumer.seek(self.tp, self._states.position)
 
-    def stop_waiting(self) -> None:
-        """No rebuild after a timed-out transaction any more: the worker stops, or the task closes."""
-        if self._confirm is not None:
-            self._confirm.cancel()
-
     async def close(self) -> None:
         """Given away, or the worker stops: its producer closed, its states let go. Nothing of
         it is pending: the rebalance settled its batches first (or a stop abandoned them)."""
-        self.stop_waiting()
         self.lifecycle.to(TaskState.CLOSED)
         await self._close_producer()
         self._states = None
@@ -294,25 +286,22 @@ class PartitionTask:
         group can tell whether a successor holds the partition, and a rebuild now (a new producer
         under the same id) would fence that successor. So, as Kafka Streams does with a
         `TaskMigratedException`, the task is dropped (its producer, its states; it stays paused)
-        and rebuilt once the group has had a session timeout to say otherwise: a rebalance that
-        moved it reaches this member by its next heartbeat, and the assignment that follows
-        rebuilds or forgets it. No batch of it is lost: what was not committed is read again by
-        whoever holds the partition."""
+        and the group is asked to rebalance: the assignment that follows rebuilds it if it is
+        still this worker's, or forgets it. No batch of it is lost: what was not committed is
+        read again by whoever holds the partition."""
         if outcome.past_timeout:
             log.warning("partition %d: its transaction outlived the transaction timeout (%d ms) "
-                        "and was fenced; rebuilding the partition unless the group moved it",
+                        "and was fenced; asking the group whose the partition is",
                         self.tp.partition, producers.TRANSACTION_TIMEOUT_MS)
         else:
-            log.warning("partition %d: its producer was fenced (%r); rebuilding the partition "
-                        "unless the group moved it", self.tp.partition, outcome.error)
+            log.warning("partition %d: its producer was fenced (%r); asking the group whose the "
+                        "partition is", self.tp.partition, outcome.error)
         self.context.metrics.batch_retries.inc()
         self._discard()
         await self._close_producer()
         self._drop()
-        confirm = asyncio.create_task(self._rebuild_if_still_ours(self.context.membership.generation),
-                                      name=f"confirm-{self.tp.partition}")
-        self._confirm = confirm
-        confirm.add_done_callback(self._confirmed)
+        if not self.context.membership.stopping:
+            self.context.membership.ask_the_group()
 
     async def _rebuild(self) -> None:
         """A new producer under the partition's transactional id (aborting our own open
@@ -372,32 +361,6 @@ class PartitionTask:
         else:
             consumer.seek(self.tp, position)
         return position
-
-    async def _rebuild_if_still_ours(self, generation: int) -> None:
-        await asyncio.sleep(GROUP_CONFIRM_S)
-        membership = self.context.membership
-        async with membership.lock:
-            if (generation != membership.generation or self.state is not TaskState.DROPPED
-                    or self.tp not in self.context.consumer.assignment()):
-                return  # the group spoke: the assignment that followed rebuilt or forgot it
-            log.info("partition %d: still this worker's after %.0f s; rebuilding it",
-                     self.tp.partition, GROUP_CONFIRM_S)
-            self.busy_since = time.monotonic()
-            try:
-                if membership.revoking:
-                    log.info("partition %d: its transaction failed during a rebalance; the "
-                             "assignment that follows restores it or gives it away",
-                             self.tp.partition)
-                    return
-                await self._restore_alone()
-            finally:
-                self.busy_since = None
-
-    def _confirmed(self, confirm: asyncio.Task[None]) -> None:
-        if self._confirm is confirm:
-            self._confirm = None
-        if not confirm.cancelled() and (exc := confirm.exception()) is not None:
-            self.context.membership.rebalance_failed(exc)
 
     async def _close_producer(self) -> None:
         producer, self.producer = self.producer, None

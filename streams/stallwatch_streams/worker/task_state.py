@@ -11,12 +11,12 @@
    │       │ a transaction failed                    │ a transaction failed
    │       ▼                                         │
    ├── REBUILDING ◄──────────────────────────────────┘
-   │       │ a rebalance is under way, or the broker aborted the transaction for its age
+   │       │ a rebalance is under way, or its producer was fenced (the group is asked)
    │       ▼
    └─── DROPPED
 
    REBUILDING ──► RESTORING: rebuilt (a new producer, its states read again).
-   DROPPED ──► RESTORING: still this worker's a session later, or assigned again.
+   DROPPED ──► RESTORING: assigned again by the rebalance that follows.
    Every state but CLOSED ──► CLOSED: the group gave the partition away, or the worker stops.
 
 Kafka Streams' `Task.State` (CREATED → RESTORING → RUNNING ⇄ SUSPENDED → CLOSED) is the model.

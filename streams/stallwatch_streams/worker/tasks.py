@@ -58,7 +58,7 @@ class PartitionTasks:
     async def assign(self, assigned: list[TopicPartition]) -> list[int]:
         """Serve exactly the assigned partitions: the others' tasks closed, a task made and
         restored for each assigned partition without a producer (new ones, and those dropped
-        during the rebalance or after a timed-out transaction), every one read on from its
+        during the rebalance or after a fencing), every one read on from its
         committed position. Returns the partitions restored. Batches settled first."""
         owned = {tp.partition: tp for tp in assigned}
         for partition in [p for p in self._tasks if p not in owned]:
@@ -99,11 +99,8 @@ class PartitionTasks:
     async def drain(self, timeout_s: float) -> int:
         """For a stop: wait up to `timeout_s` for the batches in flight to commit, then cancel the
         ones still waiting (on a broker that does not answer); returns how many were abandoned.
-        Nothing of an abandoned batch is visible: its events are read again by the next owner.
-        No task waits for the group any more either."""
+        Nothing of an abandoned batch is visible: its events are read again by the next owner."""
         self.context.membership.stopping = True
-        for task in self:
-            task.stop_waiting()
         loops = [loop for task in self if (loop := task.commit_loop) is not None]
         if not loops:
             return 0

@@ -161,9 +161,9 @@ async def test_a_fenced_producer_publishes_nothing_and_the_worker_goes_on():
         assert not loop.done() and asyncio.get_running_loop().time() < deadline  # not ended, nor stuck
         await asyncio.sleep(0.001)
     assert producer.visible == [] and producer.offsets == {}
-    assert started == []  # not rebuilt yet: the group has a session timeout to say whose it is
+    assert started == []  # not rebuilt: the group says whose it is, in the rebalance it was asked for
+    assert pipeline.membership.rejoins == 1
     assert not loop.done()  # the worker serves on
-    task.stop_waiting()
     loop.cancel()
     with pytest.raises(asyncio.CancelledError):
         await loop
@@ -218,8 +218,7 @@ async def test_a_fencing_goes_to_the_group_not_up(commit_s: float):
     # Dropped, its producer closed, paused: not rebuilt until the group has had its say.
     assert p.task.state is TaskState.DROPPED and fenced.stopped and not p.task.has_states
     assert p.started == p.restores == 0 and not p.committed.visible and p.retries == 1
-    assert SOURCE in p.consumer.paused
-    p.task.stop_waiting()
+    assert SOURCE in p.consumer.paused and p.membership.rejoins == 1
 
 
 async def test_the_group_offsets_ride_along_at_most_once_an_interval_the_position_always():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaConnectionError, OutOfOrderSequenceNumber, ProducerFenced
 from aiokafka.structs import ConsumerRecord
@@ -19,6 +20,7 @@ from stallwatch_streams.worker.batch import LOG_APPEND_TIME, SourceMessage
 from stallwatch_streams.worker.commit import Committed, Fenced
 from stallwatch_streams.worker.pipeline import Pipeline
 from stallwatch_streams.worker.store import PartitionStates
+from stallwatch_streams.worker.task_state import TaskState
 from tests.streams.worker.fake_kafka import FakeAheadProducer, FakeConsumer, FakeProducer
 from tests.streams.worker.fake_tasks import SOURCE, FakePartition
 from tests.streams.worker.test_commit import looping_run, timed_out_partition
@@ -44,10 +46,15 @@ async def test_commands_are_published_ahead_and_the_transaction_holds_the_rest()
     assert all(partition == SOURCE.partition for _, partition, _, _ in ahead.sent)
 
 
-async def test_a_failed_ahead_send_replaces_its_producer_and_the_batch_is_read_again_with_the_same_bytes():
+@pytest.mark.parametrize("error", [OutOfOrderSequenceNumber(), ProducerFenced()],
+                         ids=["out of order", "fenced"])
+async def test_a_failed_ahead_send_replaces_its_producer_and_the_batch_is_read_again_with_the_same_bytes(
+        error: Exception):
     # An idempotent producer that lost a send (the broker restarted under it) has every later
-    # send refused as out of order: it is replaced, once, and the batch read again.
-    p, broken = await ahead_partition(OutOfOrderSequenceNumber())
+    # send refused as out of order: it is replaced, once, and the batch read again. Even a
+    # fencing of it is a failure to rebuild from, not a question for the group: the producer is
+    # the worker's, not the partition's.
+    p, broken = await ahead_partition(error)
     replacement = FakeAheadProducer(transactional=p.committed)
     replaced: list[object] = []
 
@@ -58,6 +65,7 @@ async def test_a_failed_ahead_send_replaces_its_producer_and_the_batch_is_read_a
     p.committer.replace_ahead = replace_ahead
     assert not await p.commit(looping_run())
     assert p.restores == 1 and p.committed.visible == []  # no transaction after a failed send
+    assert p.task.state is TaskState.RUNNING and p.membership.rejoins == 0
     assert p.committer.ahead is replacement and replaced == [broken]
     assert await p.commit(looping_run())
     reference, ahead = await ahead_partition()

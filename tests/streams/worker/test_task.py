@@ -11,7 +11,6 @@ import pytest
 from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, ProducerFenced
 
 from stallwatch_streams.worker import retry
-from stallwatch_streams.worker import task as task_module
 from stallwatch_streams.worker.batch import BatchResult
 from stallwatch_streams.worker.commit import (
     Applied,
@@ -144,31 +143,38 @@ async def test_a_transaction_failed_during_a_rebalance_drops_the_task():
 
 
 @pytest.mark.parametrize("outcome", [FENCED, TIMED_OUT], ids=["young", "past the timeout"])
-async def test_a_fenced_task_is_dropped_then_rebuilt_when_the_group_let_it_be(monkeypatch, outcome):
-    monkeypatch.setattr(task_module, "GROUP_CONFIRM_S", 0.05)
+async def test_a_fenced_task_is_dropped_and_the_group_asked_and_the_assignment_that_follows_rebuilds_it(
+        outcome):
     commits = Commits(outcome)
-    p = await serving(commits)
-    p.task.add(batch(0))
+    p = FakePartition(observe=commits.observe)
+    p.context.committer = commits  # type: ignore[assignment]
+    tasks = PartitionTasks(p.context)
+    await tasks.assign([TP])
+    task = tasks.get(TP.partition)
+    assert task is not None and task.state is TaskState.RUNNING
+    started, restores = p.started, p.restores
+    task.add(batch(0))
     commits.gate.set()
-    await settled(p.task)
-    assert p.task.state is TaskState.DROPPED and TP in p.consumer.paused
-    while p.task.state is TaskState.DROPPED:
-        await asyncio.sleep(0.01)
-    assert p.task.state is TaskState.RUNNING and p.started == p.restores == 1
-    assert TP not in p.consumer.paused and p.membership.failure is None
+    await settled(task)
+    assert task.state is TaskState.DROPPED and TP in p.consumer.paused and task.producer is None
+    assert p.membership.rejoins == 1 and p.membership.failure is None
+    assert (p.started, p.restores) == (started, restores)  # nothing started before the group spoke
+    commits.outcome = None
+    await tasks.assign([TP])  # the group gives it back
+    assert tasks.get(TP.partition) is task and task.state is TaskState.RUNNING
+    assert (p.started, p.restores) == (started + 1, restores + 1)
+    await tasks.assign([])  # or the group gives it away: closed
+    assert task.state is TaskState.CLOSED and len(tasks) == 0
 
 
-@pytest.mark.parametrize("outcome", [FENCED, TIMED_OUT], ids=["young", "past the timeout"])
-async def test_a_fenced_task_the_group_reassigned_meanwhile_is_left_to_the_assignment(monkeypatch, outcome):
-    monkeypatch.setattr(task_module, "GROUP_CONFIRM_S", 0.05)
-    commits = Commits(outcome)
+async def test_a_task_fenced_while_the_worker_stops_asks_the_group_nothing():
+    commits = Commits(FENCED)
     p = await serving(commits)
     p.task.add(batch(0))
+    p.membership.stopping = True
     commits.gate.set()
     await settled(p.task)
-    p.membership.generation += 1  # a rebalance: the assignment that follows decides
-    await asyncio.sleep(0.15)
-    assert p.task.state is TaskState.DROPPED and p.started == p.restores == 0
+    assert p.task.state is TaskState.DROPPED and p.membership.rejoins == 0
 
 
 @pytest.mark.parametrize("state", [TaskState.CREATED, TaskState.RESTORING, TaskState.RUNNING,
