@@ -1,7 +1,8 @@
 """Every use of Faust's internals, in one place: its aiokafka transport with two consumer settings
 Faust does not expose, a fetch that never drains a partition Faust would drop, topics it creates
-known to its client before it goes on; the transport installed on an app; the consumer's
-committed offsets (tests/streams/fleet/test_transport.py and tests/test_private_access.py)."""
+known to its client before it goes on; the transport installed on an app; events the flow's
+resume drops read again; the consumer's committed offsets (tests/streams/fleet/test_transport.py,
+tests/streams/fleet/test_flow_resume.py and tests/test_private_access.py)."""
 
 from __future__ import annotations
 
@@ -139,6 +140,58 @@ def use_transport(app: Any, fetch_wait_ms: int) -> None:
     argument, so its factory method is replaced on this app alone."""
     transport = transport_for(fetch_wait_ms)
     app._new_transport = lambda: transport(app.conf.broker_consumer, app)
+    reread_what_resume_drops(app)
+
+
+def reread_what_resume_drops(app: Any) -> None:
+    """Events the app's flow control drops when it resumes are read again. Faust resumes it after
+    a recovery's seek (`faust/tables/recovery.py`), and the resume empties every agent's queue;
+    when the consumer's flow was never stopped (an assignment after an empty one), a fetch that
+    already put events there loses them unacknowledged, with the consumer's position past them:
+    nothing reads them again until the next rebalance. Each partition they came from is sought
+    back to the first of them, never forward (a stale event from before the seek is read again
+    anyway). Faust's processing is at least once, so an event read twice costs what a restart
+    would."""
+    flow = app.flow_control
+    resume = flow.resume
+    rereads: set[asyncio.Task[None]] = set()
+
+    def resume_and_reread() -> None:
+        dropped = first_queued_offsets(flow._queues)
+        resume()
+        if dropped:
+            task = asyncio.ensure_future(reread(app.consumer, dropped))
+            rereads.add(task)
+            task.add_done_callback(rereads.discard)
+
+    flow.resume = resume_and_reread
+
+
+def first_queued_offsets(queues: Any) -> dict[TP, int]:
+    """Per partition, the first offset of the events waiting in these queues (asyncio queues of
+    Faust events; anything else in them is skipped)."""
+    first: dict[TP, int] = {}
+    for queue in list(queues):
+        for item in list(getattr(queue, "_queue", ())):
+            message = getattr(item, "message", None)
+            tp, offset = getattr(message, "tp", None), getattr(message, "offset", None)
+            if tp is not None and isinstance(offset, int):
+                first[tp] = min(offset, first.get(tp, offset))
+    return first
+
+
+async def reread(consumer: Any, first: Mapping[TP, int]) -> None:
+    """Each partition sought back to `first` if its position is past it."""
+    for tp, offset in first.items():
+        try:
+            position = await consumer.position(tp)
+            if position is None or position <= offset:
+                continue
+            await consumer.seek(tp, offset)
+        except (IllegalStateError, KeyError):
+            continue  # no longer assigned: its new owner reads it from the committed offset
+        log.info("partition %s-%d: events the flow's resume dropped are read again from offset %d",
+                 tp.topic, tp.partition, offset)
 
 
 def committed_offsets(consumer: Any) -> Mapping[TP, int]:
