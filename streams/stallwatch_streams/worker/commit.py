@@ -149,15 +149,30 @@ async def write_plan(producer: TransactionalProducer, plan: CommitPlan, group_id
     """The plan in one transaction: committed whole, or aborted (and the exception raised)."""
     partition = plan.source.partition
     async with producer.transaction():
-        sent = [await producer.send(w.topic, w.value, key=w.key, partition=partition)
-                for w in plan.writes]
+        sent: list[Awaitable[Any]] = []
+        try:
+            for w in plan.writes:
+                sent.append(await producer.send(w.topic, w.value, key=w.key, partition=partition))
+        except IllegalOperation as exc:
+            # aiokafka left the transaction when an earlier send failed: that failure (a
+            # fencing, most often) is what the caller must see, not the refusal that followed.
+            raise await _first_failure(sent) or exc from exc
         # The offsets only once the records are acknowledged: adding the offsets to the
         # transaction (AddOffsetsToTxn) changes its state on the coordinator, and a record
         # whose verification (KIP-890) meets that change is refused as NOT_ENOUGH_REPLICAS
         # and retried: ~16 warnings a second on a healthy broker, for no gain in latency.
-        await asyncio.gather(*sent)
+        failure = await _first_failure(sent)
+        if failure is not None:
+            raise failure
         if plan.group_offsets:
             await producer.send_offsets_to_transaction({plan.source: plan.next_offset}, group_id)
+
+
+async def _first_failure(sends: Sequence[Awaitable[Any]]) -> BaseException | None:
+    """Every send awaited (each failure retrieved, so none is logged as never retrieved), and
+    the first that failed."""
+    results = await asyncio.gather(*sends, return_exceptions=True)
+    return next((r for r in results if isinstance(r, BaseException)), None)
 
 
 @dataclass
@@ -367,8 +382,9 @@ class BatchCommitter:
             # it), the transaction cannot have been aborted for its age.
             return Fenced(exc, time.monotonic() - txn_began >= self.transaction_timeout_s)
         except (KafkaError, IllegalOperation) as exc:
-            # IllegalOperation: aiokafka's producer left its transaction on an error (a fencing
-            # it met between the batch's sends); a rebuild starts a new producer either way.
+            # IllegalOperation: aiokafka's producer left its transaction, and no send of this
+            # plan says why (write_plan raises a failed send's own error); a rebuild starts a
+            # new producer either way.
             ledger.failures += 1
             return Failed(exc, ledger.failures)
         ledger.failures = 0

@@ -9,16 +9,20 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from aiokafka import TopicPartition
+from aiokafka.errors import IllegalOperation
 from aiokafka.structs import ConsumerRecord
 
 
 class FakeProducer:
     """A transaction's records and offsets become `visible`/`offsets` only when it commits; a
-    failure (`fail_commit`, or a raise inside the transaction) aborts it and leaves nothing."""
+    failure (`fail_commit`, or a raise inside the transaction) aborts it and leaves nothing.
+    `fail_send`: a transaction's first send fails with it, and the producer then refuses every
+    later send of the transaction, as aiokafka's does once a send failed."""
 
     def __init__(self, fail_commit: BaseException | None = None,
-                 gate: asyncio.Event | None = None) -> None:
+                 gate: asyncio.Event | None = None, fail_send: BaseException | None = None) -> None:
         self.fail_commit = fail_commit
+        self.fail_send = fail_send
         self.gate = gate  # when set, a commit waits for it: a batch held in flight
         self.visible: list[tuple[str, int | None, bytes | None, bytes | None]] = []
         self.offsets: dict[TopicPartition, int] = {}
@@ -26,11 +30,13 @@ class FakeProducer:
         self.stopped = False
         self._open: list[tuple[str, int | None, bytes | None, bytes | None]] | None = None
         self._open_offsets: dict[TopicPartition, int] = {}
+        self._send_failed = False
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
         assert self._open is None, "one transaction at a time"
         self._open, self._open_offsets = [], {}
+        self._send_failed = False
         self.transactions += 1
         try:
             yield
@@ -48,8 +54,14 @@ class FakeProducer:
     async def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
                    partition: int | None = None) -> asyncio.Future[None]:
         assert self._open is not None, "send outside a transaction"
-        self._open.append((topic, partition, key, value))
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.fail_send is not None:
+            if self._send_failed:
+                raise IllegalOperation("Can't send messages while not in transaction")
+            self._send_failed = True
+            done.set_exception(self.fail_send)
+            return done
+        self._open.append((topic, partition, key, value))
         done.set_result(None)
         return done
 

@@ -221,6 +221,22 @@ async def test_a_fencing_goes_to_the_group_not_up(commit_s: float):
     assert SOURCE in p.consumer.paused and p.membership.rejoins == 1
 
 
+@pytest.mark.parametrize("error", [ProducerFenced(), KafkaConnectionError("gone")],
+                         ids=["fenced", "connection lost"])
+async def test_a_send_that_failed_mid_transaction_is_the_outcome_not_the_refusals_after_it(error):
+    # aiokafka leaves the transaction when a send fails and refuses the later sends
+    # (IllegalOperation): the send's own error says what happened. A fencing so met goes to
+    # the group; a rebuild would start a producer that fences the partition's new owner.
+    p = await FakePartition().serve()
+    p.task.producer = FakeProducer(fail_send=error)
+    assert not await p.commit(looping_run())
+    if isinstance(error, ProducerFenced):
+        assert p.task.state is TaskState.DROPPED and p.membership.rejoins == 1 and p.started == 0
+    else:
+        assert p.task.state is TaskState.RUNNING and p.membership.rejoins == 0 and p.started == 1
+    assert not p.committed.visible
+
+
 async def test_the_group_offsets_ride_along_at_most_once_an_interval_the_position_always():
     p = await FakePartition().serve()
     p.committer.group_offsets_interval_s = 3600.0
