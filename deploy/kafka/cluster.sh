@@ -14,6 +14,11 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 base="${STALLWATCH_CLUSTER_PORT:-9200}"
 NODES="1 2 3"
+# A lost node is fenced, and its partitions move, 5-6 s after its last heartbeat instead of
+# Kafka's 7-9 s: verdicts come back within 10 s of a broker's loss (docs/decisions.md, "A broker
+# fails"). A node that pauses longer (a GC pause, a frozen VM) is fenced too and rejoins as a
+# follower at its next heartbeat.
+export STALLWATCH_KAFKA_BROKER_SESSION_MS="${STALLWATCH_KAFKA_BROKER_SESSION_MS:-6000}"
 
 port_of() { echo $((base + 10 * ($1 - 1))); }
 voters() {

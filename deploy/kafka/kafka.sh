@@ -13,6 +13,10 @@ node_id="${STALLWATCH_KAFKA_NODE_ID:-1}"
 voters="${STALLWATCH_KAFKA_VOTERS:-1@127.0.0.1:$controller_port}"
 internal_replicas="${STALLWATCH_KAFKA_INTERNAL_REPLICAS:-1}"
 internal_min_isr=$(( internal_replicas > 1 ? 2 : 1 ))
+# How long the controller waits for a silent broker before it fences it and moves its leaders
+# (Kafka's default 9000, heartbeats every 2000); a cluster's nodes set it shorter.
+broker_session_ms="${STALLWATCH_KAFKA_BROKER_SESSION_MS:-9000}"
+broker_heartbeat_ms=$(( broker_session_ms >= 9000 ? 2000 : broker_session_ms / 6 ))
 # A second listener that tests reach only through a proxy they can cut (tests/kafka_harness.py):
 # it listens on port+4 and tells clients to connect to port+5, where the proxy listens, so every
 # connection of a client bootstrapped on port+5 (metadata, fetches, transactions, heartbeats)
@@ -119,6 +123,8 @@ share.coordinator.state.topic.replication.factor=$internal_replicas
 share.coordinator.state.topic.min.isr=$internal_min_isr
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
+broker.session.timeout.ms=$broker_session_ms
+broker.heartbeat.interval.ms=$broker_heartbeat_ms
 PROPS
   cat > "$data/log4j2.properties" <<PROPS
 rootLogger.level=WARN
