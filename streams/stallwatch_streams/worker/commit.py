@@ -135,7 +135,7 @@ async def publish_ahead(producer: AheadProducer, topic: str, partition: int,
     acks: list[asyncio.Future[Any]] = []
     for command in commands:
         try:
-            acks.append(asyncio.ensure_future(await producer.send(
+            acks.append(retrieving(await producer.send(
                 topic, encode_command(command), key=command.run_id.encode(), partition=partition)))
         except KafkaError as exc:
             failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -149,30 +149,36 @@ async def write_plan(producer: TransactionalProducer, plan: CommitPlan, group_id
     """The plan in one transaction: committed whole, or aborted (and the exception raised)."""
     partition = plan.source.partition
     async with producer.transaction():
-        sent: list[Awaitable[Any]] = []
+        sent: list[asyncio.Future[Any]] = []
         try:
             for w in plan.writes:
-                sent.append(await producer.send(w.topic, w.value, key=w.key, partition=partition))
+                sent.append(retrieving(await producer.send(w.topic, w.value, key=w.key,
+                                                           partition=partition)))
         except IllegalOperation as exc:
             # aiokafka left the transaction when an earlier send failed: that failure (a
             # fencing, most often) is what the caller must see, not the refusal that followed.
-            raise await _first_failure(sent) or exc from exc
+            raise _failure_of(sent) or exc from exc
         # The offsets only once the records are acknowledged: adding the offsets to the
         # transaction (AddOffsetsToTxn) changes its state on the coordinator, and a record
         # whose verification (KIP-890) meets that change is refused as NOT_ENOUGH_REPLICAS
         # and retried: ~16 warnings a second on a healthy broker, for no gain in latency.
-        failure = await _first_failure(sent)
-        if failure is not None:
-            raise failure
+        await asyncio.gather(*sent)
         if plan.group_offsets:
             await producer.send_offsets_to_transaction({plan.source: plan.next_offset}, group_id)
 
 
-async def _first_failure(sends: Sequence[Awaitable[Any]]) -> BaseException | None:
-    """Every send awaited (each failure retrieved, so none is logged as never retrieved), and
-    the first that failed."""
-    results = await asyncio.gather(*sends, return_exceptions=True)
-    return next((r for r in results if isinstance(r, BaseException)), None)
+def retrieving(send: Awaitable[Any]) -> asyncio.Future[Any]:
+    """A send's future whose failure counts as seen: a commit raises the first failure of its
+    sends, and the others' must not each log an error as never retrieved."""
+    future = asyncio.ensure_future(send)
+    future.add_done_callback(lambda done: done.cancelled() or done.exception())
+    return future
+
+
+def _failure_of(sends: Sequence[asyncio.Future[Any]]) -> BaseException | None:
+    """The first of these sends that has failed already, if any."""
+    return next((exc for send in sends if send.done() and not send.cancelled()
+                 and (exc := send.exception()) is not None), None)
 
 
 @dataclass
