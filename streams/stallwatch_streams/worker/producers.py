@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaConnectionError
 
 from stallwatch.kafka.aiokafka_patch import shorten_concurrent_transactions_backoff
 from stallwatch.kafka.options import aiokafka_options
@@ -56,9 +57,16 @@ async def replace_ahead_producer(settings: Settings, broken: AheadProducer) -> A
 
 
 async def _started(producer: AIOKafkaProducer) -> AIOKafkaProducer:
-    """Started, or stopped again (its connections closed) and the error raised."""
+    """Started, or stopped again (its connections closed) and the error raised. A broker just
+    back (thawed, restarted) can answer the bootstrap with metadata naming no broker, and
+    aiokafka's transaction coordinator lookup then fails an assertion ("Did we not perform
+    bootstrap?"; it does not wait for a broker list, aio-libs/aiokafka#460): that is a broker not
+    ready yet, raised as a connection error the caller retries."""
     try:
         await producer.start()
+    except AssertionError as exc:
+        await producer.stop()
+        raise KafkaConnectionError(f"the cluster named no broker yet ({exc})") from exc
     except BaseException:
         await producer.stop()
         raise
