@@ -140,7 +140,7 @@ async def publish_ahead(producer: AheadProducer, topic: str, partition: int,
         except KafkaError as exc:
             failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             failed.set_exception(exc)
-            acks.append(failed)
+            acks.append(retrieving(failed))
             break
     return acks
 

@@ -45,6 +45,9 @@ class Membership:
         """Rebalance now: the group says whose each partition is, and the assignment that follows
         rebuilds a dropped task that is still this member's (Kafka Streams enforces a rebalance
         after a `TaskMigratedException` alike). A member that cannot reach its group coordinator
-        gets no assignment, so it cannot fence the partition's owner again and again."""
+        gets no assignment, so it cannot fence the partition's owner again and again. Not while
+        the pipeline stops: it leaves the group instead."""
+        if self.stopping:
+            return
         self.rejoins += 1
         self._rejoin()

@@ -300,8 +300,7 @@ class PartitionTask:
         self._discard()
         await self._close_producer()
         self._drop()
-        if not self.context.membership.stopping:
-            self.context.membership.ask_the_group()
+        self.context.membership.ask_the_group()
 
     async def _rebuild(self) -> None:
         """A new producer under the partition's transactional id (aborting our own open
