@@ -94,9 +94,14 @@ async def test_the_broker_restarted_under_load_changes_no_decision():
         got = await collect(settings, settings.commands_topic,
                             sum(map(len, expected.values())), 120, settle_s=SETTLE_S)
         got_by_run = by_run(got)
-        differing = {run for run in expected if got_by_run.get(run) != expected[run]}
-        assert not differing, (diff_of(sorted(differing)[0], expected, got_by_run), sorted(differing),
-                               len(stored), len(log), worker.log_tail())
+        differing = sorted(run for run in expected if got_by_run.get(run) != expected[run])
+        if differing:
+            # pytest.fail, not an assert: pytest cuts a long assertion message short.
+            pytest.fail(f"{len(differing)} runs differ from replay: {differing}\n"
+                        f"{diff_of(differing[0], expected, got_by_run)}\n"
+                        f"stored events {len(stored)}, sent {len(log)}, commands expected "
+                        f"{sum(map(len, expected.values()))}, received {len(got)}\n"
+                        f"{worker.log_tail()}")
         assert worker.alive(), worker.log_tail()
     finally:
         worker.stop()
