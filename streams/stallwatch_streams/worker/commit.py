@@ -67,6 +67,9 @@ class CommitTopics:
         return cls(settings.commands_topic, settings.deadletter_topic, settings.changelog_topic,
                    settings.tallies_topic)
 
+    def all(self) -> list[str]:
+        return [self.commands, self.deadletter, self.changelog, self.tallies]
+
 
 @dataclass(frozen=True)
 class CommitPlan:
