@@ -14,7 +14,7 @@ from typing import Any
 
 import aiokafka.client
 import aiokafka.producer.sender
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.client import AIOKafkaClient, ConnectionGroup
 from aiokafka.conn import AIOKafkaConnection
 from aiokafka.protocol.group import JoinGroupRequest
@@ -33,6 +33,18 @@ def shorten_concurrent_transactions_backoff() -> None:
     partition (read at each retry by AddPartitionsToTxnHandler.handle_response). Process-wide and
     idempotent: every transactional producer of the process retries that soon."""
     aiokafka.producer.sender.BACKOFF_OVERRIDE = CONCURRENT_TRANSACTIONS_BACKOFF_S
+
+
+def batches_wait_for_a_leader(producer: AIOKafkaProducer) -> None:
+    """An idempotent producer's batches wait for their partition's leader instead of expiring
+    after request_timeout_ms with no leader known (a broker restarting). aiokafka retries an
+    idempotent batch forever once sent (`Sender._can_retry`), but expires it unsent in
+    `MessageAccumulator.drain_by_nodes`, after giving it its sequence numbers: a producer the
+    broker holds no state for on that partition (a fresh one, as the replacement of a broken
+    ahead producer) then has its next batches accepted over the gap, and they overtake the lost
+    one: a run's commands out of order. The Java client bumps its epoch on an expiry instead
+    (KIP-360); aiokafka does not (aio-libs/aiokafka#1017)."""
+    producer._message_accumulator._batch_ttl = float("inf")
 
 
 def read_committed_before_start(consumer: AIOKafkaConsumer) -> None:

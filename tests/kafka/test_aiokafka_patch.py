@@ -12,6 +12,7 @@ import aiokafka.client
 import aiokafka.conn
 import aiokafka.consumer.fetcher as fetcher
 import aiokafka.producer.sender as sender
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.client import AIOKafkaClient, ConnectionGroup
 from aiokafka.conn import AIOKafkaConnection
 from aiokafka.errors import ConcurrentTransactions
@@ -21,6 +22,7 @@ from stallwatch.kafka.aiokafka_patch import (
     AIOKAFKA_BACKOFF_S,
     CONCURRENT_TRANSACTIONS_BACKOFF_S,
     JOIN_GROUP_MARGIN_S,
+    batches_wait_for_a_leader,
     join_group_waits_for_the_rebalance,
     metadata_from_connected_brokers_first,
     one_connection_lock_per_broker,
@@ -152,3 +154,13 @@ def test_the_isolation_level_set_before_start_is_the_one_the_fetcher_is_built_wi
     consumer = SimpleNamespace(_isolation_level="read_uncommitted")
     read_committed_before_start(consumer)  # type: ignore[arg-type]
     assert consumer._isolation_level == "read_committed"
+
+
+
+async def test_an_ahead_producers_batches_wait_for_a_leader_instead_of_expiring():
+    producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1", enable_idempotence=True)
+    accumulator = producer._message_accumulator
+    batches_wait_for_a_leader(producer)
+    batch = accumulator._append_batch(accumulator.create_builder(), TopicPartition("t", 0))
+    batch._ctime -= 3600  # an hour with no leader
+    assert not batch.expired()

@@ -356,6 +356,13 @@ class BatchCommitter:
             # committed start state (docs/exactly-once.md).
             acks = await publish_ahead(publisher, self.topics.commands,
                                        tp.partition, result.commands)
+            if _failure_of(acks) is not None:
+                # A send refused at once (aiokafka's buffer full, no metadata, the producer
+                # closed): the batch's later commands were never sent, and the producer is not
+                # broken (no sequence number was used), so a later batch published ahead by it
+                # would overtake them. Its commit fails and the partition is rebuilt; until then
+                # later batches keep their commands inside their transaction.
+                ledger.inside_until = records[-1].offset
             # When its verdicts were out (an idempotent producer acknowledges in order), for the
             # decision latency: its commit may come a commit interval later.
             acks[-1].add_done_callback(lambda _: setattr(result, "published_at", time.time()))
@@ -410,7 +417,9 @@ class BatchCommitter:
         every later send (OutOfOrderSequenceNumber) until a new producer id: the Java client
         bumps its epoch (KIP-360), aiokafka does not (aio-libs/aiokafka#1017). A command the old
         one may have published is published again, the same bytes under the same id
-        (docs/exactly-once.md)."""
+        (docs/exactly-once.md). The broker sees the gap only on a partition it holds the
+        producer's state for: a fresh producer's later sends there are accepted, so its batches
+        must never be lost unsent (`aiokafka_patch.batches_wait_for_a_leader`)."""
         sends = [(ack, batch.publisher) for batch in batches for ack in batch.acks]
         try:
             await asyncio.gather(*(ack for ack, _ in sends))

@@ -7,7 +7,10 @@ import contextlib
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError
 
-from stallwatch.kafka.aiokafka_patch import shorten_concurrent_transactions_backoff
+from stallwatch.kafka.aiokafka_patch import (
+    batches_wait_for_a_leader,
+    shorten_concurrent_transactions_backoff,
+)
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.settings import Settings
 from stallwatch_streams.worker.commit import AheadProducer, CommitTopics, TransactionalProducer
@@ -44,10 +47,11 @@ async def start_ahead_producer(settings: Settings) -> AIOKafkaProducer:
     idempotent (a retried send is written once, in order), acknowledged by every in-sync
     replica, never part of a transaction (so the commands topic holds no open transaction and
     read-committed readers see a command as soon as it is acknowledged)."""
-    return _tracking(await _started(AIOKafkaProducer(enable_idempotence=True, acks="all",
-                                                     linger_ms=0, retry_backoff_ms=RETRY_BACKOFF_MS,
-                                                     **aiokafka_options(settings))),
-                     [settings.commands_topic])
+    producer = AIOKafkaProducer(enable_idempotence=True, acks="all", linger_ms=0,
+                                retry_backoff_ms=RETRY_BACKOFF_MS, **aiokafka_options(settings))
+    # A batch lost unsent (expired with no leader) would let the next ones overtake it.
+    batches_wait_for_a_leader(producer)
+    return _tracking(await _started(producer), [settings.commands_topic])
 
 
 def _tracking(producer: AIOKafkaProducer, topics: list[str]) -> AIOKafkaProducer:

@@ -10,7 +10,12 @@ import contextlib
 
 import pytest
 from aiokafka import TopicPartition
-from aiokafka.errors import KafkaConnectionError, OutOfOrderSequenceNumber, ProducerFenced
+from aiokafka.errors import (
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    OutOfOrderSequenceNumber,
+    ProducerFenced,
+)
 from aiokafka.structs import ConsumerRecord
 
 from stallwatch.engine.detector import Detector
@@ -198,3 +203,31 @@ async def test_a_batch_whose_sends_outlast_a_rebuild_of_its_partition_is_never_c
         loop.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await loop
+
+
+class RefusingAtOnce(FakeAheadProducer):
+    """Refuses its `refuse_at`-th send at once (aiokafka's buffer full while the broker is away,
+    or no metadata): nothing of it is queued, and the producer stays usable."""
+
+    def __init__(self, refuse_at: int, transactional: FakeProducer | None = None) -> None:
+        super().__init__(transactional=transactional)
+        self.calls = 0
+        self.refuse_at = refuse_at
+
+    async def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+                   partition: int | None = None) -> asyncio.Future[None]:
+        self.calls += 1
+        if self.calls == self.refuse_at:
+            raise KafkaTimeoutError()
+        return await super().send(topic, value, key, partition)
+
+
+async def test_a_batch_after_a_send_refused_at_once_does_not_overtake_the_commands_never_sent():
+    messages = looping_run()
+    p = await FakePartition().serve()
+    ahead = RefusingAtOnce(refuse_at=1, transactional=p.committed)
+    p.committer.ahead = ahead
+    first = await p.committer.apply(p.task, messages[:-2])  # its first command refused
+    second = await p.committer.apply(p.task, messages[-2:])  # applied before the first commits
+    assert first.result.commands and second.result.commands
+    assert not second.ahead and ahead.sent == []
