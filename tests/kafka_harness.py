@@ -373,7 +373,9 @@ async def collect(settings: Settings, topic: str, until: int, timeout_s: float,
     """Read a topic from the start until `until` distinct records arrived (commands count once
     per command id, since a crash may send one twice) or the time is up; then `settle_s` more,
     so that a record beyond the expected ones (a second content, a decision replay would not
-    make) is seen too."""
+    make) is seen too. The answers to `wait_until_serving`'s probes are returned but never
+    counted: `until` is what the test expects of its own log, and a probe's command, first on
+    the topic, would otherwise end the read one record short of it."""
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.bootstrap, isolation_level="read_committed",
                                 auto_offset_reset="earliest", enable_auto_commit=False)
     await consumer.start()
@@ -390,7 +392,8 @@ async def collect(settings: Settings, topic: str, until: int, timeout_s: float,
             for records in batches.values():
                 for r in records:
                     values.append(r.value)
-                    distinct.add(_identity(r.value) or (r.partition, r.offset))
+                    if not (r.key or b"").startswith(PROBE_PREFIX.encode()):
+                        distinct.add(_identity(r.value) or (r.partition, r.offset))
     finally:
         await consumer.stop()
     return values
@@ -446,11 +449,15 @@ def by_run(commands: list[bytes]) -> dict[str, list[bytes]]:
     return dict(runs)
 
 
+# The run ids of `wait_until_serving`'s probes (a command's key is its run id).
+PROBE_PREFIX = "probe-"
+
+
 async def wait_until_serving(settings: Settings, timeout_s: float = 90.0,
                              partition: int | None = None) -> None:
     """Send a probe run until the worker answers: joined the group and restored its states. With
     `partition`, the probe goes to that partition of the events topic."""
-    probe = f"probe-{uuid.uuid4().hex[:8]}"
+    probe = f"{PROBE_PREFIX}{uuid.uuid4().hex[:8]}"
     event = {"v": 1, "type": "call_proposed", "event_id": probe, "run_id": probe, "ts": 0.0,
              "round": 1, "call_id": "c", "tool": "t", "args": None}
     consumer = AIOKafkaConsumer(settings.commands_topic, bootstrap_servers=settings.bootstrap,
