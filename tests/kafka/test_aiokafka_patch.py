@@ -156,7 +156,6 @@ def test_the_isolation_level_set_before_start_is_the_one_the_fetcher_is_built_wi
     assert consumer._isolation_level == "read_committed"
 
 
-
 async def test_an_ahead_producers_batches_wait_for_a_leader_instead_of_expiring():
     producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1", enable_idempotence=True)
     accumulator = producer._message_accumulator
