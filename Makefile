@@ -29,6 +29,7 @@ kafka-down:
 
 lint: setup
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
 
@@ -49,6 +50,7 @@ prometheus:
 # time, beside the three-node cluster's (tests/conftest.py says which run together).
 test: setup prometheus
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
 	@$(call with_kafka,$(BIN)/pytest -n 3 --dist loadgroup -q --durations=10 -m "not solo and not cluster" && \

@@ -65,8 +65,9 @@ async def best_of(repeat: int, once: Callable[[], Awaitable[None]]) -> float:
     return min([await timed(once) for _ in range(repeat)])
 
 
-async def each_variant(repeat: int, run: Callable[[int, str], Awaitable[None]], calls: int
-                       ) -> list[list[float]]:
+async def each_variant(
+    repeat: int, run: Callable[[int, str], Awaitable[None]], calls: int
+) -> list[list[float]]:
     """`repeat` runs of each variant, interleaved so that the load of a shared machine falls on
     all alike."""
     times: list[list[float]] = [[], [], []]
@@ -80,6 +81,7 @@ VARIANTS = ("none", "noop", "stallwatch")
 
 
 # -- no-op extensions with the adapters' hooks -----------------------------------------------------
+
 
 class NoopMiddleware(AgentMiddleware):
     state_schema = StallwatchState
@@ -136,8 +138,12 @@ def noop_agent(agent: Agent[Any]) -> Agent[Any]:
         return base
 
     base = agent.instructions
-    tools = [dataclasses.replace(t, is_enabled=enabled, tool_input_guardrails=[guard_in],
-                                 tool_output_guardrails=[guard_out]) for t in agent.tools]
+    tools = [
+        dataclasses.replace(
+            t, is_enabled=enabled, tool_input_guardrails=[guard_in], tool_output_guardrails=[guard_out]
+        )
+        for t in agent.tools
+    ]
     return agent.clone(tools=tools, instructions=instructions)
 
 
@@ -164,11 +170,15 @@ class NoopCapability(AbstractCapability[Any]):
 async def langchain_run(calls: int, variant: str) -> None:
     script, tools = scripts.paging(calls), scripts.Tools()
     async with EmbeddedClient() as client:
-        middleware = {"none": None, "noop": NoopMiddleware(),
-                      "stallwatch": StallwatchMiddleware(client, policy=POLICY)}[variant]
+        middleware = {
+            "none": None,
+            "noop": NoopMiddleware(),
+            "stallwatch": StallwatchMiddleware(client, policy=POLICY),
+        }[variant]
         agent = langchain_model.agent_for(script, tools, middleware)
-        await agent.ainvoke({"messages": [{"role": "user", "content": "go"}]},
-                            {"recursion_limit": 3 * calls + 10})
+        await agent.ainvoke(
+            {"messages": [{"role": "user", "content": "go"}]}, {"recursion_limit": 3 * calls + 10}
+        )
     assert tools.ran["list_page"] == calls
 
 
@@ -181,8 +191,11 @@ async def langchain_invoke_run(calls: int, variant: str) -> None:
     if _SYNC_CLIENT is None:
         _SYNC_CLIENT = await asyncio.to_thread(SyncClient, EmbeddedClient)
     script, tools = scripts.paging(calls), scripts.Tools()
-    middleware = {"none": None, "noop": NoopSyncMiddleware(),
-                  "stallwatch": StallwatchMiddleware(_SYNC_CLIENT, policy=POLICY)}[variant]
+    middleware = {
+        "none": None,
+        "noop": NoopSyncMiddleware(),
+        "stallwatch": StallwatchMiddleware(_SYNC_CLIENT, policy=POLICY),
+    }[variant]
     agent = langchain_model.agent_for(script, tools, middleware)
     agent.invoke({"messages": [{"role": "user", "content": "go"}]}, {"recursion_limit": 3 * calls + 10})
     assert tools.ran["list_page"] == calls
@@ -205,10 +218,14 @@ async def openai_agents_run(calls: int, variant: str) -> None:
 async def pydantic_ai_run(calls: int, variant: str) -> None:
     script, tools = scripts.paging(calls), scripts.Tools()
     async with EmbeddedClient() as client:
-        capability = {"none": None, "noop": NoopCapability(),
-                      "stallwatch": Stallwatch(client, policy=POLICY)}[variant]
+        capability = {
+            "none": None,
+            "noop": NoopCapability(),
+            "stallwatch": Stallwatch(client, policy=POLICY),
+        }[variant]
         await pydantic_ai_model.agent_for(script, tools, capability).run(
-            "go", usage_limits=UsageLimits(request_limit=calls + 5))
+            "go", usage_limits=UsageLimits(request_limit=calls + 5)
+        )
     assert tools.ran["list_page"] == calls
 
 
@@ -240,7 +257,8 @@ async def langchain_hooks_direct(calls: int) -> dict[str, float]:
 
     tools = scripts.Tools()
     await langchain_model.agent_for(scripts.paging(2), tools, Capture()).ainvoke(
-        {"messages": [{"role": "user", "content": "go"}]})
+        {"messages": [{"role": "user", "content": "go"}]}
+    )
     answer, content = AIMessage(content="done"), tools.list_page(1)
 
     def tool_answer(request: Any) -> ToolMessage:
@@ -261,9 +279,11 @@ async def langchain_hooks_direct(calls: int) -> dict[str, float]:
     out: dict[str, float] = {}
     sync_client = SyncClient(EmbeddedClient)
     async with EmbeddedClient() as client:
-        for variant, middleware in (("noop", NoopSyncMiddleware()),
-                                    ("stallwatch", StallwatchMiddleware(client, policy=POLICY)),
-                                    ("stallwatch+sync", StallwatchMiddleware(sync_client, policy=POLICY))):
+        for variant, middleware in (
+            ("noop", NoopSyncMiddleware()),
+            ("stallwatch", StallwatchMiddleware(client, policy=POLICY)),
+            ("stallwatch+sync", StallwatchMiddleware(sync_client, policy=POLICY)),
+        ):
             state = await middleware.abefore_agent({}, None)
             start = time.process_time()
             for page in range(calls):
@@ -303,35 +323,50 @@ async def main() -> None:
     print(f"plain call of the tool:                 {plain_us:8.1f} µs")
     client_s = await best_of(r, lambda: bare_client_round(n))
     print(f"bare EmbeddedClient, one round, 1 call: {client_s * us:8.1f} µs\n")
-    print(f"{'µs per call':<22}{'bare agent':>11}{'stallwatch':>11}{'overhead':>10}   of which:"
-          f"{'hooks':>7}{'client':>8}{'adapter':>9}")
-    for name, run in (("langchain", langchain_run), ("langchain invoke+sync", langchain_invoke_run),
-                      ("openai-agents", openai_agents_run), ("pydantic-ai", pydantic_ai_run)):
+    print(
+        f"{'µs per call':<22}{'bare agent':>11}{'stallwatch':>11}{'overhead':>10}   of which:"
+        f"{'hooks':>7}{'client':>8}{'adapter':>9}"
+    )
+    for name, run in (
+        ("langchain", langchain_run),
+        ("langchain invoke+sync", langchain_invoke_run),
+        ("openai-agents", openai_agents_run),
+        ("pydantic-ai", pydantic_ai_run),
+    ):
         plain, noop, guarded = await each_variant(r, run, n)
         # Medians of the differences of runs made one after the other, which a drifting load on
         # the machine shifts less than it shifts the minima.
         overhead = statistics.median(g - p for g, p in zip(guarded, plain, strict=True))
         hooks = statistics.median(o - p for o, p in zip(noop, plain, strict=True))
         adapter = overhead - hooks - client_s
-        print(f"{name:<22}{min(plain) * us:11.1f}{min(guarded) * us:11.1f}{overhead * us:10.1f}"
-              f"{'':>13}{hooks * us:7.1f}{client_s * us:8.1f}{adapter * us:9.1f}")
+        print(
+            f"{name:<22}{min(plain) * us:11.1f}{min(guarded) * us:11.1f}{overhead * us:10.1f}"
+            f"{'':>13}{hooks * us:7.1f}{client_s * us:8.1f}{adapter * us:9.1f}"
+        )
     if _SYNC_CLIENT is not None:
         _SYNC_CLIENT.close()
     direct = await langchain_hooks_direct(3000)
     noop_async, noop_sync = direct["noop ainvoke"], direct["noop invoke"]
-    print("\nLangChain's middleware hooks alone (one model call + one tool call, handlers that "
-          "return at once), µs:\n"
-          f"  no-op {noop_async * 1e6:.1f} (ainvoke), {noop_sync * 1e6:.1f} (invoke); stallwatch "
-          f"beyond the no-op: ainvoke {(direct['stallwatch ainvoke'] - noop_async) * 1e6:.1f}, "
-          f"ainvoke + SyncClient {(direct['stallwatch+sync ainvoke'] - noop_async) * 1e6:.1f}, "
-          f"invoke + SyncClient {(direct['stallwatch+sync invoke'] - noop_sync) * 1e6:.1f} "
-          f"(the client and engine included)")
-    print("\nbare agent, stallwatch: best run. overhead: median of (stallwatch - bare agent) over "
-          "paired runs, what a user measures; hooks: median of (no-op hooks - bare agent), the "
-          "framework's extension mechanism; client: one round of the bare EmbeddedClient (the "
-          "engine included); adapter: the rest, the adapter's own glue.")
-    print(f"\n{n} calls per run, {r} runs each, CPU time of this process (in process, no"
-          " broker); a shared machine: indicative figures.")
+    print(
+        "\nLangChain's middleware hooks alone (one model call + one tool call, handlers that "
+        "return at once), µs:\n"
+        f"  no-op {noop_async * 1e6:.1f} (ainvoke), {noop_sync * 1e6:.1f} (invoke); stallwatch "
+        f"beyond the no-op: ainvoke {(direct['stallwatch ainvoke'] - noop_async) * 1e6:.1f}, "
+        f"ainvoke + SyncClient {(direct['stallwatch+sync ainvoke'] - noop_async) * 1e6:.1f}, "
+        f"invoke + SyncClient {(direct['stallwatch+sync invoke'] - noop_sync) * 1e6:.1f} "
+        f"(the client and engine included)"
+    )
+    print(
+        "\nbare agent, stallwatch: best run. overhead: median of (stallwatch - bare agent) over "
+        "paired runs, what a user measures; hooks: median of (no-op hooks - bare agent), the "
+        "framework's extension mechanism; client: one round of the bare EmbeddedClient (the "
+        "engine included); adapter: the rest, the adapter's own glue."
+    )
+    print(
+        f"\n{n} calls per run, {r} runs each, CPU time of this process (in process, no"
+        " broker); a shared machine: indicative figures."
+    )
+
 
 if __name__ == "__main__":
     asyncio.run(main())

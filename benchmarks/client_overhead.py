@@ -27,9 +27,11 @@ POLICY = {"max_rounds": 10_000_000}
 
 def search(query: str, page: int) -> dict:
     """The tool: a page of three documents, as a small search API would return it."""
-    return {"query": query, "page": page,
-            "documents": [{"id": f"doc-{page}-{i}", "title": f"Result {i} of page {page}"}
-                          for i in range(3)]}
+    return {
+        "query": query,
+        "page": page,
+        "documents": [{"id": f"doc-{page}-{i}", "title": f"Result {i} of page {page}"} for i in range(3)],
+    }
 
 
 async def plain(calls: int, per_round: int) -> None:
@@ -52,8 +54,9 @@ async def guarded(calls: int, per_round: int) -> None:
         assert run.stop is None and decision.allowed, "the benchmark must measure allowed calls"
 
 
-def best_per_call_us(loop: Callable[[int, int], Awaitable[None]], calls: int, per_round: int,
-                     repeat: int) -> float:
+def best_per_call_us(
+    loop: Callable[[int, int], Awaitable[None]], calls: int, per_round: int, repeat: int
+) -> float:
     times = []
     for _ in range(repeat):
         gc.collect()
@@ -75,8 +78,10 @@ def main() -> None:
     print(f"calls: {calls:,}, {args.per_round} per round, best of {args.repeat}")
     print(f"plain call of the tool:        {base:8.2f} µs per call")
     print(f"through EmbeddedClient:        {with_client:8.2f} µs per call")
-    print(f"overhead:                      {with_client - base:8.2f} µs per call "
-          f"(target at most {TARGET_US:g} µs)")
+    print(
+        f"overhead:                      {with_client - base:8.2f} µs per call "
+        f"(target at most {TARGET_US:g} µs)"
+    )
 
 
 if __name__ == "__main__":

@@ -61,10 +61,18 @@ class EchoMember:
     def __init__(self, settings: Settings, output: str, name: str) -> None:
         log = Path(f"/tmp/stallwatch-{settings.topic_prefix}-echo-{name}.log")
         self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "benchmarks/txn_echo.py"), settings.bootstrap,
-             settings.events_topic, output, f"{settings.topic_prefix}-echo",
-             *(f"--opt={k}={v}" for k, v in failover_options(settings).items())],
-            stdout=log.open("wb"), stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                str(ROOT / "benchmarks/txn_echo.py"),
+                settings.bootstrap,
+                settings.events_topic,
+                output,
+                f"{settings.topic_prefix}-echo",
+                *(f"--opt={k}={v}" for k, v in failover_options(settings).items()),
+            ],
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+        )
 
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
@@ -83,17 +91,20 @@ async def cluster_topics(prefix: str) -> tuple[Settings, str]:
     """The cluster up, a fresh set of the project's topics on it and the echo's output topic
     (replicated as the workers' are): the settings and the echo topic's name."""
     await asyncio.to_thread(nodes.up)
-    settings = Settings(bootstrap=nodes.bootstrap(), topic_prefix=f"{prefix}{uuid.uuid4().hex[:8]}",
-                        partitions=PARTITIONS)
+    settings = Settings(
+        bootstrap=nodes.bootstrap(), topic_prefix=f"{prefix}{uuid.uuid4().hex[:8]}", partitions=PARTITIONS
+    )
     await ensure_topics(settings)
     echo_topic = f"{settings.topic_prefix}.echo"
-    await ensure_topics(settings, only=[NewTopic(echo_topic, PARTITIONS, 3,
-                                                 topic_configs={"min.insync.replicas": "2"})])
+    await ensure_topics(
+        settings, only=[NewTopic(echo_topic, PARTITIONS, 3, topic_configs={"min.insync.replicas": "2"})]
+    )
     return settings, echo_topic
 
 
-async def fault(kind: str, settings: Settings, workers: list[WorkerProcess],
-                echoes: list[EchoMember], down_s: float) -> tuple[float, str]:
+async def fault(
+    kind: str, settings: Settings, workers: list[WorkerProcess], echoes: list[EchoMember], down_s: float
+) -> tuple[float, str]:
     """The fault, from its first act to the cluster's return: (when it began, what was done)."""
     node = await nodes.leader_of_most(settings.events_topic)
     if kind == "rolling":
@@ -138,10 +149,11 @@ async def main() -> None:
     try:
         for worker in workers:
             await worker.ready(120)
-        tasks = [asyncio.create_task(arrivals(settings, settings.events_topic, stop, events, [])),
-                 asyncio.create_task(arrivals(settings, settings.commands_topic, stop, commands,
-                                              command_values)),
-                 asyncio.create_task(arrivals(settings, echo_topic, stop, echoed, []))]
+        tasks = [
+            asyncio.create_task(arrivals(settings, settings.events_topic, stop, events, [])),
+            asyncio.create_task(arrivals(settings, settings.commands_topic, stop, commands, command_values)),
+            asyncio.create_task(arrivals(settings, echo_topic, stop, echoed, [])),
+        ]
         loading = asyncio.create_task(load(settings, args.rate, load_stop))
         await asyncio.sleep(LEAD_S)
         began, what = await fault(args.fault, settings, workers, echoes, args.down_s)
@@ -160,17 +172,25 @@ async def main() -> None:
         for member in echoes:
             member.stop()
     end = ended + TAIL_S
-    gaps = {name: longest_gaps(times, PARTITIONS, began, end)
-            for name, times in (("events", events), ("workers", commands), ("echo", echoed))}
-    print(f"fault: {what}; {args.rate:.0f} events/s; the longest gap per partition, in seconds "
-          f"(from the fault's start until {TAIL_S:.0f} s after its end, {end - began:.0f} s)")
+    gaps = {
+        name: longest_gaps(times, PARTITIONS, began, end)
+        for name, times in (("events", events), ("workers", commands), ("echo", echoed))
+    }
+    print(
+        f"fault: {what}; {args.rate:.0f} events/s; the longest gap per partition, in seconds "
+        f"(from the fault's start until {TAIL_S:.0f} s after its end, {end - began:.0f} s)"
+    )
     print("partition  events  workers    echo")
     for partition in range(PARTITIONS):
-        print(f"{partition:9}  {gaps['events'][partition]:6.1f}  {gaps['workers'][partition]:7.1f}  "
-              f"{gaps['echo'][partition]:6.1f}")
+        print(
+            f"{partition:9}  {gaps['events'][partition]:6.1f}  {gaps['workers'][partition]:7.1f}  "
+            f"{gaps['echo'][partition]:6.1f}"
+        )
     worst = {name: max(g.values()) for name, g in gaps.items()}
-    print(f"{'max':>9}  {worst['events']:6.1f}  {worst['workers']:7.1f}  {worst['echo']:6.1f}"
-          f"   workers/echo {worst['workers'] / worst['echo']:.2f}")
+    print(
+        f"{'max':>9}  {worst['events']:6.1f}  {worst['workers']:7.1f}  {worst['echo']:6.1f}"
+        f"   workers/echo {worst['workers'] / worst['echo']:.2f}"
+    )
     # The log as the broker holds it: a send that timed out during the fault never reached it.
     expected = by_run(replay_commands(await stored_events(settings)))
     got = by_run(command_values)

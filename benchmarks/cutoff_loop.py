@@ -39,8 +39,9 @@ def verdict(outcome: CutOutcome, heal_before_expiry: bool) -> list[str]:
         if not outcome.taken_over:
             wrong.append("B never took A's partitions over")
         if outcome.zombie_exit is not None or not outcome.zombie_rejoined:
-            wrong.append(f"A did not rejoin (exit {outcome.zombie_exit}, served again "
-                         f"{outcome.zombie_rejoined})")
+            wrong.append(
+                f"A did not rejoin (exit {outcome.zombie_exit}, served again {outcome.zombie_rejoined})"
+            )
     return wrong
 
 
@@ -60,12 +61,14 @@ async def main() -> int:
             outcome = await cut_off(heal_before_expiry, drop=args.drop)
             wrong = verdict(outcome, heal_before_expiry)
             passed += not wrong
-            print(f"{name}{' (drop)' if args.drop else ''} pass {n:2}/{args.passes}: {outcome.runs} "
-                  f"runs, cut {outcome.cut_s:.1f} s, B took over: {outcome.taken_over}, A exit "
-                  f"{outcome.zombie_exit}, fenced: {outcome.zombie_fenced}, served again: "
-                  f"{outcome.zombie_rejoined}; "
-                  f"{'ok' if not wrong else 'FAILED: ' + '; '.join(wrong)} ({outcome.seconds:.0f} s)",
-                  flush=True)
+            print(
+                f"{name}{' (drop)' if args.drop else ''} pass {n:2}/{args.passes}: {outcome.runs} "
+                f"runs, cut {outcome.cut_s:.1f} s, B took over: {outcome.taken_over}, A exit "
+                f"{outcome.zombie_exit}, fenced: {outcome.zombie_fenced}, served again: "
+                f"{outcome.zombie_rejoined}; "
+                f"{'ok' if not wrong else 'FAILED: ' + '; '.join(wrong)} ({outcome.seconds:.0f} s)",
+                flush=True,
+            )
             if wrong:
                 print(outcome.zombie_log, flush=True)
         print(f"{name}: {passed} of {args.passes} passes", flush=True)

@@ -83,9 +83,19 @@ async def main() -> None:
     settings, echo_topic = await cluster_topics("p")
     stop = asyncio.Event()
     echoed: dict[int, list[float]] = defaultdict(list)
-    tasks = [asyncio.create_task(echo(settings.bootstrap, settings.events_topic, echo_topic,
-                                      f"{settings.topic_prefix}-echo", stop, options)),
-             asyncio.create_task(arrivals(settings, echo_topic, stop, echoed, []))]
+    tasks = [
+        asyncio.create_task(
+            echo(
+                settings.bootstrap,
+                settings.events_topic,
+                echo_topic,
+                f"{settings.topic_prefix}-echo",
+                stop,
+                options,
+            )
+        ),
+        asyncio.create_task(arrivals(settings, echo_topic, stop, echoed, [])),
+    ]
     node = await nodes.leader_of_most(settings.events_topic)
     watched = [settings.events_topic, echo_topic, "__consumer_offsets", "__transaction_state"]
     tasks.append(asyncio.create_task(watch_leaders(nodes.bootstrap(without=node), watched, stop)))

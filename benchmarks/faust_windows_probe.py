@@ -27,10 +27,18 @@ UPDATES = int(sys.argv[2]) if len(sys.argv) > 2 else 3000
 PREFIX = f"probe{uuid.uuid4().hex[:6]}"
 SOURCE = f"{PREFIX}-src"
 
-app = faust.App(PREFIX, broker=f"kafka://{BOOTSTRAP}", store="memory://", topic_partitions=1,
-                topic_replication_factor=1, table_standby_replicas=0, web_enabled=False)
-source = app.topic(SOURCE, key_type=bytes, value_type=bytes, key_serializer="raw",
-                   value_serializer="raw", partitions=1)
+app = faust.App(
+    PREFIX,
+    broker=f"kafka://{BOOTSTRAP}",
+    store="memory://",
+    topic_partitions=1,
+    topic_replication_factor=1,
+    table_standby_replicas=0,
+    web_enabled=False,
+)
+source = app.topic(
+    SOURCE, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw", partitions=1
+)
 table = app.Table("t", default=int, partitions=1)
 if KIND == "hopping":
     table = table.hopping(timedelta(seconds=300), timedelta(seconds=60), expires=timedelta(seconds=600))
@@ -66,8 +74,9 @@ async def drive() -> None:
     tp = TopicPartition(f"{PREFIX}-t-changelog", 0)
     end = (await consumer.end_offsets([tp]))[tp]
     await consumer.stop()
-    print(f"{KIND}: {end} changelog records for {UPDATES} updates ({end / UPDATES:.1f} per update)",
-          flush=True)
+    print(
+        f"{KIND}: {end} changelog records for {UPDATES} updates ({end / UPDATES:.1f} per update)", flush=True
+    )
     os._exit(0)
 
 

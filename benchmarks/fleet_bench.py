@@ -56,7 +56,7 @@ def worker_tallies(runs: int, batch: int) -> list[tuple[int, int, dict]]:
     cursors = dict.fromkeys(queues, 0)
     while cursors:
         for partition in list(cursors):
-            events = queues[partition][cursors[partition]:cursors[partition] + batch]
+            events = queues[partition][cursors[partition] : cursors[partition] + batch]
             cursors[partition] += batch
             if not events:
                 del cursors[partition]
@@ -77,8 +77,13 @@ def worker_tallies(runs: int, batch: int) -> list[tuple[int, int, dict]]:
                     if e["status"] == "ok" and e["tool"] != "wait_for_researchers":
                         fp = xxh3_128_hexdigest(orjson.dumps(e["result"], option=orjson.OPT_SORT_KEYS))
                         if not any(a["fingerprint"] == fp for a in t["answers"]) and len(t["answers"]) < 16:
-                            t["answers"].append({"fingerprint": fp, "runs": [e["run_id"]],
-                                                 "args": [xxh3_128_hexdigest(e["call_id"].encode())]})
+                            t["answers"].append(
+                                {
+                                    "fingerprint": fp,
+                                    "runs": [e["run_id"]],
+                                    "args": [xxh3_128_hexdigest(e["call_id"].encode())],
+                                }
+                            )
             out.extend((partition, len(events), t) for t in per_key.values())
     return out
 
@@ -87,13 +92,19 @@ async def lag(admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer, group: str
     committed = await admin.list_consumer_group_offsets(group)
     parts = [TopicPartition(topic, p) for p in range(PARTITIONS)]
     ends = await consumer.end_offsets(parts)
-    return sum(ends[tp] - (committed[tp].offset if tp in committed and committed[tp].offset >= 0 else 0)
-               for tp in parts)
+    return sum(
+        ends[tp] - (committed[tp].offset if tp in committed and committed[tp].offset >= 0 else 0)
+        for tp in parts
+    )
 
 
 async def advisories(settings, seen: dict[str, float], stop: asyncio.Event) -> None:
-    consumer = AIOKafkaConsumer(settings.events_topic, bootstrap_servers=settings.bootstrap,
-                                auto_offset_reset="latest", fetch_max_wait_ms=10)
+    consumer = AIOKafkaConsumer(
+        settings.events_topic,
+        bootstrap_servers=settings.bootstrap,
+        auto_offset_reset="latest",
+        fetch_max_wait_ms=10,
+    )
     await consumer.start()
     try:
         while not stop.is_set():
@@ -113,14 +124,42 @@ def breaking_events(tool: str, runs: int = 5) -> list[dict]:
     events: list[dict] = []
     for i in range(runs):
         run_id = f"e-{tool}-{i}"
-        events += [envelope("run_started", run_id, f"{run_id}:0", now, mode="researcher",
-                            tools=[{"name": tool}], tenant="bench"),
-                   envelope("round_started", run_id, f"{run_id}:1", now, round=1),
-                   envelope("call_proposed", run_id, f"{run_id}:2", now, round=1, call_id="c1",
-                            tool=tool, args={"q": run_id})]
-    events += [envelope("call_result", f"e-{tool}-{i}", f"e-{tool}-{i}:3", now, round=1,
-                        call_id="c1", tool=tool, status="error", result={"error": "down"})
-               for i in range(runs)]
+        events += [
+            envelope(
+                "run_started",
+                run_id,
+                f"{run_id}:0",
+                now,
+                mode="researcher",
+                tools=[{"name": tool}],
+                tenant="bench",
+            ),
+            envelope("round_started", run_id, f"{run_id}:1", now, round=1),
+            envelope(
+                "call_proposed",
+                run_id,
+                f"{run_id}:2",
+                now,
+                round=1,
+                call_id="c1",
+                tool=tool,
+                args={"q": run_id},
+            ),
+        ]
+    events += [
+        envelope(
+            "call_result",
+            f"e-{tool}-{i}",
+            f"e-{tool}-{i}:3",
+            now,
+            round=1,
+            call_id="c1",
+            tool=tool,
+            status="error",
+            result={"error": "down"},
+        )
+        for i in range(runs)
+    ]
     return events
 
 
@@ -129,8 +168,10 @@ def percentiles(name: str, delays: list[float], of: int) -> str:
         return f"{name}: no advisory seen for {of} incidents"
     delays = sorted(delays)
     p99 = delays[min(len(delays) - 1, int(len(delays) * 0.99))]
-    return (f"{name}: {len(delays)} of {of} incidents, p50 {statistics.median(delays) * 1000:.0f} "
-            f"ms, p99 {p99 * 1000:.0f} ms (target p99 <= 5 s)")
+    return (
+        f"{name}: {len(delays)} of {of} incidents, p50 {statistics.median(delays) * 1000:.0f} "
+        f"ms, p99 {p99 * 1000:.0f} ms (target p99 <= 5 s)"
+    )
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -138,13 +179,21 @@ async def run(args: argparse.Namespace) -> None:
     await ensure_topics(settings)
     records = worker_tallies(args.runs, args.batch)
     events_total = sum(n for _, n, _ in records)
-    print(f"load: {len(records):,} tallies from {events_total:,} events "
-          f"({args.batch} events per partition batch), at {args.rate:,} events/s "
-          f"= {len(records) * args.rate / events_total:,.0f} tallies/s")
-    fleet = FleetProcess(settings, "bench", env={"STALLWATCH_FLEET_WINDOW_S": "300",
-                                                 "STALLWATCH_FLEET_STEP_S": "60",
-                                                 "STALLWATCH_FLEET_QUIET_S": "300",
-                                                 "STALLWATCH_FLEET_TICK_INTERVAL_S": "1"})
+    print(
+        f"load: {len(records):,} tallies from {events_total:,} events "
+        f"({args.batch} events per partition batch), at {args.rate:,} events/s "
+        f"= {len(records) * args.rate / events_total:,.0f} tallies/s"
+    )
+    fleet = FleetProcess(
+        settings,
+        "bench",
+        env={
+            "STALLWATCH_FLEET_WINDOW_S": "300",
+            "STALLWATCH_FLEET_STEP_S": "60",
+            "STALLWATCH_FLEET_QUIET_S": "300",
+            "STALLWATCH_FLEET_TICK_INTERVAL_S": "1",
+        },
+    )
     producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, linger_ms=5)
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
     probe = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap)
@@ -168,8 +217,12 @@ async def run(args: argparse.Namespace) -> None:
             while sent_events < due:
                 partition, n, record = records[i % len(records)]
                 record = {**record, "ts": time.time()}
-                await producer.send(settings.tallies_topic, orjson.dumps(record),
-                                    key=tally_key(record["tenant"], record["tool"]), partition=partition)
+                await producer.send(
+                    settings.tallies_topic,
+                    orjson.dumps(record),
+                    key=tally_key(record["tenant"], record["tool"]),
+                    partition=partition,
+                )
                 sent_events += n
                 i += 1
             if elapsed >= next_break:
@@ -177,14 +230,19 @@ async def run(args: argparse.Namespace) -> None:
                 now = time.time()
                 for run in range(5):
                     bad = tally(tool, now, tenant="bench", runs=[f"b-{tool}-{run}"], calls=1, failures=1)
-                    await producer.send(settings.tallies_topic, orjson.dumps(bad),
-                                        key=tally_key("bench", tool), partition=run % PARTITIONS)
+                    await producer.send(
+                        settings.tallies_topic,
+                        orjson.dumps(bad),
+                        key=tally_key("bench", tool),
+                        partition=run % PARTITIONS,
+                    )
                 await producer.flush()
                 crossed[tool] = time.perf_counter()
                 tool = f"broken-by-events-{uuid.uuid4().hex[:8]}"
                 for event in breaking_events(tool):
-                    await producer.send(settings.events_topic, orjson.dumps(event),
-                                        key=event["run_id"].encode())
+                    await producer.send(
+                        settings.events_topic, orjson.dumps(event), key=event["run_id"].encode()
+                    )
                 await producer.flush()
                 crossed_by_event[tool] = time.perf_counter()
                 next_break += 2.0
@@ -198,29 +256,48 @@ async def run(args: argparse.Namespace) -> None:
         stop.set()
         await reader
         print(f"(a) sent {sent_events:,} events' tallies ({i:,} records) in {args.seconds:g} s")
-        print("    lag of the fleet group on the tallies topic (records), every 5 s: "
-              + ", ".join(f"{t:.0f}s:{n}" for t, n in samples))
-        print(percentiles("(b) crossing tally to advisory (the fleet app)",
-                          [seen[t] - crossed[t] for t in crossed if t in seen], len(crossed)))
-        print(percentiles("    crossing event to advisory (the worker and the fleet app)",
-                          [seen[t] - crossed_by_event[t] for t in crossed_by_event if t in seen],
-                          len(crossed_by_event)))
+        print(
+            "    lag of the fleet group on the tallies topic (records), every 5 s: "
+            + ", ".join(f"{t:.0f}s:{n}" for t, n in samples)
+        )
+        print(
+            percentiles(
+                "(b) crossing tally to advisory (the fleet app)",
+                [seen[t] - crossed[t] for t in crossed if t in seen],
+                len(crossed),
+            )
+        )
+        print(
+            percentiles(
+                "    crossing event to advisory (the worker and the fleet app)",
+                [seen[t] - crossed_by_event[t] for t in crossed_by_event if t in seen],
+                len(crossed_by_event),
+            )
+        )
         before = fleet.rss()
         keys_before = fleet.metric("stallwatch_fleet_tracked_keys")
         for k in range(args.keys):
             record = tally(f"tool-{k}", time.time(), tenant="mem", runs=[f"run-{k}"], calls=1)
-            await producer.send(settings.tallies_topic, orjson.dumps(record),
-                                key=tally_key("mem", f"tool-{k}"), partition=k % PARTITIONS)
+            await producer.send(
+                settings.tallies_topic,
+                orjson.dumps(record),
+                key=tally_key("mem", f"tool-{k}"),
+                partition=k % PARTITIONS,
+            )
         await producer.flush()
         deadline = time.monotonic() + 300
-        while fleet.metric("stallwatch_fleet_tracked_keys") < keys_before + args.keys * 0.99 and \
-                time.monotonic() < deadline:
+        while (
+            fleet.metric("stallwatch_fleet_tracked_keys") < keys_before + args.keys * 0.99
+            and time.monotonic() < deadline
+        ):
             await asyncio.sleep(1.0)
         await asyncio.sleep(2.0)
         added = fleet.metric("stallwatch_fleet_tracked_keys") - keys_before
         after = fleet.rss()
-        print(f"(c) memory: {before / 1e6:.0f} MB -> {after / 1e6:.0f} MB for {added:,.0f} more keys: "
-              f"{(after - before) / max(added, 1):,.0f} bytes per tracked (tenant, tool)")
+        print(
+            f"(c) memory: {before / 1e6:.0f} MB -> {after / 1e6:.0f} MB for {added:,.0f} more keys: "
+            f"{(after - before) / max(added, 1):,.0f} bytes per tracked (tenant, tool)"
+        )
     finally:
         stop.set()
         fleet.stop()

@@ -27,8 +27,25 @@ import orjson
 from stallwatch.contract.envelope import envelope
 
 WORDS = (
-    "kafka", "stream", "table", "changelog", "partition", "offset", "replica", "broker", "consumer",
-    "producer", "agent", "loop", "tool", "search", "result", "fact", "round", "budget", "detector",
+    "kafka",
+    "stream",
+    "table",
+    "changelog",
+    "partition",
+    "offset",
+    "replica",
+    "broker",
+    "consumer",
+    "producer",
+    "agent",
+    "loop",
+    "tool",
+    "search",
+    "result",
+    "fact",
+    "round",
+    "budget",
+    "detector",
     "fleet",
 )
 
@@ -36,33 +53,49 @@ WORDS = (
 def documents(rng: random.Random, seed: int, n: int) -> dict:
     """A search result of n hits whose content depends only on `seed`."""
     local = random.Random(seed)
-    return {"total": n, "took_ms": 12, "documents": [
-        {"id": f"doc-{seed}-{i}", "title": " ".join(local.choices(WORDS, k=6)),
-         "url": f"https://docs.example.invalid/{seed}/{i}",
-         "snippet": " ".join(local.choices(WORDS, k=40)), "score": round(local.random(), 3)}
-        for i in range(n)]}
+    return {
+        "total": n,
+        "took_ms": 12,
+        "documents": [
+            {
+                "id": f"doc-{seed}-{i}",
+                "title": " ".join(local.choices(WORDS, k=6)),
+                "url": f"https://docs.example.invalid/{seed}/{i}",
+                "snippet": " ".join(local.choices(WORDS, k=40)),
+                "score": round(local.random(), 3),
+            }
+            for i in range(n)
+        ],
+    }
 
 
 def page(seed: int) -> dict:
     """A fetched page: its extracted text, about 1.5 KB."""
     local = random.Random(seed)
-    return {"url": f"https://docs.example.invalid/page/{seed}", "status": 200,
-            "text": " ".join(local.choices(WORDS, k=220))}
+    return {
+        "url": f"https://docs.example.invalid/page/{seed}",
+        "status": 200,
+        "text": " ".join(local.choices(WORDS, k=220)),
+    }
 
 
 class Run:
     def __init__(self, run_id: str, mode: str, ts: float) -> None:
         self.run_id, self.ts, self.n, self.calls, self.round = run_id, ts, 0, 0, 0
         self.events: list[dict] = []
-        tools = [{"name": "search"}, {"name": "fetch_page"},
-                 {"name": "wait_for_researchers", "repeat_exempt": True}]
+        tools = [
+            {"name": "search"},
+            {"name": "fetch_page"},
+            {"name": "wait_for_researchers", "repeat_exempt": True},
+        ]
         self.add("run_started", mode=mode, tools=tools, tenant="bench")
 
     def add(self, kind: str, **fields) -> None:
         self.n += 1
         self.ts += 0.7
-        self.events.append(envelope(kind, self.run_id, f"{self.run_id}:{self.n}", round(self.ts, 3),
-                                    **fields))
+        self.events.append(
+            envelope(kind, self.run_id, f"{self.run_id}:{self.n}", round(self.ts, 3), **fields)
+        )
 
     def round_of(self, calls: list[tuple[str, dict, str, object]]) -> None:
         self.round += 1
@@ -71,46 +104,86 @@ class Run:
             self.calls += 1
             call_id = f"call-{self.calls}"
             self.add("call_proposed", round=self.round, call_id=call_id, tool=tool, args=args)
-            self.add("call_result", round=self.round, call_id=call_id, tool=tool, status=status,
-                     result=result)
+            self.add(
+                "call_result", round=self.round, call_id=call_id, tool=tool, status=status, result=result
+            )
         self.add("round_ended", round=self.round)
 
 
 def build_run(rng: random.Random, index: int, ts: float) -> Run:
-    kind = rng.choices(["paging", "reworded", "duplicate", "failing", "lead", "insisting", "chat"],
-                       [30, 25, 10, 5, 10, 10, 10])[0]
+    kind = rng.choices(
+        ["paging", "reworded", "duplicate", "failing", "lead", "insisting", "chat"],
+        [30, 25, 10, 5, 10, 10, 10],
+    )[0]
     mode = "chat" if kind in ("insisting", "chat") else "researcher"
     run = Run(f"{kind}-{index}", mode, ts)
     topic = rng.randrange(10**9)
     if kind == "paging":
         for n in range(rng.randint(5, 25)):
-            run.round_of([("search", {"q": f"topic {topic}", "page": n}, "ok",
-                           documents(rng, topic + n, rng.randint(4, 8))),
-                          ("fetch_page", {"url": f"https://docs.example.invalid/{topic}/{n}"}, "ok",
-                           page(topic + n))])
+            run.round_of(
+                [
+                    (
+                        "search",
+                        {"q": f"topic {topic}", "page": n},
+                        "ok",
+                        documents(rng, topic + n, rng.randint(4, 8)),
+                    ),
+                    (
+                        "fetch_page",
+                        {"url": f"https://docs.example.invalid/{topic}/{n}"},
+                        "ok",
+                        page(topic + n),
+                    ),
+                ]
+            )
     elif kind == "reworded":
         for i in range(rng.randint(8, 21)):
-            run.round_of([("search", {"q": f"{' '.join(rng.choices(WORDS, k=4))} {topic} {i}"},
-                           "ok", documents(rng, topic, 6))])
+            run.round_of(
+                [
+                    (
+                        "search",
+                        {"q": f"{' '.join(rng.choices(WORDS, k=4))} {topic} {i}"},
+                        "ok",
+                        documents(rng, topic, 6),
+                    )
+                ]
+            )
     elif kind == "duplicate":
         run.round_of([("search", {"q": f"topic {topic}"}, "ok", documents(rng, topic, 5))])
         for _ in range(rng.randint(6, 10)):
             run.round_of([("search", {"q": f"topic {topic}"}, "ok", documents(rng, topic, 5))])
     elif kind == "failing":
         for i in range(rng.randint(6, 9)):
-            run.round_of([("fetch_page", {"url": f"https://example.invalid/{topic}/{i}"}, "error",
-                           {"error": "upstream timeout", "attempt": i})])
+            run.round_of(
+                [
+                    (
+                        "fetch_page",
+                        {"url": f"https://example.invalid/{topic}/{i}"},
+                        "error",
+                        {"error": "upstream timeout", "attempt": i},
+                    )
+                ]
+            )
     elif kind == "lead":
         for i in range(rng.randint(3, 12)):
-            run.round_of([("wait_for_researchers", {"ids": ["r1", "r2", "r3"]}, "ok",
-                           {"done": min(i, 3), "of": 3})])
+            run.round_of(
+                [("wait_for_researchers", {"ids": ["r1", "r2", "r3"]}, "ok", {"done": min(i, 3), "of": 3})]
+            )
         run.round_of([("search", {"q": f"summary {topic}"}, "ok", documents(rng, topic, 3))])
     elif kind == "insisting":
-        run.round_of([("search", {"q": f"price of {topic}"}, "ok", {"price": topic % 997})
-                      for _ in range(rng.randint(4, 8))])
+        run.round_of(
+            [
+                ("search", {"q": f"price of {topic}"}, "ok", {"price": topic % 997})
+                for _ in range(rng.randint(4, 8))
+            ]
+        )
     else:
-        run.round_of([("search", {"q": f"q{topic} {i}"}, "ok", documents(rng, topic + i, 2))
-                      for i in range(rng.randint(1, 4))])
+        run.round_of(
+            [
+                ("search", {"q": f"q{topic} {i}"}, "ok", documents(rng, topic + i, 2))
+                for i in range(rng.randint(1, 4))
+            ]
+        )
     run.add("run_ended", reason="answered")
     return run
 

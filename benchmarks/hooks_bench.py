@@ -56,11 +56,19 @@ def free_port() -> int:
 
 def payloads(session: str, i: int) -> tuple[bytes, bytes]:
     """One call's PreToolUse and PostToolUse, as Claude Code sends them."""
-    call = {"session_id": session, "cwd": "/ws", "tool_name": "Bash", "tool_use_id": f"toolu_{i:06d}",
-            "tool_input": {"command": f"grep -n item{i} notes.txt", "description": "look"}}
+    call = {
+        "session_id": session,
+        "cwd": "/ws",
+        "tool_name": "Bash",
+        "tool_use_id": f"toolu_{i:06d}",
+        "tool_input": {"command": f"grep -n item{i} notes.txt", "description": "look"},
+    }
     pre = {**call, "hook_event_name": "PreToolUse"}
-    post = {**call, "hook_event_name": "PostToolUse",
-            "tool_response": {"stdout": f"{i}:item{i}\n", "stderr": "", "interrupted": False}}
+    post = {
+        **call,
+        "hook_event_name": "PostToolUse",
+        "tool_response": {"stdout": f"{i}:item{i}\n", "stderr": "", "interrupted": False},
+    }
     return json.dumps(pre).encode(), json.dumps(post).encode()
 
 
@@ -79,24 +87,29 @@ async def per_call(hook: Hook, calls: int, warmup: int = 10) -> list[float]:
 
 def command_hook(argv: list[str], env: dict[str, str]) -> Hook:
     async def run(payload: bytes) -> None:
-        proc = await asyncio.create_subprocess_exec(*argv, env=env, stdin=subprocess.PIPE,
-                                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        proc = await asyncio.create_subprocess_exec(
+            *argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
         await proc.communicate(payload)
+
     return run
 
 
 def http_hook(http: aiohttp.ClientSession, url: str) -> Hook:
     async def post(payload: bytes) -> None:
-        async with http.post(f"{url}/hooks/claude", data=payload,
-                             headers={"Content-Type": "application/json"}) as response:
+        async with http.post(
+            f"{url}/hooks/claude", data=payload, headers={"Content-Type": "application/json"}
+        ) as response:
             await response.read()
+
     return post
 
 
 @asynccontextmanager
 async def process(argv: list[str], url: str, env: dict[str, str] | None = None) -> AsyncIterator[str]:
-    proc = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        argv, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         async with aiohttp.ClientSession() as http:
             for _ in range(300):
@@ -118,16 +131,22 @@ async def measure(name: str, url: str, calls: int) -> dict[str, list[float]]:
     env = {"PATH": os.environ.get("PATH", ""), "STALLWATCH_SERVE_URL": url}
     command = command_hook([STALLWATCH, "hook", "claude"], env)
     async with aiohttp.ClientSession() as http:
-        return {f"{name}, command hook": await per_call(command, calls),
-                f"{name}, http hook": await per_call(http_hook(http, url), calls * 5)}
+        return {
+            f"{name}, command hook": await per_call(command, calls),
+            f"{name}, http hook": await per_call(http_hook(http, url), calls * 5),
+        }
 
 
 async def empty_hooks(calls: int) -> dict[str, list[float]]:
     port = free_port()
-    async with process([sys.executable, "-c", EMPTY_SERVER, str(port)], f"http://127.0.0.1:{port}") as url, \
-            aiohttp.ClientSession() as http:
-        return {"empty, command hook (`true`)": await per_call(command_hook(["true"], {}), calls),
-                "empty, http hook (answers {})": await per_call(http_hook(http, url), calls * 5)}
+    async with (
+        process([sys.executable, "-c", EMPTY_SERVER, str(port)], f"http://127.0.0.1:{port}") as url,
+        aiohttp.ClientSession() as http,
+    ):
+        return {
+            "empty, command hook (`true`)": await per_call(command_hook(["true"], {}), calls),
+            "empty, http hook (answers {})": await per_call(http_hook(http, url), calls * 5),
+        }
 
 
 def broker_answers(bootstrap: str) -> bool:
@@ -153,11 +172,16 @@ async def through_kafka(calls: int) -> dict[str, list[float]] | None:
     try:
         await wait_until_serving(settings)
         port = free_port()
-        env = {"STALLWATCH_BOOTSTRAP": settings.bootstrap, "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
-               "STALLWATCH_PARTITIONS": str(settings.partitions), "STALLWATCH_REPLICATION_FACTOR": "1",
-               "STALLWATCH_MIN_INSYNC_REPLICAS": "1"}
-        async with process([STALLWATCH, "serve", "--kafka", "--port", str(port)],
-                           f"http://127.0.0.1:{port}", env) as url:
+        env = {
+            "STALLWATCH_BOOTSTRAP": settings.bootstrap,
+            "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
+            "STALLWATCH_PARTITIONS": str(settings.partitions),
+            "STALLWATCH_REPLICATION_FACTOR": "1",
+            "STALLWATCH_MIN_INSYNC_REPLICAS": "1",
+        }
+        async with process(
+            [STALLWATCH, "serve", "--kafka", "--port", str(port)], f"http://127.0.0.1:{port}", env
+        ) as url:
             return await measure("--kafka", url, calls)
     finally:
         worker.stop()
@@ -173,8 +197,12 @@ def report(figures: dict[str, list[float]]) -> None:
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--calls", type=int, default=200, help="tool calls per command-hook figure "
-                        "(5 times as many for the http hooks)")
+    parser.add_argument(
+        "--calls",
+        type=int,
+        default=200,
+        help="tool calls per command-hook figure (5 times as many for the http hooks)",
+    )
     args = parser.parse_args()
     print(f"load average at the start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     figures = await empty_hooks(args.calls)

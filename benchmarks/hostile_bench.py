@@ -60,31 +60,71 @@ ADVERSARIAL_PATHS = [".".join("*" if (n >> i) & 1 else "a" for i in range(6)) fo
 CASES: list[tuple[str, dict, Any]] = [
     ("catastrophic on re: (a+)+$", {"volatile_patterns": ["(a+)+$"]}, "a" * (RESULT_BYTES - 5) + "!"),
     ("DFA blow-up: [ab]*a[ab]{20}", {"volatile_patterns": ["[ab]*a[ab]{20}"]}, text_result("ab")),
-    ("32 DFA blow-ups joined", {"volatile_patterns": [f"[ab]*a[ab]{{{n}}}" for n in range(8, 40)]},
-     text_result("ab")),
-    ("32 patterns of 500 characters", {"volatile_patterns": [
-        "(?:" + "|".join(f"w{n}x{m}" for m in range(60))[:494] + ")" for n in range(32)]},
-     text_result("wx0123456789")),
-    ("64 paths *.*.*.zN", {"volatile_fields": [f"*.*.*.z{n}" for n in range(64)]},
-     nested_result([f"k{n}" for n in range(12)], {"z1": 1, "keep": "v"})),
-    ("64 paths, every one active", {"volatile_fields": ADVERSARIAL_PATHS},
-     nested_result(["a", "b"], {"a": 1, "b": 2})),
+    (
+        "32 DFA blow-ups joined",
+        {"volatile_patterns": [f"[ab]*a[ab]{{{n}}}" for n in range(8, 40)]},
+        text_result("ab"),
+    ),
+    (
+        "32 patterns of 500 characters",
+        {
+            "volatile_patterns": [
+                "(?:" + "|".join(f"w{n}x{m}" for m in range(60))[:494] + ")" for n in range(32)
+            ]
+        },
+        text_result("wx0123456789"),
+    ),
+    (
+        "64 paths *.*.*.zN",
+        {"volatile_fields": [f"*.*.*.z{n}" for n in range(64)]},
+        nested_result([f"k{n}" for n in range(12)], {"z1": 1, "keep": "v"}),
+    ),
+    (
+        "64 paths, every one active",
+        {"volatile_fields": ADVERSARIAL_PATHS},
+        nested_result(["a", "b"], {"a": 1, "b": 2}),
+    ),
     ("facts: 15k items by key", {"facts": {"path": "hits.items", "key": "doc.id"}}, fact_items()),
-    ("paths, patterns and facts", {"volatile_fields": ADVERSARIAL_PATHS,
-                                   "volatile_patterns": [f"[ab]*a[ab]{{{n}}}" for n in range(8, 40)],
-                                   "facts": {"path": "a", "key": "a"}},
-     nested_result(["a", "b"], "ab" * 40)),
+    (
+        "paths, patterns and facts",
+        {
+            "volatile_fields": ADVERSARIAL_PATHS,
+            "volatile_patterns": [f"[ab]*a[ab]{{{n}}}" for n in range(8, 40)],
+            "facts": {"path": "a", "key": "a"},
+        },
+        nested_result(["a", "b"], "ab" * 40),
+    ),
 ]
 
 
 def lines_of(declaration: dict, result: Any) -> tuple[list[bytes], bytes]:
     envelope = {"v": 1, "run_id": "bench", "ts": 1.0}
-    start = {**envelope, "type": "run_started", "event_id": "e0", "mode": "researcher",
-             "tools": [{"name": "search", **declaration}]}
-    call = {**envelope, "type": "call_proposed", "event_id": "e1", "round": 1, "call_id": "c1",
-            "tool": "search", "args": {"q": 1}}
-    answer = {**envelope, "type": "call_result", "event_id": "e2", "round": 1, "call_id": "c1",
-              "tool": "search", "status": "ok", "result": result}
+    start = {
+        **envelope,
+        "type": "run_started",
+        "event_id": "e0",
+        "mode": "researcher",
+        "tools": [{"name": "search", **declaration}],
+    }
+    call = {
+        **envelope,
+        "type": "call_proposed",
+        "event_id": "e1",
+        "round": 1,
+        "call_id": "c1",
+        "tool": "search",
+        "args": {"q": 1},
+    }
+    answer = {
+        **envelope,
+        "type": "call_result",
+        "event_id": "e2",
+        "round": 1,
+        "call_id": "c1",
+        "tool": "search",
+        "status": "ok",
+        "result": result,
+    }
     return [orjson.dumps(start), orjson.dumps(call)], orjson.dumps(answer)
 
 
@@ -103,13 +143,17 @@ def cost(declaration: dict, result: Any, repeats: int = 5) -> tuple[float, int]:
 
 
 def main() -> None:
-    print(f"{'case':34} {'event KiB':>9} {'declared ms':>11} {'baseline ms':>11} {'x baseline':>10} "
-          f"{'µs/KiB':>7}")
+    print(
+        f"{'case':34} {'event KiB':>9} {'declared ms':>11} {'baseline ms':>11} {'x baseline':>10} "
+        f"{'µs/KiB':>7}"
+    )
     for name, declaration, result in CASES:
         declared, size = cost(declaration, result)
         baseline, _ = cost({}, result)
-        print(f"{name:34} {size / 1024:9.0f} {declared * 1e3:11.1f} {baseline * 1e3:11.1f} "
-              f"{declared / baseline:10.1f} {declared * 1e6 / (size / 1024):7.1f}")
+        print(
+            f"{name:34} {size / 1024:9.0f} {declared * 1e3:11.1f} {baseline * 1e3:11.1f} "
+            f"{declared / baseline:10.1f} {declared * 1e6 / (size / 1024):7.1f}"
+        )
 
 
 if __name__ == "__main__":

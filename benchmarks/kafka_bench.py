@@ -47,16 +47,24 @@ from tests.kafka_harness import (
 
 async def echo(bootstrap: str, source: str, reply: str) -> None:
     """The floor: read a batch, answer each message on the reply topic, await the acks."""
-    consumer = AIOKafkaConsumer(source, bootstrap_servers=bootstrap, group_id=f"echo-{source}",
-                                auto_offset_reset="earliest", fetch_max_wait_ms=10)
+    consumer = AIOKafkaConsumer(
+        source,
+        bootstrap_servers=bootstrap,
+        group_id=f"echo-{source}",
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=10,
+    )
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
     await consumer.start()
     await producer.start()
     try:
         while True:
             batches = await consumer.getmany(timeout_ms=100, max_records=500)
-            sends = [await producer.send(reply, r.value, key=r.key)
-                     for records in batches.values() for r in records]
+            sends = [
+                await producer.send(reply, r.value, key=r.key)
+                for records in batches.values()
+                for r in records
+            ]
             if sends:
                 await asyncio.gather(*sends)
     finally:
@@ -66,8 +74,16 @@ async def echo(bootstrap: str, source: str, reply: str) -> None:
 
 class Echo:
     def __init__(self, settings) -> None:
-        self.proc = subprocess.Popen([sys.executable, __file__, "echo", settings.bootstrap,
-                                      settings.events_topic, settings.commands_topic])
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "echo",
+                settings.bootstrap,
+                settings.events_topic,
+                settings.commands_topic,
+            ]
+        )
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -117,10 +133,12 @@ def micros(per_event: dict[str, float | None]) -> str:
 
 
 # The worker's histograms printed after the latency load: where a verdict's time goes.
-INTERNALS = (("fetch delay", "stallwatch_fetch_delay_seconds", 1e3),
-             ("batch", "stallwatch_batch_processing_seconds", 1e3),
-             ("decision", "stallwatch_decision_latency_seconds", 1e3),
-             ("events/batch", "stallwatch_batch_events", 1.0))
+INTERNALS = (
+    ("fetch delay", "stallwatch_fetch_delay_seconds", 1e3),
+    ("batch", "stallwatch_batch_processing_seconds", 1e3),
+    ("decision", "stallwatch_decision_latency_seconds", 1e3),
+    ("events/batch", "stallwatch_batch_events", 1.0),
+)
 
 
 def histogram_quantile(buckets: list[tuple[float, float]], q: float) -> float:
@@ -139,11 +157,14 @@ def histogram_quantile(buckets: list[tuple[float, float]], q: float) -> float:
 def internals(metrics_port: int) -> str:
     """p50/p90/p99 of the worker's own histograms, scraped from its metrics port."""
     import urllib.request
+
     text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read()
     out = []
     for label, name, scale in INTERNALS:
-        buckets = [(float(le), float(v)) for le, v in re.findall(
-            rf'^{name}_bucket{{le="([^"]+)"}} (\S+)$', text.decode(), re.M)]
+        buckets = [
+            (float(le), float(v))
+            for le, v in re.findall(rf'^{name}_bucket{{le="([^"]+)"}} (\S+)$', text.decode(), re.M)
+        ]
         if not buckets or buckets[-1][1] == 0:
             continue
         qs = "/".join(f"{histogram_quantile(buckets, q) * scale:.1f}" for q in (0.5, 0.9, 0.99))
@@ -155,14 +176,19 @@ def quantile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=1000)[int(q * 1000) - 1]
 
 
-async def latency(settings, runs: int, rate: float, seconds: float,
-                  pids: dict[str, list[int | None]]) -> tuple[list[float], dict[str, float | None]]:
+async def latency(
+    settings, runs: int, rate: float, seconds: float, pids: dict[str, list[int | None]]
+) -> tuple[list[float], dict[str, float | None]]:
     """Steady load: `rate` calls/s spread over `runs` runs; returns seconds per verdict and the
     CPU seconds per event of `pids` over the load."""
     producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, acks="all", linger_ms=0)
-    consumer = AIOKafkaConsumer(settings.commands_topic, bootstrap_servers=settings.bootstrap,
-                                auto_offset_reset="latest", fetch_max_wait_ms=10,
-                                isolation_level="read_committed")
+    consumer = AIOKafkaConsumer(
+        settings.commands_topic,
+        bootstrap_servers=settings.bootstrap,
+        auto_offset_reset="latest",
+        fetch_max_wait_ms=10,
+        isolation_level="read_committed",
+    )
     await producer.start()
     await consumer.start()
     await consumer.getmany(timeout_ms=500)  # join: position at the end before sending
@@ -192,8 +218,9 @@ async def latency(settings, runs: int, rate: float, seconds: float,
     while time.perf_counter() - begin < seconds:
         run_id = ids[n % runs]
         event_id = f"{run_id}-{n}"
-        event = envelope("call_proposed", run_id, event_id, round=1 + n // runs, call_id=f"c{n}",
-                         tool="t", args={"n": n})
+        event = envelope(
+            "call_proposed", run_id, event_id, round=1 + n // runs, call_id=f"c{n}", tool="t", args={"n": n}
+        )
         sent[event_id] = time.perf_counter()
         await producer.send(settings.events_topic, orjson.dumps(event), key=run_id.encode())
         n += 1
@@ -206,17 +233,23 @@ async def latency(settings, runs: int, rate: float, seconds: float,
     return took, cpu
 
 
-async def throughput(settings, log: list[bytes], replies: int,
-                     pids: dict[str, list[int | None]]) -> tuple[float, dict[str, float | None]]:
+async def throughput(
+    settings, log: list[bytes], replies: int, pids: dict[str, list[int | None]]
+) -> tuple[float, dict[str, float | None]]:
     """Events/s: the whole log produced at once, until the last reply arrived; and the CPU
     seconds per event of `pids` meanwhile."""
-    consumer = AIOKafkaConsumer(settings.commands_topic, bootstrap_servers=settings.bootstrap,
-                                auto_offset_reset="latest", fetch_max_wait_ms=10,
-                                isolation_level="read_committed")
+    consumer = AIOKafkaConsumer(
+        settings.commands_topic,
+        bootstrap_servers=settings.bootstrap,
+        auto_offset_reset="latest",
+        fetch_max_wait_ms=10,
+        isolation_level="read_committed",
+    )
     await consumer.start()
     await consumer.getmany(timeout_ms=500)
-    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, acks="all", linger_ms=5,
-                                max_batch_size=1 << 20)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.bootstrap, acks="all", linger_ms=5, max_batch_size=1 << 20
+    )
     await producer.start()
     meter = CpuMeter(pids)
     begin = time.perf_counter()
@@ -245,13 +278,13 @@ async def recovery(runs: int, standby: bool) -> tuple[float, str]:
     await wait_until_serving(settings)
     if survivor is not None:
         await survivor.ready()
-    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, acks="all", linger_ms=20,
-                                max_batch_size=1 << 20)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.bootstrap, acks="all", linger_ms=20, max_batch_size=1 << 20
+    )
     await producer.start()
     for i in range(runs):
         run_id = f"rec-{i}"
-        event = envelope("run_started", run_id, f"{run_id}-s", mode="researcher",
-                         tools=[{"name": "search"}])
+        event = envelope("run_started", run_id, f"{run_id}-s", mode="researcher", tools=[{"name": "search"}])
         await producer.send(settings.events_topic, orjson.dumps(event), key=run_id.encode())
     await producer.stop()
     await wait_until_answering_all(settings, timeout_s=600)  # probes queue behind the whole fill
@@ -270,8 +303,9 @@ async def recovery(runs: int, standby: bool) -> tuple[float, str]:
 
 async def wait_until_answering_all(settings, timeout_s: float) -> None:
     """A probe per partition, all at once; returns when every one was answered."""
-    await asyncio.gather(*(wait_until_serving(settings, timeout_s, partition=p)
-                           for p in range(settings.partitions)))
+    await asyncio.gather(
+        *(wait_until_serving(settings, timeout_s, partition=p) for p in range(settings.partitions))
+    )
 
 
 def recovery_timeline(log: str) -> str:
@@ -296,12 +330,16 @@ async def main() -> None:
         return
     log = [orjson.dumps(e) for e in fleet_events(args.log_runs, seed=11, live=200)]
     commands = len(replay_commands(log))
-    print(f"broker {os.environ.get('STALLWATCH_BOOTSTRAP', '127.0.0.1:9092')}; "
-          f"{args.partitions} partitions; "
-          f"load: {args.runs} runs, {args.rate:g} calls/s for {args.seconds:g} s; "
-          f"log: {len(log):,} events of {args.log_runs} runs -> {commands:,} commands")
-    print(f"{'':<9} {'p50 ms':>7} {'p99 ms':>7} {'verdicts':>9} {'events/s':>9}   "
-          "CPU us/event service / broker / client: at the latency load | at full throughput")
+    print(
+        f"broker {os.environ.get('STALLWATCH_BOOTSTRAP', '127.0.0.1:9092')}; "
+        f"{args.partitions} partitions; "
+        f"load: {args.runs} runs, {args.rate:g} calls/s for {args.seconds:g} s; "
+        f"log: {len(log):,} events of {args.log_runs} runs -> {commands:,} commands"
+    )
+    print(
+        f"{'':<9} {'p50 ms':>7} {'p99 ms':>7} {'verdicts':>9} {'events/s':>9}   "
+        "CPU us/event service / broker / client: at the latency load | at full throughput"
+    )
     results = {}
     for name in ("echo", "worker", "2 workers"):
         settings = fresh_settings(partitions=args.partitions)
@@ -317,39 +355,45 @@ async def main() -> None:
                 services.append(WorkerProcess(settings, "bench2"))
                 await services[-1].ready()
                 await asyncio.sleep(2)  # the group has settled on two members
-        pids = {"service": [s.proc.pid for s in services], "broker": [broker_pid()],
-                "client": [os.getpid()]}
+        pids = {"service": [s.proc.pid for s in services], "broker": [broker_pid()], "client": [os.getpid()]}
         try:
             took, cpu_steady = await latency(settings, args.runs, args.rate, args.seconds, pids)
             inside = internals(services[0].metrics_port) if name == "worker" else ""
-            rate, cpu_full = await throughput(settings, log, len(log) if name == "echo" else commands,
-                                              pids)
+            rate, cpu_full = await throughput(settings, log, len(log) if name == "echo" else commands, pids)
         finally:
             for service in services:
                 service.stop()
         results[name] = (quantile(took, 0.5) * 1e3, quantile(took, 0.99) * 1e3, len(took), rate)
         p50, p99, n, eps = results[name]
-        print(f"{name:<9} {p50:7.1f} {p99:7.1f} {n:9,} {eps:9,.0f}   "
-              f"{micros(cpu_steady)} | {micros(cpu_full)}", flush=True)
+        print(
+            f"{name:<9} {p50:7.1f} {p99:7.1f} {n:9,} {eps:9,.0f}   {micros(cpu_steady)} | {micros(cpu_full)}",
+            flush=True,
+        )
         if inside:
             print(inside, flush=True)
     (e50, e99, _, e_eps), (w50, w99, _, w_eps) = results["echo"], results["worker"]
-    print(f"worker/echo: p50 latency {w50 / e50:.2f}x, p99 latency {w99 / e99:.2f}x (target <= 2), "
-          f"throughput {w_eps / e_eps:.2f}x (target >= 0.5); two workers / one: "
-          f"{results['2 workers'][3] / w_eps:.2f}x throughput on this machine's cores")
+    print(
+        f"worker/echo: p50 latency {w50 / e50:.2f}x, p99 latency {w99 / e99:.2f}x (target <= 2), "
+        f"throughput {w_eps / e_eps:.2f}x (target >= 0.5); two workers / one: "
+        f"{results['2 workers'][3] / w_eps:.2f}x throughput on this machine's cores"
+    )
     if args.recovery_runs:
         await report_recovery(args.recovery_runs)
 
 
 async def report_recovery(runs: int) -> None:
-    for standby, how in ((False, "restarted under the same instance id"),
-                         (True, "taken over by a second worker")):
+    for standby, how in (
+        (False, "restarted under the same instance id"),
+        (True, "taken over by a second worker"),
+    ):
         elapsed, restored = await recovery(runs, standby)
         # A takeover cannot begin before the group expires the killed member's session (the
         # worker's 6 s, from its last heartbeat): 4 to 6 s of the figure are that wait.
         bound = f"; the group's {SESSION_TIMEOUT_MS / 1000:.0f} s session timeout first" if standby else ""
-        print(f"recovery: {runs:,} live runs; SIGKILL, {how}: its runs answered again after "
-              f"{elapsed:.1f} s (target < 5 s{bound})\n  {restored}")
+        print(
+            f"recovery: {runs:,} live runs; SIGKILL, {how}: its runs answered again after "
+            f"{elapsed:.1f} s (target < 5 s{bound})\n  {restored}"
+        )
 
 
 if __name__ == "__main__":

@@ -32,13 +32,18 @@ async def main() -> int:
     kafka("up")
     for n in range(1, args.passes + 1):
         outcome = await three_kills()
-        print(f"pass {n:2}/{args.passes}: {outcome.runs} runs, kills: {'; '.join(outcome.kills)}; "
-              f"{len(outcome.differing)} runs differ, {len(outcome.conflicting)} ids conflicting, "
-              f"{len(outcome.doubled)} ids again with the same bytes, "
-              f"{outcome.skipped:.0f} events read twice ({outcome.seconds:.0f} s)", flush=True)
+        print(
+            f"pass {n:2}/{args.passes}: {outcome.runs} runs, kills: {'; '.join(outcome.kills)}; "
+            f"{len(outcome.differing)} runs differ, {len(outcome.conflicting)} ids conflicting, "
+            f"{len(outcome.doubled)} ids again with the same bytes, "
+            f"{outcome.skipped:.0f} events read twice ({outcome.seconds:.0f} s)",
+            flush=True,
+        )
         if not outcome.exact or outcome.skipped:
-            print(f"FAILED: differing {outcome.differing[:5]}, conflicting {outcome.conflicting[:5]}, "
-                  f"{outcome.skipped:.0f} events read twice")
+            print(
+                f"FAILED: differing {outcome.differing[:5]}, conflicting {outcome.conflicting[:5]}, "
+                f"{outcome.skipped:.0f} events read twice"
+            )
             return 1
     print(f"{args.passes} passes in a row, every run's commands equal to replay")
     return 0

@@ -35,8 +35,7 @@ PROXY = [sys.executable, "-m", "stallwatch.cli.main", "mcp-proxy", "--round-gap"
 async def latencies(command: list[str], calls: int) -> list[float]:
     params = StdioServerParameters(command=command[0], args=command[1:], cwd=str(ROOT))
     with open("/dev/null", "w") as quiet:
-        async with stdio_client(params, errlog=quiet) as (read, write), \
-                ClientSession(read, write) as session:
+        async with stdio_client(params, errlog=quiet) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
             for cursor in range(20):  # warm up
                 await session.call_tool("page", {"cursor": -1 - cursor})
@@ -55,8 +54,14 @@ class InstantUpstream:
 
     async def call_tool(self, name: str, arguments: dict) -> types.CallToolResult:
         page = arguments["cursor"]
-        return types.CallToolResult(content=[types.TextContent(
-            text=f'{{"items": ["item-{page}-0", "item-{page}-1", "item-{page}-2"], "next": {page + 1}}}')])
+        return types.CallToolResult(
+            content=[
+                types.TextContent(
+                    text=f'{{"items": ["item-{page}-0", "item-{page}-1", "item-{page}-2"], '
+                    f'"next": {page + 1}}}'
+                )
+            ]
+        )
 
 
 async def handler_latencies(calls: int) -> tuple[list[float], list[float]]:
@@ -93,8 +98,10 @@ async def main() -> None:
     print(f"through mcp-proxy:     median {proxied[0]:6.2f} ms, p90 {proxied[1]:6.2f} ms")
     print(f"proxy overhead:        median {proxied[0] - direct[0]:6.2f} ms per call")
     handler, alone = await handler_latencies(max(args.calls, 2000))
-    print(f"stallwatch's share (the proxy's handler, in-process): median "
-          f"{(statistics.median(handler) - statistics.median(alone)) * 1e6:6.1f} µs per call")
+    print(
+        f"stallwatch's share (the proxy's handler, in-process): median "
+        f"{(statistics.median(handler) - statistics.median(alone)) * 1e6:6.1f} µs per call"
+    )
 
 
 if __name__ == "__main__":

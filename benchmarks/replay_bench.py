@@ -78,10 +78,19 @@ def contract_floor(lines: list[bytes]) -> None:
         kind = event["type"]
         if kind == "call_proposed":
             xxh3_128_digest(event["tool"].encode() + b"\x00" + dumps(event.get("args"), option=_SORT))
-            command = {"v": 1, "command_id": "", "run_id": event["run_id"],
-                       "caused_by": event["event_id"], "round": event["round"], "type": "verdict",
-                       "call_id": event["call_id"], "decision": "allow", "code": None,
-                       "reason": "Allowed.", "tool": event["tool"]}
+            command = {
+                "v": 1,
+                "command_id": "",
+                "run_id": event["run_id"],
+                "caused_by": event["event_id"],
+                "round": event["round"],
+                "type": "verdict",
+                "call_id": event["call_id"],
+                "decision": "allow",
+                "code": None,
+                "reason": "Allowed.",
+                "tool": event["tool"],
+            }
             command["command_id"] = xxh3_128_hexdigest(dumps(command))[:24]
             dumps(command)
         elif kind == "call_result" and "result" in event:
@@ -107,18 +116,20 @@ def state_sizes(lines: list[bytes]) -> None:
         pass
     live = [s for s in fleet.runs.values() if not s.ended and s.mode == "researcher"]
     held = sum(len(s.fingerprints) for s in live)
-    memory = sum(sys.getsizeof(s.fingerprints) + sum(map(sys.getsizeof, s.fingerprints))
-                 for s in live)
+    memory = sum(sys.getsizeof(s.fingerprints) + sum(map(sys.getsizeof, s.fingerprints)) for s in live)
     serialised = sorted(len(s.to_bytes()) for s in live)
     with_fps = [s for s in live if s.fingerprints]
     per_fp_wire = statistics.median(
-        (len(s.to_bytes()) - len(_without_fingerprints(s))) / len(s.fingerprints) for s in with_fps)
+        (len(s.to_bytes()) - len(_without_fingerprints(s))) / len(s.fingerprints) for s in with_fps
+    )
     print(f"live researcher runs            {len(live):>12,}")
     print(f"fingerprints held               {held:>12,}")
     print(f"memory per fingerprint held     {memory / held:>12.0f} bytes (dict slot + 16-byte digest)")
     print(f"serialised per fingerprint      {per_fp_wire:>12.0f} bytes (in the changelog)")
-    print(f"serialised run state, median    {statistics.median(serialised):>12,.0f} bytes "
-          f"(p90 {serialised[len(serialised) * 9 // 10]:,}, max {serialised[-1]:,})")
+    print(
+        f"serialised run state, median    {statistics.median(serialised):>12,.0f} bytes "
+        f"(p90 {serialised[len(serialised) * 9 // 10]:,}, max {serialised[-1]:,})"
+    )
 
 
 def _without_fingerprints(state) -> bytes:
@@ -138,8 +149,10 @@ def worker_tests_log() -> list[bytes]:
 def side_by_side(logs: dict[str, list[bytes]], repeat: int, secret: bytes | None) -> None:
     """Parse-only, the contract's floor, parse and validate, and replay of each log, timed one
     after the other."""
-    print(f"{'log':<20}{'events':>10}{'bytes/event':>12}{'parse only/s':>13}{'replay/s':>10}"
-          f"{'replay/parse':>13}{'floor/parse':>12}{'validated/parse':>16}")
+    print(
+        f"{'log':<20}{'events':>10}{'bytes/event':>12}{'parse only/s':>13}{'replay/s':>10}"
+        f"{'replay/parse':>13}{'floor/parse':>12}{'validated/parse':>16}"
+    )
     for name, lines in logs.items():
         full_replay(lines[:1000])  # warm the caches of the first runs' paths
         parse_s = best_of(repeat, lambda: parse_only(lines))  # noqa: B023 (called at once)
@@ -147,12 +160,16 @@ def side_by_side(logs: dict[str, list[bytes]], repeat: int, secret: bytes | None
         validated_s = best_of(repeat, lambda: validated_parse(lines))  # noqa: B023
         replay_s = best_of(repeat, lambda: full_replay(lines, secret))  # noqa: B023
         size = sum(map(len, lines)) / len(lines)
-        print(f"{name:<20}{len(lines):>10,}{size:>12.0f}{len(lines) / parse_s:>13,.0f}"
-              f"{len(lines) / replay_s:>10,.0f}{replay_s / parse_s:>12.2f}x"
-              f"{floor_s / parse_s:>11.2f}x{validated_s / parse_s:>15.2f}x")
-    print(f"target: replay at most 3x parse-only{' (keyed digests)' if secret else ''}; "
-          "floor: parse and the digests and encodings contract v1 asks, in C calls alone "
-          "(contract_floor); validated: parse and validate")
+        print(
+            f"{name:<20}{len(lines):>10,}{size:>12.0f}{len(lines) / parse_s:>13,.0f}"
+            f"{len(lines) / replay_s:>10,.0f}{replay_s / parse_s:>12.2f}x"
+            f"{floor_s / parse_s:>11.2f}x{validated_s / parse_s:>15.2f}x"
+        )
+    print(
+        f"target: replay at most 3x parse-only{' (keyed digests)' if secret else ''}; "
+        "floor: parse and the digests and encodings contract v1 asks, in C calls alone "
+        "(contract_floor); validated: parse and validate"
+    )
 
 
 def jobs_side_by_side(log: Path, repeat: int, keyed: bool, jobs: int = 2) -> None:
@@ -163,24 +180,30 @@ def jobs_side_by_side(log: Path, repeat: int, keyed: bool, jobs: int = 2) -> Non
     for _ in range(repeat):
         for count in timings:
             before, wall = os.times(), time.perf_counter()
-            subprocess.run([sys.executable, "-m", "stallwatch.cli.main", "replay", "--jobs",
-                            str(count), str(log)], stdout=subprocess.DEVNULL, env=env, check=True)
+            subprocess.run(
+                [sys.executable, "-m", "stallwatch.cli.main", "replay", "--jobs", str(count), str(log)],
+                stdout=subprocess.DEVNULL,
+                env=env,
+                check=True,
+            )
             after = os.times()
-            cpu = (after.children_user - before.children_user
-                   + after.children_system - before.children_system)
+            cpu = after.children_user - before.children_user + after.children_system - before.children_system
             timings[count].append((time.perf_counter() - wall, cpu))
     (one_wall, one_cpu), (many_wall, many_cpu) = min(timings[1]), min(timings[jobs])
-    print(f"stallwatch replay of the fleet log file: 1 process {one_wall:.1f} s (CPU {one_cpu:.1f} s), "
-          f"--jobs {jobs} {many_wall:.1f} s (CPU {many_cpu:.1f} s): {one_wall / many_wall:.2f}x as "
-          f"fast on {os.cpu_count()} cores")
+    print(
+        f"stallwatch replay of the fleet log file: 1 process {one_wall:.1f} s (CPU {one_cpu:.1f} s), "
+        f"--jobs {jobs} {many_wall:.1f} s (CPU {many_cpu:.1f} s): {one_wall / many_wall:.2f}x as "
+        f"fast on {os.cpu_count()} cores"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--log", default=str(HERE / "data" / "fleet.jsonl"))
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--keyed", action="store_true",
-                        help="key every digest, as STALLWATCH_FINGERPRINT_KEY does")
+    parser.add_argument(
+        "--keyed", action="store_true", help="key every digest, as STALLWATCH_FINGERPRINT_KEY does"
+    )
     args = parser.parse_args()
     secret = derive_secret(BENCH_KEY) if args.keyed else None
     log = Path(args.log)
@@ -189,8 +212,7 @@ def main() -> None:
     lines = log.read_bytes().splitlines()
     logs = {"fleet log": lines, "worker tests' log": worker_tests_log()}
     commands, rejected = full_replay(lines, secret)
-    print(f"fleet log: {log} - {len(lines):,} events, commands {commands:,}, "
-          f"dead letters {rejected:,}")
+    print(f"fleet log: {log} - {len(lines):,} events, commands {commands:,}, dead letters {rejected:,}")
     side_by_side(logs, args.repeat, secret)
     jobs_side_by_side(log, min(args.repeat, 2), args.keyed)
     state_sizes(lines[: len(lines) // 3])

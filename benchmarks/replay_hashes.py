@@ -74,27 +74,43 @@ def batch_digest(lines: list[bytes], secret: bytes | None) -> str:
             key = b"not-its-run"  # a key that is not the event's run: a dead letter
         partition = zlib_crc(key) % PARTITIONS
         records = by_partition[partition]
-        records.append(SourceMessage(key, None if n % 1013 == 7 else line, partition, len(records),
-                                     timestamp=1_000_000 + n, timestamp_type=n % 2))
+        records.append(
+            SourceMessage(
+                key,
+                None if n % 1013 == 7 else line,
+                partition,
+                len(records),
+                timestamp=1_000_000 + n,
+                timestamp_type=n % 2,
+            )
+        )
     applier = BatchApplier(Detector(secret=secret), "events", tallies=Tallies(secret))
     h = hashlib.sha256()
     for records in by_partition.values():
         stored: dict[str, bytes] = {}
         clock = PartitionClock()
         for start in range(0, len(records), BATCH):
-            batch = records[start:start + BATCH]
+            batch = records[start : start + BATCH]
             if start and start % (BATCH * 7) == 0:
-                batch = records[start - 3:start] + batch  # offsets applied already: skipped
-            result = applier.apply(batch, partial(_load, stored), clock,
-                                   2_000_000.0 + start)
+                batch = records[start - 3 : start] + batch  # offsets applied already: skipped
+            result = applier.apply(batch, partial(_load, stored), clock, 2_000_000.0 + start)
             for command in result.commands:
                 h.update(encode_command(command))
             h.update(orjson.dumps(result.caused_at))
             for key, letter, reason in result.letters:
                 h.update(repr((key, letter, reason)).encode())
-            h.update(orjson.dumps([result.skipped, sorted(result.events_by_type.items()),
-                                   [(k, v) for k, v in result.tallies], clock.newest],
-                                  option=orjson.OPT_PASSTHROUGH_DATACLASS, default=repr))
+            h.update(
+                orjson.dumps(
+                    [
+                        result.skipped,
+                        sorted(result.events_by_type.items()),
+                        [(k, v) for k, v in result.tallies],
+                        clock.newest,
+                    ],
+                    option=orjson.OPT_PASSTHROUGH_DATACLASS,
+                    default=repr,
+                )
+            )
             for run_id in sorted(result.states):
                 raw = result.states[run_id].to_bytes()
                 stored[run_id] = raw
@@ -148,16 +164,30 @@ def _mixed_run(rng: random.Random, index: int) -> list[bytes]:
     mode = rng.choice(("researcher", "researcher", "chat", "coder"))
     run_id = f"m{index}-" + ("r" * 140 if rng.random() < 0.02 else "r")  # some over the id limit
     loopy = rng.random() < 0.5  # the same few calls and results again and again
-    tools: list[dict] = [{"name": "search", "facts": {"path": "docs", "key": rng.choice(("id", None))},
-                          "volatile_fields": ["took_ms", "docs.*.score"]},
-                         {"name": "fetch", "volatile_patterns": [r"\d+ ms"]},
-                         {"name": "wait", "repeat_exempt": True},
-                         {"name": "edit", "effect": "write", "requires_approval": rng.random() < 0.3},
-                         {"name": "bash", "effect": rng.choice(("read", "unknown"))}]
-    policy = rng.choice((None, None, {"nudge_at": 2}, {"call_budget": 9, "max_rounds": 6},
-                         {"time_limit_s": 30.0}, {"cycle_threshold": 2, "loop_detect_threshold": 2},
-                         {"stall_nudge_at": 2, "stall_stop_at": 3}, {"fleet_breaker": True},
-                         {"no_progress_threshold": 2, "overloaded_exempt_max": 0}))
+    tools: list[dict] = [
+        {
+            "name": "search",
+            "facts": {"path": "docs", "key": rng.choice(("id", None))},
+            "volatile_fields": ["took_ms", "docs.*.score"],
+        },
+        {"name": "fetch", "volatile_patterns": [r"\d+ ms"]},
+        {"name": "wait", "repeat_exempt": True},
+        {"name": "edit", "effect": "write", "requires_approval": rng.random() < 0.3},
+        {"name": "bash", "effect": rng.choice(("read", "unknown"))},
+    ]
+    policy = rng.choice(
+        (
+            None,
+            None,
+            {"nudge_at": 2},
+            {"call_budget": 9, "max_rounds": 6},
+            {"time_limit_s": 30.0},
+            {"cycle_threshold": 2, "loop_detect_threshold": 2},
+            {"stall_nudge_at": 2, "stall_stop_at": 3},
+            {"fleet_breaker": True},
+            {"no_progress_threshold": 2, "overloaded_exempt_max": 0},
+        )
+    )
     ts = 1000.0 + index * 3
     events: list[dict] = []
 
@@ -180,12 +210,19 @@ def _mixed_run(rng: random.Random, index: int) -> list[bytes]:
             call += 1
             tool = rng.choice(_TOOLS)
             call_id = f"c{call}" if rng.random() > 0.02 else "c" * 200
-            args = {"q": 1} if loopy and rng.random() < 0.8 else rng.choice(
-                ({"q": rng.randint(0, 3)}, {"q": 1}, '{"q": 1}', "plain", None))
+            args = (
+                {"q": 1}
+                if loopy and rng.random() < 0.8
+                else rng.choice(({"q": rng.randint(0, 3)}, {"q": 1}, '{"q": 1}', "plain", None))
+            )
             proposed: dict = {"round": number, "call_id": call_id, "tool": tool, "args": args}
             if rng.random() < 0.1:
-                proposed = {"round": number, "call_id": call_id, "tool": tool,
-                            "args_digest": rng.choice(("ab" * 16, "not hex"))}
+                proposed = {
+                    "round": number,
+                    "call_id": call_id,
+                    "tool": tool,
+                    "args_digest": rng.choice(("ab" * 16, "not hex")),
+                }
             if tool in ("edit", "bash") and rng.random() < 0.2:
                 proposed["effect"] = rng.choice(("read", "write", "unknown"))
             add("call_proposed", **proposed)
@@ -200,14 +237,21 @@ def _mixed_run(rng: random.Random, index: int) -> list[bytes]:
                     fields["fact_fingerprints"] = [str(rng.randint(0, 5)) for _ in range(2)]
                 add("call_result", round=number, call_id=call_id, tool=tool, status=status, **fields)
             else:
-                add("call_result", round=number, call_id=call_id, tool=tool, status=status,
-                    result=result)
+                add("call_result", round=number, call_id=call_id, tool=tool, status=status, result=result)
         if rng.random() < 0.05:
             incident = f"inc-{rng.randint(0, 9)}"
             state = rng.choice(("open", "open", "closed"))
-            advisory = envelope("fleet_advisory", run_id, advisory_event_id(incident, run_id, state),
-                                ts, incident_id=incident, incident=state, tool=rng.choice(_TOOLS),
-                                window_s=60.0, evidence={"calls": 40, "failures": 30, "runs": 5})
+            advisory = envelope(
+                "fleet_advisory",
+                run_id,
+                advisory_event_id(incident, run_id, state),
+                ts,
+                incident_id=incident,
+                incident=state,
+                tool=rng.choice(_TOOLS),
+                window_s=60.0,
+                evidence={"calls": 40, "failures": 30, "runs": 5},
+            )
             advisory["kind"] = rng.choice(("tool_failing", "tool_same_answer"))
             events.append(advisory)
         if rng.random() > 0.1:
@@ -220,8 +264,10 @@ def _mixed_run(rng: random.Random, index: int) -> list[bytes]:
 def _result(rng: random.Random, tool: str) -> object:
     n = rng.randint(0, 3)
     if tool == "search":
-        return {"took_ms": rng.randint(1, 90), "docs": [{"id": f"d{rng.randint(0, 4)}",
-                                                          "score": rng.random()} for _ in range(n)]}
+        return {
+            "took_ms": rng.randint(1, 90),
+            "docs": [{"id": f"d{rng.randint(0, 4)}", "score": rng.random()} for _ in range(n)],
+        }
     if tool == "fetch":
         return f"fetched page {rng.randint(0, 2)} in {rng.randint(1, 900)} ms"
     if tool == "bash":
@@ -262,9 +308,16 @@ def _bad_line(rng: random.Random, good: bytes) -> bytes:
     elif kind == 13:
         return b"\xff\xfe not utf-8"
     elif kind == 14:
-        event = {"v": 1, "type": "run_started", "event_id": "s", "run_id": event["run_id"],
-                 "ts": 5, "mode": rng.choice(("coder", "pirate")),
-                 "tools": [{"name": "t" * rng.choice((3, 200))}], "policy": {"max_rounds": "3"}}
+        event = {
+            "v": 1,
+            "type": "run_started",
+            "event_id": "s",
+            "run_id": event["run_id"],
+            "ts": 5,
+            "mode": rng.choice(("coder", "pirate")),
+            "tools": [{"name": "t" * rng.choice((3, 200))}],
+            "policy": {"max_rounds": "3"},
+        }
     else:
         return good + b"\r\n"  # a Windows line end
     return orjson.dumps(event)
@@ -278,7 +331,9 @@ def main() -> None:
     from benchmarks.replay_bench import worker_tests_log
 
     logs: dict[str, Callable[[], list[bytes]]] = {
-        "worker tests' log": worker_tests_log, "mixed log": mixed_log}
+        "worker tests' log": worker_tests_log,
+        "mixed log": mixed_log,
+    }
     if not args.skip_fleet_log:
         logs["fleet log"] = lambda: Path(args.log).read_bytes().splitlines()
     secret = derive_secret("replay hashes")

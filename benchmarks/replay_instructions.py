@@ -23,9 +23,22 @@ _COLLECTED = re.compile(rb"Collected : (\d+)")
 def instructions(mode: str, log: Path, lines: int) -> int:
     """Instructions of one run of this script's `--run` mode under callgrind."""
     done = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-         __file__, "--run", mode, "--lines", str(lines), "--log", str(log)],
-        capture_output=True, check=True)
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            sys.executable,
+            __file__,
+            "--run",
+            mode,
+            "--lines",
+            str(lines),
+            "--log",
+            str(log),
+        ],
+        capture_output=True,
+        check=True,
+    )
     return int(_COLLECTED.search(done.stderr).group(1))
 
 
@@ -67,8 +80,9 @@ def main() -> None:
             base = instructions("replay", log, 0)
             parse = instructions("parse", log, args.lines) - base
             replay = instructions("replay", log, args.lines) - base
-            print(f"{name:<22}{parse / args.lines:>16,.0f}{replay / args.lines:>17,.0f}"
-                  f"{replay / parse:>13.2f}x")
+            print(
+                f"{name:<22}{parse / args.lines:>16,.0f}{replay / args.lines:>17,.0f}{replay / parse:>13.2f}x"
+            )
     return None
 
 

@@ -34,7 +34,7 @@ def one_pass(messages: list[SourceMessage], batch: int, tallies: bool) -> float:
     clock = PartitionClock()
     started = time.process_time()  # CPU time: less at the mercy of other processes on the machine
     for i in range(0, len(messages), batch):
-        result = applier.apply(messages[i:i + batch], states.get, clock, 0.0)
+        result = applier.apply(messages[i : i + batch], states.get, clock, 0.0)
         states.update(result.states)
     return time.process_time() - started
 
@@ -45,8 +45,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    messages = [SourceMessage(e["run_id"].encode(), orjson.dumps(e), 0, i)
-                for i, e in enumerate(fleet_events(args.runs))]
+    messages = [
+        SourceMessage(e["run_id"].encode(), orjson.dumps(e), 0, i)
+        for i, e in enumerate(fleet_events(args.runs))
+    ]
     passes: dict[bool, list[float]] = {False: [], True: []}
     for _ in range(args.repeat):  # interleaved, so a busy spell of the machine hits both alike
         for flag in (False, True):

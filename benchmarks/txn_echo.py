@@ -40,22 +40,35 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
     return options
 
 
-async def echo(bootstrap: str, source: str, output: str, group: str, stop: asyncio.Event,
-               options: dict[str, Any]) -> None:
+async def echo(
+    bootstrap: str, source: str, output: str, group: str, stop: asyncio.Event, options: dict[str, Any]
+) -> None:
     while not stop.is_set():
         with contextlib.suppress(KafkaError):
             await _echo_until_error(bootstrap, source, output, group, stop, options)
 
 
-async def _echo_until_error(bootstrap: str, source: str, output: str, group: str,
-                            stop: asyncio.Event, options: dict[str, Any]) -> None:
-    consumer = AIOKafkaConsumer(source, bootstrap_servers=bootstrap, group_id=group,
-                                enable_auto_commit=False, isolation_level="read_committed",
-                                auto_offset_reset="earliest", session_timeout_ms=SESSION_TIMEOUT_MS,
-                                heartbeat_interval_ms=2000, **options)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0,
-                                transactional_id=f"{group}-{uuid.uuid4().hex[:8]}",
-                                transaction_timeout_ms=TRANSACTION_TIMEOUT_MS, **options)
+async def _echo_until_error(
+    bootstrap: str, source: str, output: str, group: str, stop: asyncio.Event, options: dict[str, Any]
+) -> None:
+    consumer = AIOKafkaConsumer(
+        source,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        session_timeout_ms=SESSION_TIMEOUT_MS,
+        heartbeat_interval_ms=2000,
+        **options,
+    )
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        linger_ms=0,
+        transactional_id=f"{group}-{uuid.uuid4().hex[:8]}",
+        transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
+        **options,
+    )
     try:
         await consumer.start()
         await producer.start()
@@ -68,7 +81,8 @@ async def _echo_until_error(bootstrap: str, source: str, output: str, group: str
                     for r in records:
                         await producer.send(output, r.value, key=r.key, partition=tp.partition)
                 await producer.send_offsets_to_transaction(
-                    {tp: records[-1].offset + 1 for tp, records in batches.items()}, group)
+                    {tp: records[-1].offset + 1 for tp, records in batches.items()}, group
+                )
     finally:
         with contextlib.suppress(Exception):
             await producer.stop()

@@ -44,8 +44,9 @@ async def main() -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     await admin.create_topics([NewTopic(t, 1, 1) for t in topics])
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=name, linger_ms=0,
-                                retry_backoff_ms=RETRY_BACKOFF_MS)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, transactional_id=name, linger_ms=0, retry_backoff_ms=RETRY_BACKOFF_MS
+    )
     await producer.start()
     source = TopicPartition(topics[2], 0)
     print(f"broker {bootstrap}; {args.transactions} transactions of 2 records each, per variant")
@@ -57,17 +58,20 @@ async def main() -> None:
                 async with producer.transaction():
                     await asyncio.gather(
                         await producer.send(topics[0], b"command", key=b"run", partition=0),
-                        await producer.send(topics[1], b"state", key=b"run", partition=0))
+                        await producer.send(topics[1], b"state", key=b"run", partition=0),
+                    )
                     acked.append(time.perf_counter() - began)
                     if with_offsets:
                         await producer.send_offsets_to_transaction({source: i + 1}, name)
                     offsets.append(time.perf_counter() - began)
                 committed.append(time.perf_counter() - began)
             label = "records + offsets" if with_offsets else "records only"
-            print(f"{label:<18} acked p50 {pct(acked, 50):5.1f} p99 {pct(acked, 99):6.1f} ms | "
-                  f"offsets in p50 {pct(offsets, 50):5.1f} p99 {pct(offsets, 99):6.1f} ms | "
-                  f"committed p50 {pct(committed, 50):5.1f} p99 {pct(committed, 99):6.1f} ms",
-                  flush=True)
+            print(
+                f"{label:<18} acked p50 {pct(acked, 50):5.1f} p99 {pct(acked, 99):6.1f} ms | "
+                f"offsets in p50 {pct(offsets, 50):5.1f} p99 {pct(offsets, 99):6.1f} ms | "
+                f"committed p50 {pct(committed, 50):5.1f} p99 {pct(committed, 99):6.1f} ms",
+                flush=True,
+            )
     finally:
         await producer.stop()
         await admin.delete_topics(topics)

@@ -36,8 +36,13 @@ class RewordingModel(GenericFakeChatModel):
         return self.bind(tools=[getattr(t, "name", t) for t in tools], **kwargs)
 
     def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
-        told = [line for m in messages if m.type == "system" for line in m.text.splitlines()
-                if line.startswith("stallwatch:")]
+        told = [
+            line
+            for m in messages
+            if m.type == "system"
+            for line in m.text.splitlines()
+            if line.startswith("stallwatch:")
+        ]
         print("\n".join(f"the model is told: {line}" for line in told) or "(nothing from stallwatch)")
         if kwargs.get("tools"):
             n = next(self.wording)
@@ -53,8 +58,9 @@ def main() -> None:
     parser.add_argument("--kafka", action="store_true", help="use Kafka and a running worker")
     args = parser.parse_args()
     with SyncClient(KafkaClient if args.kafka else EmbeddedClient) as client:
-        agent = create_agent(RewordingModel(messages=iter(())), [search],
-                             middleware=[StallwatchMiddleware(client)])  # the one line
+        agent = create_agent(
+            RewordingModel(messages=iter(())), [search], middleware=[StallwatchMiddleware(client)]
+        )  # the one line
         result = agent.invoke({"messages": [{"role": "user", "content": "How does Kafka compact?"}]})
     print(f"answer: {result['messages'][-1].text}")
 

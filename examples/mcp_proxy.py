@@ -28,21 +28,34 @@ QUERIES = ["how does kafka store streams"] * 2 + [f"kafka stream storage, wordin
 @server.tool()
 def search(query: str) -> dict:
     """Search the documentation."""
-    return {"documents": [{"id": "kafka-docs", "title": "Kafka: a distributed log"},
-                          {"id": "faust-docs", "title": "Faust: stream processing in Python"}]}
+    return {
+        "documents": [
+            {"id": "kafka-docs", "title": "Kafka: a distributed log"},
+            {"id": "faust-docs", "title": "Faust: stream processing in Python"},
+        ]
+    }
 
 
 async def client(kafka: bool) -> None:
-    proxy = ["-m", "stallwatch.cli.main", "mcp-proxy", *(["--kafka"] if kafka else []),
-             "--", sys.executable, __file__, "--serve"]
+    proxy = [
+        "-m",
+        "stallwatch.cli.main",
+        "mcp-proxy",
+        *(["--kafka"] if kafka else []),
+        "--",
+        sys.executable,
+        __file__,
+        "--serve",
+    ]
     params = StdioServerParameters(command=sys.executable, args=proxy)
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         print("instructions the client adds to the system prompt:\n" + (session.instructions or ""))
         for query in QUERIES:
             result = await session.call_tool("search", {"query": query})
-            shown = " | ".join(b.text.replace("\n", " ")[:110] for b in result.content
-                               if isinstance(b, types.TextContent))
+            shown = " | ".join(
+                b.text.replace("\n", " ")[:110] for b in result.content if isinstance(b, types.TextContent)
+            )
             print(f"\n{'ERROR ' if result.is_error else ''}{query!r}:\n  {shown}")
             await asyncio.sleep(1.5)  # the model "thinks": past the proxy's round gap
 

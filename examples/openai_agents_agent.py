@@ -47,8 +47,9 @@ async def main() -> None:
     parser.add_argument("--kafka", action="store_true", help="use Kafka and a running worker")
     args = parser.parse_args()
     set_tracing_disabled(True)  # the example makes no network call
-    agent = Agent(name="researcher", instructions="You research questions.", model=rewording_model(),
-                  tools=[search])
+    agent = Agent(
+        name="researcher", instructions="You research questions.", model=rewording_model(), tools=[search]
+    )
     async with KafkaClient() if args.kafka else EmbeddedClient() as client:
         watch = StallwatchRun(client)  # one per run
         result = await Runner.run(watch.agent(agent), "How does Kafka compact?", hooks=watch)

@@ -38,8 +38,11 @@ async def main() -> None:
     parser.add_argument("--kafka", action="store_true", help="use Kafka and a running worker")
     args = parser.parse_args()
     async with KafkaClient() if args.kafka else EmbeddedClient() as client:
-        agent = Agent(FunctionModel(rewording_model), instructions="You research questions.",
-                      capabilities=[Stallwatch(client)])  # the one line
+        agent = Agent(
+            FunctionModel(rewording_model),
+            instructions="You research questions.",
+            capabilities=[Stallwatch(client)],
+        )  # the one line
 
         @agent.tool_plain
         def search(query: str) -> str:

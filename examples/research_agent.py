@@ -20,8 +20,12 @@ TOOLS = [{"name": "search"}, {"name": "wait_for_researchers", "repeat_exempt": T
 
 
 def search(query: str) -> dict:
-    return {"documents": [{"id": "kafka-docs", "title": "Kafka: a distributed log"},
-                          {"id": "faust-docs", "title": "Faust: stream processing in Python"}]}
+    return {
+        "documents": [
+            {"id": "kafka-docs", "title": "Kafka: a distributed log"},
+            {"id": "faust-docs", "title": "Faust: stream processing in Python"},
+        ]
+    }
 
 
 async def research(client: Client) -> None:
@@ -42,8 +46,7 @@ async def research(client: Client) -> None:
         await asyncio.sleep(0)
     if run.stop is None:
         await asyncio.wait_for(run.stopped.wait(), 10)
-    print(f"\nstopped at round {run.stop.round} ({run.stop.code}, {run.stop.action}):\n"
-          f"{run.stop.reason}")
+    print(f"\nstopped at round {run.stop.round} ({run.stop.code}, {run.stop.action}):\n{run.stop.reason}")
     await run.end("answered")
 
 
@@ -51,7 +54,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kafka", action="store_true", help="use Kafka and a running worker")
     args = parser.parse_args()
-    async with (KafkaClient() if args.kafka else EmbeddedClient()) as client:
+    async with KafkaClient() if args.kafka else EmbeddedClient() as client:
         await research(client)
 
 

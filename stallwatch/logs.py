@@ -105,9 +105,13 @@ def _kind(record: logging.LogRecord) -> str | None:
     if msg == _SENDER_CATCH_ALL:
         return UNREACHABLE if _caused_by_lost_connection(record) else None
     # Messages aiokafka builds from several string literals: matched on their fixed opening.
-    if isinstance(msg, str) and msg.startswith(("Heartbeat failed for group %s: coordinator",
-                                                "Received unknown topic or partition error",
-                                                "Got error produce response on topic-partition")):
+    if isinstance(msg, str) and msg.startswith(
+        (
+            "Heartbeat failed for group %s: coordinator",
+            "Received unknown topic or partition error",
+            "Got error produce response on topic-partition",
+        )
+    ):
         return NOT_READY
     return None
 
@@ -160,8 +164,9 @@ class KafkaTrouble(logging.Filter):
             ep.spans[kind] = (ep.spans.get(kind, (now, now))[0], now)
             self.total_folded += 1
             if self._ticker is None:
-                self._ticker = threading.Thread(target=self._tick_while_open, daemon=True,
-                                                name="stallwatch-kafka-trouble")
+                self._ticker = threading.Thread(
+                    target=self._tick_while_open, daemon=True, name="stallwatch-kafka-trouble"
+                )
                 self._ticker.start()
         return False
 
@@ -184,21 +189,33 @@ class KafkaTrouble(logging.Filter):
         if now - ep.last_at >= QUIET_S:
             self.episode = None
             if ep.announced:
-                log.warning("Kafka answers again: no retried error for %.0f s, after %.0f s of "
-                            "trouble; %s", QUIET_S, lasted, ep.folded())
+                log.warning(
+                    "Kafka answers again: no retried error for %.0f s, after %.0f s of trouble; %s",
+                    QUIET_S,
+                    lasted,
+                    ep.folded(),
+                )
             else:
-                log.info("Kafka settled after %.1f s (start-up, rebalance or a short blip); %s",
-                         lasted, ep.folded())
+                log.info(
+                    "Kafka settled after %.1f s (start-up, rebalance or a short blip); %s",
+                    lasted,
+                    ep.folded(),
+                )
             return False
         if not ep.announced and any(last - first >= _GRACE[k] for k, (first, last) in ep.spans.items()):
             ep.announced, ep.summary_at = True, now
-            log.warning("Kafka trouble for %.0f s: %s. aiokafka retries on its own; its repeats "
-                        "are folded here, with a summary every %.0f s and a line when it is over",
-                        now - ep.first_at, ep.first_line, self.summary_s)
+            log.warning(
+                "Kafka trouble for %.0f s: %s. aiokafka retries on its own; its repeats "
+                "are folded here, with a summary every %.0f s and a line when it is over",
+                now - ep.first_at,
+                ep.first_line,
+                self.summary_s,
+            )
         elif ep.announced and now - ep.summary_at >= self.summary_s:
             ep.summary_at = now
-            log.warning("Kafka trouble goes on (%.0f s): %s; latest: %s", now - ep.first_at,
-                        ep.folded(), ep.last_line)
+            log.warning(
+                "Kafka trouble goes on (%.0f s): %s; latest: %s", now - ep.first_at, ep.folded(), ep.last_line
+            )
         return True
 
 
@@ -217,8 +234,11 @@ def tame_kafka_loggers() -> KafkaTrouble:
     with _install_lock:
         if _installed is None:
             _installed = KafkaTrouble(settings.summary_s)
-        names = [n for n in list(logging.Logger.manager.loggerDict)
-                 if any(n == p or n.startswith(p + ".") for p in KAFKA_LOGGERS)]
+        names = [
+            n
+            for n in list(logging.Logger.manager.loggerDict)
+            if any(n == p or n.startswith(p + ".") for p in KAFKA_LOGGERS)
+        ]
         if settings.kafka == "folded":
             for name in names:
                 logger = logging.getLogger(name)
@@ -231,8 +251,12 @@ class JsonLines(logging.Formatter):
     """One JSON object a line (time, level, logger, message, exception): what log pipelines parse."""
 
     def format(self, record: logging.LogRecord) -> str:
-        entry = {"ts": round(record.created, 3), "level": record.levelname, "logger": record.name,
-                 "msg": record.getMessage()}
+        entry = {
+            "ts": round(record.created, 3),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return orjson.dumps(entry).decode()

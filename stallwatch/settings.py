@@ -51,11 +51,13 @@ def _lower(value: object) -> object:
     return value.strip().lower() if isinstance(value, str) else value
 
 
-SecurityProtocol = Annotated[Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"],
-                             BeforeValidator(_upper)]
+SecurityProtocol = Annotated[
+    Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"], BeforeValidator(_upper)
+]
 # The mechanisms aiokafka speaks that take settings only (GSSAPI needs a Kerberos set-up).
-SaslMechanism = Annotated[Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"],
-                          BeforeValidator(_upper)]
+SaslMechanism = Annotated[
+    Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"], BeforeValidator(_upper)
+]
 LogLevel = Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_upper)]
 LogFormat = Annotated[Literal["json", "text"], BeforeValidator(_lower)]
 LogKafka = Annotated[Literal["folded", "raw"], BeforeValidator(_lower)]
@@ -75,8 +77,9 @@ class Declared(BaseSettings):
     """The common ground of every settings class: frozen values, finite numbers, an empty variable
     taken as unset, and every validation error turned into one SetupError line."""
 
-    model_config = SettingsConfigDict(frozen=True, extra="forbid", env_ignore_empty=True,
-                                      allow_inf_nan=False, hide_input_in_errors=True)
+    model_config = SettingsConfigDict(
+        frozen=True, extra="forbid", env_ignore_empty=True, allow_inf_nan=False, hide_input_in_errors=True
+    )
     # Fields that are no settings (FleetSettings.base): never read from the environment.
     not_from_env: ClassVar[frozenset[str]] = frozenset()
 
@@ -87,12 +90,14 @@ class Declared(BaseSettings):
             raise SetupError(_describe(type(self), exc, values)) from None
 
     @classmethod
-    def settings_customise_sources(cls, settings_cls: type[BaseSettings],
-                                   init_settings: PydanticBaseSettingsSource,
-                                   env_settings: PydanticBaseSettingsSource,
-                                   dotenv_settings: PydanticBaseSettingsSource,
-                                   file_secret_settings: PydanticBaseSettingsSource,
-                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Built in code: the values given and the defaults, so a test or a library user gets what
         # it wrote whatever the environment holds. from_env reads the environment on purpose.
         return (init_settings,)
@@ -131,130 +136,217 @@ class Settings(Declared):
     model_config = SettingsConfigDict(env_prefix="STALLWATCH_")
 
     bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers, comma-separated")
-    topic_prefix: str = Field("stallwatch", description="prefix of every topic: `{prefix}.events`, "
-                              "`{prefix}.commands`, `{prefix}.deadletter`, ...")
+    topic_prefix: str = Field(
+        "stallwatch",
+        description="prefix of every topic: `{prefix}.events`, "
+        "`{prefix}.commands`, `{prefix}.deadletter`, ...",
+    )
     # The broker's ACLs decide who writes a tenant's events, so the tenant of a run is the one its
     # topic names, never what an event says (docs/operations.md, "Trust model").
-    tenant: Tenant | None = Field(None, description="the tenant whose topics a runtime uses "
-                                  "(`{prefix}.tenant.{T}.events`, `.commands`); unset: the shared "
-                                  "topics of a one-team deployment. Workers serve every tenant")
-    tenant_scan_interval_s: float = Field(10.0, ge=0.1, description="how often a worker and the "
-                                          "fleet app look for tenants' topics (`stallwatch tenants "
-                                          "add`) to serve")
-    partitions: int = Field(8, ge=1, description="partitions of the events and commands topics: the "
-                            "most workers that can share the load")
+    tenant: Tenant | None = Field(
+        None,
+        description="the tenant whose topics a runtime uses "
+        "(`{prefix}.tenant.{T}.events`, `.commands`); unset: the shared "
+        "topics of a one-team deployment. Workers serve every tenant",
+    )
+    tenant_scan_interval_s: float = Field(
+        10.0,
+        ge=0.1,
+        description="how often a worker and the "
+        "fleet app look for tenants' topics (`stallwatch tenants "
+        "add`) to serve",
+    )
+    partitions: int = Field(
+        8,
+        ge=1,
+        description="partitions of the events and commands topics: the most workers that can share the load",
+    )
     metrics_port: Port = Field(9400, description="port of the worker's `/metrics` (Prometheus)")
-    web_port: Port = Field(9401, description="port of the worker's `/health/live` and "
-                           "`/health/ready`; one per worker process")
+    web_port: Port = Field(
+        9401, description="port of the worker's `/health/live` and `/health/ready`; one per worker process"
+    )
     # Loopback unless a probe comes from elsewhere.
-    web_bind: str = Field("127.0.0.1", description="address the health endpoints (and the fleet "
-                          "app's web view) listen on")
+    web_bind: str = Field(
+        "127.0.0.1", description="address the health endpoints (and the fleet app's web view) listen on"
+    )
     # All interfaces, so that Prometheus can scrape it: the metrics hold counts only, no run ids
     # and no content.
     metrics_bind: str = Field("0.0.0.0", description="address `/metrics` listens on")
     # Right for a 3-broker cluster (one broker may be lost with no write refused); the local
     # single broker of `make` sets 1 and 1.
     replication_factor: int = Field(3, ge=1, description="replicas of every topic the worker creates")
-    min_insync_replicas: int = Field(2, ge=1, description="the fewest replicas in sync for a write "
-                                     "to succeed (at most STALLWATCH_REPLICATION_FACTOR)")
+    min_insync_replicas: int = Field(
+        2,
+        ge=1,
+        description="the fewest replicas in sync for a write "
+        "to succeed (at most STALLWATCH_REPLICATION_FACTOR)",
+    )
     # Exiting moves a hung worker's partitions to a live one; it would hold them forever.
-    stall_timeout_s: float = Field(60.0, ge=0.1, description="`/health/live` answers 503 after this "
-                                   "long without progress of the consume loop; the worker exits "
-                                   "after twice as long")
-    instance_id: str | None = Field(None, description="static group membership (Kafka's "
-                                    "group.instance.id, e.g. the pod name): a restarted worker gets "
-                                    "its partitions back without a rebalance")
-    policy_file: str | None = Field(None, description="TOML file of the administrator's tool policy "
-                                    "(`requires_approval` / `repeat_exempt` by name or glob)")
+    stall_timeout_s: float = Field(
+        60.0,
+        ge=0.1,
+        description="`/health/live` answers 503 after this "
+        "long without progress of the consume loop; the worker exits "
+        "after twice as long",
+    )
+    instance_id: str | None = Field(
+        None,
+        description="static group membership (Kafka's "
+        "group.instance.id, e.g. the pod name): a restarted worker gets "
+        "its partitions back without a rebalance",
+    )
+    policy_file: str | None = Field(
+        None,
+        description="TOML file of the administrator's tool policy "
+        "(`requires_approval` / `repeat_exempt` by name or glob)",
+    )
     # The broker's append time: an events topic created by hand should set
     # message.timestamp.type=LogAppendTime, else the worker's clock on receipt stands in.
-    idle_timeout_s: float = Field(6 * 3600.0, ge=1.0, description="runs with no event for this long "
-                                  "(the broker's clock) are expired, so memory stays bounded")
+    idle_timeout_s: float = Field(
+        6 * 3600.0,
+        ge=1.0,
+        description="runs with no event for this long "
+        "(the broker's clock) are expired, so memory stays bounded",
+    )
     # Its late calls are then refused, not allowed as calls of a run the worker never saw; later
     # ones get an answer of their own (contract additions, "Command ids").
-    ended_retention_s: float = Field(600.0, ge=1.0, description="how long an ended run's state is "
-                                     "kept (the broker's clock): its late calls refused, a "
-                                     "redelivered event recognised")
+    ended_retention_s: float = Field(
+        600.0,
+        ge=1.0,
+        description="how long an ended run's state is "
+        "kept (the broker's clock): its late calls refused, a "
+        "redelivered event recognised",
+    )
     # Sized from measured states (docs/operations.md, "Memory").
-    max_live_runs_per_tenant: int = Field(2_000, ge=1, description="live runs one partition keeps "
-                                          "for one tenant; a new run past it is a dead letter "
-                                          "(`run_quota`)")
-    max_live_runs: int = Field(4_000, ge=1, description="live runs one partition keeps in all; a new "
-                               "run past it is a dead letter (`run_quota`)")
-    expiry_interval_s: float = Field(60.0, ge=0.1, description="how often (wall clock) a worker "
-                                     "scans a partition for expired runs")
+    max_live_runs_per_tenant: int = Field(
+        2_000,
+        ge=1,
+        description="live runs one partition keeps "
+        "for one tenant; a new run past it is a dead letter "
+        "(`run_quota`)",
+    )
+    max_live_runs: int = Field(
+        4_000,
+        ge=1,
+        description="live runs one partition keeps in all; a new run past it is a dead letter (`run_quota`)",
+    )
+    expiry_interval_s: float = Field(
+        60.0, ge=0.1, description="how often (wall clock) a worker scans a partition for expired runs"
+    )
     # The worker resumes from the position in its changelog; each commit of the group's offsets
     # costs a transaction two more round trips (about 30% of a small one).
-    group_offsets_interval_s: float = Field(1.0, ge=0.0, description="how often a partition's "
-                                            "transaction also commits the consumer group's offsets "
-                                            "(what lag tools read)")
+    group_offsets_interval_s: float = Field(
+        1.0,
+        ge=0.0,
+        description="how often a partition's "
+        "transaction also commits the consumer group's offsets "
+        "(what lag tools read)",
+    )
     # A command may then appear twice (same id, same bytes) after a restart; readers keep the
     # first copy of each id (contract additions, "Command ids"). Records of a topic that keeps
     # the producers' CreateTime are never published ahead.
-    publish_ahead: bool = Field(True, description="publish a batch's commands as soon as it is "
-                                "applied, outside its transaction; false: inside it")
+    publish_ahead: bool = Field(
+        True,
+        description="publish a batch's commands as soon as it is "
+        "applied, outside its transaction; false: inside it",
+    )
     # One transaction per batch spent the broker's and the worker's CPU; Kafka Streams commits
     # every 100 ms under exactly-once too. A crash reads up to this much again.
-    commit_interval_s: float = Field(0.1, ge=0.0, description="with commands published ahead, the "
-                                     "least time between a partition's transactions; 0: one as "
-                                     "soon as the last ends")
+    commit_interval_s: float = Field(
+        0.1,
+        ge=0.0,
+        description="with commands published ahead, the "
+        "least time between a partition's transactions; 0: one as "
+        "soon as the last ends",
+    )
     # Unset: unkeyed XXH3-128 (the risk and the rotation: docs/operations.md).
-    fingerprint_key: SecretStr | None = Field(None, description="secret shared by runtimes and "
-                                              "workers that keys every fingerprint and digest, "
-                                              f"at least {MIN_FINGERPRINT_KEY_CHARS} characters")
+    fingerprint_key: SecretStr | None = Field(
+        None,
+        description="secret shared by runtimes and "
+        "workers that keys every fingerprint and digest, "
+        f"at least {MIN_FINGERPRINT_KEY_CHARS} characters",
+    )
     # Never given to runtimes: no producer but the fleet app can then advise a run. Unset: every
     # advisory counts (one team's deployment).
-    advisory_key: SecretStr | None = Field(None, description="the fleet app's secret that signs "
-                                           "every `fleet_advisory`; workers and replay count an "
-                                           "advisory only with a valid signature (else a dead "
-                                           "letter, `unsigned_advisory`), at least "
-                                           f"{MIN_FINGERPRINT_KEY_CHARS} characters")
-    args_digest_only: bool = Field(False, description="the client sends `args_digest` in place of "
-                                   "`args`: a call's arguments never leave it")
-    tallies: bool = Field(True, description="the worker writes per-batch counts per (tenant, tool) "
-                          "to `{prefix}.tallies`, the fleet app's input; false where none runs")
+    advisory_key: SecretStr | None = Field(
+        None,
+        description="the fleet app's secret that signs "
+        "every `fleet_advisory`; workers and replay count an "
+        "advisory only with a valid signature (else a dead "
+        "letter, `unsigned_advisory`), at least "
+        f"{MIN_FINGERPRINT_KEY_CHARS} characters",
+    )
+    args_digest_only: bool = Field(
+        False,
+        description="the client sends `args_digest` in place of `args`: a call's arguments never leave it",
+    )
+    tallies: bool = Field(
+        True,
+        description="the worker writes per-batch counts per (tenant, tool) "
+        "to `{prefix}.tallies`, the fleet app's input; false where none runs",
+    )
     # A bad event may carry a secret in its other fields.
-    deadletter_raw: bool = Field(False, description="dead letters (worker, fleet app, `stallwatch "
-                                 "replay`) copy the first 16 KiB of the raw input")
+    deadletter_raw: bool = Field(
+        False,
+        description="dead letters (worker, fleet app, `stallwatch "
+        "replay`) copy the first 16 KiB of the raw input",
+    )
     # A frozen broker (a long pause, a network that drops packets) keeps its connections open
     # and answers nothing: a write, a fetch or a transaction's step sent to it waits this long
     # before it goes to the partition's new leader (aiokafka's default: 40 s). Long enough for a
     # loaded broker's answer, a write waiting for its replicas included.
-    kafka_request_timeout_ms: int = Field(5_000, ge=1_000, description="how long every Kafka client "
-                                          "of the process waits for a broker's answer before it "
-                                          "drops the connection and sends the request again")
+    kafka_request_timeout_ms: int = Field(
+        5_000,
+        ge=1_000,
+        description="how long every Kafka client "
+        "of the process waits for a broker's answer before it "
+        "drops the connection and sends the request again",
+    )
     # aiokafka refreshes its view when a connection fails, not when a request times out: a client
     # whose requests to a frozen leader time out sends them to it again until the view is renewed
     # (aiokafka's default age: 5 minutes). One metadata request per client per period.
-    kafka_metadata_max_age_ms: int = Field(3_000, ge=500, description="how old a Kafka client's "
-                                           "view of the cluster (partitions' leaders, brokers) may "
-                                           "get: within this of a leader's move, every client "
-                                           "follows it")
-    security_protocol: SecurityProtocol = Field("PLAINTEXT", description="Kafka security protocol, "
-                                                "for the worker, the client and the fleet app alike")
-    sasl_mechanism: SaslMechanism | None = Field(None, description="required with a `SASL_` "
-                                                 "protocol, refused without one")
+    kafka_metadata_max_age_ms: int = Field(
+        3_000,
+        ge=500,
+        description="how old a Kafka client's "
+        "view of the cluster (partitions' leaders, brokers) may "
+        "get: within this of a leader's move, every client "
+        "follows it",
+    )
+    security_protocol: SecurityProtocol = Field(
+        "PLAINTEXT", description="Kafka security protocol, for the worker, the client and the fleet app alike"
+    )
+    sasl_mechanism: SaslMechanism | None = Field(
+        None, description="required with a `SASL_` protocol, refused without one"
+    )
     sasl_username: str | None = Field(None, description="PLAIN and SCRAM: the user name")
     sasl_password: SecretStr | None = Field(None, description="PLAIN and SCRAM: the password")
-    ssl_cafile: str | None = Field(None, description="PEM file of the brokers' certificate "
-                                   "authority (TLS protocols only)")
-    ssl_certfile: str | None = Field(None, description="PEM file of the client certificate (TLS "
-                                     "protocols only)")
-    ssl_keyfile: str | None = Field(None, description="PEM file of the client certificate's key "
-                                    "(else the key in STALLWATCH_SSL_CERTFILE)")
-    ssl_key_password: SecretStr | None = Field(None, description="passphrase of an encrypted client "
-                                               "key, for every TLS context of the process")
+    ssl_cafile: str | None = Field(
+        None, description="PEM file of the brokers' certificate authority (TLS protocols only)"
+    )
+    ssl_certfile: str | None = Field(
+        None, description="PEM file of the client certificate (TLS protocols only)"
+    )
+    ssl_keyfile: str | None = Field(
+        None, description="PEM file of the client certificate's key (else the key in STALLWATCH_SSL_CERTFILE)"
+    )
+    ssl_key_password: SecretStr | None = Field(
+        None, description="passphrase of an encrypted client key, for every TLS context of the process"
+    )
     # A class is such a callable: e.g. one signing AWS MSK IAM tokens (docs/operations.md).
-    sasl_oauth_token_provider: str | None = Field(None, description="OAUTHBEARER: `module:callable` "
-                                                  "returning an aiokafka AbstractTokenProvider")
+    sasl_oauth_token_provider: str | None = Field(
+        None, description="OAUTHBEARER: `module:callable` returning an aiokafka AbstractTokenProvider"
+    )
 
     @field_validator("fingerprint_key", "advisory_key")
     @classmethod
     def _long_enough(cls, key: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
         if key is not None and len(key.get_secret_value()) < MIN_FINGERPRINT_KEY_CHARS:
-            raise SetupError(f"{cls.env_name(str(info.field_name))} is {len(key.get_secret_value())} "
-                             f"characters: use at least {MIN_FINGERPRINT_KEY_CHARS} (e.g. `openssl rand "
-                             "-hex 32`)")
+            raise SetupError(
+                f"{cls.env_name(str(info.field_name))} is {len(key.get_secret_value())} "
+                f"characters: use at least {MIN_FINGERPRINT_KEY_CHARS} (e.g. `openssl rand "
+                "-hex 32`)"
+            )
         return key
 
     @model_validator(mode="after")
@@ -263,9 +355,11 @@ class Settings(Declared):
         one must stop the process, not let one part connect without credentials while another
         fails."""
         if self.min_insync_replicas > self.replication_factor:
-            raise SetupError(f"STALLWATCH_MIN_INSYNC_REPLICAS={self.min_insync_replicas} is more than "
-                             f"STALLWATCH_REPLICATION_FACTOR={self.replication_factor}: no write could "
-                             "succeed")
+            raise SetupError(
+                f"STALLWATCH_MIN_INSYNC_REPLICAS={self.min_insync_replicas} is more than "
+                f"STALLWATCH_REPLICATION_FACTOR={self.replication_factor}: no write could "
+                "succeed"
+            )
         _check_sasl(self)
         _check_tls(self)
         return self
@@ -281,8 +375,7 @@ class Settings(Declared):
     @property
     def runs_prefix(self) -> str:
         """The prefix of the topics that hold runs: the tenant's, or the shared ones."""
-        return self.topic_prefix if self.tenant is None else tenant_prefix(self.topic_prefix,
-                                                                           self.tenant)
+        return self.topic_prefix if self.tenant is None else tenant_prefix(self.topic_prefix, self.tenant)
 
     @property
     def events_topic(self) -> str:
@@ -333,45 +426,59 @@ def tenant_of_events_topic(topic_prefix: str, topic: str) -> str | None:
     head, tail = f"{topic_prefix}.tenant.", ".events"
     if not (topic.startswith(head) and topic.endswith(tail)):
         return None
-    name = topic[len(head):-len(tail)]
+    name = topic[len(head) : -len(tail)]
     return name if re.fullmatch(TENANT_NAME, name) else None
-
 
 
 def _check_sasl(settings: Settings) -> None:
     protocol, mechanism = settings.security_protocol, settings.sasl_mechanism
     if protocol.startswith("SASL") and mechanism is None:
-        raise SetupError(f"STALLWATCH_SECURITY_PROTOCOL={protocol} needs STALLWATCH_SASL_MECHANISM "
-                         f"(one of {', '.join(SASL_MECHANISMS)})")
+        raise SetupError(
+            f"STALLWATCH_SECURITY_PROTOCOL={protocol} needs STALLWATCH_SASL_MECHANISM "
+            f"(one of {', '.join(SASL_MECHANISMS)})"
+        )
     if mechanism is not None and not protocol.startswith("SASL"):
-        raise SetupError(f"STALLWATCH_SASL_MECHANISM={mechanism} is set but "
-                         f"STALLWATCH_SECURITY_PROTOCOL={protocol} uses no SASL: set SASL_SSL or "
-                         "SASL_PLAINTEXT")
+        raise SetupError(
+            f"STALLWATCH_SASL_MECHANISM={mechanism} is set but "
+            f"STALLWATCH_SECURITY_PROTOCOL={protocol} uses no SASL: set SASL_SSL or "
+            "SASL_PLAINTEXT"
+        )
     if mechanism == "OAUTHBEARER":
         if not settings.sasl_oauth_token_provider:
-            raise SetupError("STALLWATCH_SASL_MECHANISM=OAUTHBEARER needs "
-                             "STALLWATCH_SASL_OAUTH_TOKEN_PROVIDER (module:callable)")
+            raise SetupError(
+                "STALLWATCH_SASL_MECHANISM=OAUTHBEARER needs "
+                "STALLWATCH_SASL_OAUTH_TOKEN_PROVIDER (module:callable)"
+            )
     elif mechanism is not None and not (settings.sasl_username and settings.sasl_password):
-        raise SetupError(f"STALLWATCH_SASL_MECHANISM={mechanism} needs STALLWATCH_SASL_USERNAME and "
-                         "STALLWATCH_SASL_PASSWORD")
+        raise SetupError(
+            f"STALLWATCH_SASL_MECHANISM={mechanism} needs STALLWATCH_SASL_USERNAME and "
+            "STALLWATCH_SASL_PASSWORD"
+        )
     if settings.sasl_oauth_token_provider and mechanism != "OAUTHBEARER":
-        raise SetupError("STALLWATCH_SASL_OAUTH_TOKEN_PROVIDER is set but STALLWATCH_SASL_MECHANISM "
-                         f"is {mechanism or 'unset'}: set OAUTHBEARER")
+        raise SetupError(
+            "STALLWATCH_SASL_OAUTH_TOKEN_PROVIDER is set but STALLWATCH_SASL_MECHANISM "
+            f"is {mechanism or 'unset'}: set OAUTHBEARER"
+        )
 
 
 def _check_tls(settings: Settings) -> None:
-    files = {"STALLWATCH_SSL_CAFILE": settings.ssl_cafile,
-             "STALLWATCH_SSL_CERTFILE": settings.ssl_certfile,
-             "STALLWATCH_SSL_KEYFILE": settings.ssl_keyfile,
-             "STALLWATCH_SSL_KEY_PASSWORD": settings.ssl_key_password}
+    files = {
+        "STALLWATCH_SSL_CAFILE": settings.ssl_cafile,
+        "STALLWATCH_SSL_CERTFILE": settings.ssl_certfile,
+        "STALLWATCH_SSL_KEYFILE": settings.ssl_keyfile,
+        "STALLWATCH_SSL_KEY_PASSWORD": settings.ssl_key_password,
+    }
     given = [name for name, value in files.items() if value]
     if given and not settings.security_protocol.endswith("SSL"):
-        raise SetupError(f"{given[0]} is set but STALLWATCH_SECURITY_PROTOCOL="
-                         f"{settings.security_protocol} uses no TLS: set SSL or SASL_SSL")
+        raise SetupError(
+            f"{given[0]} is set but STALLWATCH_SECURITY_PROTOCOL="
+            f"{settings.security_protocol} uses no TLS: set SSL or SASL_SSL"
+        )
     if (settings.ssl_keyfile or settings.ssl_key_password) and not settings.ssl_certfile:
         name = "STALLWATCH_SSL_KEYFILE" if settings.ssl_keyfile else "STALLWATCH_SSL_KEY_PASSWORD"
-        raise SetupError(f"{name} is set but STALLWATCH_SSL_CERTFILE is not: the key is the "
-                         "client certificate's")
+        raise SetupError(
+            f"{name} is set but STALLWATCH_SSL_CERTFILE is not: the key is the client certificate's"
+        )
 
 
 class LogSettings(Declared):
@@ -379,14 +486,22 @@ class LogSettings(Declared):
 
     model_config = SettingsConfigDict(env_prefix="STALLWATCH_LOG_")
 
-    level: LogLevel | None = Field(None, description="the level of the process's own logs; unset: "
-                                   "`INFO` (the demo, the benchmarks and the tools: `WARNING`)")
-    format: LogFormat | None = Field(None, description="`json` or `text`; unset: `json` unless "
-                                     "stderr is a terminal")
-    summary_s: float = Field(30.0, gt=0.0, description="while a Kafka trouble lasts, one summary "
-                             "line this often")
-    kafka: LogKafka = Field("folded", description="`folded`: aiokafka's retried complaints folded "
-                            "into a few counted lines; `raw`: each as aiokafka logs it")
+    level: LogLevel | None = Field(
+        None,
+        description="the level of the process's own logs; unset: "
+        "`INFO` (the demo, the benchmarks and the tools: `WARNING`)",
+    )
+    format: LogFormat | None = Field(
+        None, description="`json` or `text`; unset: `json` unless stderr is a terminal"
+    )
+    summary_s: float = Field(
+        30.0, gt=0.0, description="while a Kafka trouble lasts, one summary line this often"
+    )
+    kafka: LogKafka = Field(
+        "folded",
+        description="`folded`: aiokafka's retried complaints folded "
+        "into a few counted lines; `raw`: each as aiokafka logs it",
+    )
 
     @classmethod
     def from_env(cls) -> LogSettings:
@@ -399,11 +514,13 @@ class ServeSettings(Declared):
 
     model_config = SettingsConfigDict(env_prefix="STALLWATCH_SERVE_")
 
-    token: SecretStr | None = Field(None, description="the token every request but `/v1/health` "
-                                    "must carry (`Authorization: Bearer …`); required to bind "
-                                    "anything but loopback")
-    url: str = Field("http://127.0.0.1:8737", description="where `stallwatch hook <agent>` finds "
-                     "the server")
+    token: SecretStr | None = Field(
+        None,
+        description="the token every request but `/v1/health` "
+        "must carry (`Authorization: Bearer …`); required to bind "
+        "anything but loopback",
+    )
+    url: str = Field("http://127.0.0.1:8737", description="where `stallwatch hook <agent>` finds the server")
 
     @classmethod
     def from_env(cls) -> ServeSettings:

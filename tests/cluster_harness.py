@@ -36,8 +36,9 @@ def bootstrap(without: int | None = None) -> str:
 
 
 def script(*args: str) -> str:
-    return subprocess.run([str(SCRIPT), *args], check=True, text=True, capture_output=True,
-                          timeout=600).stdout.strip()
+    return subprocess.run(
+        [str(SCRIPT), *args], check=True, text=True, capture_output=True, timeout=600
+    ).stdout.strip()
 
 
 def pid_of(node: int) -> int:
@@ -134,8 +135,7 @@ async def is_whole() -> bool:
         partitions = await describe()
     except KafkaError:
         return False
-    return all(p["leader"] in NODES and sorted(p["isr"]) == sorted(p["replicas"])
-               for p in partitions)
+    return all(p["leader"] in NODES and sorted(p["isr"]) == sorted(p["replicas"]) for p in partitions)
 
 
 async def until_whole(timeout_s: float = 180.0) -> float:

@@ -47,6 +47,5 @@ def process_logs_on_failure(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     if request.node.stash.get(CALL_FAILED, False):
         for process in StallwatchProcess.started[before:]:
-            request.node.add_report_section("teardown", f"log {process.log_path}",
-                                            process.log_tail(80))
+            request.node.add_report_section("teardown", f"log {process.log_path}", process.log_tail(80))
     del StallwatchProcess.started[before:]

@@ -171,8 +171,10 @@ class CuttableLink:
             await self._open.wait()
             broker_reader, broker = await asyncio.open_connection("127.0.0.1", self.broker_port)
             self._writers.add(broker)
-            pipes = {asyncio.create_task(self._requests(client_reader, broker)),
-                     asyncio.create_task(self._responses(broker_reader, client))}
+            pipes = {
+                asyncio.create_task(self._requests(client_reader, broker)),
+                asyncio.create_task(self._responses(broker_reader, client)),
+            }
             # Either side closing (or a reset) ends the connection on both.
             _, pending = await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
             for task in pending:
@@ -212,8 +214,13 @@ class CuttableLink:
 
 def fresh_settings(partitions: int = 4) -> Settings:
     """Settings with a topic prefix of their own, so tests never see each other's data."""
-    return Settings(bootstrap=BOOTSTRAP, topic_prefix=f"t{uuid.uuid4().hex[:10]}",
-                    partitions=partitions, replication_factor=1, min_insync_replicas=1)
+    return Settings(
+        bootstrap=BOOTSTRAP,
+        topic_prefix=f"t{uuid.uuid4().hex[:10]}",
+        partitions=partitions,
+        replication_factor=1,
+        min_insync_replicas=1,
+    )
 
 
 def free_port() -> int:
@@ -231,19 +238,35 @@ class StallwatchProcess:
     # Every process started, so that a failed test shows their logs (tests/conftest.py).
     started: ClassVar[list[StallwatchProcess]] = []
 
-    def __init__(self, settings: Settings, command: str, log_name: str, env: dict[str, str],
-                 argv: list[str] | None = None, cwd: str | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        command: str,
+        log_name: str,
+        env: dict[str, str],
+        argv: list[str] | None = None,
+        cwd: str | None = None,
+    ) -> None:
         self.settings = settings
         self.log_path = Path(f"/tmp/stallwatch-{settings.topic_prefix}-{log_name}.log")
-        full = {**os.environ, "STALLWATCH_BOOTSTRAP": settings.bootstrap,
-                "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
-                "STALLWATCH_PARTITIONS": str(settings.partitions),
-                "STALLWATCH_REPLICATION_FACTOR": "1", "STALLWATCH_MIN_INSYNC_REPLICAS": "1",
-                # The checkout is importable wherever the process runs (cwd may be elsewhere).
-                "PYTHONPATH": str(Path(__file__).resolve().parents[1]), **env}
-        self.proc = subprocess.Popen(argv or [sys.executable, "-m", "stallwatch.cli.main", command],
-                                     env=full, cwd=cwd, stdout=self.log_path.open("wb"),
-                                     stderr=subprocess.STDOUT)
+        full = {
+            **os.environ,
+            "STALLWATCH_BOOTSTRAP": settings.bootstrap,
+            "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
+            "STALLWATCH_PARTITIONS": str(settings.partitions),
+            "STALLWATCH_REPLICATION_FACTOR": "1",
+            "STALLWATCH_MIN_INSYNC_REPLICAS": "1",
+            # The checkout is importable wherever the process runs (cwd may be elsewhere).
+            "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+            **env,
+        }
+        self.proc = subprocess.Popen(
+            argv or [sys.executable, "-m", "stallwatch.cli.main", command],
+            env=full,
+            cwd=cwd,
+            stdout=self.log_path.open("wb"),
+            stderr=subprocess.STDOUT,
+        )
         StallwatchProcess.started.append(self)
 
     def alive(self) -> bool:
@@ -276,13 +299,15 @@ class StallwatchProcess:
     def metric(self, name: str) -> float:
         """The sum of a metric's samples on its /metrics (0 when absent or not answering)."""
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
-                                        timeout=2) as r:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2) as r:
                 body = r.read().decode()
         except OSError:
             return 0.0
-        return sum(float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
-                   if line.startswith(name) and not line.startswith("#"))
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in body.splitlines()
+            if line.startswith(name) and not line.startswith("#")
+        )
 
 
 class WorkerProcess(StallwatchProcess):
@@ -290,9 +315,17 @@ class WorkerProcess(StallwatchProcess):
 
     def __init__(self, settings: Settings, name: str = "w", env: dict[str, str] | None = None) -> None:
         self.web_port, self.metrics_port = free_port(), free_port()
-        super().__init__(settings, "worker", name, {
-            "STALLWATCH_WEB_PORT": str(self.web_port), "STALLWATCH_METRICS_PORT": str(self.metrics_port),
-            "STALLWATCH_LOG_LEVEL": "INFO", **(env or {})})
+        super().__init__(
+            settings,
+            "worker",
+            name,
+            {
+                "STALLWATCH_WEB_PORT": str(self.web_port),
+                "STALLWATCH_METRICS_PORT": str(self.metrics_port),
+                "STALLWATCH_LOG_LEVEL": "INFO",
+                **(env or {}),
+            },
+        )
 
     def health(self, path: str = "/health/ready") -> int:
         """The HTTP status of one of the worker's health endpoints (0 when nothing answers)."""
@@ -321,7 +354,7 @@ class WorkerProcess(StallwatchProcess):
         for line in self.log_path.read_text(errors="replace").splitlines():
             msg = json.loads(line).get("msg", "") if line.startswith("{") else ""
             if msg.startswith("serving partitions ["):
-                served.append(json.loads(msg[len("serving partitions "):msg.index("]") + 1]))
+                served.append(json.loads(msg[len("serving partitions ") : msg.index("]") + 1]))
         return served
 
     async def serving(self, count: int, timeout_s: float) -> bool:
@@ -347,8 +380,13 @@ async def serving_worker(partitions: int = 4) -> AsyncIterator[tuple[Settings, W
         worker.stop()
 
 
-async def produce(settings: Settings, lines: list[bytes], keys: list[bytes | None] | None = None,
-                  pause_every: int = 0, pause_s: float = 0.0) -> None:
+async def produce(
+    settings: Settings,
+    lines: list[bytes],
+    keys: list[bytes | None] | None = None,
+    pause_every: int = 0,
+    pause_s: float = 0.0,
+) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, acks="all", linger_ms=5)
     await producer.start()
     try:
@@ -368,16 +406,22 @@ async def produce(settings: Settings, lines: list[bytes], keys: list[bytes | Non
 SETTLE_S = 5.0
 
 
-async def collect(settings: Settings, topic: str, until: int, timeout_s: float,
-                  settle_s: float = 0.0) -> list[bytes]:
+async def collect(
+    settings: Settings, topic: str, until: int, timeout_s: float, settle_s: float = 0.0
+) -> list[bytes]:
     """Read a topic from the start until `until` distinct records arrived (commands count once
     per command id, since a crash may send one twice) or the time is up; then `settle_s` more,
     so that a record beyond the expected ones (a second content, a decision replay would not
     make) is seen too. The answers to `wait_until_serving`'s probes are returned but never
     counted: `until` is what the test expects of its own log, and a probe's command, first on
     the topic, would otherwise end the read one record short of it."""
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.bootstrap, isolation_level="read_committed",
-                                auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=settings.bootstrap,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
     await consumer.start()
     values: list[bytes] = []
     distinct: set = set()
@@ -422,8 +466,9 @@ async def stored_events(settings: Settings) -> list[bytes]:
         await consumer.stop()
 
 
-def replay_commands(lines: list[bytes], advisory_key: bytes | None = None,
-                    tenant: str | None = None) -> list[bytes]:
+def replay_commands(
+    lines: list[bytes], advisory_key: bytes | None = None, tenant: str | None = None
+) -> list[bytes]:
     """What the embedded engine answers for the same log: the reference for every Kafka test.
     `advisory_key`: the workers' STALLWATCH_ADVISORY_KEY, derived (`advisories.advisory_key`).
     `tenant`: the log is that tenant's events topic."""
@@ -453,23 +498,38 @@ def by_run(commands: list[bytes]) -> dict[str, list[bytes]]:
 PROBE_PREFIX = "probe-"
 
 
-async def wait_until_serving(settings: Settings, timeout_s: float = 90.0,
-                             partition: int | None = None) -> None:
+async def wait_until_serving(
+    settings: Settings, timeout_s: float = 90.0, partition: int | None = None
+) -> None:
     """Send a probe run until the worker answers: joined the group and restored its states. With
     `partition`, the probe goes to that partition of the events topic."""
     probe = f"{PROBE_PREFIX}{uuid.uuid4().hex[:8]}"
-    event = {"v": 1, "type": "call_proposed", "event_id": probe, "run_id": probe, "ts": 0.0,
-             "round": 1, "call_id": "c", "tool": "t", "args": None}
-    consumer = AIOKafkaConsumer(settings.commands_topic, bootstrap_servers=settings.bootstrap,
-                                isolation_level="read_committed", auto_offset_reset="earliest",
-                                enable_auto_commit=False)
+    event = {
+        "v": 1,
+        "type": "call_proposed",
+        "event_id": probe,
+        "run_id": probe,
+        "ts": 0.0,
+        "round": 1,
+        "call_id": "c",
+        "tool": "t",
+        "args": None,
+    }
+    consumer = AIOKafkaConsumer(
+        settings.commands_topic,
+        bootstrap_servers=settings.bootstrap,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
     await consumer.start()
     try:
         producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, acks="all")
         await producer.start()
         try:
-            await producer.send_and_wait(settings.events_topic, orjson.dumps(event),
-                                         key=probe.encode(), partition=partition)
+            await producer.send_and_wait(
+                settings.events_topic, orjson.dumps(event), key=probe.encode(), partition=partition
+            )
         finally:
             await producer.stop()
         deadline = time.monotonic() + timeout_s
@@ -498,10 +558,19 @@ async def publish_two_contents(settings: Settings, raw: bytes, key: bytes) -> No
 
 def run_cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     """`stallwatch ARGS` as a process on these settings' broker and topics."""
-    env = {**os.environ, "STALLWATCH_BOOTSTRAP": settings.bootstrap,
-           "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
-           "STALLWATCH_PARTITIONS": str(settings.partitions),
-           "STALLWATCH_REPLICATION_FACTOR": str(settings.replication_factor),
-           "STALLWATCH_MIN_INSYNC_REPLICAS": str(settings.min_insync_replicas)}
-    return subprocess.run([sys.executable, "-m", "stallwatch.cli.main", *args], env=env,
-                          capture_output=True, text=True, timeout=60, check=False)
+    env = {
+        **os.environ,
+        "STALLWATCH_BOOTSTRAP": settings.bootstrap,
+        "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
+        "STALLWATCH_PARTITIONS": str(settings.partitions),
+        "STALLWATCH_REPLICATION_FACTOR": str(settings.replication_factor),
+        "STALLWATCH_MIN_INSYNC_REPLICAS": str(settings.min_insync_replicas),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "stallwatch.cli.main", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )

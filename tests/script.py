@@ -12,8 +12,14 @@ from stallwatch.contract.envelope import envelope
 class RunScript:
     """Writes the events of one run as dicts, with unique event ids and increasing `ts`."""
 
-    def __init__(self, run_id: str = "run-1", mode: str = "researcher", tools: list | None = None,
-                 policy: dict | None = None, ts: float = 1_000.0) -> None:
+    def __init__(
+        self,
+        run_id: str = "run-1",
+        mode: str = "researcher",
+        tools: list | None = None,
+        policy: dict | None = None,
+        ts: float = 1_000.0,
+    ) -> None:
         self.run_id = run_id
         self.ts = ts
         self.round = 0

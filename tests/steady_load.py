@@ -25,8 +25,11 @@ def partition_of(run_id: str, partitions: int) -> int:
 
 def run_ids(prefix: str, partition: int, partitions: int) -> Iterator[str]:
     """Run ids whose key the default partitioner sends to `partition`."""
-    return (run for n in itertools.count()
-            if partition_of(run := f"{prefix}{partition}-{n}", partitions) == partition)
+    return (
+        run
+        for n in itertools.count()
+        if partition_of(run := f"{prefix}{partition}-{n}", partitions) == partition
+    )
 
 
 def run_lines(run_id: str) -> list[bytes]:
@@ -43,8 +46,9 @@ async def load(settings: Settings, rate: float, stop: asyncio.Event, prefix: str
     partition whose leader is away stalls its own runs only, as in a fleet of separate agents.
     Every run started is ended. Returns the number of runs sent; a send that fails is left out
     of the log (a reference replays the log as the broker holds it)."""
-    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, acks="all", linger_ms=5,
-                                **failover_options(settings))
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.bootstrap, acks="all", linger_ms=5, **failover_options(settings)
+    )
     await producer.start()
     sent_runs = 0
 
@@ -57,8 +61,9 @@ async def load(settings: Settings, rate: float, stop: asyncio.Event, prefix: str
             for line in lines:
                 while True:
                     try:
-                        sent = await producer.send(settings.events_topic, line,
-                                                   key=run_id.encode(), partition=partition)
+                        sent = await producer.send(
+                            settings.events_topic, line, key=run_id.encode(), partition=partition
+                        )
                         break
                     except KafkaTimeoutError:  # no room while the partition's leader is away
                         continue
@@ -74,13 +79,18 @@ async def load(settings: Settings, rate: float, stop: asyncio.Event, prefix: str
     return sent_runs
 
 
-async def arrivals(settings: Settings, topic: str, stop: asyncio.Event,
-                   into: dict[int, list[float]], values: list[bytes]) -> None:
+async def arrivals(
+    settings: Settings, topic: str, stop: asyncio.Event, into: dict[int, list[float]], values: list[bytes]
+) -> None:
     """Until `stop`: when (monotonic) each record of `topic` reaches a read-committed reader
     with the clients' options, per partition, and the records' values."""
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.bootstrap,
-                                isolation_level="read_committed", auto_offset_reset="earliest",
-                                **failover_options(settings))
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=settings.bootstrap,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        **failover_options(settings),
+    )
     await consumer.start()
     try:
         while not stop.is_set():
@@ -92,8 +102,9 @@ async def arrivals(settings: Settings, topic: str, stop: asyncio.Event,
         await consumer.stop()
 
 
-def longest_gaps(times: dict[int, list[float]], partitions: int, start: float,
-                 end: float) -> dict[int, float]:
+def longest_gaps(
+    times: dict[int, list[float]], partitions: int, start: float, end: float
+) -> dict[int, float]:
     """Per partition, the longest time without a record between `start` and `end`."""
     gaps = {}
     for partition in range(partitions):

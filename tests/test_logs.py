@@ -64,9 +64,14 @@ def test_start_up_noise_leaves_one_info_line_with_its_count(trouble, caplog):
         folder.tick()
     clock.now += logs.QUIET_S
     folder.tick()
-    assert said(caplog) == [(logging.INFO, "Kafka settled after 3.5 s (start-up, rebalance or a short "
-                             "blip); 8 aiokafka lines folded (8 not ready (topics, group coordinator, "
-                             "leaders))")]
+    assert said(caplog) == [
+        (
+            logging.INFO,
+            "Kafka settled after 3.5 s (start-up, rebalance or a short "
+            "blip); 8 aiokafka lines folded (8 not ready (topics, group coordinator, "
+            "leaders))",
+        )
+    ]
 
 
 def test_one_stray_line_of_each_kind_is_no_outage_whatever_time_passes(trouble, caplog):
@@ -78,9 +83,14 @@ def test_one_stray_line_of_each_kind_is_no_outage_whatever_time_passes(trouble, 
     for _ in range(20):
         clock.now += 0.5
         folder.tick()
-    assert said(caplog) == [(logging.INFO, "Kafka settled after 0.0 s (start-up, rebalance or a short "
-                             "blip); 2 aiokafka lines folded (1 not ready (topics, group coordinator, "
-                             "leaders), 1 broker unreachable)")]
+    assert said(caplog) == [
+        (
+            logging.INFO,
+            "Kafka settled after 0.0 s (start-up, rebalance or a short "
+            "blip); 2 aiokafka lines folded (1 not ready (topics, group coordinator, "
+            "leaders), 1 broker unreachable)",
+        )
+    ]
 
 
 def test_topics_missing_for_long_are_announced_with_aiokafkas_words(trouble, caplog):
@@ -89,7 +99,7 @@ def test_topics_missing_for_long_are_announced_with_aiokafkas_words(trouble, cap
         folder.filter(record(*NOT_FOUND))
         folder.tick()
         clock.now += 1
-    (level, text), = said(caplog)
+    ((level, text),) = said(caplog)
     assert level == logging.WARNING and "Topic stallwatch.events not found in cluster metadata" in text
 
 
@@ -109,8 +119,10 @@ def _raised(exc: BaseException, cause: BaseException) -> BaseException:
 
 def test_the_senders_catch_all_is_folded_only_for_a_lost_connection(trouble):
     folder, _ = trouble
-    lost = _raised(KafkaError("Unexpected error during batch delivery"),
-                   _raised(KafkaError("KafkaConnectionError(...)"), KafkaConnectionError("closed")))
+    lost = _raised(
+        KafkaError("Unexpected error during batch delivery"),
+        _raised(KafkaError("KafkaConnectionError(...)"), KafkaConnectionError("closed")),
+    )
     other = _raised(KafkaError("Unexpected error during batch delivery"), ValueError("a bug"))
     for exc, folded in ((lost, True), (other, False)):
         line = record("Unexpected error in sender routine", (), name="aiokafka.producer.sender")
@@ -121,7 +133,12 @@ def test_the_senders_catch_all_is_folded_only_for_a_lost_connection(trouble):
 
 def test_the_filter_sits_on_every_aiokafka_logger():
     folder = logs.tame_kafka_loggers()
-    for name in ("aiokafka", "aiokafka.cluster", "aiokafka.consumer.group_coordinator",
-                 "aiokafka.consumer.fetcher", "aiokafka.producer.sender"):
+    for name in (
+        "aiokafka",
+        "aiokafka.cluster",
+        "aiokafka.consumer.group_coordinator",
+        "aiokafka.consumer.fetcher",
+        "aiokafka.producer.sender",
+    ):
         assert folder in logging.getLogger(name).filters
     assert logs.tame_kafka_loggers() is folder

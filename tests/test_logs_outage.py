@@ -39,14 +39,22 @@ WORKER_MOST_LINES = 8
 
 
 def broker(command: str) -> None:
-    env = {**os.environ, "STALLWATCH_KAFKA_PORT": str(PORT),
-           "STALLWATCH_KAFKA_CONTROLLER_PORT": str(PORT + 1)}
+    env = {
+        **os.environ,
+        "STALLWATCH_KAFKA_PORT": str(PORT),
+        "STALLWATCH_KAFKA_CONTROLLER_PORT": str(PORT + 1),
+    }
     subprocess.run([str(ROOT / "deploy/kafka/kafka.sh"), command], check=True, timeout=300, env=env)
 
 
 def settings() -> Settings:
-    return Settings(bootstrap=f"127.0.0.1:{PORT}", topic_prefix=f"t{uuid.uuid4().hex[:10]}",
-                    partitions=2, replication_factor=1, min_insync_replicas=1)
+    return Settings(
+        bootstrap=f"127.0.0.1:{PORT}",
+        topic_prefix=f"t{uuid.uuid4().hex[:10]}",
+        partitions=2,
+        replication_factor=1,
+        min_insync_replicas=1,
+    )
 
 
 async def test_a_worker_says_an_outage_in_a_few_lines():

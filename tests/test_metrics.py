@@ -13,13 +13,20 @@ def value(metrics: StallwatchMetrics, name: str, **labels: str) -> float:
 def test_every_command_type_is_counted():
     m = StallwatchMetrics()
     base = {"command_id": "c", "run_id": "r", "caused_by": "e", "round": 3}
-    m.count_commands([
-        Verdict(**base, call_id="x", decision="allow", code=None, reason="Allowed."),
-        Verdict(**base, call_id="y", decision="refuse", code="duplicate_call", reason="..."),
-        Nudge(**base, reason="...", detail={"already_seen_streak": 3}),
-        Stop(**base, code="no_new_facts", action="answer_without_tools", reason="...",
-             detail={"already_seen_streak": 5, "all_refused_streak": 0}),
-    ])
+    m.count_commands(
+        [
+            Verdict(**base, call_id="x", decision="allow", code=None, reason="Allowed."),
+            Verdict(**base, call_id="y", decision="refuse", code="duplicate_call", reason="..."),
+            Nudge(**base, reason="...", detail={"already_seen_streak": 3}),
+            Stop(
+                **base,
+                code="no_new_facts",
+                action="answer_without_tools",
+                reason="...",
+                detail={"already_seen_streak": 5, "all_refused_streak": 0},
+            ),
+        ]
+    )
     assert value(m, "stallwatch_verdicts_total", decision="allow", code="none") == 1
     assert value(m, "stallwatch_verdicts_total", decision="refuse", code="duplicate_call") == 1
     assert value(m, "stallwatch_nudges_total") == 1
@@ -58,11 +65,18 @@ def test_the_in_process_engine_keeps_the_same_counters_when_asked():
 def test_coder_stall_nudges_and_workspace_versions_at_stops_are_counted():
     m = StallwatchMetrics()
     base = {"command_id": "c", "run_id": "r", "caused_by": "e", "round": 3}
-    m.count_commands([
-        Nudge(**base, reason="...", detail={"call": "pytest", "same_result_runs": 3}),
-        Stop(**base, code="no_effect", action="answer_without_tools", reason="...",
-             detail={"call": "pytest", "same_result_runs": 4, "workspace_version": 12}),
-    ])
+    m.count_commands(
+        [
+            Nudge(**base, reason="...", detail={"call": "pytest", "same_result_runs": 3}),
+            Stop(
+                **base,
+                code="no_effect",
+                action="answer_without_tools",
+                reason="...",
+                detail={"call": "pytest", "same_result_runs": 4, "workspace_version": 12},
+            ),
+        ]
+    )
     assert value(m, "stallwatch_nudges_total") == 1
     assert value(m, "stallwatch_stall_nudges_total") == 1
     assert value(m, "stallwatch_stops_total", code="no_effect") == 1

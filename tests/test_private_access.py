@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PATCH_MODULES = {"stallwatch/kafka/aiokafka_patch.py", "streams/stallwatch_streams/fleet/transport.py"}
 OWN = {
     "os._exit",  # the standard library's exit without cleanup, public despite its name
-    "run._turn", "run._warned",  # the PydanticAI capability's own copy of itself
+    "run._turn",
+    "run._warned",  # the PydanticAI capability's own copy of itself
     "result._state",  # PydanticAI's run state: where it keeps a run's metadata when none was given
 }
 
@@ -22,8 +23,9 @@ OWN = {
 def private_touches(path: Path, root: Path = ROOT) -> list[str]:
     touches = []
     for node in ast.walk(parse(path.read_text())):
-        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")
-                and not node.attr.startswith("__")):
+        if not (
+            isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+        ):
             continue
         owner = node.value
         if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
@@ -38,13 +40,18 @@ def private_touches(path: Path, root: Path = ROOT) -> list[str]:
 def test_private_attributes_of_other_libraries_are_touched_in_their_patch_modules_only():
     packages = (ROOT / "stallwatch", ROOT / "streams" / "stallwatch_streams")
     sources = [path for package in packages for path in package.rglob("*.py")]
-    touches = [touch for path in sources if str(path.relative_to(ROOT)) not in PATCH_MODULES
-               for touch in private_touches(path)]
+    touches = [
+        touch
+        for path in sources
+        if str(path.relative_to(ROOT)) not in PATCH_MODULES
+        for touch in private_touches(path)
+    ]
     assert touches == []
 
 
 def test_the_check_sees_a_touch_and_not_an_own_attribute(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text("class C:\n    def f(self, consumer):\n        self._x = 1\n"
-                      "        return consumer._fetcher\n")
+    module.write_text(
+        "class C:\n    def f(self, consumer):\n        self._x = 1\n        return consumer._fetcher\n"
+    )
     assert private_touches(module, tmp_path) == ["m.py:4: consumer._fetcher"]

@@ -23,8 +23,9 @@ SECRET = "s3cret-value-that-must-not-show"
 def test_the_operations_tables_are_generated_from_the_declarations():
     text = OPERATIONS.read_text()
     for cls in DECLARED:
-        assert f"<!-- settings table: {cls.__name__} -->\n{table(cls)}<!-- end of settings table -->" \
-            in text, f"docs/operations.md has no table of {cls.__name__}: run `make docs`"
+        assert (
+            f"<!-- settings table: {cls.__name__} -->\n{table(cls)}<!-- end of settings table -->" in text
+        ), f"docs/operations.md has no table of {cls.__name__}: run `make docs`"
     assert with_tables(text) == text, "docs/operations.md drifted from the declarations: run `make docs`"
 
 
@@ -63,16 +64,29 @@ def test_every_setting_has_a_one_line_description():
 
 
 def with_every_secret() -> tuple[Settings, ServeSettings]:
-    settings = Settings(security_protocol="SASL_SSL", sasl_mechanism="PLAIN", sasl_username="u",
-                        sasl_password=SECRET, ssl_certfile="/c.pem", ssl_key_password=SECRET,
-                        fingerprint_key=SECRET, advisory_key=SECRET)
+    settings = Settings(
+        security_protocol="SASL_SSL",
+        sasl_mechanism="PLAIN",
+        sasl_username="u",
+        sasl_password=SECRET,
+        ssl_certfile="/c.pem",
+        ssl_key_password=SECRET,
+        fingerprint_key=SECRET,
+        advisory_key=SECRET,
+    )
     return settings, ServeSettings(token=SECRET)
 
 
 def test_secrets_are_in_no_repr_and_revealed_only_on_request():
     settings, serve = with_every_secret()
-    for shown in (repr(settings), str(settings), repr(serve), str(serve),
-                  repr(FleetSettings(base=settings)), str(settings.model_dump())):
+    for shown in (
+        repr(settings),
+        str(settings),
+        repr(serve),
+        str(serve),
+        repr(FleetSettings(base=settings)),
+        str(settings.model_dump()),
+    ):
         assert SECRET not in shown
     assert reveal(settings.sasl_password) == reveal(serve.token) == SECRET
     assert reveal(None) is None
@@ -88,9 +102,12 @@ def test_secrets_are_in_no_log_line(caplog: pytest.LogCaptureFixture):
 def test_the_generated_table_shows_no_secret_default(monkeypatch: pytest.MonkeyPatch):
     secrets = [(cls, f) for cls in DECLARED for f in cls.declared() if cls.is_secret(f)]
     assert {cls.env_name(f) for cls, f in secrets} == {
-        "STALLWATCH_FINGERPRINT_KEY", "STALLWATCH_ADVISORY_KEY", "STALLWATCH_SASL_PASSWORD",
+        "STALLWATCH_FINGERPRINT_KEY",
+        "STALLWATCH_ADVISORY_KEY",
+        "STALLWATCH_SASL_PASSWORD",
         "STALLWATCH_SSL_KEY_PASSWORD",
-        "STALLWATCH_SERVE_TOKEN"}
+        "STALLWATCH_SERVE_TOKEN",
+    }
     for cls, field in secrets:
         (row,) = [r for r in table(cls).splitlines() if r.startswith(f"| `{cls.env_name(field)}` |")]
         assert "| secret text | unset |" in row

@@ -36,8 +36,12 @@ def tools(names: list[str]) -> list[dict[str, Any]]:
 def convert_openhands(record: dict[str, Any], framework: str = "openhands") -> Trajectory:
     """A SWE-Gym style record: `messages` with OpenAI tool calls, `resolved` beside them."""
     names = [t["function"]["name"] for t in record.get("tools") or [] if "function" in t]
-    out = Trajectory(framework, record.get("run_id", "") + "/" + record["instance_id"],
-                     bool(record.get("resolved")), tools(names or ["execute_bash", _EDITOR, "finish"]))
+    out = Trajectory(
+        framework,
+        record.get("run_id", "") + "/" + record["instance_id"],
+        bool(record.get("resolved")),
+        tools(names or ["execute_bash", _EDITOR, "finish"]),
+    )
     answers = {m.get("tool_call_id"): m for m in record["messages"] if m["role"] == "tool"}
     for message in record["messages"]:
         if message["role"] != "assistant":
@@ -56,13 +60,15 @@ def convert_function_text(record: dict[str, Any], framework: str = "swe-agent") 
     """A SWE-smith style record: calls written as `<function=...>` text, observations as the
     next user message."""
     messages = record["messages"]
-    out = Trajectory(framework, record["instance_id"], bool(record.get("resolved")),
-                     tools(["bash", _EDITOR, "submit"]))
+    out = Trajectory(
+        framework, record["instance_id"], bool(record.get("resolved")), tools(["bash", _EDITOR, "submit"])
+    )
     for i, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
-        answer = messages[i + 1] if i + 1 < len(messages) and messages[i + 1]["role"] in ("user", "tool") \
-            else None
+        answer = (
+            messages[i + 1] if i + 1 < len(messages) and messages[i + 1]["role"] in ("user", "tool") else None
+        )
         step = []
         for name, body in _FUNCTION.findall(_text(message)):
             args = {key: value for key, value in _PARAMETER.findall(body)}

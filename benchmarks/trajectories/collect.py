@@ -29,22 +29,35 @@ _MSB_MODELS = ("deepseek-chat-v2", "deepseek-coder-v2", "doubao-pro-128k", "gpt-
 # (repository, commit, path or folder in it, where it goes under the data folder)
 SOURCES = [
     ("gruckion/mini-swe-agent", "d12a71affd95403b036b2bdbd827349b77bfffb9", _MINI, "mini-swe-agent"),
-    ("gruckion/mini-swe-agent", "d12a71affd95403b036b2bdbd827349b77bfffb9",
-     f"{_MINI}/sb-cli-reports/swe-bench_verified__test__20251118_mini-v1.15.0_gemini-3-pro-preview-20251118.json",
-     "mini-swe-agent/sb-cli-report.json"),
-    ("zhu-yiqi/agent-data-protocol", "df5b5adc3b61adbe0a0cc250d56a781cbffc867e",
-     f"{_ADP}/swe-gym_openhands_sampled_trajectories/sample_raw.json", "openhands/swe-gym-sampled.json.gz"),
-    ("zhu-yiqi/agent-data-protocol", "df5b5adc3b61adbe0a0cc250d56a781cbffc867e",
-     f"{_ADP}/swe-smith/sample_raw.json", "swe-agent/swe-smith.json.gz"),
-    *[(repo, _MSB_COMMIT, f"{_MSB}{model}/{path}", f"swe-agent-2024/{model}/{dest}")
-      for repo in ("multi-swe-bench/experiments",) for model in _MSB_MODELS
-      for path, dest in (("trajs", "trajs"), ("results/results.json", "results.json"))],
+    (
+        "gruckion/mini-swe-agent",
+        "d12a71affd95403b036b2bdbd827349b77bfffb9",
+        f"{_MINI}/sb-cli-reports/swe-bench_verified__test__20251118_mini-v1.15.0_gemini-3-pro-preview-20251118.json",
+        "mini-swe-agent/sb-cli-report.json",
+    ),
+    (
+        "zhu-yiqi/agent-data-protocol",
+        "df5b5adc3b61adbe0a0cc250d56a781cbffc867e",
+        f"{_ADP}/swe-gym_openhands_sampled_trajectories/sample_raw.json",
+        "openhands/swe-gym-sampled.json.gz",
+    ),
+    (
+        "zhu-yiqi/agent-data-protocol",
+        "df5b5adc3b61adbe0a0cc250d56a781cbffc867e",
+        f"{_ADP}/swe-smith/sample_raw.json",
+        "swe-agent/swe-smith.json.gz",
+    ),
+    *[
+        (repo, _MSB_COMMIT, f"{_MSB}{model}/{path}", f"swe-agent-2024/{model}/{dest}")
+        for repo in ("multi-swe-bench/experiments",)
+        for model in _MSB_MODELS
+        for path, dest in (("trajs", "trajs"), ("results/results.json", "results.json"))
+    ],
 ]
 
 
 def _git(repo_dir: Path, *args: str) -> bytes:
-    return subprocess.run(["git", "--git-dir", str(repo_dir), *args], check=True,
-                          capture_output=True).stdout
+    return subprocess.run(["git", "--git-dir", str(repo_dir), *args], check=True, capture_output=True).stdout
 
 
 def _write(data: bytes, target: Path) -> None:

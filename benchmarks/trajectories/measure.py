@@ -50,31 +50,43 @@ def summarise(framework: str, outcomes: list[Outcome], details: bool) -> None:
     share = f"{100 * len(changed) / len(refusals):.1f}%" if refusals else "-"
     print(f"\n{framework}: {len(outcomes)} runs ({len(resolved)} resolved)")
     harmless = sum(1 for o in resolved if o.stop_code and o.new_after_stop == 0)
-    print(f"  stops in resolved runs      {sum(stops_ok.values()):5}   {_codes(stops_ok)}"
-          f"{f'; {harmless} with nothing new after the stop' if stops_ok else ''}")
+    print(
+        f"  stops in resolved runs      {sum(stops_ok.values()):5}   {_codes(stops_ok)}"
+        f"{f'; {harmless} with nothing new after the stop' if stops_ok else ''}"
+    )
     print(f"  stops in unresolved runs    {sum(stops_bad.values()):5}   {_codes(stops_bad)}")
     print(f"  refusals                    {len(refusals):5}   {_codes(Counter(r.code for _, r in refusals))}")
     print(f"  refusals, output changed    {len(changed):5}   ({share} of refusals)")
     kinds = Counter(kind for o in outcomes for _, kind in o.nudges)
-    print(f"  nudges                      {sum(kinds.values()):5}   "
-          f"in {sum(1 for o in outcomes if o.nudges)} runs; {_codes(kinds)}")
-    print(f"  loops (same call, same result x{LOOP_LENGTH}+)  {len(loops)} in {len(loop_runs)} runs; "
-          f"stopped within {LOOP_STOP_WITHIN} rounds: {len(caught)}")
-    print(f"  steps saved on loop runs    {sum(o.steps_saved for o in loop_runs.values()):5}   "
-          f"(all stopped runs: {sum(o.steps_saved for o in outcomes)})")
+    print(
+        f"  nudges                      {sum(kinds.values()):5}   "
+        f"in {sum(1 for o in outcomes if o.nudges)} runs; {_codes(kinds)}"
+    )
+    print(
+        f"  loops (same call, same result x{LOOP_LENGTH}+)  {len(loops)} in {len(loop_runs)} runs; "
+        f"stopped within {LOOP_STOP_WITHIN} rounds: {len(caught)}"
+    )
+    print(
+        f"  steps saved on loop runs    {sum(o.steps_saved for o in loop_runs.values()):5}   "
+        f"(all stopped runs: {sum(o.steps_saved for o in outcomes)})"
+    )
     if not details:
         return
     for o in outcomes:
         if o.stop_code:
             state = "resolved" if o.traj.resolved else "unresolved"
-            print(f"    stop {o.stop_code} at round {o.stop_round}/{len(o.traj.steps)} ({state}, "
-                  f"{o.new_after_stop} new calls after it) {o.traj.run_id}")
+            print(
+                f"    stop {o.stop_code} at round {o.stop_round}/{len(o.traj.steps)} ({state}, "
+                f"{o.new_after_stop} new calls after it) {o.traj.run_id}"
+            )
     for o, r in changed:
         print(f"    changed-output refusal {r.code} round {r.round} {o.traj.run_id}  {_short(r.call)}")
     for o, loop in loops:
         verdict = "caught" if o.stopped_in_time(loop) else "MISSED"
-        print(f"    loop x{loop.length} from round {loop.start_round} {verdict} "
-              f"(stop {o.stop_code} round {o.stop_round}) {o.traj.run_id}  {_short(loop.call)}")
+        print(
+            f"    loop x{loop.length} from round {loop.start_round} {verdict} "
+            f"(stop {o.stop_code} round {o.stop_round}) {o.traj.run_id}  {_short(loop.call)}"
+        )
 
 
 def main() -> None:
@@ -82,8 +94,13 @@ def main() -> None:
     parser.add_argument("--mode", choices=["coder", "researcher"], default="coder")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--details", action="store_true")
-    parser.add_argument("--policy", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="policy overrides, values as JSON (stall_stop_at=5, nudge_at=null)")
+    parser.add_argument(
+        "--policy",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="policy overrides, values as JSON (stall_stop_at=5, nudge_at=null)",
+    )
     args = parser.parse_args()
     policy = {key: json.loads(value) for key, value in (item.split("=", 1) for item in args.policy)}
     runs = load_runs(args.data)

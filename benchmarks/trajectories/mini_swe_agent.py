@@ -28,8 +28,9 @@ _WRAPPED = re.compile(r"\A<output>\n?(.*)</output>\s*\Z", re.DOTALL)
 def convert(traj: dict[str, Any], run_id: str, resolved: bool) -> Trajectory:
     """One mini-swe-agent trajectory; `resolved` comes from SWE-bench's report beside it."""
     agent = (traj.get("info") or {}).get("config", {}).get("agent", {})
-    out = Trajectory(FRAMEWORK, run_id, resolved, TOOLS,
-                     step_limit=agent.get("step_limit") or DEFAULT_STEP_LIMIT)
+    out = Trajectory(
+        FRAMEWORK, run_id, resolved, TOOLS, step_limit=agent.get("step_limit") or DEFAULT_STEP_LIMIT
+    )
     messages = traj["messages"]
     for i, message in enumerate(messages):
         if message["role"] != "assistant":
@@ -48,7 +49,7 @@ def _call(command: str, observation: str) -> Call:
     match = _RETURNCODE.match(observation)
     if match:
         status = "ok" if match.group(1) == "0" else "error"
-        output = observation[match.end():]
+        output = observation[match.end() :]
         wrapped = _WRAPPED.match(output)
         if wrapped:
             output = wrapped.group(1)

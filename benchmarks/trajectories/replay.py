@@ -71,8 +71,11 @@ class Outcome:
         seen: set[tuple] = set()
         new = 0
         for number, call in self.traj.calls:
-            key = (call_signature(call.tool, call.args), call.status,
-                   mask_strings(call.output, DEFAULT_VOLATILE_PATTERNS))
+            key = (
+                call_signature(call.tool, call.args),
+                call.status,
+                mask_strings(call.output, DEFAULT_VOLATILE_PATTERNS),
+            )
             if number <= self.stop_round:
                 seen.add(key)
             elif key not in seen:
@@ -83,8 +86,9 @@ class Outcome:
         return self.stop_round is not None and self.stop_round < loop.start_round + LOOP_STOP_WITHIN
 
 
-def replay(traj: Trajectory, mode: str, fleet: EmbeddedEngine | None = None,
-           policy: dict[str, Any] | None = None) -> Outcome:
+def replay(
+    traj: Trajectory, mode: str, fleet: EmbeddedEngine | None = None, policy: dict[str, Any] | None = None
+) -> Outcome:
     """Feeds the run to `fleet` (a fresh one by default), with `policy` overriding the mode's
     defaults, and collects what the engine decided."""
     fleet = fleet or EmbeddedEngine()
@@ -112,8 +116,11 @@ def replay(traj: Trajectory, mode: str, fleet: EmbeddedEngine | None = None,
         send(envelope(traj.run_id, seq, "round_started", round=number))
         for index, call in enumerate(step):
             call_id = f"{number}.{index}"
-            verdicts = [c for c in send(call_proposed(traj.run_id, seq, number, call_id, call, mode))
-                        if c.type == "verdict"]
+            verdicts = [
+                c
+                for c in send(call_proposed(traj.run_id, seq, number, call_id, call, mode))
+                if c.type == "verdict"
+            ]
             signature = call_signature(call.tool, call.args)
             if verdicts and verdicts[0].decision == "refuse":
                 if verdicts[0].code != "run_stopped":
@@ -157,6 +164,8 @@ def find_loops(traj: Trajectory) -> list[Loop]:
 
 
 def _same(a: Call, b: Call, patterns: tuple[str, ...]) -> bool:
-    return a.status == b.status and \
-        mask_strings(a.output, patterns) == mask_strings(b.output, patterns) and \
-        call_signature(a.tool, a.args) == call_signature(b.tool, b.args)
+    return (
+        a.status == b.status
+        and mask_strings(a.output, patterns) == mask_strings(b.output, patterns)
+        and call_signature(a.tool, a.args) == call_signature(b.tool, b.args)
+    )

@@ -58,19 +58,33 @@ def run_started(traj: Trajectory, mode: str, policy: dict[str, Any] | None = Non
     `policy` overrides the mode's defaults (the round limit is the agent's own step limit)."""
     # Effects are coder mode's declarations; other modes get the tool names alone.
     tools = traj.tools if mode == "coder" else [{"name": t["name"]} for t in traj.tools]
-    return envelope(traj.run_id, 0, "run_started", mode=mode, tools=tools,
-                    policy={"max_rounds": max(traj.step_limit, len(traj.steps) + 1), **(policy or {})})
+    return envelope(
+        traj.run_id,
+        0,
+        "run_started",
+        mode=mode,
+        tools=tools,
+        policy={"max_rounds": max(traj.step_limit, len(traj.steps) + 1), **(policy or {})},
+    )
 
 
-def call_proposed(run_id: str, seq: int, number: int, call_id: str, call: Call, mode: str
-                  ) -> dict[str, Any]:
+def call_proposed(run_id: str, seq: int, number: int, call_id: str, call: Call, mode: str) -> dict[str, Any]:
     """A call as proposed; in coder mode it carries the effect the converter read from it."""
     extra = {"effect": call.effect} if mode == "coder" else {}
-    return envelope(run_id, seq, "call_proposed", round=number, call_id=call_id, tool=call.tool,
-                    args=call.args, **extra)
+    return envelope(
+        run_id, seq, "call_proposed", round=number, call_id=call_id, tool=call.tool, args=call.args, **extra
+    )
 
 
 def call_result(run_id: str, seq: int, number: int, call_id: str, call: Call) -> dict[str, Any]:
     """The recorded observation; its content goes in the event since this replay is local."""
-    return envelope(run_id, seq, "call_result", round=number, call_id=call_id, tool=call.tool,
-                    status=call.status, result=call.output)
+    return envelope(
+        run_id,
+        seq,
+        "call_result",
+        round=number,
+        call_id=call_id,
+        tool=call.tool,
+        status=call.status,
+        result=call.output,
+    )

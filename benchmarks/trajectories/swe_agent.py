@@ -31,14 +31,20 @@ _COMMANDS = _READS | _WRITES | _MOVES | {"search_file"}
 _ERROR = re.compile(
     r"command not found|syntax error near unexpected token|No such file or directory|^Usage: "
     r"|Your proposed edit has introduced new syntax error|Traceback \(most recent call last\)"
-    r"|^Error\b|: error:|^Exception in thread", re.MULTILINE)
+    r"|^Error\b|: error:|^Exception in thread",
+    re.MULTILINE,
+)
 _FRAMEWORK_EXITS = re.compile(r"\Aexit_\w+\Z")
 
 
 def convert(traj: dict[str, Any], run_id: str, resolved: bool) -> Trajectory:
     """One SWE-agent trajectory; `resolved` comes from the evaluation's results beside it."""
-    out = Trajectory(FRAMEWORK, run_id, resolved,
-                     [{"name": name, "effect": "unknown"} for name in (*sorted(_COMMANDS), "bash")])
+    out = Trajectory(
+        FRAMEWORK,
+        run_id,
+        resolved,
+        [{"name": name, "effect": "unknown"} for name in (*sorted(_COMMANDS), "bash")],
+    )
     for entry in traj["trajectory"]:
         action = (entry.get("action") or "").strip()
         if _FRAMEWORK_EXITS.match(action):

@@ -68,8 +68,10 @@ class Bridge:
         """From a sync hook (a framework invoked without asyncio): needs a SyncClient."""
         if self.sync is None:
             coro.close()
-            raise TypeError("a synchronous agent call needs stallwatch.client.SyncClient; "
-                            "an asyncio client serves only the framework's async calls")
+            raise TypeError(
+                "a synchronous agent call needs stallwatch.client.SyncClient; "
+                "an asyncio client serves only the framework's async calls"
+            )
         return self.sync.do(coro)
 
     @property
@@ -133,8 +135,9 @@ class Guard:
         (logged): the next call tries again."""
         if self.run is None:
             try:
-                run = await self.client.start_run(self.run_id, self.spec.mode,
-                                                  self.spec.tool_entries(tool_names), self.spec.policy)
+                run = await self.client.start_run(
+                    self.run_id, self.spec.mode, self.spec.tool_entries(tool_names), self.spec.policy
+                )
             except Exception as exc:
                 _unguarded("starting the run", exc)
                 return
@@ -148,7 +151,7 @@ class Guard:
         run = self.run
         if run is None:
             return ModelTurn(None, [])
-        notes = [n.reason for n in run.nudges[self._nudges_shown:]]
+        notes = [n.reason for n in run.nudges[self._nudges_shown :]]
         self._nudges_shown = len(run.nudges)
         if run.stop is not None:
             return ModelTurn(run.stop, [*notes, run.stop.reason])
@@ -215,8 +218,7 @@ def _jsonable(value: Any) -> Any:
     """Framework objects (pydantic models, dataclasses, messages) as JSON values for hashing."""
     if isinstance(value, _JSON_SCALARS):
         return value
-    if type(value) is dict and all(type(k) is str and type(v) in _SCALAR_TYPES
-                                   for k, v in value.items()):
+    if type(value) is dict and all(type(k) is str and type(v) in _SCALAR_TYPES for k, v in value.items()):
         return value  # most tools' arguments: already JSON, read at once, never kept
     return to_jsonable_python(value, fallback=repr)  # repr: an unknown object still hashes (as new)
 

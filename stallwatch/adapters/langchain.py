@@ -9,9 +9,11 @@ from typing import Annotated, Any, Final, NotRequired
 try:
     import langchain  # noqa: F401  (a missing framework is named with the extra that brings it)
 except ModuleNotFoundError as exc:
-    raise ModuleNotFoundError(f"stallwatch.adapters.langchain needs the [langchain] extra (no module "
-                              f"{exc.name!r}): pip install 'stallwatch[langchain]'",
-                              name=exc.name) from exc
+    raise ModuleNotFoundError(
+        f"stallwatch.adapters.langchain needs the [langchain] extra (no module "
+        f"{exc.name!r}): pip install 'stallwatch[langchain]'",
+        name=exc.name,
+    ) from exc
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain.agents.middleware.types import PrivateStateAttr
 from langchain_core.messages import AIMessage, SystemMessage, ToolMessage
@@ -48,9 +50,16 @@ class StallwatchMiddleware(AgentMiddleware[StallwatchState]):
 
     state_schema = StallwatchState
 
-    def __init__(self, client: Client | SyncClient, *, mode: str = "researcher",
-                 tools: Iterable[dict[str, Any]] = (), policy: dict[str, Any] | None = None,
-                 run_id_prefix: str = "langchain", tell_rules: bool = True) -> None:
+    def __init__(
+        self,
+        client: Client | SyncClient,
+        *,
+        mode: str = "researcher",
+        tools: Iterable[dict[str, Any]] = (),
+        policy: dict[str, Any] | None = None,
+        run_id_prefix: str = "langchain",
+        tell_rules: bool = True,
+    ) -> None:
         super().__init__()
         self.bridge = Bridge(client)
         self.spec = RunSpec(mode, tuple(tools), policy, run_id_prefix, tell_rules)
@@ -95,8 +104,9 @@ class StallwatchMiddleware(AgentMiddleware[StallwatchState]):
 
     # -- rounds: one per model call ---------------------------------------------------------------
 
-    def wrap_model_call(self, request: ModelRequest,
-                        handler: Callable[[ModelRequest], ModelResponse]) -> ModelResponse | AIMessage:
+    def wrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
+    ) -> ModelResponse | AIMessage:
         guard = self.guards.get(_run_id(request.state))
         if guard is None:
             return handler(request)
@@ -109,9 +119,9 @@ class StallwatchMiddleware(AgentMiddleware[StallwatchState]):
             self._crashed(guard)
             raise
 
-    async def awrap_model_call(self, request: ModelRequest,
-                               handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
-                               ) -> ModelResponse | AIMessage:
+    async def awrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
+    ) -> ModelResponse | AIMessage:
         guard = self.guards.get(_run_id(request.state))
         if guard is None:
             return await handler(request)
@@ -126,8 +136,9 @@ class StallwatchMiddleware(AgentMiddleware[StallwatchState]):
 
     # -- tool calls: proposed before they run -----------------------------------------------------
 
-    def wrap_tool_call(self, request: ToolCallRequest,
-                       handler: Callable[[ToolCallRequest], ToolMessage | Command]) -> ToolMessage | Command:
+    def wrap_tool_call(
+        self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolMessage | Command]
+    ) -> ToolMessage | Command:
         guard = self.guards.get(_run_id(request.state))
         if guard is None:
             return handler(request)
@@ -144,9 +155,9 @@ class StallwatchMiddleware(AgentMiddleware[StallwatchState]):
         self.bridge.run_blocking(guard.report(call_id, call["name"], *_outcome(out)))
         return out
 
-    async def awrap_tool_call(self, request: ToolCallRequest,
-                              handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command]]
-                              ) -> ToolMessage | Command:
+    async def awrap_tool_call(
+        self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command]]
+    ) -> ToolMessage | Command:
         guard = self.guards.get(_run_id(request.state))
         if guard is None:
             return await handler(request)

@@ -10,9 +10,11 @@ from typing import Any
 try:
     import agents  # noqa: F401  (a missing framework is named with the extra that brings it)
 except ModuleNotFoundError as exc:
-    raise ModuleNotFoundError(f"stallwatch.adapters.openai_agents needs the [openai-agents] extra (no module "
-                              f"{exc.name!r}): pip install 'stallwatch[openai-agents]'",
-                              name=exc.name) from exc
+    raise ModuleNotFoundError(
+        f"stallwatch.adapters.openai_agents needs the [openai-agents] extra (no module "
+        f"{exc.name!r}): pip install 'stallwatch[openai-agents]'",
+        name=exc.name,
+    ) from exc
 from agents import (
     Agent,
     FunctionTool,
@@ -61,13 +63,21 @@ class StallwatchRun(RunHooks[Any]):
     and the stop's words. A round is one model call and the function calls in its response.
     """
 
-    def __init__(self, client: Client | SyncClient, *, mode: str = "researcher",
-                 tools: Iterable[dict[str, Any]] = (), policy: dict[str, Any] | None = None,
-                 run_id: str | None = None, run_id_prefix: str = "openai-agents",
-                 tell_rules: bool = True) -> None:
+    def __init__(
+        self,
+        client: Client | SyncClient,
+        *,
+        mode: str = "researcher",
+        tools: Iterable[dict[str, Any]] = (),
+        policy: dict[str, Any] | None = None,
+        run_id: str | None = None,
+        run_id_prefix: str = "openai-agents",
+        tell_rules: bool = True,
+    ) -> None:
         self.bridge = Bridge(client)
-        self.guard = Guard(self.bridge.async_client, RunSpec(mode, tuple(tools), policy, run_id_prefix,
-                                                             tell_rules), run_id)
+        self.guard = Guard(
+            self.bridge.async_client, RunSpec(mode, tuple(tools), policy, run_id_prefix, tell_rules), run_id
+        )
         self._tool_names: list[str] = []
         self._call_ids: dict[str, str] = {}  # the SDK's tool call id -> stallwatch's call id
         self._failed: set[str] = set()  # the SDK's ids of calls whose tool raised
@@ -79,15 +89,15 @@ class StallwatchRun(RunHooks[Any]):
         self._tools_off = False
         self._notes: list[str] = []
         self._input: ToolInputGuardrail[Any] = ToolInputGuardrail(self._judge_input, name="stallwatch")
-        self._output: ToolOutputGuardrail[Any] = ToolOutputGuardrail(self._judge_output,
-                                                                      name="stallwatch")
+        self._output: ToolOutputGuardrail[Any] = ToolOutputGuardrail(self._judge_output, name="stallwatch")
 
     @property
     def stop(self) -> Stop | None:
         return self.guard.stop
 
-    async def run(self, agent: Agent[Any], input: Any, *, hooks: RunHooks[Any] | None = None,
-                  **runner_kwargs: Any) -> RunResult:
+    async def run(
+        self, agent: Agent[Any], input: Any, *, hooks: RunHooks[Any] | None = None, **runner_kwargs: Any
+    ) -> RunResult:
         """`Runner.run` of the guarded agent with this run's hooks (and the caller's `hooks`,
         called after stallwatch's). The stallwatch run is ended however the SDK's run ends."""
         try:
@@ -129,9 +139,11 @@ class StallwatchRun(RunHooks[Any]):
             return bool(enabled)
 
         guarded = dataclasses.replace(
-            tool, is_enabled=is_enabled,
+            tool,
+            is_enabled=is_enabled,
             tool_input_guardrails=[*(tool.tool_input_guardrails or []), self._input],
-            tool_output_guardrails=[*(tool.tool_output_guardrails or []), self._output])
+            tool_output_guardrails=[*(tool.tool_output_guardrails or []), self._output],
+        )
         formatter = resolve_function_tool_failure_error_function(tool)
         if formatter is not None:  # None: the exception ends the run, and `run()` ends ours
             set_function_tool_failure_error_function(guarded, self._noting_failures(formatter))
@@ -159,19 +171,29 @@ class StallwatchRun(RunHooks[Any]):
         turn = await self.bridge.run(self.guard.begin_model_call(self._tool_names))
         self._notes = turn.notes
 
-    async def on_llm_start(self, context: RunContextWrapper[Any], agent: Agent[Any],
-                           system_prompt: str | None, input_items: list[Any]) -> None:
+    async def on_llm_start(
+        self,
+        context: RunContextWrapper[Any],
+        agent: Agent[Any],
+        system_prompt: str | None,
+        input_items: list[Any],
+    ) -> None:
         await self._prepare_turn()  # when the instructions were not asked for
         stop = self.guard.stop
         if stop is not None and stop.action == "end_turn":
             await self.finish("turn ended")
             raise TurnEnded(stop)
 
-    async def on_llm_end(self, context: RunContextWrapper[Any], agent: Agent[Any],
-                         response: ModelResponse) -> None:
+    async def on_llm_end(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
+    ) -> None:
         self._turn_ready = False
-        self._calls_open = sum(1 for item in response.output if getattr(item, "type", None) ==
-                               "function_call" and getattr(item, "name", None) in self._tool_names)
+        self._calls_open = sum(
+            1
+            for item in response.output
+            if getattr(item, "type", None) == "function_call"
+            and getattr(item, "name", None) in self._tool_names
+        )
         if self._calls_open == 0:
             await self._close_round()
 
@@ -202,8 +224,9 @@ class StallwatchRun(RunHooks[Any]):
             self._call_ids[ctx.tool_call_id] = call_id
             return ToolGuardrailFunctionOutput.allow()
         await self._call_done()
-        return ToolGuardrailFunctionOutput.reject_content(refusal_text(decision),
-                                                          output_info={"code": decision.code})
+        return ToolGuardrailFunctionOutput.reject_content(
+            refusal_text(decision), output_info={"code": decision.code}
+        )
 
     async def _judge_output(self, data: ToolOutputGuardrailData) -> ToolGuardrailFunctionOutput:
         ctx = data.context
@@ -227,6 +250,7 @@ def _chained(name: str) -> Any:
     async def hook(self: _BothHooks, *args: Any, **kwargs: Any) -> None:
         await getattr(self.first, name)(*args, **kwargs)
         await getattr(self.second, name)(*args, **kwargs)
+
     hook.__name__ = name
     return hook
 

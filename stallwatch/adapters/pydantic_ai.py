@@ -10,9 +10,11 @@ from typing import Any
 try:
     import pydantic_ai  # noqa: F401  (a missing framework is named with the extra that brings it)
 except ModuleNotFoundError as exc:
-    raise ModuleNotFoundError(f"stallwatch.adapters.pydantic_ai needs the [pydantic-ai] extra (no module "
-                              f"{exc.name!r}): pip install 'stallwatch[pydantic-ai]'",
-                              name=exc.name) from exc
+    raise ModuleNotFoundError(
+        f"stallwatch.adapters.pydantic_ai needs the [pydantic-ai] extra (no module "
+        f"{exc.name!r}): pip install 'stallwatch[pydantic-ai]'",
+        name=exc.name,
+    ) from exc
 from pydantic_ai import ModelRequestNode
 from pydantic_ai.capabilities import (
     AbstractCapability,
@@ -53,9 +55,16 @@ class Stallwatch(AbstractCapability[Any]):
     the log when it is fewer).
     """
 
-    def __init__(self, client: Client | SyncClient, *, mode: str = "researcher",
-                 tools: Iterable[dict[str, Any]] = (), policy: dict[str, Any] | None = None,
-                 run_id_prefix: str = "pydantic-ai", tell_rules: bool = True) -> None:
+    def __init__(
+        self,
+        client: Client | SyncClient,
+        *,
+        mode: str = "researcher",
+        tools: Iterable[dict[str, Any]] = (),
+        policy: dict[str, Any] | None = None,
+        run_id_prefix: str = "pydantic-ai",
+        tell_rules: bool = True,
+    ) -> None:
         self.bridge = Bridge(client)
         self.spec = RunSpec(mode, tuple(tools), policy, run_id_prefix, tell_rules)
         self.guard: Guard | None = None  # set on the per-run copy only
@@ -75,6 +84,7 @@ class Stallwatch(AbstractCapability[Any]):
             if self.guard is None:
                 return ""
             return instructions_text(None, self.guard.rules(), self._turn.notes) or ""
+
         return instructions
 
     async def wrap_run(self, ctx: RunContext[Any], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
@@ -94,18 +104,27 @@ class Stallwatch(AbstractCapability[Any]):
             self._turn = await self.bridge.run(self.guard.begin_model_call())
         return node
 
-    async def prepare_tools(self, ctx: RunContext[Any],
-                            tool_defs: list[ToolDefinition]) -> list[ToolDefinition]:
+    async def prepare_tools(
+        self, ctx: RunContext[Any], tool_defs: list[ToolDefinition]
+    ) -> list[ToolDefinition]:
         return tool_defs if self._turn.tools_allowed else []
 
-    async def wrap_model_request(self, ctx: RunContext[Any], *, request_context: ModelRequestContext,
-                                 handler: WrapModelRequestHandler) -> ModelResponse:
+    async def wrap_model_request(
+        self, ctx: RunContext[Any], *, request_context: ModelRequestContext, handler: WrapModelRequestHandler
+    ) -> ModelResponse:
         if (ending := self._turn.ending_stop) is not None:
             return ModelResponse(parts=[TextPart(ending.reason)])
         return await handler(request_context)
 
-    async def wrap_tool_execute(self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition,
-                                args: ValidatedToolArgs, handler: WrapToolExecuteHandler) -> Any:
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: ValidatedToolArgs,
+        handler: WrapToolExecuteHandler,
+    ) -> Any:
         if self.guard is None:
             return await handler(args)
         call_id, decision = await self.bridge.run(self.guard.propose(call.tool_name, args))
@@ -125,16 +144,23 @@ class Stallwatch(AbstractCapability[Any]):
 
     def _warn_retries(self, tool: str, max_retries: int) -> None:
         """Once per tool: its retries end the run before stallwatch's failure rule could stop it."""
-        threshold = (self.spec.policy or {}).get("no_progress_threshold",
-                                                 V1_DEFAULTS["no_progress_threshold"])
+        threshold = (self.spec.policy or {}).get(
+            "no_progress_threshold", V1_DEFAULTS["no_progress_threshold"]
+        )
         if max_retries >= threshold or tool in self._warned:
             return
         self._warned.add(tool)
-        log.warning("stallwatch: tool %r allows %d retries: PydanticAI ends the run with "
-                    "UnexpectedModelBehavior at its failure %d in a row, before stallwatch's stop "
-                    "after %d; give it retries=%d or more (Agent(retries=...) or the tool's own), or "
-                    "raise ToolFailed for a failure the model should only see", tool, max_retries,
-                    max_retries + 1, threshold, threshold)
+        log.warning(
+            "stallwatch: tool %r allows %d retries: PydanticAI ends the run with "
+            "UnexpectedModelBehavior at its failure %d in a row, before stallwatch's stop "
+            "after %d; give it retries=%d or more (Agent(retries=...) or the tool's own), or "
+            "raise ToolFailed for a failure the model should only see",
+            tool,
+            max_retries,
+            max_retries + 1,
+            threshold,
+            threshold,
+        )
 
 
 def _put_stop(result: AgentRunResult[Any], stop: dict[str, Any]) -> None:

@@ -24,10 +24,18 @@ from stallwatch.kafka.topics import ensure_topics
 from stallwatch.logs import configure as configure_logging
 from stallwatch.settings import Settings
 
-TOOLS: list[dict[str, Any]] = [{"name": "search"}, {"name": "fetch_page"}, {"name": "get_price"},
-         {"name": "wait_for_researchers", "repeat_exempt": True}]
-SAME_DOCS = {"documents": [{"id": "kafka-log", "title": "The log: what every engineer should know"},
-                           {"id": "faust-intro", "title": "Stream processing with Faust"}]}
+TOOLS: list[dict[str, Any]] = [
+    {"name": "search"},
+    {"name": "fetch_page"},
+    {"name": "get_price"},
+    {"name": "wait_for_researchers", "repeat_exempt": True},
+]
+SAME_DOCS = {
+    "documents": [
+        {"id": "kafka-log", "title": "The log: what every engineer should know"},
+        {"id": "faust-intro", "title": "Stream processing with Faust"},
+    ]
+}
 
 
 @dataclass
@@ -46,8 +54,10 @@ async def call(out: Outcome, tool: str, args: dict, result: object) -> bool:
     out.decisions["allow" if decision.allowed else decision.code] += 1
     if decision.allowed:
         await out.run.result(call_id, tool, "ok", result)
-        say(out.run, f"allow  {tool}({args})" + ("  [no verdict in time: failed open]"
-                                                 if decision.timed_out else ""))
+        say(
+            out.run,
+            f"allow  {tool}({args})" + ("  [no verdict in time: failed open]" if decision.timed_out else ""),
+        )
     else:
         say(out.run, f"REFUSE {tool}({args}) [{decision.code}] {decision.reason[:90]}...")
     return decision.allowed
@@ -81,8 +91,11 @@ async def looping_researcher(client: KafkaClient, tag: str) -> Outcome:
 
 async def paging_researcher(client: KafkaClient, tag: str) -> Outcome:
     out = Outcome(await client.start_run(f"pager-{tag}", "researcher", TOOLS), "pages through results")
-    await rounds(out, 8, lambda i: call(out, "search", {"q": "kafka storage", "page": i},
-                                        {"documents": [{"id": f"doc-{i}"}]}))
+    await rounds(
+        out,
+        8,
+        lambda i: call(out, "search", {"q": "kafka storage", "page": i}, {"documents": [{"id": f"doc-{i}"}]}),
+    )
     return out
 
 
@@ -92,6 +105,7 @@ async def insisting_chat(client: KafkaClient, tag: str) -> Outcome:
     async def body(i: int) -> None:
         for _ in range(4):
             await call(out, "get_price", {"symbol": "ACME"}, {"price": 12.5})
+
     await rounds(out, 2, body)
     return out
 
@@ -102,6 +116,7 @@ async def waiting_lead(client: KafkaClient, tag: str) -> Outcome:
     async def body(i: int) -> None:
         done = min(i // 2, 3)
         await call(out, "wait_for_researchers", {"ids": ["r1", "r2", "r3"]}, {"done": done, "of": 3})
+
     await rounds(out, 8, body)
     return out
 
@@ -109,21 +124,33 @@ async def waiting_lead(client: KafkaClient, tag: str) -> Outcome:
 async def drive(settings: Settings) -> list[Outcome]:
     tag = uuid.uuid4().hex[:6]
     async with KafkaClient(settings, verdict_timeout_s=10.0) as client:
-        return list(await asyncio.gather(
-            looping_researcher(client, tag), paging_researcher(client, tag),
-            insisting_chat(client, tag), waiting_lead(client, tag)))
+        return list(
+            await asyncio.gather(
+                looping_researcher(client, tag),
+                paging_researcher(client, tag),
+                insisting_chat(client, tag),
+                waiting_lead(client, tag),
+            )
+        )
 
 
 def start_worker(settings: Settings) -> subprocess.Popen:
     """The worker's warnings and errors reach the demo's stderr (its INFO would bury the demo's
     output): a fault is seen, a healthy start-up and shutdown print nothing."""
     # Ports 0: the demo reads neither endpoint, and another worker may hold the default ports.
-    env = {"STALLWATCH_LOG_LEVEL": "WARNING", "STALLWATCH_LOG_FORMAT": "text",
-           "STALLWATCH_WEB_PORT": "0", "STALLWATCH_METRICS_PORT": "0", **os.environ,
-           "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
-           "STALLWATCH_BOOTSTRAP": settings.bootstrap, "STALLWATCH_PARTITIONS": str(settings.partitions)}
-    return subprocess.Popen([sys.executable, "-m", "stallwatch.cli.main", "worker"], env=env,
-                            stdout=subprocess.DEVNULL)
+    env = {
+        "STALLWATCH_LOG_LEVEL": "WARNING",
+        "STALLWATCH_LOG_FORMAT": "text",
+        "STALLWATCH_WEB_PORT": "0",
+        "STALLWATCH_METRICS_PORT": "0",
+        **os.environ,
+        "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
+        "STALLWATCH_BOOTSTRAP": settings.bootstrap,
+        "STALLWATCH_PARTITIONS": str(settings.partitions),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "stallwatch.cli.main", "worker"], env=env, stdout=subprocess.DEVNULL
+    )
 
 
 async def wait_for_worker(settings: Settings, worker: subprocess.Popen, timeout_s: float = 90) -> None:
@@ -157,8 +184,9 @@ def main(settings: Settings) -> int:
             print("\nfleet app ready; the fleet scene:\n", flush=True)
             crowd = asyncio.run(demo_fleet.broken_tool_scene(settings, uuid.uuid4().hex[:6]))
         else:
-            print(f"\nthe fleet app did not start (its log: {fleet_app.log_path}); no fleet scene",
-                  flush=True)
+            print(
+                f"\nthe fleet app did not start (its log: {fleet_app.log_path}); no fleet scene", flush=True
+            )
     finally:
         fleet_app.stop()
         worker.terminate()
@@ -166,13 +194,18 @@ def main(settings: Settings) -> int:
     # The fleet app's log is a file of its own (Faust's INFO would bury the demo): its errors are
     # said here, so that a fault in it is seen.
     if errors := fleet_app.errors():
-        print(f"stallwatch demo: the fleet app logged {len(errors)} error line(s), the first: "
-              f"{errors[0].strip()} (its log: {fleet_app.log_path})", file=sys.stderr, flush=True)
+        print(
+            f"stallwatch demo: the fleet app logged {len(errors)} error line(s), the first: "
+            f"{errors[0].strip()} (its log: {fleet_app.log_path})",
+            file=sys.stderr,
+            flush=True,
+        )
     print("\nsummary:")
     for out in outcomes:
         stop = out.run.stop
-        ending = (f"stopped at round {stop.round}: {stop.code}" if stop
-                  else f"ran {out.run.round} rounds, no stop")
+        ending = (
+            f"stopped at round {stop.round}: {stop.code}" if stop else f"ran {out.run.round} rounds, no stop"
+        )
         counts = ", ".join(f"{k} {v}" for k, v in sorted(out.decisions.items()))
         print(f"  {out.run.run_id:<22} {out.kind:<28} {ending:<36} calls: {counts}")
     demo_fleet.summary(crowd)

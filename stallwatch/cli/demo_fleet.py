@@ -31,8 +31,12 @@ from stallwatch.settings import Settings
 # Small windows so the incident opens and closes within the scene (the defaults: 5 minutes
 # wide, 1 minute step, closed after a quiet window): 10 s wide, 1 s step, closed 3 s of event
 # time after its rule last held; event-time ticks often, so a quiet tool closes promptly.
-FLEET_DEMO_ENV = {"STALLWATCH_FLEET_WINDOW_S": "10", "STALLWATCH_FLEET_STEP_S": "1",
-                  "STALLWATCH_FLEET_QUIET_S": "3", "STALLWATCH_FLEET_TICK_INTERVAL_S": "0.2"}
+FLEET_DEMO_ENV = {
+    "STALLWATCH_FLEET_WINDOW_S": "10",
+    "STALLWATCH_FLEET_STEP_S": "1",
+    "STALLWATCH_FLEET_QUIET_S": "3",
+    "STALLWATCH_FLEET_TICK_INTERVAL_S": "0.2",
+}
 CROWD = 6  # runs using the tool: over the rule's 5
 # Each run's own rule would stop it after this many failures in a row: the fleet tells it sooner.
 OWN_FAILURE_LIMIT = 10
@@ -58,8 +62,11 @@ class FleetApp:
 
     def errors(self) -> list[str]:
         """Its log's ERROR and CRITICAL lines (Faust's format: `[time] [pid] [LEVEL] message`)."""
-        return [line for line in self.log_path.read_text(errors="replace").splitlines()
-                if "] [ERROR] " in line or "] [CRITICAL] " in line]
+        return [
+            line
+            for line in self.log_path.read_text(errors="replace").splitlines()
+            if "] [ERROR] " in line or "] [CRITICAL] " in line
+        ]
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -73,14 +80,24 @@ class FleetApp:
 def start_fleet_app(settings: Settings) -> FleetApp:
     workdir = Path(tempfile.mkdtemp(prefix="stallwatch-demo-fleet-"))
     log_path = workdir / "fleet.log"
-    env = {**os.environ, "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
-           "STALLWATCH_BOOTSTRAP": settings.bootstrap, "STALLWATCH_PARTITIONS": str(settings.partitions),
-           # Faust creates its own topics (changelog, assignor) with these.
-           "STALLWATCH_REPLICATION_FACTOR": str(settings.replication_factor),
-           "STALLWATCH_MIN_INSYNC_REPLICAS": str(settings.min_insync_replicas),
-           "STALLWATCH_FLEET_WEB_PORT": str(_free_port()), **FLEET_DEMO_ENV}
-    proc = subprocess.Popen([sys.executable, "-m", "stallwatch.cli.main", "fleet"], env=env,
-                            cwd=workdir, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
+    env = {
+        **os.environ,
+        "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
+        "STALLWATCH_BOOTSTRAP": settings.bootstrap,
+        "STALLWATCH_PARTITIONS": str(settings.partitions),
+        # Faust creates its own topics (changelog, assignor) with these.
+        "STALLWATCH_REPLICATION_FACTOR": str(settings.replication_factor),
+        "STALLWATCH_MIN_INSYNC_REPLICAS": str(settings.min_insync_replicas),
+        "STALLWATCH_FLEET_WEB_PORT": str(_free_port()),
+        **FLEET_DEMO_ENV,
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stallwatch.cli.main", "fleet"],
+        env=env,
+        cwd=workdir,
+        stdout=log_path.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
     return FleetApp(proc, log_path)
 
 
@@ -124,9 +141,13 @@ def say(run: Run, text: str) -> None:
 
 async def watch_incidents(settings: Settings, scene: Scene, started: asyncio.Event) -> None:
     """Print the scene's incidents as the fleet app writes them (its tenant only)."""
-    consumer = AIOKafkaConsumer(settings.incidents_topic, auto_offset_reset="latest",
-                                enable_auto_commit=False, isolation_level="read_committed",
-                                **aiokafka_options(settings))
+    consumer = AIOKafkaConsumer(
+        settings.incidents_topic,
+        auto_offset_reset="latest",
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        **aiokafka_options(settings),
+    )
     await consumer.start()
     try:
         await consumer.getmany(timeout_ms=100)  # assigned and positioned at the end
@@ -144,12 +165,17 @@ def _show(scene: Scene, incident: dict[str, Any]) -> None:
         return
     evidence = ", ".join(f"{k} {v}" for k, v in (incident.get("evidence") or {}).items())
     if incident.get("state") == "open" and not scene.opened.is_set():
-        print(f"\n  FLEET  incident OPEN   {incident['kind']} `search` ({evidence}); "
-              f"{incident.get('advised_runs', 0)} runs told\n", flush=True)
+        print(
+            f"\n  FLEET  incident OPEN   {incident['kind']} `search` ({evidence}); "
+            f"{incident.get('advised_runs', 0)} runs told\n",
+            flush=True,
+        )
         scene.opened.set()
     elif incident.get("state") == "closed":
-        print(f"\n  FLEET  incident CLOSED {incident['kind']} `search`: a quiet window without "
-              "failures\n", flush=True)
+        print(
+            f"\n  FLEET  incident CLOSED {incident['kind']} `search`: a quiet window without failures\n",
+            flush=True,
+        )
         scene.closed.set()
 
 
@@ -162,9 +188,14 @@ async def crowd_member(member: CrowdRun, scene: Scene) -> None:
         call_id, decision = await run.propose(tool, {"q": f"question {run.round}"})
         if decision.allowed:
             failed = tool == "search" and scene.broken
-            await run.result(call_id, tool, "error" if failed else "ok",
-                             {"error": "503 Service Unavailable"} if failed
-                             else {"documents": [{"id": f"{run.run_id}-{run.round}"}]})
+            await run.result(
+                call_id,
+                tool,
+                "error" if failed else "ok",
+                {"error": "503 Service Unavailable"}
+                if failed
+                else {"documents": [{"id": f"{run.run_id}-{run.round}"}]},
+            )
             outcome = f"{tool} {'failed' if failed else 'ok'}"
             member.calls[outcome] = member.calls.get(outcome, 0) + 1
             if tool == "search":
@@ -189,9 +220,18 @@ async def broken_tool_scene(settings: Settings, tag: str) -> list[CrowdRun]:
     watcher = asyncio.create_task(watch_incidents(settings, scene, watching))
     await asyncio.wait_for(watching.wait(), 30)
     async with KafkaClient(settings, verdict_timeout_s=10.0) as client:
-        crowd = [CrowdRun(await client.start_run(
-            f"crowd-{i}-{tag}", "researcher", TOOLS, tenant=scene.tenant,
-            policy={"no_progress_threshold": OWN_FAILURE_LIMIT})) for i in range(CROWD)]
+        crowd = [
+            CrowdRun(
+                await client.start_run(
+                    f"crowd-{i}-{tag}",
+                    "researcher",
+                    TOOLS,
+                    tenant=scene.tenant,
+                    policy={"no_progress_threshold": OWN_FAILURE_LIMIT},
+                )
+            )
+            for i in range(CROWD)
+        ]
         print(f"`search` breaks for every run of tenant {scene.tenant} at once:\n", flush=True)
         members = [asyncio.create_task(crowd_member(m, scene)) for m in crowd]
         try:

@@ -33,9 +33,14 @@ from stallwatch.kafka.read import committed_reader, read_to_end
 from stallwatch.settings import Settings, reveal
 
 
-def explain(run_id: str, lines: Iterable[bytes], out: TextIO,
-            admin_policy: AdminPolicy | None = None, secret: bytes | None = None,
-            advisory_key: bytes | None = None) -> bool:
+def explain(
+    run_id: str,
+    lines: Iterable[bytes],
+    out: TextIO,
+    admin_policy: AdminPolicy | None = None,
+    secret: bytes | None = None,
+    advisory_key: bytes | None = None,
+) -> bool:
     """Write the run's timeline; False when the log has no event of that run. Every field taken
     from the log is `printable`: no event can write a control character to the terminal."""
     fleet = EmbeddedEngine(admin_policy, secret=secret, advisory_key=advisory_key)
@@ -55,19 +60,23 @@ def explain(run_id: str, lines: Iterable[bytes], out: TextIO,
         state = fleet.runs.get(run_id)
         kind = event["type"]
         if kind == "run_started":
-            out.write(f"run {printable(run_id)} ({event['mode']}), tools: "
-                      f"{', '.join(printable(t['name']) for t in event.get('tools') or []) or 'none'}\n")
+            out.write(
+                f"run {printable(run_id)} ({event['mode']}), tools: "
+                f"{', '.join(printable(t['name']) for t in event.get('tools') or []) or 'none'}\n"
+            )
         elif kind == "round_started":
             out.write(f"round {event['round']}\n")
         elif kind == "call_proposed":
             calls[event["call_id"]] = f"{printable(event['tool'])}({_short(event.get('args'))})"
         elif kind == "round_ended" and state is not None:
             new = "yes" if state.round_new_fact or state.round_results < state.round_allowed else "no"
-            out.write(f"  end of round {event['round']}: {state.round_allowed} ran, "
-                      f"{state.round_proposed - state.round_allowed} refused; new fact: "
-                      f"{new if state.round_allowed else '-'}; already-seen streak "
-                      f"{state.already_seen_streak}, all-refused streak {state.all_refused_streak}"
-                      f"{_workspace(state)}\n")
+            out.write(
+                f"  end of round {event['round']}: {state.round_allowed} ran, "
+                f"{state.round_proposed - state.round_allowed} refused; new fact: "
+                f"{new if state.round_allowed else '-'}; already-seen streak "
+                f"{state.already_seen_streak}, all-refused streak {state.all_refused_streak}"
+                f"{_workspace(state)}\n"
+            )
         elif kind == "run_ended":
             out.write(f"run ended: {printable(event.get('reason') or 'no reason given')}\n")
         for command in commands:
@@ -103,18 +112,24 @@ def write_command(command: Command, out: TextIO, calls: dict[str, str]) -> None:
         out.write(f"  {kind}: {reason}\n")
     elif command.type == "stop":
         stop_kind = STOPS.get(command.code)
-        fired = "" if stop_kind is None else printable(
-            f"{stop_kind.fired} {command.detail.get(stop_kind.fired)}; ")
-        out.write(f"  STOP at round {command.round} [{command.code}, {command.action}] "
-                  f"{fired}{printable(command.detail)}: {reason}\n")
+        fired = (
+            ""
+            if stop_kind is None
+            else printable(f"{stop_kind.fired} {command.detail.get(stop_kind.fired)}; ")
+        )
+        out.write(
+            f"  STOP at round {command.round} [{command.code}, {command.action}] "
+            f"{fired}{printable(command.detail)}: {reason}\n"
+        )
 
 
 async def explain_from_topic(run_id: str, settings: Settings, out: TextIO) -> bool:
     """The run's commands from its partition of the commands topic, read up to the end."""
     options = aiokafka_options(settings)
     partitions = sorted(await partitions_of(settings.commands_topic, options))
-    tp = TopicPartition(settings.commands_topic,
-                        DefaultPartitioner()(run_id.encode(), partitions, partitions))
+    tp = TopicPartition(
+        settings.commands_topic, DefaultPartitioner()(run_id.encode(), partitions, partitions)
+    )
     consumer = committed_reader(options)
     await consumer.start()
     seen = False
@@ -155,15 +170,23 @@ def main(run_id: str, path: str | None, settings: Settings) -> int:
         except ConflictingCommand as exc:
             sys.stderr.write(f"stallwatch explain: {exc}: the workers broke the contract\n")
             return 1
-    return explain_file(run_id, path, AdminPolicy.from_file(settings.policy_file),
-                        secret_from_key(reveal(settings.fingerprint_key)),
-                        advisory_key_of(reveal(settings.advisory_key)))
+    return explain_file(
+        run_id,
+        path,
+        AdminPolicy.from_file(settings.policy_file),
+        secret_from_key(reveal(settings.fingerprint_key)),
+        advisory_key_of(reveal(settings.advisory_key)),
+    )
 
 
-def explain_file(run_id: str, path: str, admin_policy: AdminPolicy | None = None,
-                 secret: bytes | None = None, advisory_key: bytes | None = None) -> int:
+def explain_file(
+    run_id: str,
+    path: str,
+    admin_policy: AdminPolicy | None = None,
+    secret: bytes | None = None,
+    advisory_key: bytes | None = None,
+) -> int:
     if path == "-":
-        return 0 if explain(run_id, sys.stdin.buffer, sys.stdout, admin_policy, secret,
-                            advisory_key) else 1
+        return 0 if explain(run_id, sys.stdin.buffer, sys.stdout, admin_policy, secret, advisory_key) else 1
     with open(path, "rb") as source:
         return 0 if explain(run_id, source, sys.stdout, admin_policy, secret, advisory_key) else 1

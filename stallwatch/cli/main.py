@@ -7,9 +7,13 @@ import os
 import sys
 
 # The module a command needs, and what installs it: a missing one is named in one line.
-_INSTALLS = {"mcp": "pip install 'stallwatch[mcp]'", "aiohttp": "pip install 'stallwatch[serve]'",
-             **dict.fromkeys(("stallwatch_streams", "prometheus_client", "faust", "mode"),
-                             "pip install stallwatch-streams")}
+_INSTALLS = {
+    "mcp": "pip install 'stallwatch[mcp]'",
+    "aiohttp": "pip install 'stallwatch[serve]'",
+    **dict.fromkeys(
+        ("stallwatch_streams", "prometheus_client", "faust", "mode"), "pip install stallwatch-streams"
+    ),
+}
 # Replay jobs at most: each reads the whole log and writes a file of its own (in TMPDIR); more
 # jobs than cores gain nothing.
 _MAX_JOBS = 256
@@ -30,15 +34,24 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("replay", help="run a recorded event log (JSON lines) through the engine")
     p.add_argument("file", help="the log, or - for standard input")
-    p.add_argument("--jobs", type=_jobs, default=1, metavar="N",
-                   help="share the runs among N processes, the same output in the same order "
-                   "(default 1; a log of many runs replays up to N times faster, less the reading of every "
-                   "line by every job; the output passes through temporary files)")
+    p.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=1,
+        metavar="N",
+        help="share the runs among N processes, the same output in the same order "
+        "(default 1; a log of many runs replays up to N times faster, less the reading of every "
+        "line by every job; the output passes through temporary files)",
+    )
 
     p = sub.add_parser("explain", help="one run's timeline, from a recorded log or the commands topic")
     p.add_argument("run_id")
-    p.add_argument("file", nargs="?", help="a recorded event log (JSON lines), or - for standard "
-                   "input; without it, the run's commands are read from the commands topic")
+    p.add_argument(
+        "file",
+        nargs="?",
+        help="a recorded event log (JSON lines), or - for standard "
+        "input; without it, the run's commands are read from the commands topic",
+    )
 
     p = sub.add_parser("schemas", help="print or write the contract's JSON Schemas")
     p.add_argument("--write", metavar="DIR", help="write one file per schema into DIR")
@@ -47,64 +60,113 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--once", action="store_true", help="read up to the end, print once, exit")
     p.add_argument("--from-beginning", action="store_true", help="count the whole topic")
 
-    p = sub.add_parser("mcp-proxy", help="serve stdio MCP in front of a server, proposing every "
-                       "tool call first (needs the [mcp] extra)",
-                       usage="stallwatch mcp-proxy [options] -- SERVER_COMMAND [ARG ...]")
-    p.add_argument("--mode", default="researcher", help="the runs' mode: researcher, chat or "
-                   "coder (default researcher)")
-    p.add_argument("--exempt", action="append", default=[], metavar="GLOB",
-                   help="tools declared repeat_exempt (waits, polls); may be repeated")
-    p.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
-                   help="pass this variable to the server (its value here, or VALUE); the server "
-                   "gets only these and the MCP SDK's safe default (PATH, HOME, USER, SHELL, "
-                   "TERM, LOGNAME); may be repeated")
-    p.add_argument("--kafka", action="store_true", help="judge through Kafka and a running worker "
-                   "instead of in-process")
-    p.add_argument("--round-gap", type=float, metavar="SECONDS",
-                   help="a round ends after this long with no call in flight "
-                   f"(default {DEFAULT_ROUND_GAP_S:g})")
-    p.add_argument("--new-run-after", type=float, metavar="SECONDS",
-                   help="a pause this long with no call starts a new run "
-                   f"(default {DEFAULT_NEW_RUN_AFTER_S:g})")
+    p = sub.add_parser(
+        "mcp-proxy",
+        help="serve stdio MCP in front of a server, proposing every tool call first (needs the [mcp] extra)",
+        usage="stallwatch mcp-proxy [options] -- SERVER_COMMAND [ARG ...]",
+    )
+    p.add_argument(
+        "--mode", default="researcher", help="the runs' mode: researcher, chat or coder (default researcher)"
+    )
+    p.add_argument(
+        "--exempt",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="tools declared repeat_exempt (waits, polls); may be repeated",
+    )
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME[=VALUE]",
+        help="pass this variable to the server (its value here, or VALUE); the server "
+        "gets only these and the MCP SDK's safe default (PATH, HOME, USER, SHELL, "
+        "TERM, LOGNAME); may be repeated",
+    )
+    p.add_argument(
+        "--kafka", action="store_true", help="judge through Kafka and a running worker instead of in-process"
+    )
+    p.add_argument(
+        "--round-gap",
+        type=float,
+        metavar="SECONDS",
+        help=f"a round ends after this long with no call in flight (default {DEFAULT_ROUND_GAP_S:g})",
+    )
+    p.add_argument(
+        "--new-run-after",
+        type=float,
+        metavar="SECONDS",
+        help=f"a pause this long with no call starts a new run (default {DEFAULT_NEW_RUN_AFTER_S:g})",
+    )
     p.add_argument("server", nargs=argparse.REMAINDER, help="the MCP server's command, after --")
 
-    p = sub.add_parser("serve", help="a local HTTP service over the client's calls, and the hooks "
-                       "of Claude Code, Codex and Gemini CLI (needs the [serve] extra)")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; any "
-                   "other needs STALLWATCH_SERVE_TOKEN)")
+    p = sub.add_parser(
+        "serve",
+        help="a local HTTP service over the client's calls, and the hooks "
+        "of Claude Code, Codex and Gemini CLI (needs the [serve] extra)",
+    )
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1; any other needs STALLWATCH_SERVE_TOKEN)",
+    )
     p.add_argument("--port", type=int, default=8737, help="port (default 8737)")
-    p.add_argument("--kafka", action="store_true", help="judge through Kafka and a running worker "
-                   "instead of in-process")
+    p.add_argument(
+        "--kafka", action="store_true", help="judge through Kafka and a running worker instead of in-process"
+    )
     p.add_argument("--tenant", help="the tenant of the coding agents' runs")
-    p.add_argument("--policy", metavar="FILE", help="a JSON object of policy overrides for the coding "
-                   "agents' runs (coder mode), e.g. {\"stall_stop_at\": 5}")
+    p.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="a JSON object of policy overrides for the coding "
+        'agents\' runs (coder mode), e.g. {"stall_stop_at": 5}',
+    )
 
-    p = sub.add_parser("hook", help="the command form of a coding agent's hook: forwards the payload "
-                       "on stdin to `stallwatch serve`")
+    p = sub.add_parser(
+        "hook",
+        help="the command form of a coding agent's hook: forwards the payload on stdin to `stallwatch serve`",
+    )
     p.add_argument("agent", choices=["claude", "codex", "gemini"])
 
     p = sub.add_parser("hooks", help="install or remove stallwatch's hooks in a coding agent's settings")
     p.add_argument("action", choices=["install", "uninstall"])
     p.add_argument("agent", choices=["claude", "codex", "gemini"])
-    p.add_argument("--scope", choices=["user", "project"], default="user",
-                   help="user settings (default) or the project's, in the current directory")
-    p.add_argument("--http", action="store_true", help="Claude Code: `type: http` hooks that talk to "
-                   "the server directly, instead of the `stallwatch hook` command")
-    p.add_argument("--url", help="the server's address (default $STALLWATCH_SERVE_URL or "
-                   "http://127.0.0.1:8737)")
+    p.add_argument(
+        "--scope",
+        choices=["user", "project"],
+        default="user",
+        help="user settings (default) or the project's, in the current directory",
+    )
+    p.add_argument(
+        "--http",
+        action="store_true",
+        help="Claude Code: `type: http` hooks that talk to "
+        "the server directly, instead of the `stallwatch hook` command",
+    )
+    p.add_argument(
+        "--url", help="the server's address (default $STALLWATCH_SERVE_URL or http://127.0.0.1:8737)"
+    )
 
     sub.add_parser("worker", help="start a stream worker (needs stallwatch-streams)")
-    sub.add_parser("fleet", help="start a fleet app worker: incidents across runs per tool (Faust; "
-                   "needs stallwatch-streams)")
+    sub.add_parser(
+        "fleet",
+        help="start a fleet app worker: incidents across runs per tool (Faust; needs stallwatch-streams)",
+    )
     sub.add_parser("demo", help="drive a simulated fleet through a local broker and a worker")
 
-    p = sub.add_parser("tenants", help="create a tenant's topics; every worker serves them within "
-                       "STALLWATCH_TENANT_SCAN_INTERVAL_S")
+    p = sub.add_parser(
+        "tenants",
+        help="create a tenant's topics; every worker serves them within STALLWATCH_TENANT_SCAN_INTERVAL_S",
+    )
     p.add_argument("action", choices=["add"])
     p.add_argument("tenant", nargs="+", help="tenant names: letters, digits, _ and -, 64 at most")
 
-    p = sub.add_parser("settings", help="every STALLWATCH_* variable and the value read from the "
-                       "environment, or the tables of docs/operations.md")
+    p = sub.add_parser(
+        "settings",
+        help="every STALLWATCH_* variable and the value read from the "
+        "environment, or the tables of docs/operations.md",
+    )
     p.add_argument("--markdown", action="store_true", help="print the settings tables (Markdown)")
     p.add_argument("--write", metavar="FILE", help="rewrite the tables between FILE's marker comments")
 
@@ -122,10 +184,17 @@ def main(argv: list[str] | None = None) -> int:
         from stallwatch.cli.replay import main as replay_main
         from stallwatch.cli.replay_engine import ReplayEngine
 
-        return replay_main(args.file, ReplayEngine(
-            AdminPolicy.from_file(settings.policy_file), secret_from_key(reveal(settings.fingerprint_key)),
-            settings.deadletter_raw, advisory_key_of(reveal(settings.advisory_key)), settings.tenant),
-            args.jobs)
+        return replay_main(
+            args.file,
+            ReplayEngine(
+                AdminPolicy.from_file(settings.policy_file),
+                secret_from_key(reveal(settings.fingerprint_key)),
+                settings.deadletter_raw,
+                advisory_key_of(reveal(settings.advisory_key)),
+                settings.tenant,
+            ),
+            args.jobs,
+        )
     if args.command == "explain":
         from stallwatch.cli.explain import main as explain_main
 
@@ -147,8 +216,12 @@ def main(argv: list[str] | None = None) -> int:
 
         command = args.server[1:] if args.server[:1] == ["--"] else args.server
         given = {"round_gap_s": args.round_gap, "new_run_after_s": args.new_run_after}
-        options = ProxyOptions(mode=args.mode, exempt=tuple(args.exempt), env=tuple(args.env),
-                               **{k: v for k, v in given.items() if v is not None})
+        options = ProxyOptions(
+            mode=args.mode,
+            exempt=tuple(args.exempt),
+            env=tuple(args.env),
+            **{k: v for k, v in given.items() if v is not None},
+        )
         return proxy_main(command, options, args.kafka, settings)
     if args.command == "serve":
         from stallwatch.serve.main import ServeOptions
@@ -215,8 +288,10 @@ def entry() -> int:
         install = _INSTALLS["aiohttp"] if sys.argv[1:2] == ["serve"] else _INSTALLS.get(module)
         if install is None:
             raise
-        print(f"stallwatch: this command needs what it does not find (no module {exc.name!r}): {install}",
-              file=sys.stderr)
+        print(
+            f"stallwatch: this command needs what it does not find (no module {exc.name!r}): {install}",
+            file=sys.stderr,
+        )
         return 2
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # as the Python docs advise

@@ -11,8 +11,9 @@ from stallwatch.cli.replay_jobs import replay_jobs
 from stallwatch.engine.embedded import Rejected
 
 
-def replay(source: BinaryIO, out: BinaryIO, err: BinaryIO, name: str = "-",
-           engine: ReplayEngine | None = None) -> tuple[int, int]:
+def replay(
+    source: BinaryIO, out: BinaryIO, err: BinaryIO, name: str = "-", engine: ReplayEngine | None = None
+) -> tuple[int, int]:
     """Write each command as a JSON line to `out`, each dead letter to `err`; returns counts."""
     embedded = (engine or ReplayEngine()).build()
     commands = rejected = 0

@@ -25,8 +25,13 @@ class ReplayEngine:
     tenant: str | None = None
 
     def build(self) -> EmbeddedEngine:
-        return EmbeddedEngine(self.admin_policy, secret=self.secret, deadletter_raw=self.deadletter_raw,
-                     advisory_key=self.advisory_key, tenant=self.tenant)
+        return EmbeddedEngine(
+            self.admin_policy,
+            secret=self.secret,
+            deadletter_raw=self.deadletter_raw,
+            advisory_key=self.advisory_key,
+            tenant=self.tenant,
+        )
 
 
 def command_lines(commands: list[Command]) -> bytes:

@@ -49,8 +49,9 @@ MISROUTED = 3
 _BUFFER = 1 << 20
 
 
-def replay_jobs(path: str, jobs: int, out: BinaryIO, err: BinaryIO, name: str,
-                engine: ReplayEngine) -> tuple[int, int]:
+def replay_jobs(
+    path: str, jobs: int, out: BinaryIO, err: BinaryIO, name: str, engine: ReplayEngine
+) -> tuple[int, int]:
     """As `stallwatch.cli.replay.replay`, with the runs shared among `jobs` forked processes;
     `path` is a file, or - for standard input."""
     with tempfile.TemporaryDirectory(prefix="stallwatch-replay-") as folder:
@@ -76,13 +77,15 @@ def replay_jobs(path: str, jobs: int, out: BinaryIO, err: BinaryIO, name: str,
     return commands, rejected
 
 
-def _run_jobs(path: str, jobs: int, exact: bool, outputs: list[str], name: str,
-              engine: ReplayEngine) -> bool:
+def _run_jobs(path: str, jobs: int, exact: bool, outputs: list[str], name: str, engine: ReplayEngine) -> bool:
     """Run the jobs to their end; False when one was given a line of another's run."""
     context = multiprocessing.get_context("fork")  # the jobs share the parent's imports
-    processes = [context.Process(target=_job, name=f"replay job {job}",
-                                 args=(path, job, jobs, exact, outputs[job], name, engine))
-                 for job in range(jobs)]
+    processes = [
+        context.Process(
+            target=_job, name=f"replay job {job}", args=(path, job, jobs, exact, outputs[job], name, engine)
+        )
+        for job in range(jobs)
+    ]
     try:
         for process in processes:
             process.start()
@@ -145,14 +148,18 @@ def _literal_run_id(line: bytes) -> bytes | None:
         return None
     start = line.find(b'"', at + 8) + 1
     end = line.find(b'"', start)
-    if start == 0 or end < 0 or end - start > _LONGEST_ID or line.find(b"\\", start, end) >= 0 \
-            or line[at + 8:start - 1].strip(_JSON_SPACE) != b":":
+    if (
+        start == 0
+        or end < 0
+        or end - start > _LONGEST_ID
+        or line.find(b"\\", start, end) >= 0
+        or line[at + 8 : start - 1].strip(_JSON_SPACE) != b":"
+    ):
         return None  # not a string, too long to be an id, or escaped: parsed instead
     return line[start:end]
 
 
-def _job(path: str, job: int, jobs: int, exact: bool, output: str, name: str,
-         engine: ReplayEngine) -> None:
+def _job(path: str, job: int, jobs: int, exact: bool, output: str, name: str, engine: ReplayEngine) -> None:
     """One job, in its own process: replay the log's lines it owns into `output`, each line's
     output tagged with its number. Exits MISROUTED when a line of another job's run came."""
     # Stopped by the parent alone: Ctrl-C reaches the whole group, and a traceback per job

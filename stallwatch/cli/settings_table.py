@@ -63,8 +63,9 @@ def table(cls: type[Declared]) -> str:
     rows = ["| variable | accepts | default | what |", "|---|---|---|---|"]
     for field, info in cls.declared().items():
         what = (info.description or "").replace("|", "\\|")
-        rows.append(f"| `{cls.env_name(field)}` | {accepts(cls, field)} | {default_of(cls, field)} | "
-                    f"{what} |")
+        rows.append(
+            f"| `{cls.env_name(field)}` | {accepts(cls, field)} | {default_of(cls, field)} | {what} |"
+        )
     return "\n".join(rows) + "\n"
 
 
@@ -75,8 +76,9 @@ def with_tables(document: str) -> str:
     def replaced(match: re.Match[str]) -> str:
         cls = by_name.get(match.group(2))
         if cls is None:
-            raise SystemExit(f"stallwatch settings: no settings class {match.group(2)!r} "
-                             f"(one of {', '.join(by_name)})")
+            raise SystemExit(
+                f"stallwatch settings: no settings class {match.group(2)!r} (one of {', '.join(by_name)})"
+            )
         return f"{match.group(1)}{table(cls)}{match.group(3)}"
 
     return _BLOCK.sub(replaced, document)
@@ -101,8 +103,12 @@ def main(markdown: bool, write: str | None) -> int:
             path.write_text(new)
         return 0
     if markdown:
-        sys.stdout.write("\n".join(f"<!-- settings table: {cls.__name__} -->\n{table(cls)}"
-                                   "<!-- end of settings table -->\n" for cls in DECLARED))
+        sys.stdout.write(
+            "\n".join(
+                f"<!-- settings table: {cls.__name__} -->\n{table(cls)}<!-- end of settings table -->\n"
+                for cls in DECLARED
+            )
+        )
         return 0
     effective()
     return 0

@@ -40,8 +40,7 @@ class Tally:
             command = orjson.loads(raw)
         except orjson.JSONDecodeError:
             return
-        if not isinstance(command, dict) or not self.copies.first(
-                str(command.get("command_id")), raw):
+        if not isinstance(command, dict) or not self.copies.first(str(command.get("command_id")), raw):
             return  # published again after a worker's restart: counted once
         kind = command.get("type")
         detail = command.get("detail")
@@ -57,8 +56,7 @@ class Tally:
             if type(version) is int:
                 self.workspace_versions[version] += 1
         elif kind == "verdict":
-            self.verdicts[(_label(command.get("tool") or "?"),
-                           _label(command.get("code") or "allow"))] += 1
+            self.verdicts[(_label(command.get("tool") or "?"), _label(command.get("code") or "allow"))] += 1
         elif kind == "nudge":
             self.nudges += 1
             if "same_result_runs" in detail:
@@ -71,21 +69,28 @@ class Tally:
             out.write(f"  {printable(code):<16} {count:>8}\n")
         tools = sorted({tool for tool, _ in self.verdicts})
         codes = sorted({code for _, code in self.verdicts}, key=lambda c: (c != "allow", c))
-        out.write("verdicts per tool:\n  " + f"{'tool':<24}"
-                  + "".join(f"{printable(c):>18}" for c in codes) + "\n")
+        out.write(
+            "verdicts per tool:\n  " + f"{'tool':<24}" + "".join(f"{printable(c):>18}" for c in codes) + "\n"
+        )
         for tool in sorted(tools, key=lambda t: -sum(v for (x, _), v in self.verdicts.items() if x == t)):
-            out.write(f"  {printable(tool):<24}"
-                      + "".join(f"{self.verdicts[(tool, c)]:>18}" for c in codes) + "\n")
+            out.write(
+                f"  {printable(tool):<24}" + "".join(f"{self.verdicts[(tool, c)]:>18}" for c in codes) + "\n"
+            )
         for code, named in self.subjects.items():
             subject = STOPS[code].subject
             if subject is None:  # never: only codes with a subject are tallied
                 continue
-            out.write(f"{subject[1]}: " + ", ".join(
-                f"{printable(name)} {count}" for name, count in named.most_common()) + "\n")
+            out.write(
+                f"{subject[1]}: "
+                + ", ".join(f"{printable(name)} {count}" for name, count in named.most_common())
+                + "\n"
+            )
         if self.stall_nudges or self.workspace_versions:
-            out.write(f"coder runs: {self.stall_nudges} stall nudges; workspace version at stop: "
-                      f"{_median(self.workspace_versions)}, max "
-                      f"{max(self.workspace_versions, default='-')}\n")
+            out.write(
+                f"coder runs: {self.stall_nudges} stall nudges; workspace version at stop: "
+                f"{_median(self.workspace_versions)}, max "
+                f"{max(self.workspace_versions, default='-')}\n"
+            )
 
 
 @dataclass
@@ -114,15 +119,19 @@ class OpenIncidents:
         out.write(f"open incidents: {len(self.open)}\n")
         for incident in sorted(self.open.values(), key=_newest_first):
             evidence = incident.get("evidence") or {}
-            seen = printable(", ".join(f"{k} {v}" for k, v in evidence.items() if v)) \
-                if isinstance(evidence, dict) else printable(evidence)
+            seen = (
+                printable(", ".join(f"{k} {v}" for k, v in evidence.items() if v))
+                if isinstance(evidence, dict)
+                else printable(evidence)
+            )
             opened = incident.get("opened_at")
-            when = time.strftime("%H:%M:%S", time.gmtime(opened)) if isinstance(opened, int | float) \
-                else "?"
-            out.write(f"  {printable(incident.get('kind', '?')):<17} "
-                      f"{printable(incident.get('tool', '?')):<20} "
-                      f"tenant {printable(incident.get('tenant') or '-'):<12} opened {when} UTC  "
-                      f"{seen}\n")
+            when = time.strftime("%H:%M:%S", time.gmtime(opened)) if isinstance(opened, int | float) else "?"
+            out.write(
+                f"  {printable(incident.get('kind', '?')):<17} "
+                f"{printable(incident.get('tool', '?')):<20} "
+                f"tenant {printable(incident.get('tenant') or '-'):<12} opened {when} UTC  "
+                f"{seen}\n"
+            )
 
 
 def _newest_first(incident: dict) -> float:
@@ -146,8 +155,9 @@ def _median(counts: Counter) -> int | str:
     return "-"
 
 
-async def top(settings: Settings, out: TextIO, once: bool, from_beginning: bool,
-              every_s: float = 2.0) -> Tally:
+async def top(
+    settings: Settings, out: TextIO, once: bool, from_beginning: bool, every_s: float = 2.0
+) -> Tally:
     """Read every commands partition; with `once`, read up to the current end, print, return."""
     options = aiokafka_options(settings)
     consumer = committed_reader(options)
@@ -166,9 +176,14 @@ async def top(settings: Settings, out: TextIO, once: bool, from_beginning: bool,
         tps = [TopicPartition(settings.commands_topic, p) for p in sorted(partitions)]
         # The incidents topic is read whole (compacted: the current state of each incident); it
         # exists once a worker or fleet app has created the topics.
-        incident_tps = [TopicPartition(settings.incidents_topic, p) for p in sorted(
-            await partitions_of(settings.incidents_topic, options))] \
-            if settings.incidents_topic in await consumer.topics() else []
+        incident_tps = (
+            [
+                TopicPartition(settings.incidents_topic, p)
+                for p in sorted(await partitions_of(settings.incidents_topic, options))
+            ]
+            if settings.incidents_topic in await consumer.topics()
+            else []
+        )
         consumer.assign(tps + incident_tps)
         if from_beginning:
             await consumer.seek_to_beginning(*tps)

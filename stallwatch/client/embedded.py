@@ -19,9 +19,13 @@ class EmbeddedClient(Client):
     verdict_timeout_s = 1.0  # never reached: verdicts are delivered before `propose` waits
     runs_inline = True  # no I/O: every call completes without waiting
 
-    def __init__(self, admin_policy: AdminPolicy | None = None,
-                 metrics: Counters | None = None, fingerprint_key: str | None = None,
-                 args_digest_only: bool = False) -> None:
+    def __init__(
+        self,
+        admin_policy: AdminPolicy | None = None,
+        metrics: Counters | None = None,
+        fingerprint_key: str | None = None,
+        args_digest_only: bool = False,
+    ) -> None:
         """`metrics`: any `Counters` (stallwatch-streams' `stallwatch_streams.metrics.StallwatchMetrics`
         keeps the workers' Prometheus counters); `fingerprint_key` keys every digest (as
         STALLWATCH_FINGERPRINT_KEY does for workers)."""

@@ -49,8 +49,9 @@ class KafkaClient(Client):
     read the whole commands topic.
     """
 
-    def __init__(self, settings: Settings | None = None,
-                 verdict_timeout_s: float = DEFAULT_VERDICT_TIMEOUT_S) -> None:
+    def __init__(
+        self, settings: Settings | None = None, verdict_timeout_s: float = DEFAULT_VERDICT_TIMEOUT_S
+    ) -> None:
         super().__init__()
         self.settings = settings or Settings.from_env()
         self.verdict_timeout_s = verdict_timeout_s
@@ -102,20 +103,26 @@ class KafkaClient(Client):
         the partitions of the runs already started. True when the client is connected."""
         self._why_not = "the broker did not answer within the verdict timeout"
         if not await self._reachable():
-            self._why_not = ("no broker answers: check STALLWATCH_BOOTSTRAP, or start the local one "
-                             "with `make kafka-up`")
+            self._why_not = (
+                "no broker answers: check STALLWATCH_BOOTSTRAP, or start the local one with `make kafka-up`"
+            )
             return False
         options = aiokafka_options(self.settings)
         timeout_ms = max(int(self.verdict_timeout_s * 1000), 1000)
-        self._producer = AIOKafkaProducer(acks="all", linger_ms=0,
-                                          **{**options, "request_timeout_ms": timeout_ms})
+        self._producer = AIOKafkaProducer(
+            acks="all", linger_ms=0, **{**options, "request_timeout_ms": timeout_ms}
+        )
         # read_committed: commands published ahead of their batch's transaction are in none and
         # seen at once; the others (CreateTime topics, STALLWATCH_PUBLISH_AHEAD=false) are in
         # their batch's, and an aborted batch's are never seen. Copies of one id are dropped
         # (`Run.deliver`): a batch read again publishes its commands again.
-        self._consumer = AIOKafkaConsumer(enable_auto_commit=False, auto_offset_reset="latest",
-                                          isolation_level="read_committed",
-                                          fetch_max_wait_ms=100, **options)
+        self._consumer = AIOKafkaConsumer(
+            enable_auto_commit=False,
+            auto_offset_reset="latest",
+            isolation_level="read_committed",
+            fetch_max_wait_ms=100,
+            **options,
+        )
         self._assigned = set()
         try:
             async with asyncio.timeout(self.verdict_timeout_s):
@@ -123,16 +130,14 @@ class KafkaClient(Client):
                 if not await self._topics_exist():
                     raise KafkaError("the topics are missing")
                 await self._consumer.start()
-                self._partitions = sorted(await self._producer.partitions_for(
-                    self.settings.commands_topic))
+                self._partitions = sorted(await self._producer.partitions_for(self.settings.commands_topic))
                 for partition in sorted({self.partition_for(run_id) for run_id in self.runs}):
                     await self._follow(partition)
         except _UNREACHABLE as exc:
             log.debug("connection attempt failed: %r", exc)
             await self._close()
             return False
-        self._reader = asyncio.create_task(self._read_commands(self._consumer),
-                                           name="stallwatch-commands")
+        self._reader = asyncio.create_task(self._read_commands(self._consumer), name="stallwatch-commands")
         self.connected = True
         return True
 
@@ -147,9 +152,11 @@ class KafkaClient(Client):
                 return True
             if attempt < _TOPIC_CHECKS - 1:
                 await asyncio.sleep(_TOPIC_CHECK_WAIT_S)
-        self._why_not = (f"the topics {', '.join(sorted(wanted - metadata.topics()))} do not exist: "
-                         f"start `stallwatch worker` (it creates them), or set STALLWATCH_TOPIC_PREFIX "
-                         f"to the workers' (now {self.settings.topic_prefix!r})")
+        self._why_not = (
+            f"the topics {', '.join(sorted(wanted - metadata.topics()))} do not exist: "
+            f"start `stallwatch worker` (it creates them), or set STALLWATCH_TOPIC_PREFIX "
+            f"to the workers' (now {self.settings.topic_prefix!r})"
+        )
         return False
 
     async def _reachable(self) -> bool:
@@ -158,8 +165,9 @@ class KafkaClient(Client):
         for server in self.settings.bootstrap.split(","):
             host, _, port = server.strip().rpartition(":")
             try:
-                _, writer = await asyncio.wait_for(asyncio.open_connection(host.strip("[]"), int(port)),
-                                                   self._send_timeout_s)
+                _, writer = await asyncio.wait_for(
+                    asyncio.open_connection(host.strip("[]"), int(port)), self._send_timeout_s
+                )
             except (OSError, TimeoutError, ValueError):
                 continue
             writer.close()
@@ -174,8 +182,11 @@ class KafkaClient(Client):
             return  # already failing open; said so once
         self._failing_open = True
         self.connected = False
-        log.warning("stallwatch: %s (%s); every call is allowed until the broker answers again",
-                    why, self.settings.bootstrap)
+        log.warning(
+            "stallwatch: %s (%s); every call is allowed until the broker answers again",
+            why,
+            self.settings.bootstrap,
+        )
         if self._reader is not None and self._reader is not asyncio.current_task():
             self._reader.cancel()
         self._reader = None
@@ -188,8 +199,9 @@ class KafkaClient(Client):
             await asyncio.sleep(wait)
             if await self._connect():
                 self._failing_open = False
-                log.warning("stallwatch: the broker answers again (%s); verdicts resume",
-                            self.settings.bootstrap)
+                log.warning(
+                    "stallwatch: the broker answers again (%s); verdicts resume", self.settings.bootstrap
+                )
                 self._reconnector = None
                 return
             wait = min(wait * 2, _RETRY_MAX_S)
@@ -226,8 +238,9 @@ class KafkaClient(Client):
     def partition_for(self, run_id: str) -> int:
         """The partition of a run's events and commands: Kafka's default partitioner (murmur2)."""
         if not self._partitions:
-            raise RuntimeError("the commands topic's partitions are not known yet: the broker "
-                               "has not been reached")
+            raise RuntimeError(
+                "the commands topic's partitions are not known yet: the broker has not been reached"
+            )
         return self._partitioner(run_id.encode(), self._partitions, self._partitions)
 
     async def _follow(self, partition: int) -> None:
@@ -262,8 +275,9 @@ class KafkaClient(Client):
         delivery: asyncio.Future[Any] | None = None
         try:
             async with asyncio.timeout(self._send_timeout_s):
-                delivery = await producer.send(self.settings.events_topic, orjson.dumps(event),
-                                               key=run_id.encode(), partition=partition)
+                delivery = await producer.send(
+                    self.settings.events_topic, orjson.dumps(event), key=run_id.encode(), partition=partition
+                )
                 if not followed or self._is_stalled(partition):
                     return False
                 # Shielded: the event stays queued for the partition when the wait times out.
@@ -279,8 +293,9 @@ class KafkaClient(Client):
     def _is_stalled(self, partition: int) -> bool:
         return partition in self._stalled
 
-    async def _stalled_or_lost(self, partition: int, why: str,
-                               delivery: asyncio.Future[Any] | None = None) -> None:
+    async def _stalled_or_lost(
+        self, partition: int, why: str, delivery: asyncio.Future[Any] | None = None
+    ) -> None:
         """A partition that does not answer while the cluster does (its leader is gone, until
         the controller moves it) fails open for its own runs only; the others keep their
         verdicts. No broker answering: the client fails open as a whole and reconnects."""
@@ -288,8 +303,11 @@ class KafkaClient(Client):
             await self._lose(why)
             return
         if partition not in self._stalled:
-            log.warning("stallwatch: partition %d does not answer (%s); its runs' calls are allowed "
-                        "until it does", partition, why)
+            log.warning(
+                "stallwatch: partition %d does not answer (%s); its runs' calls are allowed until it does",
+                partition,
+                why,
+            )
         # Until the event waiting on the partition is delivered (or given up by the producer), or
         # for one retry interval when there is none.
         self._stalled.add(partition)
@@ -300,8 +318,9 @@ class KafkaClient(Client):
 
     def _unstall(self, partition: int, delivery: asyncio.Future[Any] | None) -> None:
         if delivery is not None and not delivery.cancelled() and delivery.exception() is not None:
-            log.warning("stallwatch: an event of partition %d was not delivered: %r", partition,
-                        delivery.exception())
+            log.warning(
+                "stallwatch: an event of partition %d was not delivered: %r", partition, delivery.exception()
+            )
         if partition in self._stalled:
             self._stalled.discard(partition)
             log.info("stallwatch: partition %d answers again", partition)

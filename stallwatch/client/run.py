@@ -36,8 +36,7 @@ class CallDecision:
 
 
 _ALLOWED = CallDecision(True, None, words.ALLOWED)  # most calls: made once, not once per call
-_UNREACHABLE = CallDecision(True, None, "stallwatch cannot be reached; the call is allowed.",
-                            timed_out=True)
+_UNREACHABLE = CallDecision(True, None, "stallwatch cannot be reached; the call is allowed.", timed_out=True)
 
 
 def _decision(verdict: Verdict) -> CallDecision:
@@ -50,17 +49,29 @@ class Run:
     """One agent run. Make one with a client's `start_run`. Calls may be proposed from several
     tasks at once (each awaits its own verdict); rounds are started and ended from one place."""
 
-    def __init__(self, run_id: str, mode: str, policy: Policy, tools: list[dict[str, Any]], send: Send,
-                 verdict_timeout_s: float, apply: Apply | None = None, secret: bytes | None = None,
-                 args_digest_only: bool = False) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        mode: str,
+        policy: Policy,
+        tools: list[dict[str, Any]],
+        send: Send,
+        verdict_timeout_s: float,
+        apply: Apply | None = None,
+        secret: bytes | None = None,
+        args_digest_only: bool = False,
+    ) -> None:
         """`secret` keys the digests this run sends (shared with the workers); with
         `args_digest_only`, a call's arguments leave the runtime only as a digest."""
         self.run_id = run_id
         self.mode = mode
         self.policy = policy
         self.exempt_tools = [t["name"] for t in tools if t.get("repeat_exempt")]
-        self._declared = {t["name"]: t for t in tools if t.get("volatile_fields") or t.get("facts")
-                          or t.get("volatile_patterns") is not None}
+        self._declared = {
+            t["name"]: t
+            for t in tools
+            if t.get("volatile_fields") or t.get("facts") or t.get("volatile_patterns") is not None
+        }
         self._default_patterns = effective_patterns(mode, None)  # for tools that declare none
         self.round = 0
         self.stop: Stop | None = None
@@ -91,8 +102,12 @@ class Run:
 
     async def start_round(self) -> int:
         self.round += 1
-        event = self._envelope | {"type": "round_started", "event_id": self.next_event_id(),
-                                  "ts": time.time(), "round": self.round}
+        event = self._envelope | {
+            "type": "round_started",
+            "event_id": self.next_event_id(),
+            "ts": time.time(),
+            "round": self.round,
+        }
         if self._apply is None:
             await self._send(event)
         else:
@@ -100,15 +115,20 @@ class Run:
         return self.round
 
     async def end_round(self) -> None:
-        event = self._envelope | {"type": "round_ended", "event_id": self.next_event_id(),
-                                  "ts": time.time(), "round": self.round}
+        event = self._envelope | {
+            "type": "round_ended",
+            "event_id": self.next_event_id(),
+            "ts": time.time(),
+            "round": self.round,
+        }
         if self._apply is None:
             await self._send(event)
         else:
             self._take(self._apply(event))
 
-    async def propose(self, tool: str, args: Any, call_id: str | None = None,
-                      effect: str | None = None) -> tuple[str, CallDecision]:
+    async def propose(
+        self, tool: str, args: Any, call_id: str | None = None, effect: str | None = None
+    ) -> tuple[str, CallDecision]:
         """Ask before running a call; returns (call_id, decision). Fails open after the timeout.
         `effect` (coder mode): "read", "write" or "unknown" for this call, overriding its tool's."""
         self._calls += 1
@@ -118,11 +138,15 @@ class Run:
         if effect is not None and effect not in _EFFECTS:  # in-process events skip validation
             raise ValueError(f"effect must be one of {sorted(_EFFECTS)}, not {effect!r}")
         # Ids too long for a verdict travel as the marked digest the detector would make of them.
-        event = self._envelope | {"type": "call_proposed", "event_id": self.next_event_id(),
-                                  "ts": time.time(), "round": self.round,
-                                  "call_id": bounded_id(call_id, self._secret),
-                                  "tool": bounded_id(tool, self._secret),
-                                  "args": args}
+        event = self._envelope | {
+            "type": "call_proposed",
+            "event_id": self.next_event_id(),
+            "ts": time.time(),
+            "round": self.round,
+            "call_id": bounded_id(call_id, self._secret),
+            "tool": bounded_id(tool, self._secret),
+            "args": args,
+        }
         if effect is not None:
             event["effect"] = effect
         if self._args_digest_only:
@@ -142,8 +166,12 @@ class Run:
                 return call_id, awaited
             verdict = awaited
         if verdict is None:
-            return call_id, CallDecision(True, None, f"stallwatch gave no verdict within "
-                                         f"{self._timeout:g} s; the call is allowed.", timed_out=True)
+            return call_id, CallDecision(
+                True,
+                None,
+                f"stallwatch gave no verdict within {self._timeout:g} s; the call is allowed.",
+                timed_out=True,
+            )
         return call_id, _decision(verdict)
 
     async def _await_verdict(self, event: dict[str, Any]) -> Verdict | CallDecision | None:
@@ -165,27 +193,38 @@ class Run:
         finally:
             self._pending.pop(call_id, None)
 
-    async def result(self, call_id: str, tool: str, status: str = "ok", result: Any = None,
-                     send_content: bool = False) -> None:
+    async def result(
+        self, call_id: str, tool: str, status: str = "ok", result: Any = None, send_content: bool = False
+    ) -> None:
         """Report a call's result. By default only its fingerprint leaves the runtime."""
         if type(tool) is not str or type(call_id) is not str or status not in _STATUSES:
-            raise ValueError(f"a result needs string tool and call_id and a status among "
-                             f"{sorted(_STATUSES)}; got {tool!r}, {call_id!r}, {status!r}")
-        event = self._envelope | {"type": "call_result", "event_id": self.next_event_id(),
-                                  "ts": time.time(), "round": self.round,
-                                  "call_id": bounded_id(call_id, self._secret),
-                                  "tool": bounded_id(tool, self._secret),
-                                  "status": status}
+            raise ValueError(
+                f"a result needs string tool and call_id and a status among "
+                f"{sorted(_STATUSES)}; got {tool!r}, {call_id!r}, {status!r}"
+            )
+        event = self._envelope | {
+            "type": "call_result",
+            "event_id": self.next_event_id(),
+            "ts": time.time(),
+            "round": self.round,
+            "call_id": bounded_id(call_id, self._secret),
+            "tool": bounded_id(tool, self._secret),
+            "status": status,
+        }
         if send_content:
             event["result"] = result
         else:
             spec = self._declared.get(tool)
-            patterns = self._default_patterns if spec is None else \
-                effective_patterns(self.mode, spec.get("volatile_patterns"))
+            patterns = (
+                self._default_patterns
+                if spec is None
+                else effective_patterns(self.mode, spec.get("volatile_patterns"))
+            )
             if spec is not None or patterns:  # declarations apply before hashing, as in the engine
                 spec = spec or {}
-                result, items = declared_view(tool, result, spec.get("volatile_fields") or [],
-                                              spec.get("facts"), patterns, self._secret)
+                result, items = declared_view(
+                    tool, result, spec.get("volatile_fields") or [], spec.get("facts"), patterns, self._secret
+                )
                 if items is not None:
                     event["fact_fingerprints"] = [d.hex() for d in items]
             event["fingerprint"], event["empty"] = fingerprint(result, self._secret)
@@ -247,18 +286,41 @@ class Client:
     async def __aexit__(self, *exc: object) -> None:
         raise NotImplementedError
 
-    async def start_run(self, run_id: str, mode: str = "researcher",
-                        tools: list[dict[str, Any]] | None = None, policy: dict[str, Any] | None = None,
-                        parent_run_id: str | None = None, tenant: str | None = None) -> Run:
+    async def start_run(
+        self,
+        run_id: str,
+        mode: str = "researcher",
+        tools: list[dict[str, Any]] | None = None,
+        policy: dict[str, Any] | None = None,
+        parent_run_id: str | None = None,
+        tenant: str | None = None,
+    ) -> Run:
         """Publish run_started and return the run's handle. `tools` as in the contract."""
         tools = tools or []
-        run = Run(run_id, mode, Policy.for_mode(mode, policy), tools, self._send,
-                  self.verdict_timeout_s, self._apply, self.fingerprint_secret, self.args_digest_only)
+        run = Run(
+            run_id,
+            mode,
+            Policy.for_mode(mode, policy),
+            tools,
+            self._send,
+            self.verdict_timeout_s,
+            self._apply,
+            self.fingerprint_secret,
+            self.args_digest_only,
+        )
         self.runs[run_id] = run
         await self._prepare(run_id)
         optional: dict[str, Any] = {"policy": policy, "parent_run_id": parent_run_id, "tenant": tenant}
-        await self._send(envelope("run_started", run_id, run.next_event_id(), mode=mode, tools=tools,
-                                  **{k: v for k, v in optional.items() if v is not None}))
+        await self._send(
+            envelope(
+                "run_started",
+                run_id,
+                run.next_event_id(),
+                mode=mode,
+                tools=tools,
+                **{k: v for k, v in optional.items() if v is not None},
+            )
+        )
         return run
 
     def forget(self, run_id: str) -> None:

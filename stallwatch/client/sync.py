@@ -28,8 +28,9 @@ class SyncClient:
 
     def __init__(self, client: Client | Callable[[], Client] | None = None) -> None:
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="stallwatch-client",
-                                        daemon=True)  # a forgotten close() must not hang exit
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="stallwatch-client", daemon=True
+        )  # a forgotten close() must not hang exit
         self._thread.start()
         # Reentrant: a coroutine stepped under the lock may itself use `do`.
         self._changed = threading.Condition(threading.RLock())
@@ -41,6 +42,7 @@ class SyncClient:
     async def _enter(self, client: Client | Callable[[], Client] | None) -> Client:
         if client is None:
             from stallwatch.client.embedded import EmbeddedClient
+
             client = EmbeddedClient
         made = client if isinstance(client, Client) else client()
         return await made.__aenter__()
@@ -86,9 +88,15 @@ class SyncClient:
             except BaseException as exc:  # cancelled, or the awaited future failed: passed on
                 error = exc
 
-    def start_run(self, run_id: str, mode: str = "researcher", tools: list[dict[str, Any]] | None = None,
-                  policy: dict[str, Any] | None = None, parent_run_id: str | None = None,
-                  tenant: str | None = None) -> SyncRun:
+    def start_run(
+        self,
+        run_id: str,
+        mode: str = "researcher",
+        tools: list[dict[str, Any]] | None = None,
+        policy: dict[str, Any] | None = None,
+        parent_run_id: str | None = None,
+        tenant: str | None = None,
+    ) -> SyncRun:
         run = self.do(self.client.start_run(run_id, mode, tools, policy, parent_run_id, tenant))
         return SyncRun(self, run)
 
@@ -130,8 +138,7 @@ def _complete(coro: Coroutine[Any, Any, T]) -> T:
     except StopIteration as done:
         return done.value
     coro.close()
-    raise RuntimeError("an inline client's call waited on something: its client must not set "
-                       "runs_inline")
+    raise RuntimeError("an inline client's call waited on something: its client must not set runs_inline")
 
 
 class _Await:
@@ -176,8 +183,9 @@ class SyncRun:
     def propose(self, tool: str, args: Any, call_id: str | None = None) -> tuple[str, CallDecision]:
         return self.client.do(self.run.propose(tool, args, call_id))
 
-    def result(self, call_id: str, tool: str, status: str = "ok", result: Any = None,
-               send_content: bool = False) -> None:
+    def result(
+        self, call_id: str, tool: str, status: str = "ok", result: Any = None, send_content: bool = False
+    ) -> None:
         self.client.do(self.run.result(call_id, tool, status, result, send_content))
 
     def end(self, reason: str | None = None) -> None:
@@ -194,4 +202,5 @@ class SyncRun:
             except TimeoutError:
                 return False
             return True
+
         return self.client.call(wait())

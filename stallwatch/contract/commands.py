@@ -19,7 +19,11 @@ from stallwatch.contract.limits import DEADLETTER_ERROR_CHARS, DEADLETTER_RAW_BY
 from stallwatch.contract.stop_codes import StopAction, StopCode
 
 RefusalCode = Literal[
-    "duplicate_call", "repeated_call", "repeated_cycle", "run_stopped", "budget_exhausted",
+    "duplicate_call",
+    "repeated_call",
+    "repeated_cycle",
+    "run_stopped",
+    "budget_exhausted",
     "fleet_incident",  # addition to v1: the run's `fleet_breaker` refused the tool
 ]
 
@@ -69,7 +73,8 @@ class Nudge(_Command):
 
 Command = Verdict | Stop | Nudge
 COMMAND_ADAPTER: TypeAdapter[Command] = TypeAdapter(
-    Annotated[Verdict | Stop | Nudge, Field(discriminator="type")])
+    Annotated[Verdict | Stop | Nudge, Field(discriminator="type")]
+)
 
 
 def encode_command(command: Command) -> bytes:
@@ -114,8 +119,16 @@ class DeadLetter(BaseModel):
     raw_kept: bool = False
 
     @classmethod
-    def of(cls, raw: bytes | str | None, error: str, topic: str, partition: int,
-           offset: int, secret: bytes | None = None, keep_raw: bool = False) -> DeadLetter:
+    def of(
+        cls,
+        raw: bytes | str | None,
+        error: str,
+        topic: str,
+        partition: int,
+        offset: int,
+        secret: bytes | None = None,
+        keep_raw: bool = False,
+    ) -> DeadLetter:
         """`secret`: the fleet's fingerprint key (`secret_from_key`); None, unkeyed. `keep_raw`:
         copy the input's start into `raw` (bytes that are not UTF-8 become backslash escapes;
         None, a tombstone, becomes ""); otherwise `raw` is ""."""
@@ -123,11 +136,17 @@ class DeadLetter(BaseModel):
         kept = data[:DEADLETTER_RAW_BYTES] if keep_raw else b""
         if len(error) > DEADLETTER_ERROR_CHARS:
             error = error[:DEADLETTER_ERROR_CHARS] + "…"
-        return cls(error=error, raw=kept.decode("utf-8", "backslashreplace"), topic=topic,
-                   partition=partition, offset=offset, raw_size=len(data),
-                   raw_truncated=keep_raw and len(kept) < len(data),
-                   raw_digest=None if raw is None else digest(data, secret).hex(),
-                   raw_kept=keep_raw)
+        return cls(
+            error=error,
+            raw=kept.decode("utf-8", "backslashreplace"),
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            raw_size=len(data),
+            raw_truncated=keep_raw and len(kept) < len(data),
+            raw_digest=None if raw is None else digest(data, secret).hex(),
+            raw_kept=keep_raw,
+        )
 
     def encode(self) -> bytes:
         return orjson.dumps(self.model_dump())

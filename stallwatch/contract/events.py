@@ -50,15 +50,18 @@ class ToolSpec(BaseModel):
     requires_approval: bool = False
     # Dotted paths into the result whose values change on every call (`took_ms`,
     # `items.*.score`; `*` matches any key or list index); removed before comparison.
-    volatile_fields: Annotated[list[Annotated[str, Field(max_length=MAX_PATH_CHARS)]],
-                               Field(max_length=MAX_VOLATILE_FIELDS)] = []
+    volatile_fields: Annotated[
+        list[Annotated[str, Field(max_length=MAX_PATH_CHARS)]], Field(max_length=MAX_VOLATILE_FIELDS)
+    ] = []
     facts: FactsSpec | None = None
     # Coder mode: what the tool's calls do to the workspace; null: the mode's default (unknown).
     effect: Effect | None = None
     # Regular expressions masked in the result's strings before comparison (durations, memory
     # addresses); null: the mode's default set (coder mode has one), [] for none.
-    volatile_patterns: Annotated[list[Annotated[str, Field(max_length=MAX_PATTERN_CHARS)]],
-                                 Field(max_length=MAX_PATTERNS)] | None = None
+    volatile_patterns: (
+        Annotated[list[Annotated[str, Field(max_length=MAX_PATTERN_CHARS)]], Field(max_length=MAX_PATTERNS)]
+        | None
+    ) = None
 
     @field_validator("volatile_patterns")
     @classmethod
@@ -198,5 +201,12 @@ Event = Annotated[
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
-EVENT_TYPES = ("run_started", "round_started", "call_proposed", "call_result", "round_ended",
-               "run_ended", "fleet_advisory")
+EVENT_TYPES = (
+    "run_started",
+    "round_started",
+    "call_proposed",
+    "call_result",
+    "round_ended",
+    "run_ended",
+    "fleet_advisory",
+)

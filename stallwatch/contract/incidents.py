@@ -35,7 +35,7 @@ class Incident(BaseModel):
 
 
 def incident_id(tenant: str | None, tool: str, kind: str, window_start: float) -> str:
-    """"inc-" + 16-byte BLAKE2b of what opened it: a restarted or duplicated fleet app derives the
+    """ "inc-" + 16-byte BLAKE2b of what opened it: a restarted or duplicated fleet app derives the
     same id for the same incident (docs/contract.md)."""
     text = f"{tenant or ''}\x00{tool}\x00{kind}\x00{int(window_start)}"
     return "inc-" + blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()

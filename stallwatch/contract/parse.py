@@ -30,13 +30,13 @@ _IDS = ("event_id", "run_id", "call_id", "tool")
 _EFFECTS = frozenset(("read", "write", "unknown"))
 _TYPES = frozenset(EVENT_TYPES)
 # The kinds the quick check knows; the others are rare and nested, validated in full.
-_QUICK_TYPES = frozenset(("round_started", "round_ended", "call_proposed", "call_result",
-                          "run_ended"))
+_QUICK_TYPES = frozenset(("round_started", "round_ended", "call_proposed", "call_result", "run_ended"))
 # A run_started in its common shape (these fields only, no policy, tools declaring names and
 # flags only) is checked here too: pydantic took ~40 µs for each, so a fleet log's 2% of
 # run_started cost as much as parsing every one of its lines.
-_PLAIN_RUN_STARTED = frozenset(("v", "type", "event_id", "run_id", "ts", "mode", "tools",
-                                "parent_run_id", "tenant"))
+_PLAIN_RUN_STARTED = frozenset(
+    ("v", "type", "event_id", "run_id", "ts", "mode", "tools", "parent_run_id", "tenant")
+)
 _PLAIN_TOOL = frozenset(("name", "repeat_exempt", "requires_approval"))
 _MODES = frozenset(MODES)
 
@@ -49,31 +49,48 @@ class InvalidEvent(ValueError):
         self.reason = reason
 
 
-def parse_record(key: bytes | None, value: bytes | str | None, max_bytes: int = MAX_EVENT_BYTES,
-                 secret: bytes | None = None, advisory_key: bytes | None = None) -> RawEvent:
+def parse_record(
+    key: bytes | None,
+    value: bytes | str | None,
+    max_bytes: int = MAX_EVENT_BYTES,
+    secret: bytes | None = None,
+    advisory_key: bytes | None = None,
+) -> RawEvent:
     """A Kafka record of the events topic to a validated event: as `parse_event`, and its key
     must be the event's run_id (the run's state is partitioned by it)."""
     if key is None:
         raise InvalidEvent("null_key", "the record has no key; key every event by its run_id")
     event = parse_event(value, max_bytes, secret, advisory_key)
     if key != event["run_id"].encode():
-        raise InvalidEvent("key_mismatch", f"message key ({len(key):,} bytes) is not the event's "
-                           f"run_id ({len(event['run_id']):,} characters); key events by run_id")
+        raise InvalidEvent(
+            "key_mismatch",
+            f"message key ({len(key):,} bytes) is not the event's "
+            f"run_id ({len(event['run_id']):,} characters); key events by run_id",
+        )
     return event
 
 
-def parse_event(raw: bytes | str | None, max_bytes: int = MAX_EVENT_BYTES,
-                secret: bytes | None = None, advisory_key: bytes | None = None) -> RawEvent:
+def parse_event(
+    raw: bytes | str | None,
+    max_bytes: int = MAX_EVENT_BYTES,
+    secret: bytes | None = None,
+    advisory_key: bytes | None = None,
+) -> RawEvent:
     """Parse and validate one event; raises InvalidEvent with a message naming what is wrong.
     `secret`: the fleet's fingerprint key, which keys the digest of an id too long to copy.
     `advisory_key`: with it, a fleet_advisory must carry the fleet app's MAC
     (stallwatch/contract/advisories.py); None accepts every advisory (one team's deployment)."""
     if raw is None:
-        raise InvalidEvent("null_value", "the record's value is null (a tombstone); the events "
-                           "topic takes events, never deletions")
+        raise InvalidEvent(
+            "null_value",
+            "the record's value is null (a tombstone); the events topic takes events, never deletions",
+        )
     if len(raw) > max_bytes:
-        raise InvalidEvent("too_large", f"event is {len(raw):,} bytes, over the limit of "
-                           f"{max_bytes:,}; send a fingerprint instead of a large result")
+        raise InvalidEvent(
+            "too_large",
+            f"event is {len(raw):,} bytes, over the limit of "
+            f"{max_bytes:,}; send a fingerprint instead of a large result",
+        )
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -83,12 +100,20 @@ def parse_event(raw: bytes | str | None, max_bytes: int = MAX_EVENT_BYTES,
     if type(data) is not dict:
         raise InvalidEvent("not_an_object", f"event must be a JSON object, not {_kind(data)}")
     kind, version = data.get("type"), data.get("v")
-    if type(version) is int and version == CONTRACT_VERSION and type(kind) is str \
-            and kind in _QUICK_TYPES and _conforms(data, kind):
+    if (
+        type(version) is int
+        and version == CONTRACT_VERSION
+        and type(kind) is str
+        and kind in _QUICK_TYPES
+        and _conforms(data, kind)
+    ):
         return data  # the common case, without a call more (validate_event decides the rest)
     if advisory_key is not None and kind == "fleet_advisory" and not verified(data, advisory_key):
-        raise InvalidEvent("unsigned_advisory", "a fleet_advisory without the fleet app's MAC: "
-                           "only the fleet app, holding STALLWATCH_ADVISORY_KEY, advises a run")
+        raise InvalidEvent(
+            "unsigned_advisory",
+            "a fleet_advisory without the fleet app's MAC: "
+            "only the fleet app, holding STALLWATCH_ADVISORY_KEY, advises a run",
+        )
     return validate_event(data, secret)
 
 
@@ -97,14 +122,15 @@ def validate_event(data: dict[str, Any], secret: bytes | None = None) -> RawEven
     `secret` keys the digest of an id too long to copy (`parse_event`)."""
     version = data.get("v")
     if version != CONTRACT_VERSION or type(version) is not int:
-        raise InvalidEvent("unsupported_version",
-                           f"unsupported contract version {_described(version)}; this detector speaks "
-                           f"v{CONTRACT_VERSION}")
+        raise InvalidEvent(
+            "unsupported_version",
+            f"unsupported contract version {_described(version)}; this detector speaks v{CONTRACT_VERSION}",
+        )
     kind = data.get("type")
     if type(kind) is not str or kind not in _TYPES:
-        raise InvalidEvent("unknown_type",
-                           f"unknown event type {_described(kind)}; expected one of "
-                           f"{', '.join(EVENT_TYPES)}")
+        raise InvalidEvent(
+            "unknown_type", f"unknown event type {_described(kind)}; expected one of {', '.join(EVENT_TYPES)}"
+        )
     if kind in _QUICK_TYPES:
         if _conforms(data, kind):
             return data  # the quick check also confirmed that every id is short enough to copy
@@ -126,8 +152,9 @@ def _bounded(event: dict[str, Any], secret: bytes | None) -> dict[str, Any]:
     if not any(len(event.get(name) or "") > MAX_ID_CHARS for name in _IDS):
         return event
     if len(event["run_id"]) > MAX_ID_CHARS:
-        raise InvalidEvent("id_too_long", f"run_id is {len(event['run_id']):,} characters, over "
-                           f"the limit of {MAX_ID_CHARS}")
+        raise InvalidEvent(
+            "id_too_long", f"run_id is {len(event['run_id']):,} characters, over the limit of {MAX_ID_CHARS}"
+        )
     event = dict(event)
     for name in ("event_id", "call_id", "tool"):
         if name in event:
@@ -145,9 +172,12 @@ def _declared(event: dict[str, Any], secret: bytes | None) -> dict[str, Any]:
         event = event | {"tools": tools}
     size = len(orjson.dumps(tools))
     if size > MAX_DECLARATIONS_BYTES:
-        raise InvalidEvent("declarations_too_large", f"the run's tool declarations take {size:,} "
-                           f"bytes, over the limit of {MAX_DECLARATIONS_BYTES:,}; declare fewer "
-                           "tools or shorter volatile fields")
+        raise InvalidEvent(
+            "declarations_too_large",
+            f"the run's tool declarations take {size:,} "
+            f"bytes, over the limit of {MAX_DECLARATIONS_BYTES:,}; declare fewer "
+            "tools or shorter volatile fields",
+        )
     return event
 
 
@@ -158,8 +188,13 @@ def _conforms(d: dict[str, Any], kind: str) -> bool:
     cheapest read there is on this path."""
     try:
         event_id, run_id, ts = d["event_id"], d["run_id"], d["ts"]
-        if not (type(event_id) is str and 0 < len(event_id) <= MAX_ID_CHARS and type(run_id) is str
-                and 0 < len(run_id) <= MAX_ID_CHARS and (type(ts) is float or type(ts) is int)):
+        if not (
+            type(event_id) is str
+            and 0 < len(event_id) <= MAX_ID_CHARS
+            and type(run_id) is str
+            and 0 < len(run_id) <= MAX_ID_CHARS
+            and (type(ts) is float or type(ts) is int)
+        ):
             return False
         if kind == "run_ended":
             reason = d.get("reason")
@@ -170,18 +205,27 @@ def _conforms(d: dict[str, Any], kind: str) -> bool:
         if kind in _ROUND_ONLY:
             return True
         call_id, tool = d["call_id"], d["tool"]
-        if not (type(call_id) is str and len(call_id) <= MAX_ID_CHARS and type(tool) is str
-                and len(tool) <= MAX_ID_CHARS):
+        if not (
+            type(call_id) is str
+            and len(call_id) <= MAX_ID_CHARS
+            and type(tool) is str
+            and len(tool) <= MAX_ID_CHARS
+        ):
             return False
         if kind == "call_result":
             status, fingerprint, empty = d["status"], d.get("fingerprint"), d.get("empty")
-            return ("fact_fingerprints" not in d and type(status) is str and status in STATUSES
-                    and (empty is None or type(empty) is bool)
-                    and (fingerprint is None or (type(fingerprint) is str and empty is not None)))
+            return (
+                "fact_fingerprints" not in d
+                and type(status) is str
+                and status in STATUSES
+                and (empty is None or type(empty) is bool)
+                and (fingerprint is None or (type(fingerprint) is str and empty is not None))
+            )
         if kind == "call_proposed":
             args_digest, effect = d.get("args_digest"), d.get("effect")
-            return ((args_digest is None or type(args_digest) is str)
-                    and (effect is None or (type(effect) is str and effect in _EFFECTS)))
+            return (args_digest is None or type(args_digest) is str) and (
+                effect is None or (type(effect) is str and effect in _EFFECTS)
+            )
     except KeyError:
         return False
     return False  # run_started and fleet_advisory: rare, validated in full
@@ -194,13 +238,21 @@ def _plain_run_started(d: dict[str, Any]) -> bool:
     if not d.keys() <= _PLAIN_RUN_STARTED:
         return False
     event_id, run_id, ts, mode = d.get("event_id"), d.get("run_id"), d.get("ts"), d.get("mode")
-    if not (type(event_id) is str and 0 < len(event_id) <= MAX_ID_CHARS and type(run_id) is str
-            and 0 < len(run_id) <= MAX_ID_CHARS and type(ts) is float and type(mode) is str
-            and mode in _MODES):
+    if not (
+        type(event_id) is str
+        and 0 < len(event_id) <= MAX_ID_CHARS
+        and type(run_id) is str
+        and 0 < len(run_id) <= MAX_ID_CHARS
+        and type(ts) is float
+        and type(mode) is str
+        and mode in _MODES
+    ):
         return False
     parent, tenant = d.get("parent_run_id"), d.get("tenant")
-    if not ((parent is None or type(parent) is str)
-            and (tenant is None or (type(tenant) is str and len(tenant) <= MAX_ID_CHARS))):
+    if not (
+        (parent is None or type(parent) is str)
+        and (tenant is None or (type(tenant) is str and len(tenant) <= MAX_ID_CHARS))
+    ):
         return False
     if "tools" not in d:
         return True
@@ -211,9 +263,12 @@ def _plain_run_started(d: dict[str, Any]) -> bool:
         if type(tool) is not dict or not tool.keys() <= _PLAIN_TOOL:
             return False
         name = tool.get("name")
-        if type(name) is not str or len(name) > MAX_ID_CHARS \
-                or type(tool.get("repeat_exempt", False)) is not bool \
-                or type(tool.get("requires_approval", False)) is not bool:
+        if (
+            type(name) is not str
+            or len(name) > MAX_ID_CHARS
+            or type(tool.get("repeat_exempt", False)) is not bool
+            or type(tool.get("requires_approval", False)) is not bool
+        ):
             return False
     return len(orjson.dumps(tools)) <= MAX_DECLARATIONS_BYTES
 
@@ -254,4 +309,5 @@ def _many(count: int, noun: str) -> str:
 
 def _kind(value: object) -> str:
     return {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
-        type(value), "a number")
+        type(value), "a number"
+    )

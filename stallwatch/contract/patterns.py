@@ -70,13 +70,13 @@ def compile_declared(patterns: tuple[str, ...]) -> Matcher:
         try:
             re2.compile(pattern, _OPTIONS)
         except re2.error as exc:
-            raise PatternError(f"volatile pattern {_shown(pattern)} is not an RE2 regular "
-                               f"expression: {_message(exc)}") from None
+            raise PatternError(
+                f"volatile pattern {_shown(pattern)} is not an RE2 regular expression: {_message(exc)}"
+            ) from None
     try:
         return re2.compile("|".join(f"(?:{p})" for p in patterns), _OPTIONS)
     except re2.error as exc:
-        raise PatternError(f"the volatile patterns do not compile together: {_message(exc)}") \
-            from None
+        raise PatternError(f"the volatile patterns do not compile together: {_message(exc)}") from None
 
 
 def compiled(patterns: tuple[str, ...]) -> Matcher:

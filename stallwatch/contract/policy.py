@@ -58,10 +58,10 @@ _MODE_DEFAULTS: dict[str, dict[str, Any]] = {
 POLICY_FIELDS: tuple[str, ...] = tuple(Policy.model_fields)
 # Contract v1's defaults: what a `Policy` holds for a field nobody set.
 V1_DEFAULTS: Mapping[str, Any] = MappingProxyType(
-    {name: info.default for name, info in Policy.model_fields.items()})
+    {name: info.default for name, info in Policy.model_fields.items()}
+)
 # Each mode's defaults, built once (read-only): a run's start only copies them.
-_BY_MODE = {mode: MappingProxyType({**V1_DEFAULTS, **_MODE_DEFAULTS.get(mode, {})})
-            for mode in MODES}
+_BY_MODE = {mode: MappingProxyType({**V1_DEFAULTS, **_MODE_DEFAULTS.get(mode, {})}) for mode in MODES}
 
 
 def policy_defaults(mode: str) -> Mapping[str, Any]:

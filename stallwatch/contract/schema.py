@@ -14,17 +14,24 @@ from stallwatch.contract.incidents import Incident
 def schemas() -> dict[str, dict]:
     """File name -> JSON Schema document."""
     docs = {
-        "events.v1.schema.json": ("stallwatch event, contract v1",
-                                  EVENT_ADAPTER.json_schema(mode="validation")),
-        "commands.v1.schema.json": ("stallwatch command, contract v1",
-                                    COMMAND_ADAPTER.json_schema(mode="serialization")),
-        "deadletter.v1.schema.json": ("stallwatch dead letter, contract v1",
-                                      DeadLetter.model_json_schema()),
-        "incidents.v1.schema.json": ("stallwatch fleet incident, the incidents topic",
-                                     Incident.model_json_schema()),
+        "events.v1.schema.json": (
+            "stallwatch event, contract v1",
+            EVENT_ADAPTER.json_schema(mode="validation"),
+        ),
+        "commands.v1.schema.json": (
+            "stallwatch command, contract v1",
+            COMMAND_ADAPTER.json_schema(mode="serialization"),
+        ),
+        "deadletter.v1.schema.json": ("stallwatch dead letter, contract v1", DeadLetter.model_json_schema()),
+        "incidents.v1.schema.json": (
+            "stallwatch fleet incident, the incidents topic",
+            Incident.model_json_schema(),
+        ),
     }
-    return {name: {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": title,
-                   **schema} for name, (title, schema) in docs.items()}
+    return {
+        name: {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": title, **schema}
+        for name, (title, schema) in docs.items()
+    }
 
 
 def render(schema: dict) -> bytes:

@@ -22,5 +22,8 @@ def claim_for_tenant(event: dict[str, Any], tenant: str) -> None:
     if named is None:
         event["tenant"] = tenant
     elif named != tenant:
-        raise InvalidEvent("tenant_mismatch", f"the event names another tenant than its topic's "
-                           f"({tenant}); a tenant's events topic holds that tenant's runs only")
+        raise InvalidEvent(
+            "tenant_mismatch",
+            f"the event names another tenant than its topic's "
+            f"({tenant}); a tenant's events topic holds that tenant's runs only",
+        )

@@ -38,8 +38,10 @@ class AdminPolicy:
             with open(path, "rb") as f:
                 data = tomllib.load(f)
         except OSError as exc:
-            raise SetupError(f"STALLWATCH_POLICY_FILE={str(path)!r}: cannot read it ({exc.strerror}); "
-                             "point it at the policy's TOML file, or unset it for no policy") from None
+            raise SetupError(
+                f"STALLWATCH_POLICY_FILE={str(path)!r}: cannot read it ({exc.strerror}); "
+                "point it at the policy's TOML file, or unset it for no policy"
+            ) from None
         except tomllib.TOMLDecodeError as exc:
             raise SetupError(f"STALLWATCH_POLICY_FILE={str(path)!r}: not valid TOML ({exc})") from None
         tools = data.get("tools", {})
@@ -60,8 +62,9 @@ class AdminPolicy:
 def _patterns(tools: dict, key: str, path: str | Path) -> tuple[str, ...]:
     value = tools.get(key, [])
     if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
-        raise SetupError(f"STALLWATCH_POLICY_FILE={str(path)!r}: tools.{key} must be a list of "
-                         "tool names or globs")
+        raise SetupError(
+            f"STALLWATCH_POLICY_FILE={str(path)!r}: tools.{key} must be a list of tool names or globs"
+        )
     return tuple(value)
 
 

@@ -216,8 +216,7 @@ def fact_items(value: Any, path: str) -> list | None:
     return value if type(value) is list else None
 
 
-def fact_digests(tool: str, items: list, key: str | None,
-                 secret: bytes | None = None) -> list[bytes]:
+def fact_digests(tool: str, items: list, key: str | None, secret: bytes | None = None) -> list[bytes]:
     """One digest per item: its identity (the value at the dotted path `key`, else the whole
     item) under the tool's name, so equal ids from two tools are two facts."""
     prefix = b"fact\x00" + tool.encode() + b"\x00"
@@ -230,9 +229,14 @@ def fact_digests(tool: str, items: list, key: str | None,
     return out
 
 
-def declared_view(tool: str, result: Any, volatile: list[str], facts: dict | None,
-                  patterns: tuple[str, ...] = (),
-                  secret: bytes | None = None) -> tuple[Any, list[bytes] | None]:
+def declared_view(
+    tool: str,
+    result: Any,
+    volatile: list[str],
+    facts: dict | None,
+    patterns: tuple[str, ...] = (),
+    secret: bytes | None = None,
+) -> tuple[Any, list[bytes] | None]:
     """A result as its tool's declarations read it, for the engine and the client alike: JSON
     text parsed, volatile patterns masked in its strings, volatile fields removed, and, when
     `facts` names a list, one digest per item (None when there is no list at the path: the
@@ -249,11 +253,16 @@ def declared_view(tool: str, result: Any, volatile: list[str], facts: dict | Non
     return result, None if items is None else fact_digests(tool, items, facts.get("key"), secret)
 
 
-def fact_fingerprints(tool: str, result: Any, path: str, key: str | None,
-                      volatile: Sequence[str] = (), patterns: tuple[str, ...] = (),
-                      secret: bytes | None = None) -> list[str] | None:
+def fact_fingerprints(
+    tool: str,
+    result: Any,
+    path: str,
+    key: str | None,
+    volatile: Sequence[str] = (),
+    patterns: tuple[str, ...] = (),
+    secret: bytes | None = None,
+) -> list[str] | None:
     """What a runtime sends as `fact_fingerprints` for a tool that declares `facts`; None when
     the result has no list at `path` (the whole-result fingerprint then decides)."""
-    _, digests = declared_view(tool, result, list(volatile), {"path": path, "key": key}, patterns,
-                               secret)
+    _, digests = declared_view(tool, result, list(volatile), {"path": path, "key": key}, patterns, secret)
     return None if digests is None else [d.hex() for d in digests]

@@ -61,14 +61,25 @@ def allow(state: RunState, event: RawEvent, signature: bytes | None, effect: str
         if state.signatures:
             state.signatures = {}
     calls = state.open_calls
-    calls[event["call_id"]] = [signature.hex() if signature is not None else None, effect, version,
-                               call_label(event["tool"], event.get("args"))]
+    calls[event["call_id"]] = [
+        signature.hex() if signature is not None else None,
+        effect,
+        version,
+        call_label(event["tool"], event.get("args")),
+    ]
     if len(calls) > MAX_OPEN_CALLS:
         del calls[next(iter(calls))]
 
 
-def on_result(state: RunState, event: RawEvent, whole: bytes | None, facts: list[bytes] | None,
-              itemised: bool, always_new: bool, empty: bool) -> Judged | None:
+def on_result(
+    state: RunState,
+    event: RawEvent,
+    whole: bytes | None,
+    facts: list[bytes] | None,
+    itemised: bool,
+    always_new: bool,
+    empty: bool,
+) -> Judged | None:
     """Record a result. `whole`: the result's digest (None without content); `facts`: its fact
     digests (None when it counts as new whatever was seen: empty, no content); `itemised`: the
     facts are a declared list's items (kept per tool) rather than the whole result (kept per
@@ -85,8 +96,7 @@ def on_result(state: RunState, event: RawEvent, whole: bytes | None, facts: list
     if sig_hex is None:
         return Judged(new, label, 0, 0)
     changed = past is not None and version != past[2]  # another call changed the workspace
-    outcome = None if whole is None else xxh3_128_hexdigest(
-        event["status"].encode() + b"\x00" + whole)
+    outcome = None if whole is None else xxh3_128_hexdigest(event["status"].encode() + b"\x00" + whole)
     entry = past or [None, 0, version, 0]
     stall_runs = 0
     if outcome is None or always_new or empty or effect == "write":
@@ -114,8 +124,7 @@ def on_result(state: RunState, event: RawEvent, whole: bytes | None, facts: list
     return Judged(new, label, stall_runs, entry[3])
 
 
-def _record_facts(state: RunState, sig_hex: str | None, facts: list[bytes] | None,
-                  itemised: bool) -> bool:
+def _record_facts(state: RunState, sig_hex: str | None, facts: list[bytes] | None, itemised: bool) -> bool:
     """True when a digest was not held yet. A whole result is held under its call's signature:
     the same text from another command is another fact."""
     if facts is None or sig_hex is None:
@@ -148,7 +157,7 @@ def call_label(tool: str, args: Any) -> str:
     else:
         text = tool
     text = without_secrets(" ".join(text.split()))
-    return text if len(text) <= LABEL_CHARS else text[:LABEL_CHARS - 3] + "..."
+    return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 3] + "..."
 
 
 # What in a command line is likely a secret: a label goes to the commands topic (which every
@@ -162,13 +171,20 @@ _SECRETS = (
     # a password glued to its short option, as mysql and others take it
     (re.compile(r"(?<=\s)-p(?=[^\s-])\S+"), "-p***"),
     # key=value and key: value of a secret-named key (password=, --token=, api_key:, PGPASSWORD=)
-    (re.compile(r"(?i)((?:pass(?:word|wd)?|pwd|token|secret|api[-_]?key|access[-_]?key|auth)\w*"
-                r"(?:=|:\s*))[^\s&]+"), r"\1***"),
+    (
+        re.compile(
+            r"(?i)((?:pass(?:word|wd)?|pwd|token|secret|api[-_]?key|access[-_]?key|auth)\w*"
+            r"(?:=|:\s*))[^\s&]+"
+        ),
+        r"\1***",
+    ),
     # an option naming a secret, then its value (`--password hunter2`, `--token abc`)
     (re.compile(r"(?i)(--?(?:pass(?:word)?|token|secret|api[-_]?key)\s+)(?!-)\S+"), r"\1***"),
     # well-known key shapes (OpenAI, GitHub, Slack, AWS, Anthropic, Google)
-    (re.compile(r"\b(?:sk-(?:ant-)?|ghp_|gho_|ghs_|github_pat_|xox[abpr]-|AKIA|AIza)[A-Za-z0-9_-]{8,}"),
-     "***"),
+    (
+        re.compile(r"\b(?:sk-(?:ant-)?|ghp_|gho_|ghs_|github_pat_|xox[abpr]-|AKIA|AIza)[A-Za-z0-9_-]{8,}"),
+        "***",
+    ),
 )
 
 

@@ -32,8 +32,12 @@ _OF_A_ROUND = frozenset({"call_proposed", "round_ended"})
 class Detector:
     """Applies the rules of contract v1 to one run's state at a time."""
 
-    def __init__(self, admin_policy: AdminPolicy | None = None, secret: bytes | None = None,
-                 advisory_key: bytes | None = None) -> None:
+    def __init__(
+        self,
+        admin_policy: AdminPolicy | None = None,
+        secret: bytes | None = None,
+        advisory_key: bytes | None = None,
+    ) -> None:
         """`secret`: the key of every digest (`canonical.derive_secret` of
         STALLWATCH_FINGERPRINT_KEY), shared with the runtimes; None for unkeyed digests.
         `advisory_key`: the fleet app's key (`advisories.advisory_key` of
@@ -42,8 +46,9 @@ class Detector:
         self.admin_policy = admin_policy or AdminPolicy()
         self.secret = secret
         self.advisory_key = advisory_key
-        self.rules: dict[str, Rules] = {mode: rules(self.admin_policy, secret)
-                                        for mode, rules in RULES_BY_MODE.items()}
+        self.rules: dict[str, Rules] = {
+            mode: rules(self.admin_policy, secret) for mode, rules in RULES_BY_MODE.items()
+        }
 
     def apply(self, state: RunState | None, event: RawEvent) -> tuple[RunState | None, list[Command]]:
         """Apply one event. `state` is None for a run not seen yet; the state is changed in place.
@@ -108,8 +113,9 @@ class Detector:
         if state is None:
             if event["type"] != "run_started":
                 return None
-            state = RunState(mode=event["mode"], started_ts=event["ts"], last_ts=event["ts"],
-                             tenant=self.tenant_of(event))
+            state = RunState(
+                mode=event["mode"], started_ts=event["ts"], last_ts=event["ts"], tenant=self.tenant_of(event)
+            )
             state.seen_event(xxh3_64_intdigest(event["event_id"].encode()))
         state.quarantined = True
         return state
@@ -131,21 +137,27 @@ class Detector:
         mode = event["mode"]
         tools = event.get("tools") or []
         state = RunState(
-            mode=mode, started_ts=event["ts"], last_ts=event["ts"], tenant=self.tenant_of(event),
+            mode=mode,
+            started_ts=event["ts"],
+            last_ts=event["ts"],
+            tenant=self.tenant_of(event),
             # The mode's defaults, then the run's own (validated by the parser).
             policy=RunPolicy(**{**policy_defaults(mode), **(event.get("policy") or {})}),
             exempt_tools=[t["name"] for t in tools if t.get("repeat_exempt")],
             approval_tools=[t["name"] for t in tools if t.get("requires_approval")],
-            tool_specs={t["name"]: tool_spec(t) for t in tools
-                        if t.get("volatile_fields") or t.get("facts")
-                        or t.get("volatile_patterns") is not None},
+            tool_specs={
+                t["name"]: tool_spec(t)
+                for t in tools
+                if t.get("volatile_fields") or t.get("facts") or t.get("volatile_patterns") is not None
+            },
         )
         self.rules[mode].start(state, tools)
         state.seen_event(xxh3_64_intdigest(event["event_id"].encode()))
         return state
 
-    def _enter_round(self, rules: Rules, state: RunState, event: RawEvent, number: int,
-                     out: list[Command]) -> None:
+    def _enter_round(
+        self, rules: Rules, state: RunState, event: RawEvent, number: int, out: list[Command]
+    ) -> None:
         """Open round `number`, closing the open one first when a runtime skipped its round_ended."""
         if number <= state.round:
             return
@@ -189,8 +201,9 @@ class Detector:
         if budget is not None and state.executed_calls >= budget:
             verdict(out, event, "refuse", "budget_exhausted", words.budget_exhausted(budget))
             rules.refused(state, event, tool, out)
-        elif (refusal := rules.refusal(state, event, tool, signature,
-                                       rules.repeat_exempt(state, tool))) is not None:
+        elif (
+            refusal := rules.refusal(state, event, tool, signature, rules.repeat_exempt(state, tool))
+        ) is not None:
             verdict(out, event, "refuse", *refusal)
             rules.refused(state, event, tool, out)
         else:
@@ -219,16 +232,24 @@ class Detector:
         if not state.advise(incident):
             return
         evidence = event.get("evidence") or {}
-        nudge(out, event, state.round,
-              words.fleet_advisory(event["kind"], tool, evidence, event["window_s"]),
-              {"incident_id": incident, "kind": event["kind"], "tool": tool,
-               "window_s": event["window_s"], **evidence})
+        nudge(
+            out,
+            event,
+            state.round,
+            words.fleet_advisory(event["kind"], tool, evidence, event["window_s"]),
+            {
+                "incident_id": incident,
+                "kind": event["kind"],
+                "tool": tool,
+                "window_s": event["window_s"],
+                **evidence,
+            },
+        )
 
     def _on_result(self, rules: Rules, state: RunState, event: RawEvent, out: list[Command]) -> None:
         if state.stop_code is not None:
             return
-        if event["status"] == "overloaded" \
-                and state.overloaded_exempted < state.policy.overloaded_exempt_max:
+        if event["status"] == "overloaded" and state.overloaded_exempted < state.policy.overloaded_exempt_max:
             # Rule 6: not charged to the budget, and the round limit grows for its round.
             state.overloaded_exempted += 1
             state.executed_calls -= 1

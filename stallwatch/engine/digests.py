@@ -34,8 +34,14 @@ def result_digests(event: RawEvent, spec: dict | None, secret: bytes | None) -> 
             if spec is None:
                 found = fact_digest(event["result"], secret)
             else:
-                view, items = declared_view(event["tool"], event["result"], spec["volatile"],
-                                            spec["facts"], tuple(spec.get("patterns") or ()), secret)
+                view, items = declared_view(
+                    event["tool"],
+                    event["result"],
+                    spec["volatile"],
+                    spec["facts"],
+                    tuple(spec.get("patterns") or ()),
+                    secret,
+                )
                 if items is not None:
                     return items or None  # an empty item list is an empty result
                 found = fact_digest(view, secret)
@@ -50,8 +56,9 @@ def result_digests(event: RawEvent, spec: dict | None, secret: bytes | None) -> 
     return [fingerprint_digest(event["fingerprint"], secret)]
 
 
-def coder_digests(event: RawEvent, spec: dict | None, patterns: tuple[str, ...],
-                  secret: bytes | None) -> tuple[bytes | None, list[bytes] | None, bool, bool]:
+def coder_digests(
+    event: RawEvent, spec: dict | None, patterns: tuple[str, ...], secret: bytes | None
+) -> tuple[bytes | None, list[bytes] | None, bool, bool]:
     """Coder mode: (the whole result's digest, None without content or comparison; its fact
     digests, None when it counts as new whatever was seen; whether those are a list's items;
     whether the result is empty, as contract v1's walk or the runtime's `empty` says).
@@ -60,8 +67,9 @@ def coder_digests(event: RawEvent, spec: dict | None, patterns: tuple[str, ...],
     facts = spec["facts"] if spec else None
     if "result" in event:
         try:
-            view, items = declared_view(event["tool"], event["result"],
-                                        spec["volatile"] if spec else [], facts, patterns, secret)
+            view, items = declared_view(
+                event["tool"], event["result"], spec["volatile"] if spec else [], facts, patterns, secret
+            )
             hexdigest, empty = fingerprint(view, secret)
         except ValueError:
             return None, None, False, False

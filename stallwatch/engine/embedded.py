@@ -35,10 +35,16 @@ class Rejected:
 class EmbeddedEngine:
     """Run states keyed by run id, in memory; an ended run keeps a small tombstone."""
 
-    def __init__(self, admin_policy: AdminPolicy | None = None,
-                 max_event_bytes: int = MAX_EVENT_BYTES, metrics: Counters | None = None,
-                 secret: bytes | None = None, deadletter_raw: bool = False,
-                 advisory_key: bytes | None = None, tenant: str | None = None) -> None:
+    def __init__(
+        self,
+        admin_policy: AdminPolicy | None = None,
+        max_event_bytes: int = MAX_EVENT_BYTES,
+        metrics: Counters | None = None,
+        secret: bytes | None = None,
+        deadletter_raw: bool = False,
+        advisory_key: bytes | None = None,
+        tenant: str | None = None,
+    ) -> None:
         """`secret`: the key of every digest, shared with the runtimes (Settings.fingerprint_secret).
         `deadletter_raw`: dead letters keep the start of the raw input (off: digest and size).
         `advisory_key`: advisories read from a log count only when the fleet app signed them
@@ -69,17 +75,26 @@ class EmbeddedEngine:
             self._count(0, event, state, commands)
         return commands
 
-    def handle_raw(self, raw: bytes | str, topic: str = "-", partition: int = 0,
-                   offset: int = 0) -> list[Command] | Rejected:
+    def handle_raw(
+        self, raw: bytes | str, topic: str = "-", partition: int = 0, offset: int = 0
+    ) -> list[Command] | Rejected:
         """Parse and apply one serialised event; bad input becomes a dead letter, never an error."""
-        return next(self.records.apply(
-            (raw,), self.runs, lambda _, value, exc: self._reject(value, exc, topic, partition, offset),
-            applied=None if self.metrics is None else self._count))
+        return next(
+            self.records.apply(
+                (raw,),
+                self.runs,
+                lambda _, value, exc: self._reject(value, exc, topic, partition, offset),
+                applied=None if self.metrics is None else self._count,
+            )
+        )
 
-    def replay(self, lines: Iterable[bytes], source: str = "-",
-               line_number: Callable[[int], int] | None = None,
-               applied: Callable[[int, RawEvent, RunState | None, list[Command]], None] | None = None,
-               ) -> Iterator[list[Command] | Rejected]:
+    def replay(
+        self,
+        lines: Iterable[bytes],
+        source: str = "-",
+        line_number: Callable[[int], int] | None = None,
+        applied: Callable[[int, RawEvent, RunState | None, list[Command]], None] | None = None,
+    ) -> Iterator[list[Command] | Rejected]:
         """`handle_raw` over a log's lines (the offset of each is its line number), one result per
         non-blank line: the engine's one path from records to runs (`RecordApplier`).
         For a share of a log (`stallwatch replay --jobs`): `line_number(index)`, the log's line
@@ -87,27 +102,30 @@ class EmbeddedEngine:
         event applied, in place of the metrics' count."""
         number = line_number or (lambda index: index)
         return self.records.apply(
-            lines, self.runs,
+            lines,
+            self.runs,
             lambda index, line, exc: self._reject_line(line, exc, source, number(index)),
-            applied=applied or (None if self.metrics is None else self._count))
+            applied=applied or (None if self.metrics is None else self._count),
+        )
 
     def _count(self, _: int, event: RawEvent, state: RunState | None, commands: list[Command]) -> None:
         if (metrics := self.metrics) is not None:  # always, as passed only when metrics are set
             metrics.count_event(event["type"])
             metrics.count_commands(commands)
 
-    def _reject_line(self, line: bytes, error: InvalidEvent, source: str,
-                     offset: int) -> Rejected | None:
+    def _reject_line(self, line: bytes, error: InvalidEvent, source: str, offset: int) -> Rejected | None:
         """A log's bad line as a dead letter; a blank line (it fails to parse too: tested only
         then, not on every line) is no event at all."""
         if not line or line.isspace():
             return None
         return self._reject(line.rstrip(b"\r\n"), error, source, 0, offset)
 
-    def _reject(self, raw: bytes | str, error: InvalidEvent, topic: str, partition: int,
-                offset: int) -> Rejected:
+    def _reject(
+        self, raw: bytes | str, error: InvalidEvent, topic: str, partition: int, offset: int
+    ) -> Rejected:
         if self.metrics is not None:
             self.metrics.count_dead_letter(error.reason)
-        letter = DeadLetter.of(raw, str(error), topic, partition, offset, self.detector.secret,
-                               self.deadletter_raw)
+        letter = DeadLetter.of(
+            raw, str(error), topic, partition, offset, self.detector.secret, self.deadletter_raw
+        )
         return Rejected(letter, error.reason)

@@ -38,4 +38,3 @@ def _mask(value: Any, regex: Matcher) -> Any:
     if type(value) is list:
         return [_mask(v, regex) for v in value]
     return value
-

@@ -29,7 +29,8 @@ _ESCAPES = re.compile(
     r"(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f]).*?(?:\x07|\x1b\\|\x9c|\Z)"
     r"|(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?"
     r"|\x1b[ -/]*[0-~]?",
-    re.DOTALL)
+    re.DOTALL,
+)
 # Unicode categories never shown: controls (newlines, tabs, ESC, C1), format characters (bidi
 # overrides and isolates, zero-width characters, tag characters), lone surrogates, and the line
 # and paragraph separators.
@@ -41,8 +42,14 @@ def plain(name: str, limit: int = NAME_CHARS) -> str:
     escape sequences and hidden characters removed (a control or separator becomes a space),
     whitespace runs as one space, backticks as apostrophes (a backtick would end the code
     span), at most `limit` characters (cut with an ellipsis)."""
-    if name.isprintable() and "`" not in name and len(name) <= limit and name.strip() == name \
-            and "  " not in name and name:
+    if (
+        name.isprintable()
+        and "`" not in name
+        and len(name) <= limit
+        and name.strip() == name
+        and "  " not in name
+        and name
+    ):
         return name  # the common case: a plain identifier
     text = _ESCAPES.sub("", name)
     shown = []
@@ -58,7 +65,7 @@ def plain(name: str, limit: int = NAME_CHARS) -> str:
     text = " ".join("".join(shown).split())
     if not text:
         return UNPRINTABLE
-    return text if len(text) <= limit else text[:limit - len(ELLIPSIS)] + ELLIPSIS
+    return text if len(text) <= limit else text[: limit - len(ELLIPSIS)] + ELLIPSIS
 
 
 def quoted(name: str, limit: int = NAME_CHARS) -> str:
@@ -73,8 +80,7 @@ def printable(value: object) -> str:
     text = value if isinstance(value, str) else str(value)
     if text.isprintable():
         return text
-    return "".join(_escaped(char) if unicodedata.category(char) in _HIDDEN else char
-                   for char in text)
+    return "".join(_escaped(char) if unicodedata.category(char) in _HIDDEN else char for char in text)
 
 
 def _escaped(char: str) -> str:

@@ -39,13 +39,19 @@ class LiveRuns:
         """The dead letter's error for a new run of `tenant` over its quota, or None."""
         held = self.by_tenant.get(tenant, 0)
         if tenant is not None and held >= self.quota.per_tenant:
-            return InvalidEvent("run_quota", f"its tenant already has {held:,} live runs on this "
-                                f"partition, the quota (STALLWATCH_MAX_LIVE_RUNS_PER_TENANT); "
-                                "end runs with run_ended, or raise the quota")
+            return InvalidEvent(
+                "run_quota",
+                f"its tenant already has {held:,} live runs on this "
+                f"partition, the quota (STALLWATCH_MAX_LIVE_RUNS_PER_TENANT); "
+                "end runs with run_ended, or raise the quota",
+            )
         if self.total >= self.quota.total:
-            return InvalidEvent("run_quota", f"this partition already holds {self.total:,} live "
-                                "runs, its limit (STALLWATCH_MAX_LIVE_RUNS); add partitions and "
-                                "workers, or raise the limit")
+            return InvalidEvent(
+                "run_quota",
+                f"this partition already holds {self.total:,} live "
+                "runs, its limit (STALLWATCH_MAX_LIVE_RUNS); add partitions and "
+                "workers, or raise the limit",
+            )
         return None
 
     def add(self, tenant: str | None) -> None:

@@ -38,8 +38,7 @@ class EngineFault(InvalidEvent):
 
     def __init__(self, reason: str, exc: BaseException, run_id: str | None) -> None:
         what = "parsing" if run_id is None else "applying"
-        then = "" if run_id is None else (
-            "; its run is quarantined: no longer judged, its calls are allowed")
+        then = "" if run_id is None else ("; its run is quarantined: no longer judged, its calls are allowed")
         super().__init__(reason, f"stallwatch failed {what} this event ({fault(exc)}){then}")
 
 
@@ -48,8 +47,9 @@ class RecordApplier:
     batch step (`stallwatch_streams.worker.batch`) both go through `apply`, each adding what it needs around
     it (the worker: record keys, offsets, its partition's clock, tallies, dead letters with keys)."""
 
-    def __init__(self, detector: Detector, max_event_bytes: int = MAX_EVENT_BYTES,
-                 tenant: str | None = None) -> None:
+    def __init__(
+        self, detector: Detector, max_event_bytes: int = MAX_EVENT_BYTES, tenant: str | None = None
+    ) -> None:
         """`tenant`: the records come from that tenant's events topic, whose tenant every run and
         advisory gets (None: the shared topic, where an event names its own)."""
         self.detector = detector
@@ -58,36 +58,48 @@ class RecordApplier:
 
     # Without offsets nothing is SKIPPED: replay's results are commands or letters alone.
     @overload
-    def apply(self, values: Iterable[Value], states: dict[str, RunState],
-              rejected: Callable[[int, Value, InvalidEvent], Letter | None], *,
-              load: Callable[[str], RunState | None] | None = None,
-              keys: Sequence[bytes | None] | None = None,
-              offsets: None = None,
-              applied: Callable[[int, RawEvent, RunState | None, list[Command]], None] | None = None,
-              expired: Callable[[RunState], bool] | None = None,
-              live: LiveRuns | None = None,
-              ) -> Iterator[list[Command] | Letter]: ...
+    def apply(
+        self,
+        values: Iterable[Value],
+        states: dict[str, RunState],
+        rejected: Callable[[int, Value, InvalidEvent], Letter | None],
+        *,
+        load: Callable[[str], RunState | None] | None = None,
+        keys: Sequence[bytes | None] | None = None,
+        offsets: None = None,
+        applied: Callable[[int, RawEvent, RunState | None, list[Command]], None] | None = None,
+        expired: Callable[[RunState], bool] | None = None,
+        live: LiveRuns | None = None,
+    ) -> Iterator[list[Command] | Letter]: ...
 
     @overload
-    def apply(self, values: Iterable[Value], states: dict[str, RunState],
-              rejected: Callable[[int, Value, InvalidEvent], Letter | None], *,
-              load: Callable[[str], RunState | None] | None = None,
-              keys: Sequence[bytes | None] | None = None,
-              offsets: Sequence[int],
-              applied: Callable[[int, RawEvent, RunState | None, list[Command]], None] | None = None,
-              expired: Callable[[RunState], bool] | None = None,
-              live: LiveRuns | None = None,
-              ) -> Iterator[list[Command] | Skipped | Letter]: ...
+    def apply(
+        self,
+        values: Iterable[Value],
+        states: dict[str, RunState],
+        rejected: Callable[[int, Value, InvalidEvent], Letter | None],
+        *,
+        load: Callable[[str], RunState | None] | None = None,
+        keys: Sequence[bytes | None] | None = None,
+        offsets: Sequence[int],
+        applied: Callable[[int, RawEvent, RunState | None, list[Command]], None] | None = None,
+        expired: Callable[[RunState], bool] | None = None,
+        live: LiveRuns | None = None,
+    ) -> Iterator[list[Command] | Skipped | Letter]: ...
 
-    def apply(self, values: Iterable[Value], states: dict[str, RunState],
-              rejected: Callable[[int, Value, InvalidEvent], Letter | None], *,
-              load: Callable[[str], RunState | None] | None = None,
-              keys: Sequence[bytes | None] | None = None,
-              offsets: Sequence[int] | None = None,
-              applied: Callable[[int, RawEvent, RunState | None, list[Command]], None] | None = None,
-              expired: Callable[[RunState], bool] | None = None,
-              live: LiveRuns | None = None,
-              ) -> Iterator[list[Command] | Skipped | Letter]:
+    def apply(
+        self,
+        values: Iterable[Value],
+        states: dict[str, RunState],
+        rejected: Callable[[int, Value, InvalidEvent], Letter | None],
+        *,
+        load: Callable[[str], RunState | None] | None = None,
+        keys: Sequence[bytes | None] | None = None,
+        offsets: Sequence[int] | None = None,
+        applied: Callable[[int, RawEvent, RunState | None, list[Command]], None] | None = None,
+        expired: Callable[[RunState], bool] | None = None,
+        live: LiveRuns | None = None,
+    ) -> Iterator[list[Command] | Skipped | Letter]:
         """One result per record of `values`, in order: the commands an event caused, SKIPPED, or
         what `rejected(index, value, error)` makes of bad input (nothing when it returns None).
 
@@ -194,8 +206,7 @@ class RecordApplier:
                     yield letter
 
 
-def _count_live(live: LiveRuns, before: RunState | None, after: RunState | None,
-                was_ended: bool) -> None:
+def _count_live(live: LiveRuns, before: RunState | None, after: RunState | None, was_ended: bool) -> None:
     """Keep the ledger of live runs: a new run takes a place, a run that ends frees its own."""
     if after is None:
         return

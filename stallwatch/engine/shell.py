@@ -23,12 +23,50 @@ from stallwatch.contract.events import Effect
 # own change be refused as a duplicate, so the list stays short and plain.
 # Programs that can write through their own arguments alone (awk's `print > f` and
 # `system()`, `uniq in out`, `xxd in out`) are left out.
-READ_ONLY = frozenset({
-    "cat", "ls", "grep", "egrep", "fgrep", "rg", "find", "head", "tail", "sed", "nl", "wc", "pwd",
-    "echo", "printf", "tree", "file", "stat", "which", "type", "du", "diff", "cmp", "sort",
-    "cut", "tr", "column", "realpath", "dirname", "basename", "printenv", "true", "cd",
-    "od", "hexdump", "jq", "test", "[", "git", "xargs",
-})
+READ_ONLY = frozenset(
+    {
+        "cat",
+        "ls",
+        "grep",
+        "egrep",
+        "fgrep",
+        "rg",
+        "find",
+        "head",
+        "tail",
+        "sed",
+        "nl",
+        "wc",
+        "pwd",
+        "echo",
+        "printf",
+        "tree",
+        "file",
+        "stat",
+        "which",
+        "type",
+        "du",
+        "diff",
+        "cmp",
+        "sort",
+        "cut",
+        "tr",
+        "column",
+        "realpath",
+        "dirname",
+        "basename",
+        "printenv",
+        "true",
+        "cd",
+        "od",
+        "hexdump",
+        "jq",
+        "test",
+        "[",
+        "git",
+        "xargs",
+    }
+)
 # Options that make an otherwise reading program write (in place edits, find's actions, an
 # output file): such a call is `unknown`.
 _WRITING_OPTIONS = {
@@ -46,10 +84,25 @@ _WRITING_LETTERS = {"sed": "i", "sort": "o", "tree": "o"}
 _SED_PRINTS = re.compile(
     r"(?:\s*(?:\d+|\$)?(?:,(?:\d+|\$))?\s*[pq=l]?\s*;?)+"
     r"|/[^/]*/\s*[pq=l]"
-    r"|s(?P<d>[^\w\s\\])(?:(?!(?P=d)).)*(?P=d)(?:(?!(?P=d)).)*(?P=d)[gIp0-9]*")
+    r"|s(?P<d>[^\w\s\\])(?:(?!(?P=d)).)*(?P=d)(?:(?!(?P=d)).)*(?P=d)[gIp0-9]*"
+)
 # git subcommands that only read the repository.
-_GIT_READS = frozenset({"diff", "status", "log", "show", "grep", "blame", "ls-files", "rev-parse",
-                        "shortlog", "describe", "cat-file", "ls-tree"})
+_GIT_READS = frozenset(
+    {
+        "diff",
+        "status",
+        "log",
+        "show",
+        "grep",
+        "blame",
+        "ls-files",
+        "rev-parse",
+        "shortlog",
+        "describe",
+        "cat-file",
+        "ls-tree",
+    }
+)
 _SEPARATORS = frozenset({"&&", "||", ";", "|", "&", "(", ")", ";;", "|&"})
 # Redirection targets that write nothing to the workspace.
 _HARMLESS_TARGETS = frozenset({"/dev/null", "&1", "&2", "1", "2"})

@@ -171,11 +171,16 @@ class RunState:
         if len(values) == _STORED_WITHOUT_QUARANTINE:
             values.append(False)
         policy_end = _POLICY_AT + len(POLICY_FIELDS)
-        data = dict(zip(_FIELD_NAMES, [*values[1:_POLICY_AT], RunPolicy(*values[_POLICY_AT:policy_end]),
-                                       *values[policy_end:]], strict=True))
+        data = dict(
+            zip(
+                _FIELD_NAMES,
+                [*values[1:_POLICY_AT], RunPolicy(*values[_POLICY_AT:policy_end]), *values[policy_end:]],
+                strict=True,
+            )
+        )
         for name in _DIGEST_SETS:
             packed = base64.b64decode(data[name])
-            data[name] = dict.fromkeys(packed[i:i + 16] for i in range(0, len(packed), 16))
+            data[name] = dict.fromkeys(packed[i : i + 16] for i in range(0, len(packed), 16))
         packed = base64.b64decode(data["event_ids"])
         data["event_ids"] = dict.fromkeys(struct.unpack(f">{len(packed) // 8}Q", packed))
         if data["last_signature"] is not None:
@@ -262,8 +267,16 @@ def _from_clock_offset_format(values: list) -> list:
     unknown broker time."""
     policy_end = _POLICY_AT + _FORMAT_3_POLICY_FIELDS
     after_ids = len(values) - _FORMAT_3_FIELDS_AFTER_EVENT_IDS
-    return [_NO_TENANT_FORMAT, *values[1:policy_end], V1_DEFAULTS["fleet_breaker"],
-            *values[policy_end:after_ids], [], {}, *values[after_ids:-1], None]
+    return [
+        _NO_TENANT_FORMAT,
+        *values[1:policy_end],
+        V1_DEFAULTS["fleet_breaker"],
+        *values[policy_end:after_ids],
+        [],
+        {},
+        *values[after_ids:-1],
+        None,
+    ]
 
 
 def _add(ordered: dict, key: object, cap: int) -> None:
@@ -280,7 +293,10 @@ _FIELD_NAMES = tuple(f.name for f in fields(RunState))
 # Where the policy's values start in a stored state (after the format number).
 _POLICY_AT = 1 + _FIELD_NAMES.index("policy")
 # Where a field after the policy stands in a stored state.
-_STORED_AT = {name: 1 + i + len(POLICY_FIELDS) - 1
-              for i, name in enumerate(_FIELD_NAMES) if i > _FIELD_NAMES.index("policy")}
+_STORED_AT = {
+    name: 1 + i + len(POLICY_FIELDS) - 1
+    for i, name in enumerate(_FIELD_NAMES)
+    if i > _FIELD_NAMES.index("policy")
+}
 # A stored state's length without its optional trailing `quarantined`.
 _STORED_WITHOUT_QUARANTINE = len(_FIELD_NAMES) + len(POLICY_FIELDS) - 1

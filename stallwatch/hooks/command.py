@@ -57,8 +57,7 @@ def _why_unguarded(url: str, exc: Exception) -> str:
     if isinstance(exc, Refused):
         return f"stallwatch: the server at {url} refused the hook ({exc}); tool calls run unguarded"
     if isinstance(exc, Unreachable):
-        return (f"stallwatch: no server at {url} ({exc}); tool calls run unguarded: "
-                "start `stallwatch serve`")
+        return f"stallwatch: no server at {url} ({exc}); tool calls run unguarded: start `stallwatch serve`"
     return f"stallwatch: the hook failed ({type(exc).__name__}); tool calls run unguarded"
 
 
@@ -86,8 +85,13 @@ def forward(agent: str, payload: bytes, url: str, token: str | None, timeout_s: 
     """The server's answer body; raises Unreachable when it cannot be had."""
     try:
         host, port, tls = _address(url)
-        head = [f"POST /hooks/{agent} HTTP/1.1", f"Host: {_host_header(host, port)}", "Connection: close",
-                "Content-Type: application/json", f"Content-Length: {len(payload)}"]
+        head = [
+            f"POST /hooks/{agent} HTTP/1.1",
+            f"Host: {_host_header(host, port)}",
+            "Connection: close",
+            "Content-Type: application/json",
+            f"Content-Length: {len(payload)}",
+        ]
         if token:
             head.append(f"Authorization: Bearer {token}")
         with socket.create_connection((host, port), timeout=timeout_s) as sock:
@@ -117,8 +121,9 @@ def forward(agent: str, payload: bytes, url: str, token: str | None, timeout_s: 
 def main(argv: list[str]) -> int:
     """Always exits 0: a hook that fails must never stop the agent's call."""
     if len(argv) != 1 or argv[0] not in AGENTS:
-        print(f"usage: stallwatch hook {{{','.join(AGENTS)}}} (reads the hook's JSON on stdin)",
-              file=sys.stderr)
+        print(
+            f"usage: stallwatch hook {{{','.join(AGENTS)}}} (reads the hook's JSON on stdin)", file=sys.stderr
+        )
         return 0
     payload, url = b"", os.environ.get(URL_ENV) or DEFAULT_URL
     try:

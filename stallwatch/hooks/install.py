@@ -46,23 +46,37 @@ class Target:
 
 
 TARGETS = {
-    "claude": Target("claude", ("PreToolUse", "PostToolUse", "PostToolUseFailure", "UserPromptSubmit",
-                                "SessionEnd"),
-                     frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure"}), "*",
-                     HOOK_TIMEOUT_S, {}),
+    "claude": Target(
+        "claude",
+        ("PreToolUse", "PostToolUse", "PostToolUseFailure", "UserPromptSubmit", "SessionEnd"),
+        frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure"}),
+        "*",
+        HOOK_TIMEOUT_S,
+        {},
+    ),
     # Codex: an integer timeout (a float silently disables every hook in the file), at most 3 s
     # for SessionEnd; and no hook runs until the user has trusted it.
-    "codex": Target("codex", ("PreToolUse", "PostToolUse", "PreModelRequest", "UserPromptSubmit",
-                              "SessionEnd"),
-                    frozenset({"PreToolUse", "PostToolUse"}), "", HOOK_TIMEOUT_S, {},
-                    capped={"SessionEnd": 3},
-                    after_install="Codex runs new hooks only once trusted: accept them in the review "
-                                  "`codex` shows at its next start (`codex exec` has "
-                                  "--dangerously-bypass-hook-trust for automation)"),
+    "codex": Target(
+        "codex",
+        ("PreToolUse", "PostToolUse", "PreModelRequest", "UserPromptSubmit", "SessionEnd"),
+        frozenset({"PreToolUse", "PostToolUse"}),
+        "",
+        HOOK_TIMEOUT_S,
+        {},
+        capped={"SessionEnd": 3},
+        after_install="Codex runs new hooks only once trusted: accept them in the review "
+        "`codex` shows at its next start (`codex exec` has "
+        "--dangerously-bypass-hook-trust for automation)",
+    ),
     # Gemini CLI: timeouts in milliseconds; hooks run only with hooksConfig.enabled.
-    "gemini": Target("gemini", ("BeforeTool", "AfterTool", "BeforeModel", "BeforeAgent", "SessionEnd"),
-                     frozenset({"BeforeTool", "AfterTool"}), ".*", HOOK_TIMEOUT_S * 1000,
-                     {"hooksConfig": {"enabled": True}}),
+    "gemini": Target(
+        "gemini",
+        ("BeforeTool", "AfterTool", "BeforeModel", "BeforeAgent", "SessionEnd"),
+        frozenset({"BeforeTool", "AfterTool"}),
+        ".*",
+        HOOK_TIMEOUT_S * 1000,
+        {"hooksConfig": {"enabled": True}},
+    ),
 }
 
 
@@ -82,8 +96,9 @@ def is_ours(hook: Any, agent: str) -> bool:
     if not isinstance(hook, dict):
         return False
     command, url = str(hook.get("command", "")), str(hook.get("url", ""))
-    return (command.endswith(f" hook {agent}") and "stallwatch" in command) \
-        or url.rstrip("/").endswith(f"/hooks/{agent}")
+    return (command.endswith(f" hook {agent}") and "stallwatch" in command) or url.rstrip("/").endswith(
+        f"/hooks/{agent}"
+    )
 
 
 def without_ours(settings: dict[str, Any], agent: str) -> dict[str, Any]:
@@ -132,8 +147,11 @@ def entry_for(target: Target, http: bool, url: str) -> dict[str, Any]:
     if http:
         if target.agent != "claude":
             raise ValueError(f"--http: only Claude Code takes http hooks; {target.agent} runs the command")
-        entry: dict[str, Any] = {"type": "http", "url": f"{url.rstrip('/')}/hooks/claude",
-                                 "timeout": target.timeout}
+        entry: dict[str, Any] = {
+            "type": "http",
+            "url": f"{url.rstrip('/')}/hooks/claude",
+            "timeout": target.timeout,
+        }
         if os.environ.get(TOKEN_ENV):
             # Claude Code fills the header from its own environment when it sends the hook: the
             # token is never written to the settings file.
@@ -151,8 +169,9 @@ def read_settings(path: Path) -> dict[str, Any]:
     try:
         settings = json.loads(path.read_text() or "{}")
     except ValueError as exc:
-        raise ValueError(f"{path} is not valid JSON ({exc}): fix it or move it away, then run again") \
-            from None
+        raise ValueError(
+            f"{path} is not valid JSON ({exc}): fix it or move it away, then run again"
+        ) from None
     if not isinstance(settings, dict):
         raise ValueError(f"{path} holds no JSON object: fix it or move it away, then run again")
     return settings
@@ -186,8 +205,11 @@ def change(action: str, agent: str, scope: str, http: bool, url: str | None, cwd
     path = target.path(scope, cwd)
     settings = read_settings(path)
     url = url or os.environ.get(URL_ENV) or DEFAULT_URL
-    new = with_ours(settings, target, entry_for(target, http, url)) if action == "install" \
+    new = (
+        with_ours(settings, target, entry_for(target, http, url))
+        if action == "install"
         else without_ours(settings, agent)
+    )
     if new == settings:
         return f"{path}: already {'installed' if action == 'install' else 'without stallwatch'}"
     backup = write_settings(path, new)

@@ -97,15 +97,15 @@ def join_group_waits_for_the_rebalance() -> None:
     AIOKafkaConnection.send = _send
 
 
-
 # The connection a client's `_get_conn` is making, for the lock it takes while making it.
 _connecting: ContextVar[tuple[Any, Any] | None] = ContextVar("connecting")
 _connect_holding_one_lock = AIOKafkaClient._get_conn
 
 
 @functools.wraps(_connect_holding_one_lock)
-async def _get_conn(self: AIOKafkaClient, node_id: Any, *, group: Any = ConnectionGroup.DEFAULT,
-                    no_hint: bool = False) -> Any:
+async def _get_conn(
+    self: AIOKafkaClient, node_id: Any, *, group: Any = ConnectionGroup.DEFAULT, no_hint: bool = False
+) -> Any:
     token = _connecting.set((node_id, group))
     try:
         return await _connect_holding_one_lock(self, node_id, group=group, no_hint=no_hint)
@@ -151,10 +151,8 @@ _update_metadata_from_any = AIOKafkaClient._metadata_update
 
 
 @functools.wraps(_update_metadata_from_any)
-async def _update_metadata_connected_first(self: AIOKafkaClient, cluster_metadata: Any,
-                                           topics: Any) -> Any:
-    token = _connected.set(frozenset(node for (node, _), conn in self._conns.items()
-                                     if conn.connected()))
+async def _update_metadata_connected_first(self: AIOKafkaClient, cluster_metadata: Any, topics: Any) -> Any:
+    token = _connected.set(frozenset(node for (node, _), conn in self._conns.items() if conn.connected()))
     try:
         return await _update_metadata_from_any(self, cluster_metadata, topics)
     finally:

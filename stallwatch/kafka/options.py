@@ -30,21 +30,27 @@ def ssl_context(settings: Settings) -> ssl.SSLContext | None:
 def _load_client_certificate(context: ssl.SSLContext, certfile: str, settings: Settings) -> None:
     def no_password() -> str:
         # Without it OpenSSL would prompt on the terminal: a worker would wait forever.
-        raise SetupError(f"the private key in {settings.ssl_keyfile or certfile} is "
-                         "encrypted: set STALLWATCH_SSL_KEY_PASSWORD to its passphrase")
+        raise SetupError(
+            f"the private key in {settings.ssl_keyfile or certfile} is "
+            "encrypted: set STALLWATCH_SSL_KEY_PASSWORD to its passphrase"
+        )
 
     try:
-        context.load_cert_chain(certfile, settings.ssl_keyfile,
-                                password=reveal(settings.ssl_key_password) or no_password)
+        context.load_cert_chain(
+            certfile, settings.ssl_keyfile, password=reveal(settings.ssl_key_password) or no_password
+        )
     except ssl.SSLError:
         # The error holds no secret, but says nothing a user can act on (`PEM lib`).
         hint = "wrong STALLWATCH_SSL_KEY_PASSWORD, or " if settings.ssl_key_password else ""
-        raise SetupError(f"STALLWATCH_SSL_CERTFILE={certfile!r} and its key "
-                         f"({settings.ssl_keyfile or 'in the same file'}) could not be loaded: "
-                         f"{hint}not a PEM certificate and its private key") from None
+        raise SetupError(
+            f"STALLWATCH_SSL_CERTFILE={certfile!r} and its key "
+            f"({settings.ssl_keyfile or 'in the same file'}) could not be loaded: "
+            f"{hint}not a PEM certificate and its private key"
+        ) from None
     except FileNotFoundError as exc:
-        raise SetupError(f"no file {exc.filename!r}: check STALLWATCH_SSL_CERTFILE and "
-                         "STALLWATCH_SSL_KEYFILE") from None
+        raise SetupError(
+            f"no file {exc.filename!r}: check STALLWATCH_SSL_CERTFILE and STALLWATCH_SSL_KEYFILE"
+        ) from None
 
 
 @functools.cache
@@ -59,12 +65,13 @@ def oauth_token_provider(settings: Settings) -> AbstractTokenProvider:
     try:
         factory = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
-        raise SetupError(f"STALLWATCH_SASL_OAUTH_TOKEN_PROVIDER={spec!r}: cannot import it ({exc})") \
-            from None
+        raise SetupError(f"STALLWATCH_SASL_OAUTH_TOKEN_PROVIDER={spec!r}: cannot import it ({exc})") from None
     provider = factory()
     if not isinstance(provider, AbstractTokenProvider):
-        raise SetupError(f"STALLWATCH_SASL_OAUTH_TOKEN_PROVIDER={spec!r} returned a "
-                         f"{type(provider).__name__}, not an aiokafka.abc.AbstractTokenProvider")
+        raise SetupError(
+            f"STALLWATCH_SASL_OAUTH_TOKEN_PROVIDER={spec!r} returned a "
+            f"{type(provider).__name__}, not an aiokafka.abc.AbstractTokenProvider"
+        )
     return provider
 
 
@@ -73,23 +80,28 @@ def failover_options(settings: Settings) -> dict[str, Any]:
     partitions and coordinators moved (docs/operations.md, "A broker fails")."""
     one_connection_lock_per_broker()
     metadata_from_connected_brokers_first()
-    return {"request_timeout_ms": settings.kafka_request_timeout_ms,
-            "metadata_max_age_ms": settings.kafka_metadata_max_age_ms}
+    return {
+        "request_timeout_ms": settings.kafka_request_timeout_ms,
+        "metadata_max_age_ms": settings.kafka_metadata_max_age_ms,
+    }
 
 
 def aiokafka_options(settings: Settings) -> dict[str, Any]:
     """Connection keyword arguments for aiokafka's producer, consumer and admin client, with
     the failover options."""
-    options: dict[str, Any] = {"bootstrap_servers": settings.bootstrap,
-                               "security_protocol": settings.security_protocol,
-                               **failover_options(settings)}
+    options: dict[str, Any] = {
+        "bootstrap_servers": settings.bootstrap,
+        "security_protocol": settings.security_protocol,
+        **failover_options(settings),
+    }
     if settings.sasl_mechanism == "OAUTHBEARER":
-        options.update(sasl_mechanism="OAUTHBEARER",
-                       sasl_oauth_token_provider=oauth_token_provider(settings))
+        options.update(sasl_mechanism="OAUTHBEARER", sasl_oauth_token_provider=oauth_token_provider(settings))
     elif settings.sasl_mechanism:
-        options.update(sasl_mechanism=settings.sasl_mechanism,
-                       sasl_plain_username=settings.sasl_username,
-                       sasl_plain_password=reveal(settings.sasl_password))
+        options.update(
+            sasl_mechanism=settings.sasl_mechanism,
+            sasl_plain_username=settings.sasl_username,
+            sasl_plain_password=reveal(settings.sasl_password),
+        )
     context = ssl_context(settings)
     if context is not None:
         options["ssl_context"] = context

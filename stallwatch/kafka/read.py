@@ -15,14 +15,16 @@ FETCH_TIMEOUT_MS = 500
 def committed_reader(options: dict[str, Any], **extra: Any) -> AIOKafkaConsumer:
     """A consumer in no group that sees only committed records: an aborted transaction (its
     worker died mid-batch, or was fenced) is never read."""
-    return AIOKafkaConsumer(enable_auto_commit=False, isolation_level="read_committed",
-                            **options, **extra)
+    return AIOKafkaConsumer(enable_auto_commit=False, isolation_level="read_committed", **options, **extra)
 
 
-async def read_to_end(consumer: AIOKafkaConsumer, tps: Collection[TopicPartition],
-                      handle: Callable[[TopicPartition, list[ConsumerRecord]], None],
-                      max_records: int | None = None,
-                      on_fetch: Callable[[], None] | None = None) -> None:
+async def read_to_end(
+    consumer: AIOKafkaConsumer,
+    tps: Collection[TopicPartition],
+    handle: Callable[[TopicPartition, list[ConsumerRecord]], None],
+    max_records: int | None = None,
+    on_fetch: Callable[[], None] | None = None,
+) -> None:
     """Hand every record from each partition's current position up to its end offset, taken now,
     to `handle`, in offset order per partition. `consumer` is started, assigned `tps` and
     positioned (e.g. seek_to_beginning). Done once every position reached its end: transaction
@@ -31,8 +33,7 @@ async def read_to_end(consumer: AIOKafkaConsumer, tps: Collection[TopicPartition
     ends = await consumer.end_offsets(list(tps))
     pending = {tp for tp in tps if await consumer.position(tp) < ends[tp]}
     while pending:
-        batches = await consumer.getmany(*pending, timeout_ms=FETCH_TIMEOUT_MS,
-                                         max_records=max_records)
+        batches = await consumer.getmany(*pending, timeout_ms=FETCH_TIMEOUT_MS, max_records=max_records)
         if on_fetch is not None:
             on_fetch()
         for tp, records in batches.items():

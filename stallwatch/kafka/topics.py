@@ -54,17 +54,33 @@ def wanted_topics(settings: Settings) -> list[NewTopic]:
     return [
         # The broker stamps each event on append: expiry reads that time, never a producer's
         # clock (a runtime hours off would otherwise expire live runs, its own or others').
-        NewTopic(settings.events_topic, partitions, replicas,
-                 topic_configs={**durable, "message.timestamp.type": "LogAppendTime"}),
+        NewTopic(
+            settings.events_topic,
+            partitions,
+            replicas,
+            topic_configs={**durable, "message.timestamp.type": "LogAppendTime"},
+        ),
         NewTopic(settings.commands_topic, partitions, replicas, topic_configs=durable),
-        NewTopic(settings.deadletter_topic, partitions, replicas,
-                 topic_configs={**durable, "max.message.bytes": str(DEADLETTER_MAX_MESSAGE_BYTES)}),
+        NewTopic(
+            settings.deadletter_topic,
+            partitions,
+            replicas,
+            topic_configs={**durable, "max.message.bytes": str(DEADLETTER_MAX_MESSAGE_BYTES)},
+        ),
         # Compacted only: retention must never delete a run's latest state. Short segments and an
         # eager cleaner keep it near one record per run, so a recovering worker reads little more
         # than the live states.
-        NewTopic(settings.changelog_topic, partitions, replicas,
-                 topic_configs={**durable, "cleanup.policy": "compact", "segment.ms": "600000",
-                                "min.cleanable.dirty.ratio": "0.1"}),
+        NewTopic(
+            settings.changelog_topic,
+            partitions,
+            replicas,
+            topic_configs={
+                **durable,
+                "cleanup.policy": "compact",
+                "segment.ms": "600000",
+                "min.cleanable.dirty.ratio": "0.1",
+            },
+        ),
         *fleet_topics(settings),
     ]
 
@@ -85,14 +101,23 @@ def fleet_topics(settings: Settings) -> list[NewTopic]:
         NewTopic(settings.tallies_topic, partitions, replicas, topic_configs=feed),
         NewTopic(settings.fleet_partials_topic, partitions, replicas, topic_configs=feed),
         # Compacted: the latest record of each incident is its state; never deleted by age.
-        NewTopic(settings.incidents_topic, partitions, replicas,
-                 topic_configs={**durable, "cleanup.policy": "compact", "segment.ms": "600000",
-                                "min.cleanable.dirty.ratio": "0.1"}),
+        NewTopic(
+            settings.incidents_topic,
+            partitions,
+            replicas,
+            topic_configs={
+                **durable,
+                "cleanup.policy": "compact",
+                "segment.ms": "600000",
+                "min.cleanable.dirty.ratio": "0.1",
+            },
+        ),
     ]
 
 
-async def ensure_topics(settings: Settings, extra: Sequence[NewTopic] = (),
-                        only: Sequence[NewTopic] | None = None) -> None:
+async def ensure_topics(
+    settings: Settings, extra: Sequence[NewTopic] = (), only: Sequence[NewTopic] | None = None
+) -> None:
     """Create the missing topics (the project's, and `extra`; or `only` these: a principal allowed
     to see only the topics it uses takes every other for missing); existing ones are left as they
     are. A refusal raises SetupError naming the setting to change."""
@@ -101,9 +126,11 @@ async def ensure_topics(settings: Settings, extra: Sequence[NewTopic] = (),
         await admin.start()
     except KafkaConnectionError:
         await admin.close()
-        raise SetupError(f"no Kafka broker answers at {settings.bootstrap}: set STALLWATCH_BOOTSTRAP "
-                         "to your brokers (host:port, comma-separated), or start the local one "
-                         "with `make kafka-up`") from None
+        raise SetupError(
+            f"no Kafka broker answers at {settings.bootstrap}: set STALLWATCH_BOOTSTRAP "
+            "to your brokers (host:port, comma-separated), or start the local one "
+            "with `make kafka-up`"
+        ) from None
     try:
         existing = set(await until_ready(settings, admin.list_topics))
         wanted = [*wanted_topics(settings), *extra] if only is None else list(only)
@@ -111,8 +138,9 @@ async def ensure_topics(settings: Settings, extra: Sequence[NewTopic] = (),
         if missing:
             response = await until_ready(settings, lambda: admin.create_topics(missing))
             # TOPIC_EXISTS: another worker starting at the same moment created it first.
-            errors: dict[int, list[str]] = {code: [] for _, code, *_ in response.topic_errors
-                                            if code not in (0, TOPIC_EXISTS)}
+            errors: dict[int, list[str]] = {
+                code: [] for _, code, *_ in response.topic_errors if code not in (0, TOPIC_EXISTS)
+            }
             for name, code, *_ in response.topic_errors:
                 if code in errors:
                     errors[code].append(name)
@@ -137,8 +165,11 @@ async def list_topic_names(settings: Settings) -> list[str]:
 
 def tenants_in(settings: Settings, topics: Iterable[str]) -> set[str]:
     """The tenants whose events topic is among `topics`."""
-    return {tenant for topic in topics
-            if (tenant := tenant_of_events_topic(settings.topic_prefix, topic)) is not None}
+    return {
+        tenant
+        for topic in topics
+        if (tenant := tenant_of_events_topic(settings.topic_prefix, topic)) is not None
+    }
 
 
 def add_tenants(settings: Settings, tenants: Sequence[str]) -> int:
@@ -147,21 +178,25 @@ def add_tenants(settings: Settings, tenants: Sequence[str]) -> int:
     each = [settings.for_tenant(name) for name in tenants]
     for tenant_settings in each:
         if tenant_settings.tenant is None or not re.fullmatch(TENANT_NAME, tenant_settings.tenant):
-            raise SetupError(f"tenant name {tenant_settings.tenant!r}: use letters, digits, _ and -, "
-                             "64 characters at most")
+            raise SetupError(
+                f"tenant name {tenant_settings.tenant!r}: use letters, digits, _ and -, 64 characters at most"
+            )
 
     async def create() -> None:
         for tenant_settings in each:
             await ensure_topics(tenant_settings)
-            print(f"tenant {tenant_settings.tenant}: events on {tenant_settings.events_topic}, "
-                  f"commands on {tenant_settings.commands_topic}")
+            print(
+                f"tenant {tenant_settings.tenant}: events on {tenant_settings.events_topic}, "
+                f"commands on {tenant_settings.commands_topic}"
+            )
 
     asyncio.run(create())
     return 0
 
 
-async def until_ready(settings: Settings, call: Callable[[], Awaitable[T]],
-                      wait_s: float = BROKER_READY_WAIT_S) -> T:
+async def until_ready(
+    settings: Settings, call: Callable[[], Awaitable[T]], wait_s: float = BROKER_READY_WAIT_S
+) -> T:
     """`call`'s answer, asked again while the cluster has no broker ready to take it (see
     BROKER_READY_WAIT_S): aiokafka's NodeNotReadyError only, any other error at once. A
     SetupError naming the address and the likely cause once `wait_s` passed."""
@@ -177,21 +212,31 @@ async def until_ready(settings: Settings, call: Callable[[], Awaitable[T]],
             if waited >= BROKER_READY_SAY_S and not said:
                 said = True  # one line: start-up is otherwise silent for up to wait_s (INFO:
                 # a broker starting beside the worker is no fault; the SetupError is the loud one)
-                log.info("the Kafka cluster at %s has no broker ready yet (%s); asking again "
-                         "for up to %.0f s", settings.bootstrap, exc, wait_s)
+                log.info(
+                    "the Kafka cluster at %s has no broker ready yet (%s); asking again for up to %.0f s",
+                    settings.bootstrap,
+                    exc,
+                    wait_s,
+                )
             await asyncio.sleep(BROKER_READY_POLL_S)
 
 
 def _not_ready(settings: Settings, exc: NodeNotReadyError, wait_s: float) -> str:
     """What a broker that never became ready most likely means, by what aiokafka said."""
     if "node id None" in str(exc):  # the metadata listed no broker at all
-        cause = ("it lists no broker: a broker still starting, or fenced by its controller; "
-                 "check the brokers' logs")
+        cause = (
+            "it lists no broker: a broker still starting, or fenced by its controller; "
+            "check the brokers' logs"
+        )
     else:  # a broker is listed, but its advertised address does not answer
-        cause = ("its brokers' advertised addresses do not answer: check their "
-                 "advertised.listeners, and STALLWATCH_SECURITY_PROTOCOL and the SASL/TLS settings")
-    return (f"the Kafka cluster at {settings.bootstrap} answered, but no broker was ready for "
-            f"{wait_s:.0f} s ({exc}): {cause}")
+        cause = (
+            "its brokers' advertised addresses do not answer: check their "
+            "advertised.listeners, and STALLWATCH_SECURITY_PROTOCOL and the SASL/TLS settings"
+        )
+    return (
+        f"the Kafka cluster at {settings.bootstrap} answered, but no broker was ready for "
+        f"{wait_s:.0f} s ({exc}): {cause}"
+    )
 
 
 async def _until_led(settings: Settings, admin: AIOKafkaAdminClient, names: list[str]) -> None:
@@ -199,13 +244,17 @@ async def _until_led(settings: Settings, admin: AIOKafkaAdminClient, names: list
     deadline = time.monotonic() + LEADERS_WAIT_S
     while time.monotonic() < deadline:
         try:
-            topics = await until_ready(settings, lambda: admin.describe_topics(names),
-                                       wait_s=max(0.0, deadline - time.monotonic()))
+            topics = await until_ready(
+                settings, lambda: admin.describe_topics(names), wait_s=max(0.0, deadline - time.monotonic())
+            )
         except SetupError:
             break  # created already: the callers' own retries take over, as below
-        if all(t["error_code"] == 0 and t["partitions"] and
-               all(p["error_code"] == 0 and p["leader"] >= 0 for p in t["partitions"])
-               for t in topics):
+        if all(
+            t["error_code"] == 0
+            and t["partitions"]
+            and all(p["error_code"] == 0 and p["leader"] >= 0 for p in t["partitions"])
+            for t in topics
+        ):
             return
         await asyncio.sleep(0.1)
     log.warning("topics %s created but not all led after %.0f s", names, LEADERS_WAIT_S)
@@ -222,16 +271,21 @@ def refusal(settings: Settings, errors: dict[int, list[str]], brokers: int) -> s
                 f"STALLWATCH_REPLICATION_FACTOR={settings.replication_factor} replicas (the "
                 f"default, 3, is for a 3-broker cluster): set STALLWATCH_REPLICATION_FACTOR and "
                 f"STALLWATCH_MIN_INSYNC_REPLICAS to at most {max(brokers, 1)} (1 and 1 for a single "
-                f"local broker, as `make` does)")
+                f"local broker, as `make` does)"
+            )
         elif code == INVALID_PARTITIONS:
             said.append(f"STALLWATCH_PARTITIONS={settings.partitions} is refused by the cluster")
         elif code == INVALID_CONFIG:
-            said.append(f"a topic setting is refused (STALLWATCH_MIN_INSYNC_REPLICAS="
-                        f"{settings.min_insync_replicas}, or the broker's message.max.bytes is "
-                        f"under {DEADLETTER_MAX_MESSAGE_BYTES})")
+            said.append(
+                f"a topic setting is refused (STALLWATCH_MIN_INSYNC_REPLICAS="
+                f"{settings.min_insync_replicas}, or the broker's message.max.bytes is "
+                f"under {DEADLETTER_MAX_MESSAGE_BYTES})"
+            )
         elif code in (TOPIC_AUTHORIZATION_FAILED, POLICY_VIOLATION):
-            said.append("this principal may not create topics: create them as an administrator "
-                        "(docs/operations.md lists them), or check STALLWATCH_SASL_USERNAME")
+            said.append(
+                "this principal may not create topics: create them as an administrator "
+                "(docs/operations.md lists them), or check STALLWATCH_SASL_USERNAME"
+            )
         else:
             said.append(f"Kafka error {code}")
         said[-1] = f"{', '.join(names)}: {said[-1]}"

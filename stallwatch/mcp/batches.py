@@ -18,8 +18,9 @@ from mcp.shared.message import SessionMessage
 log = logging.getLogger(__name__)
 
 INVALID_REQUEST = -32600
-BATCH_REFUSED = ("JSON-RPC batches are not supported (MCP 2025-06-18 removed them); send each "
-                 "message on a line of its own")
+BATCH_REFUSED = (
+    "JSON-RPC batches are not supported (MCP 2025-06-18 removed them); send each message on a line of its own"
+)
 
 
 def is_batch(line: str) -> bool:
@@ -36,8 +37,9 @@ def is_batch(line: str) -> bool:
 
 def batch_refusal() -> SessionMessage:
     """JSON-RPC's answer to a request that cannot be read as one: its id is unknown, so null."""
-    error = types.JSONRPCError(jsonrpc="2.0", id=None,
-                               error=types.ErrorData(code=INVALID_REQUEST, message=BATCH_REFUSED))
+    error = types.JSONRPCError(
+        jsonrpc="2.0", id=None, error=types.ErrorData(code=INVALID_REQUEST, message=BATCH_REFUSED)
+    )
     return SessionMessage(error)
 
 
@@ -63,8 +65,10 @@ class BatchesAnswered:
                 continue
             if not self._warned:
                 self._warned = True
-                log.warning("the MCP client sent a JSON-RPC batch; it is answered with Invalid "
-                            "Request (MCP 2025-06-18 has no batches)")
+                log.warning(
+                    "the MCP client sent a JSON-RPC batch; it is answered with Invalid "
+                    "Request (MCP 2025-06-18 has no batches)"
+                )
             await self._ready.wait()
             # The server closes its write stream as the session ends: nothing left to answer.
             with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):

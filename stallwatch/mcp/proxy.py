@@ -67,9 +67,12 @@ def result_view(result: types.CallToolResult) -> Any:
     structured content when the server gives it, else each block, text holding JSON parsed."""
     if result.structured_content is not None:
         return result.structured_content
-    return [parse_json_text(block.text) if isinstance(block, types.TextContent)
-            else block.model_dump(mode="json", exclude={"meta"}, exclude_none=True)
-            for block in result.content]
+    return [
+        parse_json_text(block.text)
+        if isinstance(block, types.TextContent)
+        else block.model_dump(mode="json", exclude={"meta"}, exclude_none=True)
+        for block in result.content
+    ]
 
 
 def error_result(text: str) -> types.CallToolResult:
@@ -101,8 +104,12 @@ class Proxy:
         tools: list[types.Tool] = []
         why = await self._read_tool_pages(tools)
         if why is not None:
-            log.warning("the MCP server's tool list was read only in part (%s); calls are guarded all "
-                        "the same (%d tools read)", why, len(tools))
+            log.warning(
+                "the MCP server's tool list was read only in part (%s); calls are guarded all "
+                "the same (%d tools read)",
+                why,
+                len(tools),
+            )
         by_name = {t.name: t for t in reversed(tools)}  # a name listed twice: its first listing
         self.tools = [by_name[name] for name in dict.fromkeys(t.name for t in tools)][:MAX_TOOLS]
 
@@ -114,7 +121,8 @@ class Proxy:
             async with asyncio.timeout(TOOLS_LISTING_S):
                 for _ in range(MAX_TOOL_PAGES):
                     page = await self.upstream.list_tools(
-                        params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
+                        params=types.PaginatedRequestParams(cursor=cursor) if cursor else None
+                    )
                     tools.extend(page.tools)
                     cursor = page.next_cursor
                     if not cursor:
@@ -130,8 +138,9 @@ class Proxy:
         except Exception as exc:  # a server without tools, or one that fails to list them
             return f"listing failed: {fault(exc)}"
 
-    async def list_tools(self, ctx: Any, params: types.PaginatedRequestParams | None
-                         ) -> types.ListToolsResult:
+    async def list_tools(
+        self, ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
         """tools/list passes through untouched; the first page refreshes what a new run declares."""
         result = await self.upstream.list_tools(params=params)
         if params is None or not params.cursor:
@@ -153,9 +162,12 @@ class Proxy:
             # the same with or without the fleet's key).
             size += len(orjson.dumps({**entry, "name": bounded_id(tool.name)})) + 1
             if size > MAX_DECLARATIONS_BYTES:
-                log.warning("only %d of the tools --exempt names are declared exempt: more would "
-                            "pass the limit of %s bytes on a run's declarations", len(declared),
-                            f"{MAX_DECLARATIONS_BYTES:,}")
+                log.warning(
+                    "only %d of the tools --exempt names are declared exempt: more would "
+                    "pass the limit of %s bytes on a run's declarations",
+                    len(declared),
+                    f"{MAX_DECLARATIONS_BYTES:,}",
+                )
                 break
             declared.append(entry)
         return declared
@@ -191,16 +203,15 @@ class Proxy:
             rounds.call_ends()
             self._last_call = time.monotonic()
 
-    async def _unguarded(self, params: types.CallToolRequestParams, exc: Exception
-                         ) -> types.CallToolResult:
+    async def _unguarded(self, params: types.CallToolRequestParams, exc: Exception) -> types.CallToolResult:
         """stallwatch could not judge the call (the broker is away, a bug): it runs, as after a
         verdict timeout. Failing open keeps a fault of the guard from stopping every agent."""
-        log.warning("stallwatch could not judge a call to %s (%s); it runs unguarded", params.name,
-                    fault(exc))
+        log.warning(
+            "stallwatch could not judge a call to %s (%s); it runs unguarded", params.name, fault(exc)
+        )
         return await self.upstream.call_tool(params.name, params.arguments)
 
-    async def _report(self, run: Run, call_id: str, tool: str,
-                      result: types.CallToolResult | None) -> None:
+    async def _report(self, run: Run, call_id: str, tool: str, result: types.CallToolResult | None) -> None:
         """Report a call's result (None: the call raised); a fault here loses only the report."""
         try:
             status = "error" if result is None or result.is_error else "ok"
@@ -218,8 +229,12 @@ class Proxy:
 
     async def _current_run_locked(self) -> tuple[Run, Rounds]:
         quiet = time.monotonic() - self._last_call
-        if self.run is not None and self.rounds is not None and self.rounds.in_flight == 0 \
-                and quiet > self.options.new_run_after_s:
+        if (
+            self.run is not None
+            and self.rounds is not None
+            and self.rounds.in_flight == 0
+            and quiet > self.options.new_run_after_s
+        ):
             await self._end_run(f"no call for {quiet:.0f} s")
         if self.run is None or self.rounds is None:
             self._runs += 1
@@ -253,7 +268,7 @@ class Proxy:
 
     def _with_nudges(self, run: Run, result: types.CallToolResult) -> types.CallToolResult:
         """MCP's only way to the model is a result: a nudge rides on the next one, once."""
-        fresh = run.nudges[self._nudges_shown:]
+        fresh = run.nudges[self._nudges_shown :]
         if not fresh:
             return result
         self._nudges_shown = len(run.nudges)
@@ -283,8 +298,14 @@ def make_server(proxy: Proxy, upstream_info: types.InitializeResult) -> Server:
     exempt = [t.name for t in proxy.tools if proxy.is_exempt(t.name)]
     rules = words.system_prompt(proxy.options.mode, Policy.for_mode(proxy.options.mode), exempt)
     instructions = f"{upstream_info.instructions}\n\n{rules}" if upstream_info.instructions else rules
-    return Server(info.name, version=info.version, title=info.title, description=info.description,
-                  instructions=instructions, **handlers)
+    return Server(
+        info.name,
+        version=info.version,
+        title=info.title,
+        description=info.description,
+        instructions=instructions,
+        **handlers,
+    )
 
 
 def parse_env(specs: Iterable[str]) -> dict[str, str]:
@@ -317,14 +338,18 @@ def client_lines() -> BatchesAnswered:
     return BatchesAnswered(anyio.wrap_file(text))
 
 
-async def serve_stdio(command: list[str], client: Client, options: ProxyOptions,
-                      env: dict[str, str] | None = None) -> None:
+async def serve_stdio(
+    command: list[str], client: Client, options: ProxyOptions, env: dict[str, str] | None = None
+) -> None:
     """Spawn the upstream server (in `env`, by default `server_environment(options)`), then
     serve MCP on this process's stdin and stdout until the client closes them."""
-    upstream_params = StdioServerParameters(command=command[0], args=command[1:],
-                                            env=server_environment(options) if env is None else env)
-    async with stdio_client(upstream_params, errlog=sys.stderr) as (up_read, up_write), \
-            ClientSession(up_read, up_write) as upstream:
+    upstream_params = StdioServerParameters(
+        command=command[0], args=command[1:], env=server_environment(options) if env is None else env
+    )
+    async with (
+        stdio_client(upstream_params, errlog=sys.stderr) as (up_read, up_write),
+        ClientSession(up_read, up_write) as upstream,
+    ):
         upstream_info = await upstream.initialize()
         proxy = Proxy(upstream, client, options)
         await proxy.refresh_tools()
@@ -340,10 +365,12 @@ async def serve_stdio(command: list[str], client: Client, options: ProxyOptions,
                 await proxy.close()
 
 
-async def _run(command: list[str], options: ProxyOptions, use_kafka: bool, settings: Settings,
-               env: dict[str, str]) -> None:
-    client: Client = (KafkaClient(settings) if use_kafka
-                      else EmbeddedClient(AdminPolicy.from_file(settings.policy_file)))
+async def _run(
+    command: list[str], options: ProxyOptions, use_kafka: bool, settings: Settings, env: dict[str, str]
+) -> None:
+    client: Client = (
+        KafkaClient(settings) if use_kafka else EmbeddedClient(AdminPolicy.from_file(settings.policy_file))
+    )
     async with client:
         await serve_stdio(command, client, options, env)
 

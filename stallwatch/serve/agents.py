@@ -72,15 +72,24 @@ class Agent:
 
 
 def _pre_tool_deny(reason: str) -> dict[str, Any]:
-    return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
-                                   "permissionDecisionReason": reason}}
+    return {
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": "deny",
+            "permissionDecisionReason": reason,
+        }
+    }
 
 
 def _context(event: str, notes: list[str]) -> dict[str, Any]:
     if not notes:
         return {}
-    return {"hookSpecificOutput": {"hookEventName": event,
-                                   "additionalContext": "\n".join(NOTE + n for n in notes)}}
+    return {
+        "hookSpecificOutput": {
+            "hookEventName": event,
+            "additionalContext": "\n".join(NOTE + n for n in notes),
+        }
+    }
 
 
 class Claude(Agent):
@@ -151,9 +160,11 @@ class Codex(Agent):
 _GEMINI_SHELL = "run_shell_command"
 _GEMINI_END = r"\s*(?:</untrusted_context>\s*)?\Z"
 _GEMINI_PGID = re.compile(r"^Process Group PGID: \d+(?=" + _GEMINI_END + ")", re.M)
-_GEMINI_EXIT = re.compile(r"^Exit Code: (-?\d+)(?:\n|\Z)"
-                          r"(?:(?:Signal|Background PIDs|Process Group PGID): .*(?:\n|\Z))*" + _GEMINI_END,
-                          re.M)
+_GEMINI_EXIT = re.compile(
+    r"^Exit Code: (-?\d+)(?:\n|\Z)"
+    r"(?:(?:Signal|Background PIDs|Process Group PGID): .*(?:\n|\Z))*" + _GEMINI_END,
+    re.M,
+)
 
 
 class Gemini(Agent):
@@ -166,8 +177,17 @@ class Gemini(Agent):
     prompt_events = frozenset({"BeforeAgent"})
     end_events = frozenset({"SessionEnd"})
     tools = (
-        *({"name": n, "effect": "read"} for n in ("read_file", "read_many_files", "list_directory",
-                                                 "glob", "search_file_content", "grep_search")),
+        *(
+            {"name": n, "effect": "read"}
+            for n in (
+                "read_file",
+                "read_many_files",
+                "list_directory",
+                "glob",
+                "search_file_content",
+                "grep_search",
+            )
+        ),
         *({"name": n, "effect": "write"} for n in ("write_file", "replace")),
     )
     shell_tools = frozenset({_GEMINI_SHELL})

@@ -78,12 +78,17 @@ def browser_refusal(request: web.Request, token: str | None) -> web.Response | N
     without asking, and a rebound DNS name makes the server its own origin. Browsers send Origin
     on every cross-origin request and every POST; agents' hooks and local clients never do."""
     if "Origin" in request.headers:
-        return problem(403, "requests with an Origin header (from a web page) are refused: call "
-                            "stallwatch serve from an agent's hook or a local client")
+        return problem(
+            403,
+            "requests with an Origin header (from a web page) are refused: call "
+            "stallwatch serve from an agent's hook or a local client",
+        )
     host = request.headers.get("Host")
     if token is None and host is not None and _host_name(host) not in LOOPBACK_HOSTS:
-        return problem(403, f"Host {host!r} is not loopback: use http://127.0.0.1, or set "
-                            f"{TOKEN_ENV} to answer other names")
+        return problem(
+            403,
+            f"Host {host!r} is not loopback: use http://127.0.0.1, or set {TOKEN_ENV} to answer other names",
+        )
     if request.method == "POST" and request.can_read_body and request.content_type != "application/json":
         return problem(415, "send the body with `Content-Type: application/json`")
     return None
@@ -127,9 +132,14 @@ class Api:
         tools = [t.model_dump(exclude_defaults=True) for t in body.tools]
         async with self.service.locked(body.run_id):
             try:
-                held = await self.service.start(body.run_id, mode=body.mode, tools=tools,
-                                                policy=body.policy, parent_run_id=body.parent_run_id,
-                                                tenant=body.tenant)
+                held = await self.service.start(
+                    body.run_id,
+                    mode=body.mode,
+                    tools=tools,
+                    policy=body.policy,
+                    parent_run_id=body.parent_run_id,
+                    tenant=body.tenant,
+                )
             except ValueError as exc:  # the contract refused run_started (an unknown mode, a bad policy)
                 if isinstance(exc, RunExists):
                     raise
@@ -142,9 +152,16 @@ class Api:
         async with self.service.locked(run_id):
             run = self.service.get(run_id).run
             call_id, decision = await run.propose(body.tool, body.args, body.call_id, body.effect)
-        return reply(CallVerdict(call_id=call_id, allowed=decision.allowed, code=decision.code,
-                                 reason=decision.reason, timed_out=decision.timed_out,
-                                 stop=stop_view(run.stop)))
+        return reply(
+            CallVerdict(
+                call_id=call_id,
+                allowed=decision.allowed,
+                code=decision.code,
+                reason=decision.reason,
+                timed_out=decision.timed_out,
+                stop=stop_view(run.stop),
+            )
+        )
 
     async def result(self, request: web.Request) -> web.Response:
         run_id = request.match_info["run_id"]
@@ -196,17 +213,18 @@ def make_app(service: Service, token: str | None, hook_settings: HookSettings) -
     hooks = Hooks(service, hook_settings)
     app = web.Application(middlewares=[auth_middleware(token)], client_max_size=MAX_BODY_BYTES)
     app[HOOKS] = hooks
-    app.add_routes([
-        web.get("/v1/health", api.health),
-        web.get("/v1/openapi.json", api.openapi),
-        web.post("/v1/runs", api.start_run),
-        web.get("/v1/runs/{run_id}", api.get_run),
-        web.post("/v1/runs/{run_id}/calls", api.propose),
-        web.post("/v1/runs/{run_id}/results", api.result),
-        web.post("/v1/runs/{run_id}/rounds", api.start_round),
-        web.post("/v1/runs/{run_id}/rounds/end", api.end_round),
-        web.post("/v1/runs/{run_id}/end", api.end_run),
-        web.post("/hooks/{agent}", hooks.handle),
-    ])
+    app.add_routes(
+        [
+            web.get("/v1/health", api.health),
+            web.get("/v1/openapi.json", api.openapi),
+            web.post("/v1/runs", api.start_run),
+            web.get("/v1/runs/{run_id}", api.get_run),
+            web.post("/v1/runs/{run_id}/calls", api.propose),
+            web.post("/v1/runs/{run_id}/results", api.result),
+            web.post("/v1/runs/{run_id}/rounds", api.start_round),
+            web.post("/v1/runs/{run_id}/rounds/end", api.end_round),
+            web.post("/v1/runs/{run_id}/end", api.end_run),
+            web.post("/hooks/{agent}", hooks.handle),
+        ]
+    )
     return app
-

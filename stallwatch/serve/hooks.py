@@ -136,7 +136,7 @@ class ClaudeTranscript:
                 return
             self._in_long_line = False
             self.offset += newline + 1
-            chunk = chunk[newline + 1:]
+            chunk = chunk[newline + 1 :]
         end = chunk.rfind(b"\n") + 1  # a line being written is read next time, whole
         if end == 0 and len(chunk) >= TRANSCRIPT_READ_BYTES:
             self._in_long_line = True  # too long to be read whole: none of our ids is kept
@@ -227,15 +227,18 @@ class Hooks:
     async def handle(self, request: web.Request) -> web.Response:
         agent = AGENTS.get(request.match_info["agent"])
         if agent is None:
-            return web.json_response({"error": f"no hooks for {request.match_info['agent']!r}: "
-                                      f"use one of {sorted(AGENTS)}"}, status=404)
+            return web.json_response(
+                {"error": f"no hooks for {request.match_info['agent']!r}: use one of {sorted(AGENTS)}"},
+                status=404,
+            )
         try:
             payload = orjson.loads(await request.read())
             answer = await self.answer(agent, payload) if isinstance(payload, dict) else {}
         except Exception as exc:  # the agent's call must not fail because stallwatch did
             # Its type and line only: the message can quote the payload's tool input and output.
-            log.warning("stallwatch: a %s hook could not be judged (%s); the call runs", agent.name,
-                        fault(exc))
+            log.warning(
+                "stallwatch: a %s hook could not be judged (%s); the call runs", agent.name, fault(exc)
+            )
             answer = {}
         return web.json_response(answer)
 
@@ -262,13 +265,13 @@ class Hooks:
         """The session's run: a new one when its last has ended (idle, or ended through the API)."""
         current = self._sessions.get(session)
         if current is None or (current.started and current.run_id not in self.service.held):
-            current = self._sessions[session] = SessionRun(
-                f"{session}.{self._nonce}.{next(self._runs_made)}")
+            current = self._sessions[session] = SessionRun(f"{session}.{self._nonce}.{next(self._runs_made)}")
         return current.run_id
 
     def _forget_ended_sessions(self) -> None:
-        for session in [s for s, r in self._sessions.items()
-                        if r.started and r.run_id not in self.service.held]:
+        for session in [
+            s for s, r in self._sessions.items() if r.started and r.run_id not in self.service.held
+        ]:
             del self._sessions[session]
             self.transcripts.pop(session, None)
 
@@ -301,8 +304,7 @@ class Hooks:
             call_id, decision = await run.propose(judged, args, None, agent.call_effect(judged, args))
             if not decision.allowed:
                 if run.stop is not None:
-                    return agent.deny(str(payload.get("hook_event_name")), run.stop.reason,
-                                      run.stop.reason)
+                    return agent.deny(str(payload.get("hook_event_name")), run.stop.reason, run.stop.reason)
                 return agent.deny(str(payload.get("hook_event_name")), decision.reason, None)
             rounds.allowed(_call_key(payload, tool, args), call_id, now)
             return {}
@@ -357,8 +359,9 @@ class Hooks:
 
     async def _start(self, agent: Agent, session: str, run_id: str) -> Held:
         s = self.settings
-        held = await self.service.start(run_id, mode=s.mode, tools=[dict(t) for t in agent.tools],
-                                        policy=s.policy, tenant=s.tenant)
+        held = await self.service.start(
+            run_id, mode=s.mode, tools=[dict(t) for t in agent.tools], policy=s.policy, tenant=s.tenant
+        )
         held.extra["rounds"] = RoundKeeper(s.round_gap_s, s.pending_lapse_s)
         current = self._sessions.get(session)
         if current is not None and current.run_id == run_id:
@@ -385,4 +388,3 @@ def _call_key(payload: dict[str, Any], tool: str, args: Any) -> str:
     if isinstance(tool_use_id, str) and tool_use_id:
         return tool_use_id
     return tool + "\x00" + orjson.dumps(args, option=orjson.OPT_SORT_KEYS).decode()
-

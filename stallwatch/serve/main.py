@@ -48,8 +48,10 @@ def token_for(host: str) -> str | None:
     """The token requests must carry: required to bind anything but loopback."""
     token = reveal(ServeSettings.from_env().token)
     if token is None and not is_loopback(host):
-        raise SetupError(f"binding {host} lets other machines in: set {TOKEN_ENV} to a long random "
-                         "secret (e.g. `openssl rand -hex 32`), or bind 127.0.0.1")
+        raise SetupError(
+            f"binding {host} lets other machines in: set {TOKEN_ENV} to a long random "
+            "secret (e.g. `openssl rand -hex 32`), or bind 127.0.0.1"
+        )
     return token
 
 
@@ -62,24 +64,27 @@ def read_policy(path: str | None) -> dict[str, Any] | None:
     except (OSError, ValueError) as exc:
         raise SetupError(f"--policy {path}: cannot read a JSON object from it ({exc})") from None
     if not isinstance(policy, dict):
-        raise SetupError(f"--policy {path}: expected a JSON object like {{\"stall_stop_at\": 5}}")
+        raise SetupError(f'--policy {path}: expected a JSON object like {{"stall_stop_at": 5}}')
     return policy
 
 
 def make_client(options: ServeOptions, settings: Settings) -> Client:
     if options.use_kafka:
         return KafkaClient(settings)
-    return EmbeddedClient(AdminPolicy.from_file(settings.policy_file),
-                          fingerprint_key=reveal(settings.fingerprint_key))
+    return EmbeddedClient(
+        AdminPolicy.from_file(settings.policy_file), fingerprint_key=reveal(settings.fingerprint_key)
+    )
 
 
-async def serve(options: ServeOptions, settings: Settings,
-                listening: Callable[[int], None] | None = None) -> None:
+async def serve(
+    options: ServeOptions, settings: Settings, listening: Callable[[int], None] | None = None
+) -> None:
     """Serve until SIGINT or SIGTERM; `listening` is told the port once it is bound (--port 0:
     the kernel's choice)."""
     token = token_for(options.host)
-    hook_settings = HookSettings(tenant=options.tenant or settings.tenant,
-                                 policy=read_policy(options.policy_file))
+    hook_settings = HookSettings(
+        tenant=options.tenant or settings.tenant, policy=read_policy(options.policy_file)
+    )
     client = make_client(options, settings)
     async with client:
         runner = web.AppRunner(make_app(Service(client), token, hook_settings), access_log=None)
@@ -88,8 +93,12 @@ async def serve(options: ServeOptions, settings: Settings,
             site = web.TCPSite(runner, options.host, options.port)
             await site.start()
             port = int(runner.addresses[0][1])
-            print(f"stallwatch serve: listening on http://{options.host}:{port}"
-                  f"{' (token required)' if token else ''}", file=sys.stderr, flush=True)
+            print(
+                f"stallwatch serve: listening on http://{options.host}:{port}"
+                f"{' (token required)' if token else ''}",
+                file=sys.stderr,
+                flush=True,
+            )
             if listening is not None:
                 listening(port)
             stop = asyncio.Event()
@@ -106,7 +115,10 @@ def main(options: ServeOptions, settings: Settings) -> int:
     try:
         asyncio.run(serve(options, settings))
     except OSError as exc:
-        print(f"stallwatch serve: cannot listen on {options.host}:{options.port} ({exc.strerror}): "
-              "pass another --port", file=sys.stderr)
+        print(
+            f"stallwatch serve: cannot listen on {options.host}:{options.port} ({exc.strerror}): "
+            "pass another --port",
+            file=sys.stderr,
+        )
         return 2
     return 0

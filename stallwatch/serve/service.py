@@ -38,7 +38,7 @@ class Held:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def unread_nudges(self, mark_read: bool = True) -> list[str]:
-        fresh = self.run.nudges[self.nudges_read:]
+        fresh = self.run.nudges[self.nudges_read :]
         if mark_read:
             self.nudges_read = len(self.run.nudges)
         return [n.reason for n in fresh]
@@ -105,8 +105,9 @@ class Service:
     def view(self, held: Held, mark_read: bool = True) -> RunView:
         """The run as the API answers it; `mark_read=False` for a GET, which changes nothing."""
         run = held.run
-        return RunView(run_id=run.run_id, round=run.round, stop=stop_view(run.stop),
-                       nudges=held.unread_nudges(mark_read))
+        return RunView(
+            run_id=run.run_id, round=run.round, stop=stop_view(run.stop), nudges=held.unread_nudges(mark_read)
+        )
 
     async def sweep(self) -> bool:
         """End the runs idle for longer than `idle_s`, at most once a minute; True when it looked."""

@@ -23,60 +23,93 @@ class StallwatchMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.events = Counter("stallwatch_events_consumed_total", "Events applied, by type",
-                              ["type"], registry=r)
-        self.skipped = Counter("stallwatch_events_skipped_total",
-                               "Events at or below a run's last applied offset (reprocessing after a crash)",
-                               registry=r)
-        self.dead_letters = Counter("stallwatch_dead_letters_total", "Dead letters, by reason",
-                                    ["reason"], registry=r)
-        self.verdicts = Counter("stallwatch_verdicts_total", "Verdicts, by decision and code",
-                                ["decision", "code"], registry=r)
+        self.events = Counter(
+            "stallwatch_events_consumed_total", "Events applied, by type", ["type"], registry=r
+        )
+        self.skipped = Counter(
+            "stallwatch_events_skipped_total",
+            "Events at or below a run's last applied offset (reprocessing after a crash)",
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "stallwatch_dead_letters_total", "Dead letters, by reason", ["reason"], registry=r
+        )
+        self.verdicts = Counter(
+            "stallwatch_verdicts_total", "Verdicts, by decision and code", ["decision", "code"], registry=r
+        )
         self.stops = Counter("stallwatch_stops_total", "Stops, by code", ["code"], registry=r)
         self.nudges = Counter("stallwatch_nudges_total", "Nudges sent before a stop", registry=r)
-        self.stall_nudges = Counter("stallwatch_stall_nudges_total",
-                                    "Coder mode: nudges naming a call whose result stayed the same "
-                                    "across changes (also counted in stallwatch_nudges_total)",
-                                    registry=r)
+        self.stall_nudges = Counter(
+            "stallwatch_stall_nudges_total",
+            "Coder mode: nudges naming a call whose result stayed the same "
+            "across changes (also counted in stallwatch_nudges_total)",
+            registry=r,
+        )
         self.workspace_version_at_stop = Histogram(
             "stallwatch_workspace_version_at_stop",
-            "Coder mode: changes made to the workspace before the stop", ["code"],
-            buckets=_VERSION_BUCKETS, registry=r)
-        self.streak_at_stop = Histogram("stallwatch_streak_length_at_stop",
-                                        "The counter that fired, at the stop", ["code"],
-                                        buckets=_STREAK_BUCKETS, registry=r)
-        self.active_runs = Gauge("stallwatch_active_runs", "Runs held in this worker's run store",
-                                 registry=r)
-        self.fingerprints = Gauge("stallwatch_fingerprints_held",
-                                  "Result fingerprints and fact digests held by this worker's runs",
-                                  registry=r)
-        self.lag = Gauge("stallwatch_consumer_lag",
-                         "Events not yet committed: end offset minus committed offset",
-                         ["topic", "partition"], registry=r)
-        self.batch_seconds = Histogram("stallwatch_batch_processing_seconds",
-                                       "Wall time to apply a batch, produce its commands and write "
-                                       "its states", buckets=_LATENCY_BUCKETS, registry=r)
-        self.event_seconds = Histogram("stallwatch_event_processing_seconds",
-                                       "Wall time per event (its batch's time over its events)",
-                                       buckets=(0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001,
-                                                0.0025, 0.005, 0.01, 0.05), registry=r)
-        self.batch_events = Histogram("stallwatch_batch_events", "Events per batch",
-                                      buckets=(1, 5, 10, 50, 100, 250, 500), registry=r)
-        self.decision_latency = Histogram("stallwatch_decision_latency_seconds",
-                                          "Event time (`ts`) to its command produced and acked",
-                                          buckets=_LATENCY_BUCKETS, registry=r)
-        self.fetch_delay = Histogram("stallwatch_fetch_delay_seconds",
-                                     "Broker append to the worker's fetch of a batch's first event "
-                                     "(its longest wait in Kafka; append-time topics only)",
-                                     buckets=_LATENCY_BUCKETS, registry=r)
+            "Coder mode: changes made to the workspace before the stop",
+            ["code"],
+            buckets=_VERSION_BUCKETS,
+            registry=r,
+        )
+        self.streak_at_stop = Histogram(
+            "stallwatch_streak_length_at_stop",
+            "The counter that fired, at the stop",
+            ["code"],
+            buckets=_STREAK_BUCKETS,
+            registry=r,
+        )
+        self.active_runs = Gauge("stallwatch_active_runs", "Runs held in this worker's run store", registry=r)
+        self.fingerprints = Gauge(
+            "stallwatch_fingerprints_held",
+            "Result fingerprints and fact digests held by this worker's runs",
+            registry=r,
+        )
+        self.lag = Gauge(
+            "stallwatch_consumer_lag",
+            "Events not yet committed: end offset minus committed offset",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.batch_seconds = Histogram(
+            "stallwatch_batch_processing_seconds",
+            "Wall time to apply a batch, produce its commands and write its states",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.event_seconds = Histogram(
+            "stallwatch_event_processing_seconds",
+            "Wall time per event (its batch's time over its events)",
+            buckets=(0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05),
+            registry=r,
+        )
+        self.batch_events = Histogram(
+            "stallwatch_batch_events", "Events per batch", buckets=(1, 5, 10, 50, 100, 250, 500), registry=r
+        )
+        self.decision_latency = Histogram(
+            "stallwatch_decision_latency_seconds",
+            "Event time (`ts`) to its command produced and acked",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.fetch_delay = Histogram(
+            "stallwatch_fetch_delay_seconds",
+            "Broker append to the worker's fetch of a batch's first event "
+            "(its longest wait in Kafka; append-time topics only)",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.batch_retries = Counter(
             "stallwatch_batch_retries_total",
             "Batches whose transaction failed (nothing of it visible) and that were read again",
-            registry=r)
-        self.recovery_seconds = Histogram("stallwatch_partition_restore_seconds",
-                                          "Rebalance to ready: the hand-over and the replay of the "
-                                          "run states' changelog", buckets=_RECOVERY_BUCKETS,
-                                          registry=r)
+            registry=r,
+        )
+        self.recovery_seconds = Histogram(
+            "stallwatch_partition_restore_seconds",
+            "Rebalance to ready: the hand-over and the replay of the run states' changelog",
+            buckets=_RECOVERY_BUCKETS,
+            registry=r,
+        )
         self.build = Info("stallwatch_build", "Version of the running worker", registry=r)
         try:
             self.build.info({"version": version("stallwatch")})
@@ -109,4 +142,3 @@ class StallwatchMetrics:
                 version = command.detail.get("workspace_version")
                 if version is not None:
                     self.workspace_version_at_stop.labels(command.code).observe(version)
-

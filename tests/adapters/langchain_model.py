@@ -26,8 +26,13 @@ class ScriptedChatModel(GenericFakeChatModel):
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
         return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
-    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
-                  run_manager: Any = None, **kwargs: Any) -> ChatResult:
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: Any = None,
+        **kwargs: Any,
+    ) -> ChatResult:
         tools = [t["function"]["name"] for t in kwargs.get("tools") or []]
         system = next((m.text for m in messages if isinstance(m, SystemMessage)), "")
         recent: list[str] = []
@@ -40,9 +45,13 @@ class ScriptedChatModel(GenericFakeChatModel):
             message = AIMessage(content=ANSWER)
         else:
             turn = len(self.script.seen)
-            message = AIMessage(content="", tool_calls=[
-                {"name": name, "args": args, "id": f"tc-{turn}-{i}", "type": "tool_call"}
-                for i, (name, args) in enumerate(calls)])
+            message = AIMessage(
+                content="",
+                tool_calls=[
+                    {"name": name, "args": args, "id": f"tc-{turn}-{i}", "type": "tool_call"}
+                    for i, (name, args) in enumerate(calls)
+                ],
+            )
         return ChatResult(generations=[ChatGeneration(message=message)])
 
 
@@ -53,22 +62,31 @@ def agent_for(script: Script, tools: Tools, middleware: StallwatchMiddleware | N
         except FetchFailed as exc:
             raise ToolException(str(exc)) from exc  # LangChain's idiom: an error ToolMessage
 
-    lc_tools = [StructuredTool.from_function(tools.search, name="search", description="Search documents."),
-                StructuredTool.from_function(tools.list_page, name="list_page", description="Read a page."),
-                StructuredTool.from_function(tools.wait_for_researchers, name="wait_for_researchers",
-                                             description="Wait for the researchers."),
-                StructuredTool.from_function(fetch, name="fetch", description="Fetch a page.",
-                                             handle_tool_error=True)]
+    lc_tools = [
+        StructuredTool.from_function(tools.search, name="search", description="Search documents."),
+        StructuredTool.from_function(tools.list_page, name="list_page", description="Read a page."),
+        StructuredTool.from_function(
+            tools.wait_for_researchers, name="wait_for_researchers", description="Wait for the researchers."
+        ),
+        StructuredTool.from_function(
+            fetch, name="fetch", description="Fetch a page.", handle_tool_error=True
+        ),
+    ]
     model = ScriptedChatModel(messages=iter(()), script=script)
-    return create_agent(model, lc_tools, system_prompt="You research questions.",
-                        middleware=[middleware] if middleware else [])
+    return create_agent(
+        model,
+        lc_tools,
+        system_prompt="You research questions.",
+        middleware=[middleware] if middleware else [],
+    )
 
 
 QUESTION = {"messages": [{"role": "user", "content": "How does Kafka compact a topic?"}]}
 
 
-async def run_agent(script: scripts.Script, tools: scripts.Tools | None = None,
-                    policy: dict | None = None) -> tuple[scripts.Tools, str]:
+async def run_agent(
+    script: scripts.Script, tools: scripts.Tools | None = None, policy: dict | None = None
+) -> tuple[scripts.Tools, str]:
     tools = tools or scripts.Tools()
     async with EmbeddedClient() as client:
         agent = agent_for(script, tools, StallwatchMiddleware(client, tools=scripts.DECLARED, policy=policy))

@@ -51,21 +51,27 @@ def agent_for(script: Script, tools: Tools, steps: int = MAX_STEPS) -> Agent[Any
         """Fetch a page (its exception becomes the SDK's default failure text)."""
         return tools.fetch(url)
 
-    return Agent(name="researcher", instructions="You research questions.", model=model_for(script, steps),
-                 tools=[function_tool(f) for f in (search, list_page, wait_for_researchers, fetch)])
+    return Agent(
+        name="researcher",
+        instructions="You research questions.",
+        model=model_for(script, steps),
+        tools=[function_tool(f) for f in (search, list_page, wait_for_researchers, fetch)],
+    )
 
 
 QUESTION = "How does Kafka compact a topic?"
 
 
-async def run_agent(script: scripts.Script, tools: scripts.Tools | None = None,
-                    policy: dict | None = None) -> tuple[scripts.Tools, str]:
+async def run_agent(
+    script: scripts.Script, tools: scripts.Tools | None = None, policy: dict | None = None
+) -> tuple[scripts.Tools, str]:
     tools = tools or scripts.Tools()
     async with EmbeddedClient() as client:
         watch = StallwatchRun(client, tools=scripts.DECLARED, policy=policy)
         try:
-            result = await Runner.run(watch.agent(agent_for(script, tools)), QUESTION, hooks=watch,
-                                      max_turns=60)
+            result = await Runner.run(
+                watch.agent(agent_for(script, tools)), QUESTION, hooks=watch, max_turns=60
+            )
         finally:
             assert not client.runs  # the run was ended and forgotten, also when the turn ended
     return tools, result.final_output

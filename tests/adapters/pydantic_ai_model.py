@@ -26,14 +26,21 @@ from tests.adapters.scripts import ANSWER, FetchFailed, Script, Seen, Tools
 def model_for(script: Script) -> FunctionModel:
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         last = messages[-1]
-        recent = [str(p.content) for p in last.parts if isinstance(p, ToolReturnPart)] \
-            if isinstance(last, ModelRequest) else []
+        recent = (
+            [str(p.content) for p in last.parts if isinstance(p, ToolReturnPart)]
+            if isinstance(last, ModelRequest)
+            else []
+        )
         calls = script.next(Seen([t.name for t in info.function_tools], info.instructions or "", recent))
         if calls is None:
             return ModelResponse(parts=[TextPart(ANSWER)])
         turn = len(script.seen)
-        return ModelResponse(parts=[ToolCallPart(name, args, tool_call_id=f"tc-{turn}-{i}")
-                                    for i, (name, args) in enumerate(calls)])
+        return ModelResponse(
+            parts=[
+                ToolCallPart(name, args, tool_call_id=f"tc-{turn}-{i}")
+                for i, (name, args) in enumerate(calls)
+            ]
+        )
 
     async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
         for i, part in enumerate(respond(messages, info).parts):
@@ -48,8 +55,11 @@ def model_for(script: Script) -> FunctionModel:
 
 
 def agent_for(script: Script, tools: Tools, capability: Stallwatch | None) -> Agent[None, str]:
-    agent: Agent[None, str] = Agent(model_for(script), instructions="You research questions.",
-                                    capabilities=[capability] if capability else [])
+    agent: Agent[None, str] = Agent(
+        model_for(script),
+        instructions="You research questions.",
+        capabilities=[capability] if capability else [],
+    )
 
     @agent.tool_plain
     def search(q: str) -> str:
@@ -80,8 +90,9 @@ def agent_for(script: Script, tools: Tools, capability: Stallwatch | None) -> Ag
 QUESTION = "How does Kafka compact a topic?"
 
 
-async def run_agent(script: scripts.Script, tools: scripts.Tools | None = None,
-                    policy: dict | None = None) -> tuple[scripts.Tools, str]:
+async def run_agent(
+    script: scripts.Script, tools: scripts.Tools | None = None, policy: dict | None = None
+) -> tuple[scripts.Tools, str]:
     tools = tools or scripts.Tools()
     async with EmbeddedClient() as client:
         capability = Stallwatch(client, tools=scripts.DECLARED, policy=policy)

@@ -100,8 +100,14 @@ class Tools:
     def search(self, q: str) -> str:
         self.ran["search"] += 1
         time.sleep(self.search_s)
-        return json.dumps({"documents": [{"id": "kafka-docs", "title": "Log compaction"},
-                                         {"id": "faust-docs", "title": "Tables"}]})
+        return json.dumps(
+            {
+                "documents": [
+                    {"id": "kafka-docs", "title": "Log compaction"},
+                    {"id": "faust-docs", "title": "Tables"},
+                ]
+            }
+        )
 
     def list_page(self, page: int) -> str:
         self.ran["list_page"] += 1
@@ -118,6 +124,7 @@ class Tools:
 
 
 # What every adapter must make of each script (the framework's final answer passed in).
+
 
 def assert_stopped_then_answered(script: Script, tools: Tools, answer: str) -> None:
     """Six searches ran (one new result, five already seen), the model was nudged at the third

@@ -9,9 +9,11 @@ import pytest
 from tests.adapters import langchain_model, openai_agents_model, pydantic_ai_model, scripts
 
 Runner = Callable[..., Awaitable[tuple[scripts.Tools, str]]]
-RUNNERS: dict[str, Runner] = {"langchain": langchain_model.run_agent,
-                              "openai-agents": openai_agents_model.run_agent,
-                              "pydantic-ai": pydantic_ai_model.run_agent}
+RUNNERS: dict[str, Runner] = {
+    "langchain": langchain_model.run_agent,
+    "openai-agents": openai_agents_model.run_agent,
+    "pydantic-ai": pydantic_ai_model.run_agent,
+}
 
 
 @pytest.fixture(params=sorted(RUNNERS))
@@ -58,8 +60,9 @@ async def test_failures_of_one_tool_stop_the_run(run_agent: Runner):
 @pytest.mark.parametrize("framework", ["langchain", "pydantic-ai"])  # the SDK raises: its own test
 async def test_a_stop_that_ends_the_turn_calls_the_model_no_more(framework: str):
     script = scripts.rewording()
-    tools, answer = await RUNNERS[framework](script, scripts.Tools(scripts.SLOW_SEARCH_S),
-                                             scripts.OUT_OF_TIME)
+    tools, answer = await RUNNERS[framework](
+        script, scripts.Tools(scripts.SLOW_SEARCH_S), scripts.OUT_OF_TIME
+    )
     # (on a loaded machine the time can be up before the search is even proposed: then it is
     # refused, and the turn ends all the same)
     assert len(script.seen) == 1 and tools.ran["search"] <= 1

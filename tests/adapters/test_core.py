@@ -59,11 +59,20 @@ async def test_finish_ends_the_run_and_forgets_it():
 async def test_declarations_reach_the_engine_through_the_run_spec():
     """Items declared as the facts: the same documents in another order, with other scores,
     bring nothing new."""
-    spec = RunSpec(tools=({"name": "search", "facts": {"path": "documents", "key": "id"},
-                           "volatile_fields": ["documents.*.score"]},))
+    spec = RunSpec(
+        tools=(
+            {
+                "name": "search",
+                "facts": {"path": "documents", "key": "id"},
+                "volatile_fields": ["documents.*.score"],
+            },
+        )
+    )
     guard = Guard(EmbeddedClient(), spec)
-    results = [{"documents": [{"id": "a", "score": i}, {"id": "b", "score": -i}][:: 1 if i % 2 else -1]}
-               for i in range(6)]
+    results = [
+        {"documents": [{"id": "a", "score": i}, {"id": "b", "score": -i}][:: 1 if i % 2 else -1]}
+        for i in range(6)
+    ]
     turns = await rounds(guard, results)
     assert turns[-1].stop is not None and turns[-1].stop.code == "no_new_facts"
 
@@ -79,6 +88,7 @@ async def test_a_fault_of_stallwatch_lets_that_one_call_run_and_the_next_is_judg
             failures.append(tool)
             raise KeyError("a secret in the message")
         return await real(self, tool, args, call_id, effect)
+
     monkeypatch.setattr(Run, "propose", propose_failing_once)
     guard = Guard(EmbeddedClient(), RunSpec())
     decisions = []
@@ -94,8 +104,7 @@ async def test_a_fault_of_stallwatch_lets_that_one_call_run_and_the_next_is_judg
     assert "secret" not in warning.getMessage()
 
 
-async def test_a_run_that_fails_to_start_leaves_the_agent_running_and_starts_at_the_next_call(
-        monkeypatch):
+async def test_a_run_that_fails_to_start_leaves_the_agent_running_and_starts_at_the_next_call(monkeypatch):
     client = EmbeddedClient()
     real, failures = type(client).start_run, []
 
@@ -104,6 +113,7 @@ async def test_a_run_that_fails_to_start_leaves_the_agent_running_and_starts_at_
             failures.append(1)
             raise RuntimeError("broker away")
         return await real(self, *args, **kwargs)
+
     monkeypatch.setattr(type(client), "start_run", start_failing_once)
     guard = Guard(client, RunSpec())
     turn = await guard.begin_model_call(["search"])

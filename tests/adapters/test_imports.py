@@ -7,15 +7,19 @@ import sys
 
 import pytest
 
-FRAMEWORKS = {"langchain": "stallwatch.adapters.langchain", "agents": "stallwatch.adapters.openai_agents",
-              "pydantic_ai": "stallwatch.adapters.pydantic_ai"}
+FRAMEWORKS = {
+    "langchain": "stallwatch.adapters.langchain",
+    "agents": "stallwatch.adapters.openai_agents",
+    "pydantic_ai": "stallwatch.adapters.pydantic_ai",
+}
 OTHERS = ("faust", "langchain", "langgraph", "agents", "pydantic_ai")
 
 
 def loaded_after(module: str) -> set[str]:
     code = f"import sys, {module}; print(' '.join(sorted({{m.split('.')[0] for m in sys.modules}})))"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
     return set(done.stdout.split())
 
 

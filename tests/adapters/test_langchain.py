@@ -49,9 +49,11 @@ async def test_the_result_says_whether_and_why_the_run_was_stopped():
     async with EmbeddedClient() as client:
         middleware = StallwatchMiddleware(client)
         stopped = await agent_for(scripts.rewording(), scripts.Tools(), middleware).ainvoke(
-            QUESTION, {"recursion_limit": 100})
+            QUESTION, {"recursion_limit": 100}
+        )
         answered = await agent_for(scripts.paging(), scripts.Tools(), middleware).ainvoke(
-            QUESTION, {"recursion_limit": 100})
+            QUESTION, {"recursion_limit": 100}
+        )
     assert stopped["stallwatch_stop"]["code"] == "no_new_facts"
     assert stopped["stallwatch_stop"]["reason"] == scripts.STOP_WORDS
     assert answered["stallwatch_stop"] is None
@@ -60,7 +62,8 @@ async def test_the_result_says_whether_and_why_the_run_was_stopped():
 def test_the_sync_result_says_it_too():
     with SyncClient(EmbeddedClient) as client:
         out = agent_for(scripts.failing(), scripts.Tools(), StallwatchMiddleware(client)).invoke(
-            QUESTION, {"recursion_limit": 100})
+            QUESTION, {"recursion_limit": 100}
+        )
     assert out["stallwatch_stop"]["code"] == "tool_failures"
 
 
@@ -94,7 +97,8 @@ async def test_chat_mode_words_say_the_calls_were_refused_not_that_the_tool_fail
     script, tools = scripts.Script([("search", {"q": "kafka compaction"})] * 10), scripts.Tools()
     async with EmbeddedClient() as client:
         out = await agent_for(script, tools, StallwatchMiddleware(client, mode="chat")).ainvoke(
-            QUESTION, {"recursion_limit": 100})
+            QUESTION, {"recursion_limit": 100}
+        )
     stop = out["stallwatch_stop"]
     assert stop["code"] == "tool_failures" and tools.ran["search"] == 2  # the rest were refused
     last = script.seen[-1]

@@ -22,12 +22,12 @@ async def test_a_stop_that_ends_the_turn_raises_turn_ended_without_another_model
     assert len(script.seen) == 1 and tools.ran["search"] <= 1
     assert ended.value.stop.code == "time_limit" and str(ended.value) == scripts.TIME_WORDS
 
+
 def test_run_sync_through_the_sync_client():
     script, tools = scripts.rewording(), scripts.Tools()
     with SyncClient(EmbeddedClient) as client:
         watch = StallwatchRun(client)
-        result = Runner.run_sync(watch.agent(agent_for(script, tools)), QUESTION, hooks=watch,
-                                 max_turns=60)
+        result = Runner.run_sync(watch.agent(agent_for(script, tools)), QUESTION, hooks=watch, max_turns=60)
     scripts.assert_stopped_then_answered(script, tools, result.final_output)
 
 
@@ -45,8 +45,9 @@ async def test_a_streamed_run_is_stopped_the_same_way():
     script, tools = scripts.rewording(), scripts.Tools()
     async with EmbeddedClient() as client:
         watch = StallwatchRun(client)
-        streamed = Runner.run_streamed(watch.agent(agent_for(script, tools)), QUESTION, hooks=watch,
-                                       max_turns=60)
+        streamed = Runner.run_streamed(
+            watch.agent(agent_for(script, tools)), QUESTION, hooks=watch, max_turns=60
+        )
         async for _ in streamed.stream_events():
             pass
     scripts.assert_stopped_then_answered(script, tools, streamed.final_output)
@@ -112,7 +113,8 @@ def test_the_callers_hooks_with_run_sync():
     mine = CountingHooks()
     with SyncClient(EmbeddedClient) as client:
         watch = StallwatchRun(client)
-        result = Runner.run_sync(watch.agent(agent_for(script, tools)), QUESTION,
-                                 hooks=watch.hooks(mine), max_turns=60)
+        result = Runner.run_sync(
+            watch.agent(agent_for(script, tools)), QUESTION, hooks=watch.hooks(mine), max_turns=60
+        )
     scripts.assert_stopped_then_answered(script, tools, result.final_output)
     assert mine.model_calls == len(script.seen)

@@ -22,8 +22,10 @@ def test_run_sync_through_the_sync_client():
 
 async def test_a_streamed_run_is_stopped_the_same_way():
     script, tools = scripts.rewording(), scripts.Tools()
-    async with EmbeddedClient() as client, agent_for(script, tools, Stallwatch(client)).run_stream(
-            QUESTION) as streamed:
+    async with (
+        EmbeddedClient() as client,
+        agent_for(script, tools, Stallwatch(client)).run_stream(QUESTION) as streamed,
+    ):
         answer = await streamed.get_output()
     scripts.assert_stopped_then_answered(script, tools, answer)
 
@@ -33,14 +35,16 @@ async def test_the_result_says_whether_and_why_the_run_was_stopped():
         capability = Stallwatch(client)
         stopped = await agent_for(scripts.rewording(), scripts.Tools(), capability).run(QUESTION)
         answered = await agent_for(scripts.paging(), scripts.Tools(), capability).run(
-            QUESTION, metadata={"mine": 1})
+            QUESTION, metadata={"mine": 1}
+        )
     assert stopped.metadata["stallwatch_stop"]["code"] == "no_new_facts"
     assert stopped.metadata["stallwatch_stop"]["reason"] == scripts.STOP_WORDS
     assert answered.metadata == {"mine": 1}
 
 
-def _retrying_agent(script: scripts.Script, tools: scripts.Tools, capability: Stallwatch,
-                    retries: int) -> Agent[None, str]:
+def _retrying_agent(
+    script: scripts.Script, tools: scripts.Tools, capability: Stallwatch, retries: int
+) -> Agent[None, str]:
     agent: Agent[None, str] = Agent(model_for(script), capabilities=[capability])
 
     @agent.tool_plain(retries=retries)

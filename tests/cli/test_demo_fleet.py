@@ -41,10 +41,11 @@ async def test_a_tool_breaking_for_everyone_opens_an_incident_tells_the_runs_and
 
 def test_the_fleet_apps_errors_are_found_in_its_log(tmp_path):
     log = tmp_path / "fleet.log"
-    log.write_text("[2026-12-03 10:26:33,925] [25811] [INFO] [^Worker]: Ready \n"
-                   "[2026-12-03 10:26:40,743] [25811] [ERROR] judge: offset 0 not applied \n"
-                   "Traceback (most recent call last):\n"
-                   "[2026-12-03 10:27:25,646] [25811] [WARNING] Timer is overlapping \n")
+    log.write_text(
+        "[2026-12-03 10:26:33,925] [25811] [INFO] [^Worker]: Ready \n"
+        "[2026-12-03 10:26:40,743] [25811] [ERROR] judge: offset 0 not applied \n"
+        "Traceback (most recent call last):\n"
+        "[2026-12-03 10:27:25,646] [25811] [WARNING] Timer is overlapping \n"
+    )
     app = demo_fleet.FleetApp(proc=None, log_path=log)  # type: ignore[arg-type]
-    assert [line.split("] ", 3)[3] for line in app.errors()] == [
-        "judge: offset 0 not applied "]
+    assert [line.split("] ", 3)[3] for line in app.errors()] == ["judge: offset 0 not applied "]

@@ -28,9 +28,17 @@ TEXT_REFUSED = {
     "STALLWATCH_TENANT": "acme.eu",
 }
 # Free text: any value is one a deployment may choose (an address, a name, a user, a token).
-ANY_TEXT = {"STALLWATCH_BOOTSTRAP", "STALLWATCH_TOPIC_PREFIX", "STALLWATCH_WEB_BIND",
-            "STALLWATCH_METRICS_BIND", "STALLWATCH_INSTANCE_ID", "STALLWATCH_SASL_USERNAME",
-            "STALLWATCH_SASL_PASSWORD", "STALLWATCH_SERVE_TOKEN", "STALLWATCH_SERVE_URL"}
+ANY_TEXT = {
+    "STALLWATCH_BOOTSTRAP",
+    "STALLWATCH_TOPIC_PREFIX",
+    "STALLWATCH_WEB_BIND",
+    "STALLWATCH_METRICS_BIND",
+    "STALLWATCH_INSTANCE_ID",
+    "STALLWATCH_SASL_USERNAME",
+    "STALLWATCH_SASL_PASSWORD",
+    "STALLWATCH_SERVE_TOKEN",
+    "STALLWATCH_SERVE_URL",
+}
 
 
 def bad_values(name: str) -> list[str]:
@@ -62,8 +70,12 @@ def test_every_declared_setting_has_a_bad_value_or_is_free_text():
     assert untested == ANY_TEXT
 
 
-def run(command: list[str], env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+def run(
+    command: list[str],
+    env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> tuple[int, str]:
     """The console script's entry point, as `stallwatch COMMAND` runs it, with only `env` set."""
     for name in declared_names():
         monkeypatch.delenv(name, raising=False)
@@ -77,8 +89,9 @@ def run(command: list[str], env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 
 
 @pytest.mark.parametrize(("name", "value"), CASES, ids=[f"{n}={v}" for n, v in CASES])
-def test_a_bad_value_is_one_line_naming_it_and_exit_2(name: str, value: str, monkeypatch: Any,
-                                                        capsys: pytest.CaptureFixture[str]):
+def test_a_bad_value_is_one_line_naming_it_and_exit_2(
+    name: str, value: str, monkeypatch: Any, capsys: pytest.CaptureFixture[str]
+):
     cls, field = declared_names()[name]
     command = ["fleet"] if cls is FleetSettings else ["worker"]
     code, said = run(command, {name: value}, monkeypatch, capsys)
@@ -90,17 +103,30 @@ def test_a_bad_value_is_one_line_naming_it_and_exit_2(name: str, value: str, mon
         assert value not in said  # a secret is named, never repeated
 
 
-COMMANDS = [["worker"], ["fleet"], ["replay", "-"], ["explain", "r1", "-"], ["top", "--once"],
-            ["serve"], ["mcp-proxy", "--", "true"], ["demo"], ["schemas"], ["settings"],
-            ["hooks", "install", "claude"]]
+COMMANDS = [
+    ["worker"],
+    ["fleet"],
+    ["replay", "-"],
+    ["explain", "r1", "-"],
+    ["top", "--once"],
+    ["serve"],
+    ["mcp-proxy", "--", "true"],
+    ["demo"],
+    ["schemas"],
+    ["settings"],
+    ["hooks", "install", "claude"],
+]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
-@pytest.mark.parametrize("env", [{"STALLWATCH_LOG_LEVEL": "bogus"}, {"STALLWATCH_PARTITIONS": "six"}],
-                         ids=lambda env: next(iter(env)))
-def test_every_command_refuses_a_bad_value_in_one_line(command: list[str], env: dict[str, str],
-                                                        monkeypatch: Any,
-                                                        capsys: pytest.CaptureFixture[str]):
+@pytest.mark.parametrize(
+    "env",
+    [{"STALLWATCH_LOG_LEVEL": "bogus"}, {"STALLWATCH_PARTITIONS": "six"}],
+    ids=lambda env: next(iter(env)),
+)
+def test_every_command_refuses_a_bad_value_in_one_line(
+    command: list[str], env: dict[str, str], monkeypatch: Any, capsys: pytest.CaptureFixture[str]
+):
     code, said = run(command, env, monkeypatch, capsys)
     assert code == 2, said
     assert len(said.strip().splitlines()) == 1 and next(iter(env)) in said, said

@@ -22,12 +22,14 @@ def test_the_timeline_shows_rounds_streaks_refusals_the_nudge_and_the_stop():
     assert explain("looper", s.lines() + other.lines(), out)
     text = out.getvalue()
     assert text.startswith("run looper (researcher), tools: search\n")
-    assert ("round 1\n  end of round 1: 1 ran, 0 refused; new fact: yes; already-seen streak 0, "
-            "all-refused streak 0\n") in text
-    assert ("round 2\n  refused search({'q': 'kafka'}) [duplicate_call]: Refused: this exact call"
-            in text)
-    assert ("end of round 2: 0 ran, 1 refused; new fact: -; already-seen streak 0, "
-            "all-refused streak 1") in text
+    assert (
+        "round 1\n  end of round 1: 1 ran, 0 refused; new fact: yes; already-seen streak 0, "
+        "all-refused streak 0\n"
+    ) in text
+    assert "round 2\n  refused search({'q': 'kafka'}) [duplicate_call]: Refused: this exact call" in text
+    assert (
+        "end of round 2: 0 ran, 1 refused; new fact: -; already-seen streak 0, all-refused streak 1"
+    ) in text
     assert "end of round 5: 1 ran, 0 refused; new fact: no; already-seen streak 3" in text
     assert "  nudge: Nothing new has come back for 3 rounds" in text
     assert "STOP at round 7 [no_new_facts, answer_without_tools]" in text
@@ -43,8 +45,10 @@ def test_an_unknown_run_says_so():
 def test_a_coder_timeline_shows_workspace_versions_stalls_and_the_new_stop():
     s = RunScript("coding", "coder", tools=[{"name": "bash"}], policy={"stall_stop_at": 4})
     for n in range(4):
-        s.round_of(("bash", {"command": f"sed -i s/{n}/x/ a.py"}, ""),
-                   ("bash", {"command": "python repro.py"}, "Error"))
+        s.round_of(
+            ("bash", {"command": f"sed -i s/{n}/x/ a.py"}, ""),
+            ("bash", {"command": "python repro.py"}, "Error"),
+        )
     out = io.StringIO()
     assert explain("coding", s.lines(), out)
     text = out.getvalue()

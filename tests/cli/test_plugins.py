@@ -39,30 +39,49 @@ def light(site: Path, code: str, cwd: Path) -> subprocess.CompletedProcess:
     """`code` run by this interpreter with `site` as its only site-packages (-S skips the real one)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STALLWATCH_", "PYTHON"))}
     prelude = f"import site; site.addsitedir({str(site)!r})\n"
-    return subprocess.run([sys.executable, "-S", "-c", prelude + code], capture_output=True, text=True,
-                          timeout=120, cwd=cwd, env=env)
+    return subprocess.run(
+        [sys.executable, "-S", "-c", prelude + code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env=env,
+    )
 
 
 def test_the_light_site_has_stallwatch_and_not_the_stream_jobs(light_site: Path, tmp_path: Path):
-    done = light(light_site, "import importlib.util, stallwatch.cli.main\n"
-                 "print(importlib.util.find_spec('stallwatch_streams'))", tmp_path)
+    done = light(
+        light_site,
+        "import importlib.util, stallwatch.cli.main\nprint(importlib.util.find_spec('stallwatch_streams'))",
+        tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "None"
 
 
 @pytest.mark.parametrize("name", ["worker", "fleet"])
-def test_without_the_stream_jobs_their_command_names_what_to_install(light_site: Path, tmp_path: Path,
-                                                                      name: str):
-    done = light(light_site, "import sys\nfrom stallwatch.cli.main import entry\n"
-                 f"sys.argv = ['stallwatch', {name!r}]\nsys.exit(entry())", tmp_path)
+def test_without_the_stream_jobs_their_command_names_what_to_install(
+    light_site: Path, tmp_path: Path, name: str
+):
+    done = light(
+        light_site,
+        "import sys\nfrom stallwatch.cli.main import entry\n"
+        f"sys.argv = ['stallwatch', {name!r}]\nsys.exit(entry())",
+        tmp_path,
+    )
     assert done.returncode == 2, done.stderr
-    assert done.stderr.splitlines() == [f"stallwatch: `stallwatch {name}` needs the stream jobs: "
-                                        "pip install stallwatch-streams"]
+    assert done.stderr.splitlines() == [
+        f"stallwatch: `stallwatch {name}` needs the stream jobs: pip install stallwatch-streams"
+    ]
 
 
 def test_without_the_stream_jobs_the_settings_are_the_light_clients(light_site: Path, tmp_path: Path):
-    done = light(light_site, "import sys\nfrom stallwatch.cli.main import entry\n"
-                 "sys.argv = ['stallwatch', 'settings']\nsys.exit(entry())", tmp_path)
+    done = light(
+        light_site,
+        "import sys\nfrom stallwatch.cli.main import entry\n"
+        "sys.argv = ['stallwatch', 'settings']\nsys.exit(entry())",
+        tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     names = [line.split("=")[0] for line in done.stdout.splitlines()]
     assert "STALLWATCH_BOOTSTRAP" in names and "STALLWATCH_SERVE_TOKEN" in names

@@ -18,9 +18,13 @@ pytestmark = pytest.mark.kafka
 
 def run(args: list[str], timeout_s: float) -> subprocess.CompletedProcess:
     kept = {k: v for k, v in os.environ.items() if k not in ("STALLWATCH_LOG_LEVEL", "STALLWATCH_LOG_FORMAT")}
-    env = {**kept,
-           "STALLWATCH_BOOTSTRAP": BOOTSTRAP, "STALLWATCH_TOPIC_PREFIX": f"t{uuid.uuid4().hex[:10]}",
-           "STALLWATCH_REPLICATION_FACTOR": "1", "STALLWATCH_MIN_INSYNC_REPLICAS": "1"}
+    env = {
+        **kept,
+        "STALLWATCH_BOOTSTRAP": BOOTSTRAP,
+        "STALLWATCH_TOPIC_PREFIX": f"t{uuid.uuid4().hex[:10]}",
+        "STALLWATCH_REPLICATION_FACTOR": "1",
+        "STALLWATCH_MIN_INSYNC_REPLICAS": "1",
+    }
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=ROOT)
 
 
@@ -32,9 +36,11 @@ def test_the_demo_says_nothing_on_stderr_when_all_is_well():
 
 
 def test_the_demos_worker_speaks_on_the_demos_stderr():
-    code = ("import subprocess\nfrom stallwatch.cli import demo\nfrom stallwatch.settings import Settings\n"
-            "worker = demo.start_worker(Settings(bootstrap='127.0.0.1:1', topic_prefix='nowhere'))\n"
-            "worker.wait(60)")
+    code = (
+        "import subprocess\nfrom stallwatch.cli import demo\nfrom stallwatch.settings import Settings\n"
+        "worker = demo.start_worker(Settings(bootstrap='127.0.0.1:1', topic_prefix='nowhere'))\n"
+        "worker.wait(60)"
+    )
     result = run([sys.executable, "-c", code], 120)
     assert "STALLWATCH_BOOTSTRAP" in result.stderr  # the worker's own error, not swallowed
 
@@ -49,12 +55,40 @@ def figures_and_no_warning(result: subprocess.CompletedProcess, figure: str) -> 
 
 
 def test_the_kafka_bench_prints_figures_and_no_warning():
-    result = run([sys.executable, "benchmarks/kafka_bench.py", "--runs", "10", "--rate", "40",
-                  "--seconds", "2", "--log-runs", "20", "--recovery-runs", "0"], 600)
+    result = run(
+        [
+            sys.executable,
+            "benchmarks/kafka_bench.py",
+            "--runs",
+            "10",
+            "--rate",
+            "40",
+            "--seconds",
+            "2",
+            "--log-runs",
+            "20",
+            "--recovery-runs",
+            "0",
+        ],
+        600,
+    )
     figures_and_no_warning(result, "throughput")
 
 
 def test_the_fleet_bench_prints_figures_and_no_warning():
-    result = run([sys.executable, "benchmarks/fleet_bench.py", "--rate", "2000", "--seconds", "6",
-                  "--runs", "50", "--keys", "200"], 600)
+    result = run(
+        [
+            sys.executable,
+            "benchmarks/fleet_bench.py",
+            "--rate",
+            "2000",
+            "--seconds",
+            "6",
+            "--runs",
+            "50",
+            "--keys",
+            "200",
+        ],
+        600,
+    )
     figures_and_no_warning(result, "crossing tally to advisory")

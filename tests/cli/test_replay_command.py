@@ -12,8 +12,13 @@ from tests.script import RunScript
 
 
 def replay(stdin: bytes, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stallwatch.cli.main", "replay", *args], input=stdin,
-                          capture_output=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "stallwatch.cli.main", "replay", *args],
+        input=stdin,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def looping_and_paging_log() -> tuple[list[bytes], list[bytes]]:
@@ -45,12 +50,26 @@ def test_replay_answers_from_stdin_in_order():
 def test_garbage_does_not_stop_replay_or_change_other_runs(tmp_path):
     loop, paging = looping_and_paging_log()
     clean = replay(b"\n".join(interleave(loop, paging)) + b"\n", "-")
-    bad = [b"garbage", b'{"v": 2, "type": "round_started"}',
-           b'{"v":1,"type":"meteor_strike","event_id":"x","run_id":"pager","ts":1}',
-           orjson.dumps(envelope("call_result", "pager", "big", 1, round=1, call_id="c",
-                                 tool="search", status="ok", result="x" * 5_000_000)),
-           b'{"v":1,"type":"call_result","result":' + b"[" * 3000 + b"]" * 3000 + b"}",
-           b"\xff\xfe binary \x00"]
+    bad = [
+        b"garbage",
+        b'{"v": 2, "type": "round_started"}',
+        b'{"v":1,"type":"meteor_strike","event_id":"x","run_id":"pager","ts":1}',
+        orjson.dumps(
+            envelope(
+                "call_result",
+                "pager",
+                "big",
+                1,
+                round=1,
+                call_id="c",
+                tool="search",
+                status="ok",
+                result="x" * 5_000_000,
+            )
+        ),
+        b'{"v":1,"type":"call_result","result":' + b"[" * 3000 + b"]" * 3000 + b"}",
+        b"\xff\xfe binary \x00",
+    ]
     dirty = interleave(loop, bad, paging)
     path = tmp_path / "log.jsonl"
     path.write_bytes(b"\n".join(dirty) + b"\n")
@@ -59,9 +78,19 @@ def test_garbage_does_not_stop_replay_or_change_other_runs(tmp_path):
     assert done.stdout == clean.stdout  # the same commands, byte for byte
     letters = [orjson.loads(x) for x in done.stderr.splitlines()]
     assert len(letters) == len(bad)
-    assert {tuple(sorted(x)) for x in letters} == {("error", "offset", "partition", "raw",
-                                                   "raw_digest", "raw_kept", "raw_size",
-                                                   "raw_truncated", "topic")}
+    assert {tuple(sorted(x)) for x in letters} == {
+        (
+            "error",
+            "offset",
+            "partition",
+            "raw",
+            "raw_digest",
+            "raw_kept",
+            "raw_size",
+            "raw_truncated",
+            "topic",
+        )
+    }
     assert letters[3]["raw"] == "" and letters[3]["raw_size"] == len(bad[3])
     assert [x["offset"] for x in letters] == [dirty.index(b) for b in bad]
     assert "over the limit" in letters[3]["error"] and "deeper than 1024" in letters[4]["error"]
@@ -82,4 +111,6 @@ def test_replay_applies_tool_declarations_and_writes_nudges():
     done = replay(b"\n".join(s.lines()) + b"\n", "-")
     commands = [orjson.loads(x) for x in done.stdout.splitlines()]
     assert [(c["type"], c["round"]) for c in commands if c["type"] != "verdict"] == [
-        ("nudge", 4), ("stop", 6)]
+        ("nudge", 4),
+        ("stop", 6),
+    ]

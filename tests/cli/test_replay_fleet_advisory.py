@@ -11,8 +11,11 @@ from tests.script import RunScript
 
 
 def log_with_advisories() -> list[bytes]:
-    told, breaker, ended = (RunScript("told"), RunScript("breaker", policy={"fleet_breaker": True}),
-                            RunScript("ended"))
+    told, breaker, ended = (
+        RunScript("told"),
+        RunScript("breaker", policy={"fleet_breaker": True}),
+        RunScript("ended"),
+    )
     for s in (told, breaker, ended):
         s.round_of(("search", {"q": 1}, {"docs": [1]}))
     ended.end()

@@ -13,16 +13,19 @@ import pytest
 from tests.engine.test_hostile_input import BIG, healthy_runs, hostile_run, interleaved
 
 HOSTILE = {
-    "a global flag mid-list": ([{"name": "search", "volatile_patterns": ["\\d+ms", "(?i)token"]}],
-                               "a TOKEN 12ms"),
-    "one group name twice": ([{"name": "search", "volatile_patterns": ["(?P<t>a)", "(?P<t>b)"]}],
-                             "ab"),
-    "catastrophic backtracking": ([{"name": "search", "volatile_patterns": ["(a+)+$"]}],
-                                  "a" * 40 + "!"),
+    "a global flag mid-list": (
+        [{"name": "search", "volatile_patterns": ["\\d+ms", "(?i)token"]}],
+        "a TOKEN 12ms",
+    ),
+    "one group name twice": ([{"name": "search", "volatile_patterns": ["(?P<t>a)", "(?P<t>b)"]}], "ab"),
+    "catastrophic backtracking": ([{"name": "search", "volatile_patterns": ["(a+)+$"]}], "a" * 40 + "!"),
     "64 wildcard paths on a large result": (
         [{"name": "search", "volatile_fields": [f"*.*.*.z{n}" for n in range(64)]}],
-        {f"k{i}": {f"m{j}": {f"n{k}": {"z1": 1, "t": "x" * 40} for k in range(40)}
-                   for j in range(40)} for i in range(BIG // 110_000)}),
+        {
+            f"k{i}": {f"m{j}": {f"n{k}": {"z1": 1, "t": "x" * 40} for k in range(40)} for j in range(40)}
+            for i in range(BIG // 110_000)
+        },
+    ),
 }
 
 
@@ -30,8 +33,9 @@ def replay(tmp_path, lines: list[bytes]) -> tuple[subprocess.CompletedProcess[by
     log = tmp_path / "log.jsonl"
     log.write_bytes(b"\n".join(lines) + b"\n")
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "stallwatch.cli.main", "replay", str(log)],
-                          capture_output=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "stallwatch.cli.main", "replay", str(log)], capture_output=True, timeout=120
+    )
     return done, time.monotonic() - started
 
 

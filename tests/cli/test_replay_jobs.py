@@ -65,28 +65,35 @@ def test_a_run_id_key_nested_first_misroutes_the_quick_reading_and_the_jobs_redo
     for i in range(1, 30):
         for run in ("alpha", "beta"):
             other = "beta" if run == "alpha" else "alpha"
-            call = {"args": {"run_id": other, "q": f"question {i % 4}"},
-                    **envelope("call_proposed", run, f"{run}-{i}", i, round=i, call_id=f"c{i}",
-                               tool="search")}
+            call = {
+                "args": {"run_id": other, "q": f"question {i % 4}"},
+                **envelope("call_proposed", run, f"{run}-{i}", i, round=i, call_id=f"c{i}", tool="search"),
+            }
             lines.append(orjson.dumps(call))
     path = written(tmp_path, lines)
-    misrouted = [line for number, line in enumerate(lines)
-                 if owner(line, number, 2) != owner(line, number, 2, exact=True)]
+    misrouted = [
+        line
+        for number, line in enumerate(lines)
+        if owner(line, number, 2) != owner(line, number, 2, exact=True)
+    ]
     assert misrouted  # the quick reading is wrong for these lines: the check must catch them
     assert in_jobs(path, 2) == sequential(path)
 
 
-@pytest.mark.parametrize("line, run_id", [
-    (b'{"v":1,"run_id":"r-1","type":"round_started"}', b"r-1"),
-    (b'{"run_id" :\t "r 2" , "v":1}', b"r 2"),
-    (b'{"run_id":"caf\xc3\xa9"}', "café".encode()),
-    (b'{"run_id":"a\\"b"}', None),  # an escape: parsed instead
-    (b'{"run_\\u0069d":"r"}', None),  # the key itself escaped: never found, parsed
-    (b'{"run_id":7}', None),
-    (b'{"run_id":"' + b"x" * 600 + b'"}', None),  # too long for an id: parsed, then refused
-    (b'{"tool":"run_id","v":1}', None),  # a value, not a key
-    (b"", None),
-])
+@pytest.mark.parametrize(
+    "line, run_id",
+    [
+        (b'{"v":1,"run_id":"r-1","type":"round_started"}', b"r-1"),
+        (b'{"run_id" :\t "r 2" , "v":1}', b"r 2"),
+        (b'{"run_id":"caf\xc3\xa9"}', "café".encode()),
+        (b'{"run_id":"a\\"b"}', None),  # an escape: parsed instead
+        (b'{"run_\\u0069d":"r"}', None),  # the key itself escaped: never found, parsed
+        (b'{"run_id":7}', None),
+        (b'{"run_id":"' + b"x" * 600 + b'"}', None),  # too long for an id: parsed, then refused
+        (b'{"tool":"run_id","v":1}', None),  # a value, not a key
+        (b"", None),
+    ],
+)
 def test_the_quick_reading_takes_only_a_plain_string_after_the_key(line, run_id):
     assert _literal_run_id(line) == run_id
 
@@ -110,14 +117,18 @@ def test_a_job_that_fails_fails_the_replay_and_writes_nothing(tmp_path, monkeypa
 
     out, err = io.BytesIO(), io.BytesIO()
     with pytest.raises(RuntimeError, match="replay job 0"):
-        replay_jobs(str(written(tmp_path, mixed_log(runs=5, seed=1))), 2, out, err, "log",
-                    FailingEngine())
+        replay_jobs(str(written(tmp_path, mixed_log(runs=5, seed=1))), 2, out, err, "log", FailingEngine())
     assert out.getvalue() == err.getvalue() == b""
 
 
 def cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stallwatch.cli.main", "replay", *args],
-                          input=stdin, capture_output=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "stallwatch.cli.main", "replay", *args],
+        input=stdin,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_the_command_line_takes_jobs_from_standard_input_too(tmp_path):
@@ -184,9 +195,13 @@ def _stop_during_the_jobs(log: Path, folder: Path) -> tuple[int, list[str]] | No
     """`stallwatch replay --jobs 2 -` given SIGTERM while both its jobs are held: its exit status
     and the jobs' pids, or None when the jobs ended before they could be held."""
     with log.open("rb") as source:
-        parent = subprocess.Popen([sys.executable, "-m", "stallwatch.cli.main", "replay", "--jobs",
-                                   "2", "-"], stdin=source, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(folder)})
+        parent = subprocess.Popen(
+            [sys.executable, "-m", "stallwatch.cli.main", "replay", "--jobs", "2", "-"],
+            stdin=source,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "TMPDIR": str(folder)},
+        )
         try:
             deadline = time.monotonic() + 60
             children: list[str] = []
@@ -227,7 +242,7 @@ def _state(pid: str) -> str:
     """The process's state letter and name (/proc/PID/stat), or "gone"."""
     with contextlib.suppress(OSError):
         stat = Path(f"/proc/{pid}/stat").read_text()
-        return f"{stat[stat.rindex(')') + 2]} {stat[stat.index('(') + 1:stat.rindex(')')]}"
+        return f"{stat[stat.rindex(')') + 2]} {stat[stat.index('(') + 1 : stat.rindex(')')]}"
     return "gone"
 
 

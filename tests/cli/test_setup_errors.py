@@ -20,13 +20,24 @@ from tests.kafka_harness import BOOTSTRAP, free_port
 
 def stallwatch(args: list[str], env: dict[str, str], prelude: str = "") -> subprocess.CompletedProcess:
     """The console script, as a user runs it (with `prelude` run first, to hide a module)."""
-    code = (f"{prelude}\nimport sys\nfrom stallwatch.cli.main import entry\n"
-            f"sys.argv = ['stallwatch', *{args!r}]\nsys.exit(entry())")
+    code = (
+        f"{prelude}\nimport sys\nfrom stallwatch.cli.main import entry\n"
+        f"sys.argv = ['stallwatch', *{args!r}]\nsys.exit(entry())"
+    )
     base = {k: v for k, v in os.environ.items() if not k.startswith("STALLWATCH_")}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**base, "STALLWATCH_TOPIC_PREFIX": f"t{uuid.uuid4().hex[:10]}",
-                               "STALLWATCH_WEB_PORT": str(free_port()),
-                               "STALLWATCH_METRICS_PORT": str(free_port()), **env})
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            **base,
+            "STALLWATCH_TOPIC_PREFIX": f"t{uuid.uuid4().hex[:10]}",
+            "STALLWATCH_WEB_PORT": str(free_port()),
+            "STALLWATCH_METRICS_PORT": str(free_port()),
+            **env,
+        },
+    )
 
 
 def said_only(result: subprocess.CompletedProcess, *words: str) -> None:
@@ -39,8 +50,9 @@ def said_only(result: subprocess.CompletedProcess, *words: str) -> None:
 @pytest.mark.kafka
 def test_a_worker_on_one_broker_with_cluster_defaults_says_which_settings_to_change():
     result = stallwatch(["worker"], {"STALLWATCH_BOOTSTRAP": BOOTSTRAP})  # replication 3 by default
-    said_only(result, "the cluster has 1 broker", "STALLWATCH_REPLICATION_FACTOR",
-              "STALLWATCH_MIN_INSYNC_REPLICAS")
+    said_only(
+        result, "the cluster has 1 broker", "STALLWATCH_REPLICATION_FACTOR", "STALLWATCH_MIN_INSYNC_REPLICAS"
+    )
 
 
 def test_a_worker_with_no_broker_at_its_address_names_the_bootstrap_setting():
@@ -49,13 +61,23 @@ def test_a_worker_with_no_broker_at_its_address_names_the_bootstrap_setting():
 
 
 def test_a_missing_policy_file_is_named_before_kafka_is_reached(tmp_path: Path):
-    result = stallwatch(["worker"], {"STALLWATCH_POLICY_FILE": str(tmp_path / "nowhere.toml"),
-                                     "STALLWATCH_BOOTSTRAP": f"127.0.0.1:{free_port()}"})
+    result = stallwatch(
+        ["worker"],
+        {
+            "STALLWATCH_POLICY_FILE": str(tmp_path / "nowhere.toml"),
+            "STALLWATCH_BOOTSTRAP": f"127.0.0.1:{free_port()}",
+        },
+    )
     said_only(result, "STALLWATCH_POLICY_FILE", "cannot read it")
 
 
-@pytest.mark.parametrize("content, words", [("[tools\nrequires_approval = 1", "not valid TOML"),
-                                            ("[tools]\nrequires_approval = 'send_*'", "must be a list")])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ("[tools\nrequires_approval = 1", "not valid TOML"),
+        ("[tools]\nrequires_approval = 'send_*'", "must be a list"),
+    ],
+)
 def test_a_bad_policy_file_is_named(tmp_path: Path, content: str, words: str):
     policy = tmp_path / "policy.toml"
     policy.write_text(content)
@@ -69,13 +91,15 @@ def test_a_bad_number_is_named():
 
 @pytest.mark.parametrize("value", ["nan", "inf"])
 def test_a_number_that_is_not_finite_is_named(value: str):
-    said_only(stallwatch(["fleet"], {"STALLWATCH_FLEET_STEP_S": value}), "STALLWATCH_FLEET_STEP_S",
-              "finite")
+    said_only(stallwatch(["fleet"], {"STALLWATCH_FLEET_STEP_S": value}), "STALLWATCH_FLEET_STEP_S", "finite")
 
 
 def test_a_fleet_window_that_is_no_whole_number_of_steps_is_named():
-    said_only(stallwatch(["fleet"], {"STALLWATCH_FLEET_WINDOW_S": "100", "STALLWATCH_FLEET_STEP_S": "30"}),
-              "STALLWATCH_FLEET_WINDOW_S=100", "STALLWATCH_FLEET_STEP_S=30")
+    said_only(
+        stallwatch(["fleet"], {"STALLWATCH_FLEET_WINDOW_S": "100", "STALLWATCH_FLEET_STEP_S": "30"}),
+        "STALLWATCH_FLEET_WINDOW_S=100",
+        "STALLWATCH_FLEET_STEP_S=30",
+    )
 
 
 def test_a_missing_library_of_the_stream_jobs_names_their_distribution():
@@ -83,9 +107,14 @@ def test_a_missing_library_of_the_stream_jobs_names_their_distribution():
     said_only(result, "'prometheus_client'", "pip install stallwatch-streams")
 
 
-@pytest.mark.parametrize("adapter, module, extra", [("langchain", "langchain", "langchain"),
-                                                    ("openai_agents", "agents", "openai-agents"),
-                                                    ("pydantic_ai", "pydantic_ai", "pydantic-ai")])
+@pytest.mark.parametrize(
+    "adapter, module, extra",
+    [
+        ("langchain", "langchain", "langchain"),
+        ("openai_agents", "agents", "openai-agents"),
+        ("pydantic_ai", "pydantic_ai", "pydantic-ai"),
+    ],
+)
 def test_an_adapter_without_its_framework_names_the_extra(adapter: str, module: str, extra: str):
     code = f"import sys; sys.modules[{module!r}] = None\nimport stallwatch.adapters.{adapter}"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -108,19 +137,34 @@ def test_a_port_in_use_names_its_setting():
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = stallwatch(["worker"], {"STALLWATCH_BOOTSTRAP": BOOTSTRAP, "STALLWATCH_WEB_PORT": str(port),
-                                         "STALLWATCH_REPLICATION_FACTOR": "1",
-                                         "STALLWATCH_MIN_INSYNC_REPLICAS": "1"})
+        result = stallwatch(
+            ["worker"],
+            {
+                "STALLWATCH_BOOTSTRAP": BOOTSTRAP,
+                "STALLWATCH_WEB_PORT": str(port),
+                "STALLWATCH_REPLICATION_FACTOR": "1",
+                "STALLWATCH_MIN_INSYNC_REPLICAS": "1",
+            },
+        )
     said_only(result, "STALLWATCH_WEB_PORT", f"127.0.0.1:{port}")
 
 
-@pytest.mark.parametrize(("command", "env", "words"), [
-    (["worker"], {"STALLWATCH_SECURITY_PROTOCOL": "sasl_tls"},
-     ("STALLWATCH_SECURITY_PROTOCOL='sasl_tls'", "SASL_SSL")),
-    (["fleet"], {"STALLWATCH_SECURITY_PROTOCOL": "sasl_ssl", "STALLWATCH_SASL_MECHANISM": "plain"},
-     ("STALLWATCH_SASL_MECHANISM=PLAIN needs STALLWATCH_SASL_USERNAME",)),
-    (["replay", "-"], {"STALLWATCH_SASL_MECHANISM": "SCRAM-SHA-1"}, ("STALLWATCH_SASL_MECHANISM",)),
-])
+@pytest.mark.parametrize(
+    ("command", "env", "words"),
+    [
+        (
+            ["worker"],
+            {"STALLWATCH_SECURITY_PROTOCOL": "sasl_tls"},
+            ("STALLWATCH_SECURITY_PROTOCOL='sasl_tls'", "SASL_SSL"),
+        ),
+        (
+            ["fleet"],
+            {"STALLWATCH_SECURITY_PROTOCOL": "sasl_ssl", "STALLWATCH_SASL_MECHANISM": "plain"},
+            ("STALLWATCH_SASL_MECHANISM=PLAIN needs STALLWATCH_SASL_USERNAME",),
+        ),
+        (["replay", "-"], {"STALLWATCH_SASL_MECHANISM": "SCRAM-SHA-1"}, ("STALLWATCH_SASL_MECHANISM",)),
+    ],
+)
 def test_a_bad_kafka_security_setting_is_one_line_and_exit_2(command, env, words):
     result = stallwatch(command, env)
     said_only(result, *words)
@@ -131,10 +175,36 @@ def test_an_encrypted_key_without_its_passphrase_is_named(tmp_path: Path):
     if shutil.which("openssl") is None:
         pytest.skip("openssl not installed")
     cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=c",
-                    "-passout", "pass:secret passphrase"], check=True, capture_output=True, timeout=60)
-    result = stallwatch(["top", "--once"], {"STALLWATCH_SECURITY_PROTOCOL": "SSL",
-                                            "STALLWATCH_SSL_CERTFILE": str(cert),
-                                            "STALLWATCH_SSL_KEYFILE": str(key)})
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=c",
+            "-passout",
+            "pass:secret passphrase",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    result = stallwatch(
+        ["top", "--once"],
+        {
+            "STALLWATCH_SECURITY_PROTOCOL": "SSL",
+            "STALLWATCH_SSL_CERTFILE": str(cert),
+            "STALLWATCH_SSL_KEYFILE": str(key),
+        },
+    )
     said_only(result, "encrypted", "STALLWATCH_SSL_KEY_PASSWORD")

@@ -51,8 +51,7 @@ def coder_run(name: str) -> RunScript:
     """A coder run whose stalled call's label is `name`: a stall nudge and a no_effect stop."""
     s = RunScript(f"coding-{name}", "coder", tools=[{"name": "bash"}], policy={"stall_stop_at": 4})
     for n in range(4):
-        s.round_of(("bash", {"command": f"sed -i s/{n}/x/ a.py"}, ""),
-                   ("bash", {"command": name}, "Error"))
+        s.round_of(("bash", {"command": f"sed -i s/{n}/x/ a.py"}, ""), ("bash", {"command": name}, "Error"))
     return s
 
 
@@ -70,8 +69,12 @@ def test_explain_escapes_every_field_of_the_log(script, name):
 
 
 def commands_of(*scripts: RunScript) -> list[bytes]:
-    return [encode_command(command) for s in scripts for result in EmbeddedEngine().replay(s.lines())
-            for command in result]
+    return [
+        encode_command(command)
+        for s in scripts
+        for result in EmbeddedEngine().replay(s.lines())
+        for command in result
+    ]
 
 
 @pytest.mark.parametrize("name", HOSTILE, ids=range(len(HOSTILE)))
@@ -82,13 +85,24 @@ def test_top_escapes_names_codes_and_incidents_from_the_topics(name):
             tally.add(raw)
         # What a broken or hostile producer could put on the commands topic.
         for n, code in enumerate((who, ["a", who], 7)):
-            tally.add(orjson.dumps({"command_id": f"{who}{n}", "type": "verdict", "tool": who,
-                                    "code": code}))
-            tally.add(orjson.dumps({"command_id": f"{who}s{n}", "type": "stop", "code": code,
-                                    "detail": [who]}))
-        incidents.add(who.encode(), orjson.dumps(
-            {"incident_id": who, "state": "open", "kind": who, "tool": who, "tenant": who,
-             "opened_at": who, "evidence": {who: who}}))
+            tally.add(orjson.dumps({"command_id": f"{who}{n}", "type": "verdict", "tool": who, "code": code}))
+            tally.add(
+                orjson.dumps({"command_id": f"{who}s{n}", "type": "stop", "code": code, "detail": [who]})
+            )
+        incidents.add(
+            who.encode(),
+            orjson.dumps(
+                {
+                    "incident_id": who,
+                    "state": "open",
+                    "kind": who,
+                    "tool": who,
+                    "tenant": who,
+                    "opened_at": who,
+                    "evidence": {who: who},
+                }
+            ),
+        )
         out = io.StringIO()
         incidents.render(out)
         tally.render(out)

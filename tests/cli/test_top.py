@@ -13,8 +13,10 @@ from tests.script import RunScript
 def test_top_counts_coder_stalls_new_codes_and_workspace_versions():
     s = RunScript("coding", "coder", tools=[{"name": "bash"}], policy={"stall_stop_at": 4})
     for n in range(4):
-        s.round_of(("bash", {"command": f"sed -i s/{n}/x/ a.py"}, ""),
-                   ("bash", {"command": "python repro.py"}, "Error"))
+        s.round_of(
+            ("bash", {"command": f"sed -i s/{n}/x/ a.py"}, ""),
+            ("bash", {"command": "python repro.py"}, "Error"),
+        )
     tally = Tally()
     for result in EmbeddedEngine().replay(s.lines()):
         for command in result:

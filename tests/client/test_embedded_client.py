@@ -47,8 +47,12 @@ async def test_only_a_fingerprint_leaves_the_runtime_by_default():
 
 async def test_the_system_prompt_names_the_thresholds_and_exempt_tools():
     async with EmbeddedClient() as client:
-        run = await client.start_run("r3", "chat", [{"name": "wait", "repeat_exempt": True}],
-                                     policy={"loop_detect_threshold": 4, "call_budget": 9})
+        run = await client.start_run(
+            "r3",
+            "chat",
+            [{"name": "wait", "repeat_exempt": True}],
+            policy={"loop_detect_threshold": 4, "call_budget": 9},
+        )
         text = run.system_prompt()
     assert "4 times in a row" in text and "At most 9 tool calls" in text and "wait" in text
 
@@ -67,6 +71,7 @@ async def test_a_call_id_too_long_for_a_verdict_is_still_matched_to_its_call():
 async def test_a_coding_agent_through_the_client_decides_as_when_results_are_sent():
     """Fingerprints hashed in the runtime (durations masked there too) give the decisions the
     engine gives when it sees the results: a stall nudge, re-reads allowed after edits."""
+
     async def agent(send_content: bool) -> tuple[list, list]:
         async with EmbeddedClient() as client:
             run = await client.start_run("c1", "coder", [{"name": "bash"}, {"name": "editor"}])
@@ -74,11 +79,15 @@ async def test_a_coding_agent_through_the_client_decides_as_when_results_are_sen
             for n in range(4):
                 await run.start_round()
                 for tool, args, effect, out in (
-                        ("editor", {"command": "str_replace", "path": "a.py", "new": f"v{n}"}, None,
-                         "The file a.py has been edited."),
-                        ("editor", {"command": "view", "path": "a.py"}, "read", f"v{n}"),
-                        ("bash", {"command": "python repro.py"}, None,
-                         f"Error: still broken (took 0.0{n}s)")):
+                    (
+                        "editor",
+                        {"command": "str_replace", "path": "a.py", "new": f"v{n}"},
+                        None,
+                        "The file a.py has been edited.",
+                    ),
+                    ("editor", {"command": "view", "path": "a.py"}, "read", f"v{n}"),
+                    ("bash", {"command": "python repro.py"}, None, f"Error: still broken (took 0.0{n}s)"),
+                ):
                     call_id, decision = await run.propose(tool, args, effect=effect)
                     codes.append(decision.code)
                     if decision.allowed:
@@ -86,6 +95,7 @@ async def test_a_coding_agent_through_the_client_decides_as_when_results_are_sen
                 await run.end_round()
             assert "with nothing else changed between, ends tool use" in run.system_prompt()
             return codes, [n.detail for n in run.nudges]
+
     hashed, sent = await agent(False), await agent(True)
     assert hashed == sent
     codes, nudges = hashed

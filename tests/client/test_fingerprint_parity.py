@@ -10,8 +10,10 @@ KEY = "the fleet's shared fingerprint key"
 # A secret in a result: letters and a dash, so that it cannot turn up by chance in the random
 # hex ids and float timestamps of the events (a bare "4821" did, in 1 CI run of many).
 PIN = "pin-4821"
-TOOLS = [{"name": "search", "facts": {"path": "items", "key": "id"}, "volatile_fields": ["took_ms"]},
-         {"name": "fetch"}]
+TOOLS = [
+    {"name": "search", "facts": {"path": "items", "key": "id"}, "volatile_fields": ["took_ms"]},
+    {"name": "fetch"},
+]
 
 
 async def drive(client: EmbeddedClient, send_content: bool, sent: list[dict]) -> list:
@@ -31,8 +33,10 @@ async def drive(client: EmbeddedClient, send_content: bool, sent: list[dict]) ->
     for i in range(9):
         await run.start_round()
         page = {"items": [{"id": 1 + i % 2}], "took_ms": i}
-        for tool, args, result in (("search", {"q": f"w{i % 3}"}, page),
-                                   ("fetch", {"url": "u"}, {"pin": PIN})):
+        for tool, args, result in (
+            ("search", {"q": f"w{i % 3}"}, page),
+            ("fetch", {"url": "u"}, {"pin": PIN}),
+        ):
             call_id, decision = await run.propose(tool, args)
             decisions.append((decision.allowed, decision.code))
             if decision.allowed:
@@ -52,7 +56,10 @@ async def test_digests_only_and_content_give_the_same_decisions_and_state():
     assert (False, "duplicate_call") in await drive(EmbeddedClient(fingerprint_key=KEY), True, [])
     ours, theirs = plain.fleet.runs["parity"], hashed.fleet.runs["parity"]
     assert (ours.signatures, ours.fingerprints, ours.stop_code) == (
-        theirs.signatures, theirs.fingerprints, theirs.stop_code)
+        theirs.signatures,
+        theirs.fingerprints,
+        theirs.stop_code,
+    )
     calls = [e for e in digest_events if e["type"] == "call_proposed"]
     assert calls and all("args" not in e for e in calls)
     assert calls[0]["args_digest"] == call_signature("search", {"q": "w0"}, derive_secret(KEY)).hex()

@@ -37,8 +37,11 @@ TOOLS = [{"name": "search"}]
 
 
 def broker(command: str) -> None:
-    env = {**os.environ, "STALLWATCH_KAFKA_PORT": str(PORT),
-           "STALLWATCH_KAFKA_CONTROLLER_PORT": str(PORT + 1)}
+    env = {
+        **os.environ,
+        "STALLWATCH_KAFKA_PORT": str(PORT),
+        "STALLWATCH_KAFKA_CONTROLLER_PORT": str(PORT + 1),
+    }
     subprocess.run([str(ROOT / "deploy/kafka/kafka.sh"), command], check=True, timeout=300, env=env)
 
 
@@ -46,8 +49,12 @@ def broker(command: str) -> None:
 async def engine(settings: Settings) -> AsyncIterator[None]:
     """The detector behind a plain consume-apply-produce loop on the real broker: enough of a
     worker to answer the client, with the real engine."""
-    consumer = AIOKafkaConsumer(settings.events_topic, bootstrap_servers=settings.bootstrap,
-                                auto_offset_reset="earliest", fetch_max_wait_ms=50)
+    consumer = AIOKafkaConsumer(
+        settings.events_topic,
+        bootstrap_servers=settings.bootstrap,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=50,
+    )
     producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, linger_ms=0)
     await consumer.start()
     await producer.start()
@@ -59,8 +66,7 @@ async def engine(settings: Settings) -> AsyncIterator[None]:
                 for record in records:
                     out = fleet.handle_raw(record.value)
                     for command in [] if isinstance(out, Rejected) else out:
-                        await producer.send(settings.commands_topic, encode_command(command),
-                                            key=record.key)
+                        await producer.send(settings.commands_topic, encode_command(command), key=record.key)
             await producer.flush()
 
     task = asyncio.create_task(loop())
@@ -81,8 +87,11 @@ async def timed_propose(run, args) -> tuple[float, object]:
 
 
 def warnings_of(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if r.name == "stallwatch.client.kafka" and r.levelno >= logging.WARNING]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "stallwatch.client.kafka" and r.levelno >= logging.WARNING
+    ]
 
 
 async def until(condition, timeout_s: float, what: str) -> None:
@@ -96,8 +105,13 @@ async def until(condition, timeout_s: float, what: str) -> None:
 async def test_the_client_fails_open_while_the_broker_is_away_and_recovers(caplog):
     caplog.set_level(logging.WARNING)
     broker("down")
-    settings = Settings(bootstrap=f"127.0.0.1:{PORT}", topic_prefix=f"t{uuid.uuid4().hex[:10]}",
-                        partitions=2, replication_factor=1, min_insync_replicas=1)
+    settings = Settings(
+        bootstrap=f"127.0.0.1:{PORT}",
+        topic_prefix=f"t{uuid.uuid4().hex[:10]}",
+        partitions=2,
+        replication_factor=1,
+        min_insync_replicas=1,
+    )
     client = KafkaClient(settings, verdict_timeout_s=VERDICT_TIMEOUT_S)
     try:
         start = time.monotonic()

@@ -87,13 +87,16 @@ async def test_every_event_a_run_builds_passes_the_parser_unchanged():
         assert parse_event(orjson.dumps(event)) == orjson.loads(orjson.dumps(event))
 
 
-@pytest.mark.parametrize(("call", "error"), [
-    (lambda run: run.propose(5, {}), TypeError),
-    (lambda run: run.propose("search", {}, call_id=7), TypeError),
-    (lambda run: run.result("c", "search", "fine"), ValueError),
-    (lambda run: run.result("c", None, "ok"), ValueError),
-    (lambda run: run.end(reason=3), TypeError),
-])
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda run: run.propose(5, {}), TypeError),
+        (lambda run: run.propose("search", {}, call_id=7), TypeError),
+        (lambda run: run.result("c", "search", "fine"), ValueError),
+        (lambda run: run.result("c", None, "ok"), ValueError),
+        (lambda run: run.end(reason=3), TypeError),
+    ],
+)
 async def test_arguments_that_would_break_the_contract_are_refused_where_they_come_in(call, error):
     async with EmbeddedClient() as client:
         run = await client.start_run("r", "researcher", [{"name": "search"}])

@@ -49,6 +49,7 @@ def test_calls_from_several_threads_reach_one_run():
 
 def test_a_call_from_the_clients_own_loop_is_refused_rather_than_hanging():
     with SyncClient(EmbeddedClient) as client:
+
         async def inner() -> None:
             client.call(client.client.start_run("s3"))
 
@@ -99,6 +100,7 @@ def test_wait_stopped_wakes_when_another_threads_call_stops_the_run():
 
 def test_a_coroutine_that_waits_still_runs_on_the_loop():
     with SyncClient(EmbeddedClient) as client:
+
         async def later() -> int:
             await asyncio.sleep(0.01)
             run = await client.client.start_run("s6")

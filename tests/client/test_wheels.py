@@ -36,8 +36,22 @@ def built(project: Path, names: tuple[str, ...], out: Path) -> Path:
         else:
             source.mkdir(parents=True, exist_ok=True)
             shutil.copy(project / name, source / name)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir",
-                    str(out / "wheels"), str(source)], check=True, timeout=600, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--wheel-dir",
+            str(out / "wheels"),
+            str(source),
+        ],
+        check=True,
+        timeout=600,
+        capture_output=True,
+    )
     (wheel,) = (out / "wheels").glob("*.whl")
     return wheel
 
@@ -57,8 +71,7 @@ def imported_modules(source: str) -> set[str]:
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("wheels")
     light = built(ROOT, ("stallwatch", "pyproject.toml", "README.md"), out / "light")
-    streams = built(ROOT / "streams", ("stallwatch_streams", "pyproject.toml", "README.md"),
-                    out / "streams")
+    streams = built(ROOT / "streams", ("stallwatch_streams", "pyproject.toml", "README.md"), out / "streams")
     return {"light": light, "streams": streams}
 
 
@@ -70,7 +83,8 @@ def test_the_light_wheel_holds_only_the_stallwatch_package(wheels: dict[str, Pat
 
 
 def test_no_module_of_the_light_wheel_imports_the_stream_jobs_or_their_libraries(
-        wheels: dict[str, Path]) -> None:
+    wheels: dict[str, Path],
+) -> None:
     archive = zipfile.ZipFile(wheels["light"])
     sources = [n for n in archive.namelist() if n.endswith(".py")]
     assert len(sources) > 50  # the whole package, not an empty wheel
@@ -81,13 +95,17 @@ def test_no_module_of_the_light_wheel_imports_the_stream_jobs_or_their_libraries
 def test_the_light_wheel_requires_neither_faust_nor_prometheus_client(wheels: dict[str, Path]) -> None:
     archive = zipfile.ZipFile(wheels["light"])
     (metadata,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
-    requires = [line.split(":", 1)[1].strip().lower() for line in archive.read(metadata).decode().splitlines()
-                if line.startswith("Requires-Dist:") and "extra ==" not in line]
+    requires = [
+        line.split(":", 1)[1].strip().lower()
+        for line in archive.read(metadata).decode().splitlines()
+        if line.startswith("Requires-Dist:") and "extra ==" not in line
+    ]
     assert requires and not [r for r in requires if r.startswith(("faust", "prometheus", "stallwatch"))]
 
 
 def test_the_streams_wheel_holds_its_package_and_the_command_lines_entry_points(
-        wheels: dict[str, Path]) -> None:
+    wheels: dict[str, Path],
+) -> None:
     archive = zipfile.ZipFile(wheels["streams"])
     names = archive.namelist()
     outside = [n for n in names if not n.startswith("stallwatch_streams/") and ".dist-info/" not in n]
@@ -97,20 +115,38 @@ def test_the_streams_wheel_holds_its_package_and_the_command_lines_entry_points(
     (points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     parsed = configparser.ConfigParser()
     parsed.read_string(archive.read(points).decode())
-    assert dict(parsed["stallwatch.commands"]) == {"worker": "stallwatch_streams.worker.service:main",
-                                                   "fleet": "stallwatch_streams.fleet.main:main"}
+    assert dict(parsed["stallwatch.commands"]) == {
+        "worker": "stallwatch_streams.worker.service:main",
+        "fleet": "stallwatch_streams.fleet.main:main",
+    }
     assert dict(parsed["stallwatch.settings"]) == {"fleet": "stallwatch_streams.fleet.settings:FleetSettings"}
     (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert f"Requires-Dist: stallwatch=={version}" in archive.read(metadata).decode().splitlines()
 
 
-def test_installed_wheels_hold_the_py_typed_marker_of_both_packages(wheels: dict[str, Path],
-                                                                     tmp_path: Path) -> None:
+def test_installed_wheels_hold_the_py_typed_marker_of_both_packages(
+    wheels: dict[str, Path], tmp_path: Path
+) -> None:
     installed = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-                    "--target", str(installed), str(wheels["light"]), str(wheels["streams"])],
-                   check=True, timeout=300, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(installed),
+            str(wheels["light"]),
+            str(wheels["streams"]),
+        ],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
     for marker in ("stallwatch/py.typed", "stallwatch_streams/py.typed"):
         assert (installed / marker).is_file(), marker
     assert not (installed / "streams").exists()

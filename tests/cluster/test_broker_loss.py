@@ -57,8 +57,9 @@ NODE_AND_WORKER_BOUND_S = BROKER_SESSION_S + CONTROLLER_MOVE_S + SESSION_TIMEOUT
 @pytest.fixture(scope="module")
 async def served(cluster: None) -> AsyncIterator[tuple[Settings, list[WorkerProcess]]]:
     """Two workers on eight partitions replicated three times (min in sync 2)."""
-    settings = Settings(bootstrap=nodes.bootstrap(), topic_prefix=f"k{uuid.uuid4().hex[:10]}",
-                        partitions=PARTITIONS)
+    settings = Settings(
+        bootstrap=nodes.bootstrap(), topic_prefix=f"k{uuid.uuid4().hex[:10]}", partitions=PARTITIONS
+    )
     await ensure_topics(settings)
     env = {"STALLWATCH_REPLICATION_FACTOR": "3", "STALLWATCH_MIN_INSYNC_REPLICAS": "2"}
     workers = [WorkerProcess(settings, name, env) for name in ("a", "b")]
@@ -86,8 +87,9 @@ class Arrivals:
         self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Arrivals:
-        self._task = asyncio.create_task(arrivals(self.settings, self.topic, self._stop,
-                                                  self.times, self.values))
+        self._task = asyncio.create_task(
+            arrivals(self.settings, self.topic, self._stop, self.times, self.values)
+        )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -106,8 +108,9 @@ class Arrivals:
             if not differing:
                 return
             await asyncio.sleep(0.5)
-        raise AssertionError(f"{len(differing)} of {len(expected)} runs differ from replay, "
-                             f"e.g. {differing[:3]}")
+        raise AssertionError(
+            f"{len(differing)} of {len(expected)} runs differ from replay, e.g. {differing[:3]}"
+        )
 
 
 @contextlib.asynccontextmanager
@@ -134,12 +137,12 @@ class Gaps:
         """The partitions whose commands stopped longer than `bound_s` and longer than their
         events plus the worker's margin: on a cluster slower to move its leaders than the bound
         assumes (a loaded machine, many partitions), the load itself waits as long."""
-        return {p: gap for p, gap in self.commands.items()
-                if gap > max(bound_s, self.events[p] + WORKER_MARGIN_S)}
+        return {
+            p: gap for p, gap in self.commands.items() if gap > max(bound_s, self.events[p] + WORKER_MARGIN_S)
+        }
 
 
-async def gaps_after_a_kill(settings: Settings, window_s: float,
-                            worker: WorkerProcess | None = None) -> Gaps:
+async def gaps_after_a_kill(settings: Settings, window_s: float, worker: WorkerProcess | None = None) -> Gaps:
     """Under load, the node leading the most events partitions killed (with `worker`, when
     given) and started again `window_s` later: each partition's longest gap from the kill, once
     every run's commands equal replay."""
@@ -154,13 +157,17 @@ async def gaps_after_a_kill(settings: Settings, window_s: float,
                 worker.kill()
             await asyncio.sleep(window_s)
             now = time.monotonic()
-            gaps = Gaps(longest_gaps(commands.times, PARTITIONS, killed, now),
-                        longest_gaps(events.times, PARTITIONS, killed, now))
+            gaps = Gaps(
+                longest_gaps(commands.times, PARTITIONS, killed, now),
+                longest_gaps(events.times, PARTITIONS, killed, now),
+            )
             await asyncio.to_thread(nodes.start, node)
         await commands.until_replay()
-    print(f"longest gaps per partition (s), commands: "
-          f"{({p: round(g, 1) for p, g in gaps.commands.items()})}, events: "
-          f"{({p: round(g, 1) for p, g in gaps.events.items()})}")
+    print(
+        f"longest gaps per partition (s), commands: "
+        f"{ ({p: round(g, 1) for p, g in gaps.commands.items()}) }, events: "
+        f"{ ({p: round(g, 1) for p, g in gaps.events.items()}) }"
+    )
     return gaps
 
 
@@ -190,9 +197,11 @@ async def test_a_frozen_node_costs_no_run_its_commands_and_verdicts_flow_once_it
             await asyncio.sleep(KILL_BOUND_S + 3)
             after = longest_gaps(commands.times, PARTITIONS, thawed, time.monotonic())
         await commands.until_replay()
-    print(f"longest gaps per partition (s) while frozen: "
-          f"{({p: round(g, 1) for p, g in during.items()})}, after: "
-          f"{({p: round(g, 1) for p, g in after.items()})}")
+    print(
+        f"longest gaps per partition (s) while frozen: "
+        f"{ ({p: round(g, 1) for p, g in during.items()}) }, after: "
+        f"{ ({p: round(g, 1) for p, g in after.items()}) }"
+    )
     assert max(after.values()) <= KILL_BOUND_S, after
 
 
@@ -206,8 +215,11 @@ async def test_a_client_keeps_getting_verdicts_on_every_partition_after_a_node_i
     async def agent(client: KafkaClient, partition: int) -> None:
         """Runs of a few calls each, one after another, on one partition."""
         for n in range(10_000):
-            run_id = next(f"{prefix}{partition}-{n}-{i}" for i in range(1000)
-                          if partition_of(f"{prefix}{partition}-{n}-{i}", PARTITIONS) == partition)
+            run_id = next(
+                f"{prefix}{partition}-{n}-{i}"
+                for i in range(1000)
+                if partition_of(f"{prefix}{partition}-{n}-{i}", PARTITIONS) == partition
+            )
             run = await client.start_run(run_id, "researcher", [{"name": "search"}])
             for i in range(4):
                 if stop.is_set():
@@ -234,12 +246,13 @@ async def test_a_client_keeps_getting_verdicts_on_every_partition_after_a_node_i
     answered = {p: [when for when, ok in decided[p] if ok] for p in range(PARTITIONS)}
     assert all(any(when < killed for when in answered[p]) for p in range(PARTITIONS)), answered
     gaps = longest_gaps(answered, PARTITIONS, killed, killed + CLIENT_BOUND_S + 5)
-    print(f"longest gaps per partition (s): {({p: round(g, 1) for p, g in gaps.items()})}")
+    print(f"longest gaps per partition (s): { ({p: round(g, 1) for p, g in gaps.items()}) }")
     assert max(gaps.values()) <= CLIENT_BOUND_S, gaps
 
 
 async def test_a_node_and_a_worker_killed_together_stop_no_partitions_verdicts_longer_than_their_bound(
-        served) -> None:
+    served,
+) -> None:
     """Last in the module: the worker it kills stays dead."""
     settings, workers = served
     gaps = await gaps_after_a_kill(settings, NODE_AND_WORKER_BOUND_S + 5, workers[0])

@@ -21,18 +21,20 @@ def _failing(run: int, ts: float) -> dict:
 
 
 async def test_an_incident_that_crosses_its_threshold_while_a_node_is_down_opens_once(cluster) -> None:
-    settings = Settings(bootstrap=nodes.bootstrap(), topic_prefix=f"f{uuid.uuid4().hex[:10]}",
-                        partitions=4)
+    settings = Settings(bootstrap=nodes.bootstrap(), topic_prefix=f"f{uuid.uuid4().hex[:10]}", partitions=4)
     await nodes.until_whole()
-    fleet = FleetProcess(settings, "a", env={"STALLWATCH_REPLICATION_FACTOR": "3",
-                                             "STALLWATCH_MIN_INSYNC_REPLICAS": "2"})
+    fleet = FleetProcess(
+        settings, "a", env={"STALLWATCH_REPLICATION_FACTOR": "3", "STALLWATCH_MIN_INSYNC_REPLICAS": "2"}
+    )
     now = float(int(time.time()))
     node = 0
     try:
         await fleet.serving()
-        async with Tallies(settings) as tallies, \
-                Reader(settings, settings.incidents_topic) as incidents, \
-                Reader(settings, settings.events_topic) as events:
+        async with (
+            Tallies(settings) as tallies,
+            Reader(settings, settings.incidents_topic) as incidents,
+            Reader(settings, settings.events_topic) as events,
+        ):
             # Three runs fail and the app holds them in its window; then the node leading the
             # most of its input goes, and two more runs fail while it is away: the fifth crosses
             # the threshold.

@@ -17,5 +17,11 @@ def test_an_envelope_is_a_valid_event_with_a_fresh_id_and_the_time():
 
 def test_given_ids_and_times_are_kept_so_logs_replay_the_same():
     event = envelope("run_ended", "r1", "e-7", 12.5, reason="done")
-    assert event == {"v": 1, "type": "run_ended", "event_id": "e-7", "run_id": "r1", "ts": 12.5,
-                     "reason": "done"}
+    assert event == {
+        "v": 1,
+        "type": "run_ended",
+        "event_id": "e-7",
+        "run_id": "r1",
+        "ts": 12.5,
+        "reason": "done",
+    }

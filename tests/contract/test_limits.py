@@ -49,8 +49,10 @@ def test_a_small_dead_letter_keeps_its_raw_input_whole():
 def test_a_dead_letter_keeps_no_raw_input_unless_asked():
     letter = DeadLetter.of(b'{"v": 2, "key": "sk-123"}', "unsupported", "t", 0, 5)
     assert (letter.raw, letter.raw_kept, letter.raw_truncated, letter.raw_size) == ("", False, False, 25)
-    assert letter.raw_digest == DeadLetter.of(b'{"v": 2, "key": "sk-123"}', "x", "t", 0, 5,
-                                              keep_raw=True).raw_digest
+    assert (
+        letter.raw_digest
+        == DeadLetter.of(b'{"v": 2, "key": "sk-123"}', "x", "t", 0, 5, keep_raw=True).raw_digest
+    )
 
 
 def test_a_record_keyed_by_its_run_id_is_parsed():
@@ -81,13 +83,28 @@ def test_a_huge_call_id_and_tool_get_a_small_verdict_the_client_can_match():
     call_id, tool = "c" * 700_000, "t" * 50_000
     fleet = EmbeddedEngine()
     fleet.handle(parse_event(event("run_started", mode="researcher")))
-    fleet.handle(parse_event(orjson.dumps({"v": 1, "type": "round_started", "event_id": "e2",
-                                           "run_id": "r", "ts": 1.0, "round": 1})))
+    fleet.handle(
+        parse_event(
+            orjson.dumps(
+                {"v": 1, "type": "round_started", "event_id": "e2", "run_id": "r", "ts": 1.0, "round": 1}
+            )
+        )
+    )
     verdicts = []
     for n in range(2):
-        raw = orjson.dumps({"v": 1, "type": "call_proposed", "event_id": f"p{n}" * 50_000,
-                            "run_id": "r", "ts": 2.0, "round": 1, "call_id": call_id, "tool": tool,
-                            "args": {"q": 1}})
+        raw = orjson.dumps(
+            {
+                "v": 1,
+                "type": "call_proposed",
+                "event_id": f"p{n}" * 50_000,
+                "run_id": "r",
+                "ts": 2.0,
+                "round": 1,
+                "call_id": call_id,
+                "tool": tool,
+                "args": {"q": 1},
+            }
+        )
         verdicts += fleet.handle(parse_event(raw))
     assert [v.decision for v in verdicts] == ["allow", "refuse"]  # the long tool is still compared
     for verdict in verdicts:
@@ -97,8 +114,12 @@ def test_a_huge_call_id_and_tool_get_a_small_verdict_the_client_can_match():
 
 
 def test_a_run_id_too_long_for_a_key_is_refused():
-    assert reason_of(event("round_started", round=1).replace(b'"r"', b'"' + b"r" * 300 + b'"'),
-                     key=b"r" * 300).reason == "id_too_long"
+    assert (
+        reason_of(
+            event("round_started", round=1).replace(b'"r"', b'"' + b"r" * 300 + b'"'), key=b"r" * 300
+        ).reason
+        == "id_too_long"
+    )
 
 
 def test_a_bounded_id_is_stable_and_never_changes_a_short_one():
@@ -111,25 +132,37 @@ def test_a_bounded_id_is_stable_and_never_changes_a_short_one():
 def test_a_declared_name_too_long_to_copy_is_bounded_as_its_calls_tool_is():
     exempt, plain = "w" * 350_000, "t" * (MAX_ID_CHARS + 1)
     fleet = EmbeddedEngine()
-    started = parse_event(event("run_started", mode="researcher",
-                                tools=[{"name": exempt, "repeat_exempt": True}, {"name": plain}]))
+    started = parse_event(
+        event(
+            "run_started", mode="researcher", tools=[{"name": exempt, "repeat_exempt": True}, {"name": plain}]
+        )
+    )
     assert [t["name"] for t in started["tools"]] == [bounded_id(exempt), bounded_id(plain)]
     fleet.handle(started)
     decisions: dict[str, list[str]] = {exempt: [], plain: []}
     for number, tool in enumerate([exempt, exempt, plain, plain], start=1):
         fleet.handle(parse_event(event("round_started", round=number, event_id=f"r{number}")))
-        raw = event("call_proposed", event_id=f"p{number}", round=number, call_id=f"c{number}",
-                    tool=tool, args={"q": 1})
+        raw = event(
+            "call_proposed",
+            event_id=f"p{number}",
+            round=number,
+            call_id=f"c{number}",
+            tool=tool,
+            args={"q": 1},
+        )
         verdicts = [c for c in fleet.handle(parse_event(raw)) if c.type == "verdict"]
         decisions[tool].append(verdicts[0].decision)
     # The declaration matches the call: the exempt wait repeats, the plain tool's repeat is refused.
     assert decisions == {exempt: ["allow", "allow"], plain: ["allow", "refuse"]}
 
 
-@pytest.mark.parametrize("tools", [
-    [{"name": f"{i:03}" + "n" * 200} for i in range(400)],  # bounded, still over the limit
-    [{"name": f"tool{i}", "volatile_fields": [f"meta.field_{j}" for j in range(30)]} for i in range(100)],
-])
+@pytest.mark.parametrize(
+    "tools",
+    [
+        [{"name": f"{i:03}" + "n" * 200} for i in range(400)],  # bounded, still over the limit
+        [{"name": f"tool{i}", "volatile_fields": [f"meta.field_{j}" for j in range(30)]} for i in range(100)],
+    ],
+)
 def test_a_run_started_with_oversized_declarations_is_refused_with_a_clear_error(tools):
     error = reason_of(event("run_started", mode="researcher", tools=tools))
     assert error.reason == "declarations_too_large" and "over the limit" in str(error)
@@ -137,8 +170,15 @@ def test_a_run_started_with_oversized_declarations_is_refused_with_a_clear_error
 
 
 def test_the_largest_declarations_accepted_make_a_small_state():
-    tools = [{"name": f"{i:03}" + "n" * (MAX_ID_CHARS - 3), "repeat_exempt": True,
-              "requires_approval": True, "volatile_fields": ["a.b"]} for i in range(60)]
+    tools = [
+        {
+            "name": f"{i:03}" + "n" * (MAX_ID_CHARS - 3),
+            "repeat_exempt": True,
+            "requires_approval": True,
+            "volatile_fields": ["a.b"],
+        }
+        for i in range(60)
+    ]
     fleet = EmbeddedEngine()
     fleet.handle(parse_event(event("run_started", mode="researcher", tools=tools)))
     state = fleet.runs["r"]

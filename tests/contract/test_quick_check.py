@@ -12,21 +12,35 @@ from stallwatch.contract import parse
 from stallwatch.contract.events import EVENT_ADAPTER
 from stallwatch.contract.parse import _conforms, _plain_run_started
 
-anything = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=False),
-                     st.text(max_size=3), st.lists(st.integers(), max_size=2),
-                     st.dictionaries(st.text(max_size=2), st.integers(), max_size=2))
+anything = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.floats(allow_nan=False),
+    st.text(max_size=3),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
+)
 statuses = st.sampled_from(["ok", "error", "overloaded", "OK", ""]) | anything
 field_values = {
-    "event_id": st.text(max_size=3) | anything, "run_id": st.text(max_size=3) | anything,
+    "event_id": st.text(max_size=3) | anything,
+    "run_id": st.text(max_size=3) | anything,
     "ts": st.floats(allow_nan=False) | st.integers() | anything,
-    "round": st.integers(-2, 5) | anything, "call_id": st.text(max_size=3) | anything,
-    "tool": st.text(max_size=3) | anything, "status": statuses, "args": anything,
-    "result": anything, "fingerprint": st.text(max_size=4) | anything, "empty": anything,
-    "reason": anything, "args_digest": st.text(max_size=4) | anything,
+    "round": st.integers(-2, 5) | anything,
+    "call_id": st.text(max_size=3) | anything,
+    "tool": st.text(max_size=3) | anything,
+    "status": statuses,
+    "args": anything,
+    "result": anything,
+    "fingerprint": st.text(max_size=4) | anything,
+    "empty": anything,
+    "reason": anything,
+    "args_digest": st.text(max_size=4) | anything,
     "effect": st.sampled_from(["read", "write", "unknown", "READ", ""]) | anything,
 }
-kinds = st.sampled_from(["round_started", "round_ended", "call_proposed", "call_result",
-                         "run_ended", "run_started"])
+kinds = st.sampled_from(
+    ["round_started", "round_ended", "call_proposed", "call_result", "run_ended", "run_started"]
+)
 
 
 @st.composite
@@ -39,8 +53,9 @@ def events(draw):
     return kind, event
 
 
-@settings(max_examples=2000, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(events())
 def test_the_quick_check_accepts_nothing_the_models_reject(case):
     kind, event = case
@@ -55,16 +70,22 @@ def test_the_quick_check_accepts_nothing_the_models_reject(case):
 
 tool_values = st.fixed_dictionaries(
     {"name": st.text(max_size=3) | anything},
-    optional={"repeat_exempt": st.booleans() | anything, "requires_approval": st.booleans() | anything,
-              "effect": st.sampled_from(["read", "write"]) | anything,
-              "volatile_fields": st.lists(st.text(max_size=2), max_size=1)})
+    optional={
+        "repeat_exempt": st.booleans() | anything,
+        "requires_approval": st.booleans() | anything,
+        "effect": st.sampled_from(["read", "write"]) | anything,
+        "volatile_fields": st.lists(st.text(max_size=2), max_size=1),
+    },
+)
 run_started_values = {
-    "event_id": st.text(max_size=3) | anything, "run_id": st.text(max_size=3) | anything,
+    "event_id": st.text(max_size=3) | anything,
+    "run_id": st.text(max_size=3) | anything,
     "ts": st.floats(allow_nan=False) | st.integers() | anything,
     "mode": st.sampled_from(["researcher", "chat", "coder", "CHAT"]) | anything,
     "tools": st.lists(tool_values | anything, max_size=3) | anything,
     "policy": st.just({}) | st.just({"max_rounds": 3}) | anything,
-    "parent_run_id": st.text(max_size=3) | anything, "tenant": st.text(max_size=3) | anything,
+    "parent_run_id": st.text(max_size=3) | anything,
+    "tenant": st.text(max_size=3) | anything,
     "extra": anything,
 }
 
@@ -78,8 +99,9 @@ def run_started_events(draw):
     return event
 
 
-@settings(max_examples=2000, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(run_started_events())
 def test_a_plain_run_started_passes_only_as_the_models_would_give_it(event):
     """What the quick check lets through is the models' own output, types included (a `ts`
@@ -89,15 +111,23 @@ def test_a_plain_run_started_passes_only_as_the_models_would_give_it(event):
             model = EVENT_ADAPTER.validate_python(event)
         except ValidationError as exc:
             raise AssertionError(f"quick check let through {event}: {exc}") from None
-        assert orjson.dumps(model.model_dump(exclude_unset=True), option=orjson.OPT_SORT_KEYS) \
-            == orjson.dumps(event, option=orjson.OPT_SORT_KEYS)
+        assert orjson.dumps(
+            model.model_dump(exclude_unset=True), option=orjson.OPT_SORT_KEYS
+        ) == orjson.dumps(event, option=orjson.OPT_SORT_KEYS)
 
 
 def test_a_plain_run_started_is_not_handed_to_pydantic(monkeypatch):
     """A fleet log's run_started events in their common shape: pydantic cost ~40 µs each."""
-    plain = {"v": 1, "type": "run_started", "event_id": "e", "run_id": "r", "ts": 1.5,
-             "mode": "researcher", "tenant": "t",
-             "tools": [{"name": "search"}, {"name": "wait", "repeat_exempt": True}]}
+    plain = {
+        "v": 1,
+        "type": "run_started",
+        "event_id": "e",
+        "run_id": "r",
+        "ts": 1.5,
+        "mode": "researcher",
+        "tenant": "t",
+        "tools": [{"name": "search"}, {"name": "wait", "repeat_exempt": True}],
+    }
 
     class Refuses:
         def validate_python(self, data: object) -> None:

@@ -15,11 +15,18 @@ def test_checked_in_schemas_match_the_models():
     assert on_disk == set(expected), "run `make schemas` and commit the result"
     for name, schema in expected.items():
         assert (SCHEMA_DIR / name).read_bytes() == render(schema), (
-            f"schemas/{name} drifted from the models: run `make schemas` and commit the result")
+            f"schemas/{name} drifted from the models: run `make schemas` and commit the result"
+        )
 
 
 def test_the_event_schema_knows_every_event_type():
     events = schemas()["events.v1.schema.json"]
     assert set(events["discriminator"]["mapping"]) == {
-        "run_started", "round_started", "call_proposed", "call_result", "round_ended", "run_ended",
-        "fleet_advisory"}
+        "run_started",
+        "round_started",
+        "call_proposed",
+        "call_result",
+        "round_ended",
+        "run_ended",
+        "fleet_advisory",
+    }

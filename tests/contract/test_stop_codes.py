@@ -40,11 +40,16 @@ def stops_of_every_code() -> list:
     late.start_round()
     stalled = RunScript("stalled", "coder", tools=[{"name": "bash"}], policy={"stall_stop_at": 3})
     for i in range(4):
-        stalled.round_of(("bash", {"command": f"sed -i s/{i}/x/ a.py"}, ""),
-                         ("bash", {"command": "pytest"}, "1 failed"))
+        stalled.round_of(
+            ("bash", {"command": f"sed -i s/{i}/x/ a.py"}, ""), ("bash", {"command": "pytest"}, "1 failed")
+        )
     fleet = EmbeddedEngine()
-    return [c for s in (seen, refused, failing, limited, budget, late, stalled)
-            for c in Outcome(fleet, s).commands if c.type == "stop"]
+    return [
+        c
+        for s in (seen, refused, failing, limited, budget, late, stalled)
+        for c in Outcome(fleet, s).commands
+        if c.type == "stop"
+    ]
 
 
 def test_every_code_the_engine_stops_with_is_registered_and_carries_its_detail_keys():
@@ -64,8 +69,17 @@ def test_the_stop_code_type_lists_the_registry_in_its_order_and_every_action_is_
 
 
 def test_the_wire_accepts_exactly_the_registered_codes():
-    base = {"v": 1, "type": "stop", "command_id": "c", "run_id": "r", "caused_by": "e", "round": 1,
-            "action": "end_turn", "reason": "x", "detail": {}}
+    base = {
+        "v": 1,
+        "type": "stop",
+        "command_id": "c",
+        "run_id": "r",
+        "caused_by": "e",
+        "round": 1,
+        "action": "end_turn",
+        "reason": "x",
+        "detail": {},
+    }
     for code in STOP_CODES:
         assert COMMAND_ADAPTER.validate_python({**base, "code": code}).code == code
     with pytest.raises(ValueError):

@@ -9,8 +9,9 @@ RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 
 
 def promtool(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["promtool", *args], cwd=RULES, capture_output=True, text=True,
-                          timeout=120, check=False)
+    return subprocess.run(
+        ["promtool", *args], cwd=RULES, capture_output=True, text=True, timeout=120, check=False
+    )
 
 
 def test_the_rules_are_valid():

@@ -58,8 +58,11 @@ def test_every_published_port_is_bound_to_the_hosts_loopback():
     for name, ports in published.items():
         for port in ports:
             # Short syntax "HOST_IP:HOST_PORT:CONTAINER_PORT", or the long one with host_ip.
-            host_ip = port.get("host_ip") if isinstance(port, dict) else \
-                (str(port).split(":")[0] if str(port).count(":") == 2 else None)
+            host_ip = (
+                port.get("host_ip")
+                if isinstance(port, dict)
+                else (str(port).split(":")[0] if str(port).count(":") == 2 else None)
+            )
             assert host_ip == "127.0.0.1", (name, port)
 
 
@@ -76,6 +79,9 @@ def test_the_image_copies_and_installs_both_distributions():
     worker_stage = text.split(" AS worker")[1].splitlines()
     (install,) = [line.split() for line in worker_stage if line.startswith("RUN pip install")]
     assert "." in install and "./streams" in install
-    stages = [line.split()[-1] for line in (ROOT / "Dockerfile").read_text().splitlines()
-              if line.startswith("FROM ")]
+    stages = [
+        line.split()[-1]
+        for line in (ROOT / "Dockerfile").read_text().splitlines()
+        if line.startswith("FROM ")
+    ]
     assert stages[-1] == "worker" and "serve" in stages  # compose builds the last: the worker

@@ -57,11 +57,18 @@ def test_every_panel_queries_metrics_the_worker_exports():
                 assert not unknown, f"{panel['title']} queries {unknown}, which no worker exports"
                 seen |= {_HISTOGRAM_SERIES.sub("", n) for n in names}
     # The overview covers what the operators asked for, coder mode's two metrics included.
-    for metric in ("stallwatch_events_consumed_total", "stallwatch_verdicts_total",
-                   "stallwatch_stops_total", "stallwatch_active_runs",
-                   "stallwatch_decision_latency_seconds", "stallwatch_consumer_lag",
-                   "stallwatch_dead_letters_total", "stallwatch_stall_nudges_total",
-                   "stallwatch_workspace_version_at_stop", "stallwatch_fleet_incidents_open"):
+    for metric in (
+        "stallwatch_events_consumed_total",
+        "stallwatch_verdicts_total",
+        "stallwatch_stops_total",
+        "stallwatch_active_runs",
+        "stallwatch_decision_latency_seconds",
+        "stallwatch_consumer_lag",
+        "stallwatch_dead_letters_total",
+        "stallwatch_stall_nudges_total",
+        "stallwatch_workspace_version_at_stop",
+        "stallwatch_fleet_incidents_open",
+    ):
         assert metric in seen, metric
 
 

@@ -19,15 +19,28 @@ PATTERN = {"literal": "literal", "prefix": "prefixed"}
 def granted(manifest: str) -> set[tuple[str, ...]]:
     user = yaml.safe_load((USERS / manifest).read_text())
     principal = f"User:{user['metadata']['name']}"
-    return {(principal, RESOURCE[acl["resource"]["type"]], acl["resource"]["name"],
-             PATTERN[acl["resource"]["patternType"]], operation)
-            for acl in user["spec"]["authorization"]["acls"] for operation in acl["operations"]}
+    return {
+        (
+            principal,
+            RESOURCE[acl["resource"]["type"]],
+            acl["resource"]["name"],
+            PATTERN[acl["resource"]["patternType"]],
+            operation,
+        )
+        for acl in user["spec"]["authorization"]["acls"]
+        for operation in acl["operations"]
+    }
 
 
 def printed(*args: str) -> set[tuple[str, ...]]:
     env = {**os.environ, "STALLWATCH_TOPIC_PREFIX": "stallwatch"}
-    out = subprocess.run([str(ROOT / "deploy/kafka/acls.sh"), "--print", *args], check=True,
-                         text=True, capture_output=True, env=env).stdout
+    out = subprocess.run(
+        [str(ROOT / "deploy/kafka/acls.sh"), "--print", *args],
+        check=True,
+        text=True,
+        capture_output=True,
+        env=env,
+    ).stdout
     return {tuple(line.split()) for line in out.splitlines() if line}
 
 

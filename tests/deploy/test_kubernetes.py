@@ -41,8 +41,10 @@ def test_the_worker_runs_with_its_settings_and_probes_on_its_web_port():
     (container,) = pod["spec"]["containers"]
     assert container["command"] == ["stallwatch", "worker"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"web": int(config["STALLWATCH_WEB_PORT"]),
-                     "metrics": int(config["STALLWATCH_METRICS_PORT"])}
+    assert ports == {
+        "web": int(config["STALLWATCH_WEB_PORT"]),
+        "metrics": int(config["STALLWATCH_METRICS_PORT"]),
+    }
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"]["port"] == "web"
     # Liveness is the consume loop's progress, not an open port; readiness the restored states.

@@ -30,30 +30,39 @@ def matches(selector: dict | None, labels: dict[str, str]) -> bool:
 
 def expression_holds(rule: dict, labels: dict[str, str]) -> bool:
     key, op, values = rule["key"], rule["operator"], rule.get("values") or []
-    return {"In": labels.get(key) in values, "NotIn": labels.get(key) not in values,
-            "Exists": key in labels, "DoesNotExist": key not in labels}[op]
+    return {
+        "In": labels.get(key) in values,
+        "NotIn": labels.get(key) not in values,
+        "Exists": key in labels,
+        "DoesNotExist": key not in labels,
+    }[op]
 
 
 def pod_of(deployment: str) -> tuple[dict[str, str], dict[str, int]]:
     """A Deployment's pod: its labels and its container ports by name."""
     template = of_kind("Deployment", deployment)["spec"]["template"]
-    ports = {p["name"]: p["containerPort"] for c in template["spec"]["containers"]
-             for p in c.get("ports", [])}
+    ports = {
+        p["name"]: p["containerPort"] for c in template["spec"]["containers"] for p in c.get("ports", [])
+    }
     return {**COMMON, **template["metadata"]["labels"]}, ports
 
 
 def policies(labels: dict[str, str], kind: str) -> list[dict]:
-    return [p["spec"] for p in resources() if p["kind"] == "NetworkPolicy"
-            and kind in p["spec"].get("policyTypes", ["Ingress"])
-            and matches(p["spec"]["podSelector"], labels)]
+    return [
+        p["spec"]
+        for p in resources()
+        if p["kind"] == "NetworkPolicy"
+        and kind in p["spec"].get("policyTypes", ["Ingress"])
+        and matches(p["spec"]["podSelector"], labels)
+    ]
 
 
-def port_matches(rule_ports: list[dict] | None, port: int, protocol: str,
-                 named: dict[str, int]) -> bool:
+def port_matches(rule_ports: list[dict] | None, port: int, protocol: str, named: dict[str, int]) -> bool:
     if not rule_ports:
         return True
-    return any(named.get(p["port"], p["port"]) == port and p.get("protocol", "TCP") == protocol
-               for p in rule_ports)
+    return any(
+        named.get(p["port"], p["port"]) == port and p.get("protocol", "TCP") == protocol for p in rule_ports
+    )
 
 
 def peer_matches(peer: dict, namespace: dict[str, str], labels: dict[str, str]) -> bool:
@@ -66,16 +75,21 @@ def peer_matches(peer: dict, namespace: dict[str, str], labels: dict[str, str]) 
     return in_namespace and ("podSelector" not in peer or matches(peer["podSelector"], labels))
 
 
-def ingress_allowed(deployment: str, port: int, namespace: dict[str, str],
-                    labels: dict[str, str] | None = None) -> bool:
+def ingress_allowed(
+    deployment: str, port: int, namespace: dict[str, str], labels: dict[str, str] | None = None
+) -> bool:
     pod, named = pod_of(deployment)
     selecting = policies(pod, "Ingress")
     if not selecting:
         return True  # a pod no policy selects is not isolated
-    return any(port_matches(rule.get("ports"), port, "TCP", named)
-               and (not rule.get("from") or any(peer_matches(peer, namespace, labels or {})
-                                                for peer in rule["from"]))
-               for spec in selecting for rule in spec.get("ingress") or [])
+    return any(
+        port_matches(rule.get("ports"), port, "TCP", named)
+        and (
+            not rule.get("from") or any(peer_matches(peer, namespace, labels or {}) for peer in rule["from"])
+        )
+        for spec in selecting
+        for rule in spec.get("ingress") or []
+    )
 
 
 def egress_allowed(deployment: str, port: int, protocol: str = "TCP") -> bool:
@@ -84,8 +98,11 @@ def egress_allowed(deployment: str, port: int, protocol: str = "TCP") -> bool:
     selecting = policies(pod, "Egress")
     if not selecting:
         return True
-    return any(port_matches(rule.get("ports"), port, protocol, named) and not rule.get("to")
-               for spec in selecting for rule in spec.get("egress") or [])
+    return any(
+        port_matches(rule.get("ports"), port, protocol, named) and not rule.get("to")
+        for spec in selecting
+        for rule in spec.get("egress") or []
+    )
 
 
 JOBS = ["stallwatch-worker", "stallwatch-fleet"]
@@ -134,8 +151,15 @@ def test_the_stream_jobs_reach_only_kafka_and_dns(deployment):
 def test_kustomize_leaves_the_policies_selectors_as_written():
     """kustomize's `labels` would add the common label to a matchLabels selector of a peer,
     and so demand it of the scraper: the policies use matchExpressions it leaves alone."""
-    built = [d for d in yaml.safe_load_all(subprocess.run(
-        ["kubectl", "kustomize", str(K8S)], capture_output=True, check=True, timeout=60).stdout) if d]
+    built = [
+        d
+        for d in yaml.safe_load_all(
+            subprocess.run(
+                ["kubectl", "kustomize", str(K8S)], capture_output=True, check=True, timeout=60
+            ).stdout
+        )
+        if d
+    ]
     written = {p["metadata"]["name"]: p["spec"] for p in resources() if p["kind"] == "NetworkPolicy"}
     assert {p["metadata"]["name"]: p["spec"] for p in built if p["kind"] == "NetworkPolicy"} == written
     assert all(p["metadata"]["namespace"] == NAMESPACE for p in built if p["kind"] == "NetworkPolicy")

@@ -32,6 +32,8 @@ class Outcome:
 @pytest.fixture
 def run():
     """Apply a script to a fresh fleet: `run(script)` -> Outcome."""
+
     def apply(script: RunScript, fleet: EmbeddedEngine | None = None) -> Outcome:
         return Outcome(fleet or EmbeddedEngine(), script)
+
     return apply

@@ -26,8 +26,10 @@ KEY = advisory_key("the fleet app's own advisory key")
 def replayed(lines: list[bytes], key: bytes | None = KEY) -> tuple[list[dict], list[dict]]:
     out, err = io.BytesIO(), io.BytesIO()
     replay(io.BytesIO(b"\n".join(lines) + b"\n"), out, err, engine=ReplayEngine(advisory_key=key))
-    return ([orjson.loads(x) for x in out.getvalue().splitlines()],
-            [orjson.loads(x) for x in err.getvalue().splitlines()])
+    return (
+        [orjson.loads(x) for x in out.getvalue().splitlines()],
+        [orjson.loads(x) for x in err.getvalue().splitlines()],
+    )
 
 
 def resigned(lines: list[bytes], key: bytes) -> list[bytes]:
@@ -69,14 +71,18 @@ def test_an_advisory_from_anyone_but_the_fleet_app_changes_no_decision(forge):
     assert commands == replayed(without_advisories(lines))[0]
     assert letters and {letter["error"] for letter in letters} == {
         "a fleet_advisory without the fleet app's MAC: only the fleet app, holding "
-        "STALLWATCH_ADVISORY_KEY, advises a run"}
+        "STALLWATCH_ADVISORY_KEY, advises a run"
+    }
 
 
 def test_a_forged_close_cannot_lift_a_real_breaker():
     breaker = RunScript("breaker", policy={"fleet_breaker": True})
     breaker.round_of(("search", {"q": 1}, {"docs": [1]}))
-    lines = [*breaker.lines(), orjson.dumps(signed(advisory("breaker"), KEY)),
-             orjson.dumps(advisory("breaker", incident="closed"))]  # the close is forged
+    lines = [
+        *breaker.lines(),
+        orjson.dumps(signed(advisory("breaker"), KEY)),
+        orjson.dumps(advisory("breaker", incident="closed")),
+    ]  # the close is forged
     breaker.start_round()
     breaker.call("search", {"q": 2})
     commands, letters = replayed(lines + breaker.lines()[-2:])
@@ -90,7 +96,10 @@ def test_the_batch_step_checks_the_mac_as_replay_does():
     expected, letters = replayed(forged)
     result = BatchApplier(Detector(advisory_key=KEY), "stallwatch.events").apply(
         [SourceMessage(orjson.loads(line)["run_id"].encode(), line, 0, i) for i, line in enumerate(forged)],
-        lambda _: None, PartitionClock(), 0.0)
+        lambda _: None,
+        PartitionClock(),
+        0.0,
+    )
     assert [orjson.loads(encode_command(c)) for c in result.commands] == expected
     assert [reason for _, _, reason in result.letters] == ["unsigned_advisory"] * len(letters)
 

@@ -8,8 +8,9 @@ PRICE = {"symbol": "ACME", "price": 12.5}
 
 
 def chat(**kw) -> RunScript:
-    return RunScript(mode="chat", tools=[{"name": "get_price"}, {"name": "wait", "repeat_exempt": True}],
-                     **kw)
+    return RunScript(
+        mode="chat", tools=[{"name": "get_price"}, {"name": "wait", "repeat_exempt": True}], **kw
+    )
 
 
 def test_the_third_identical_call_in_a_row_is_refused_and_so_are_further_repeats(run):

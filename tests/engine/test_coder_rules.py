@@ -13,8 +13,12 @@ from stallwatch.engine.masks import DEFAULT_VOLATILE_PATTERNS, MASK, mask_string
 from stallwatch.engine.state import RunState
 from tests.script import RunScript
 
-TOOLS = [{"name": "bash"}, {"name": "editor"}, {"name": "view", "effect": "read"},
-         {"name": "save", "effect": "write"}]
+TOOLS = [
+    {"name": "bash"},
+    {"name": "editor"},
+    {"name": "view", "effect": "read"},
+    {"name": "save", "effect": "write"},
+]
 REPRO = {"command": "python reproduce.py"}
 TRACE = "Traceback (most recent call last):\nValueError: bad input"
 
@@ -41,6 +45,7 @@ def edit(s: RunScript, n: int, answer: str = "File edited.") -> None:
 
 
 # -- effects and the workspace version ------------------------------------------------------------
+
 
 def test_a_calls_effect_overrides_its_tools_and_unknown_is_the_default():
     state = RunState(mode="coder", started_ts=0, tool_effects={"view": "read", "save": "write"})
@@ -71,6 +76,7 @@ def test_effects_are_ignored_outside_coder_mode(run):
 
 # -- duplicates -----------------------------------------------------------------------------------
 
+
 def test_a_read_is_refused_only_at_the_same_workspace_version(run):
     s = coder()
     s.round_of(("view", {"p": "a.py"}, "one"))
@@ -95,6 +101,7 @@ def test_a_repeat_exempt_read_is_never_refused(run):
 
 
 # -- new facts ------------------------------------------------------------------------------------
+
 
 def test_writes_answering_the_same_text_while_re_runs_show_progress_are_never_stopped(run):
     s = coder()
@@ -136,6 +143,7 @@ def test_the_same_text_from_another_command_is_a_new_fact(run):
 
 # -- stalls ---------------------------------------------------------------------------------------
 
+
 def stall_script(times: int, policy: dict | None = None) -> RunScript:
     s = coder(policy)
     for n in range(times):
@@ -148,8 +156,13 @@ def test_the_same_result_after_each_of_three_edits_gets_one_nudge_naming_the_cal
     out = run(stall_script(6))
     [nudge] = nudges(out)
     assert "`python reproduce.py`" in nudge.reason and "last 3 runs" in nudge.reason
-    assert nudge.detail == {"call": "python reproduce.py", "tool": "bash", "same_result_runs": 3,
-                            "stall_nudge_at": 3, "workspace_version": 6}
+    assert nudge.detail == {
+        "call": "python reproduce.py",
+        "tool": "bash",
+        "same_result_runs": 3,
+        "stall_nudge_at": 3,
+        "workspace_version": 6,
+    }
     assert nudge.round == 6 and stops(out) == []
 
 
@@ -248,6 +261,7 @@ def test_a_read_showing_the_same_after_changes_still_counts_towards_a_stall(run)
 
 # -- failures -------------------------------------------------------------------------------------
 
+
 def failing(s: RunScript, args: dict) -> None:
     s.start_round()
     s.call("editor", args, status="error", result="missing required parameter `path`")
@@ -291,13 +305,19 @@ def test_different_commands_failing_do_not_add_up_and_a_success_resets(run):
 
 # -- volatile patterns ----------------------------------------------------------------------------
 
+
 def test_the_default_set_masks_durations_addresses_and_timestamps():
-    text = ("1 failed in 0.05s; took 12 ms; <Foo object at 0x7f3a2c1b9d60>; "
-            "at 2024-05-01T12:00:03.123Z; /bin/bash: line 62215: javac: command not found; "
-            'File "a.py", line 7')
+    text = (
+        "1 failed in 0.05s; took 12 ms; <Foo object at 0x7f3a2c1b9d60>; "
+        "at 2024-05-01T12:00:03.123Z; /bin/bash: line 62215: javac: command not found; "
+        'File "a.py", line 7'
+    )
     masked = mask_strings({"out": [text]}, DEFAULT_VOLATILE_PATTERNS)["out"][0]
-    assert masked == (f"1 failed in {MASK}; took {MASK}; <Foo object at {MASK}>; at {MASK}; "
-                      f"/bin/bash: line {MASK}: javac: command not found; " 'File "a.py", line 7')
+    assert masked == (
+        f"1 failed in {MASK}; took {MASK}; <Foo object at {MASK}>; at {MASK}; "
+        f"/bin/bash: line {MASK}: javac: command not found; "
+        'File "a.py", line 7'
+    )
 
 
 def test_a_test_run_differing_only_in_its_duration_is_a_stall_unless_the_tool_lists_its_own(run):
@@ -307,6 +327,7 @@ def test_a_test_run_differing_only_in_its_duration_is_a_stall_unless_the_tool_li
             edit(s, n)
             s.round_of(("bash", {"command": "pytest"}, f"1 failed in 0.0{n + 1}s"))
         return s
+
     assert len(nudges(run(script(TOOLS)))) == 1
     own = [{"name": "bash", "volatile_patterns": []}, {"name": "editor"}]
     assert nudges(run(script(own))) == []
@@ -321,12 +342,12 @@ def test_a_pattern_that_is_no_regular_expression_is_a_dead_letter():
 
 # -- labels, state --------------------------------------------------------------------------------
 
+
 def test_a_calls_label_is_its_command_when_it_has_one():
     assert call_label("bash", {"command": "python  reproduce.py\n"}) == "python reproduce.py"
     assert call_label("bash", '{"cmd": "ls"}') == "ls"
     assert call_label("editor", {"path": "a", "n": 1}) == 'editor {"n":1,"path":"a"}'
-    assert call_label("editor", {"command": "view", "path": "a"}) == \
-        'editor {"command":"view","path":"a"}'
+    assert call_label("editor", {"command": "view", "path": "a"}) == 'editor {"command":"view","path":"a"}'
     assert len(call_label("bash", {"command": "x" * 500})) == 80
 
 
@@ -347,8 +368,7 @@ def test_a_result_of_a_call_never_proposed_is_new_and_counts_nothing(run):
     s = coder()
     for n in range(8):
         s.start_round()
-        s.add("call_result", round=s.round, call_id=f"ghost-{n}", tool="bash", status="error",
-              result="same")
+        s.add("call_result", round=s.round, call_id=f"ghost-{n}", tool="bash", status="error", result="same")
         s.end_round()
     out = run(s)
     assert out.stops == [] and state_of(out).call_history == {}
@@ -377,17 +397,23 @@ def test_the_same_call_with_the_same_result_five_times_in_a_row_is_stopped_withi
         assert len(out.stops) == 1 and out.stops[0].round <= 3 + 6, (tool, status, stops(out))
 
 
-@pytest.mark.parametrize("command, kept", [
-    ("mysql -uroot -phunter22 shop", "mysql -uroot -p*** shop"),
-    ("PGPASSWORD=hunter22 psql -h db", "PGPASSWORD=*** psql -h db"),
-    ('curl -H "Authorization: Bearer hunter22hunter22" https://api', 'curl -H "Authorization: *** ***" https://api'),
-    ("curl -u admin:hunter22 https://api", "curl -u *** https://api"),
-    ("git clone https://bot:hunter22@git.example/repo", "git clone https://***@git.example/repo"),
-    ("deploy --token hunter22 --region eu", "deploy --token *** --region eu"),
-    ("export OPENAI_API_KEY=sk-hunter22hunter22", "export OPENAI_API_KEY=***"),
-    ("python -m pytest -p no:cacheprovider tests", "python -m pytest -p no:cacheprovider tests"),
-    ("grep -rn password src/", "grep -rn password src/"),
-])
+@pytest.mark.parametrize(
+    "command, kept",
+    [
+        ("mysql -uroot -phunter22 shop", "mysql -uroot -p*** shop"),
+        ("PGPASSWORD=hunter22 psql -h db", "PGPASSWORD=*** psql -h db"),
+        (
+            'curl -H "Authorization: Bearer hunter22hunter22" https://api',
+            'curl -H "Authorization: *** ***" https://api',
+        ),
+        ("curl -u admin:hunter22 https://api", "curl -u *** https://api"),
+        ("git clone https://bot:hunter22@git.example/repo", "git clone https://***@git.example/repo"),
+        ("deploy --token hunter22 --region eu", "deploy --token *** --region eu"),
+        ("export OPENAI_API_KEY=sk-hunter22hunter22", "export OPENAI_API_KEY=***"),
+        ("python -m pytest -p no:cacheprovider tests", "python -m pytest -p no:cacheprovider tests"),
+        ("grep -rn password src/", "grep -rn password src/"),
+    ],
+)
 def test_a_calls_label_keeps_the_commands_shape_and_drops_its_secrets(command, kept):
     assert call_label("bash", {"command": command}) == kept
 

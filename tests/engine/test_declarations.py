@@ -9,13 +9,14 @@ from stallwatch.engine.canonical import without_volatile
 from tests.script import RunScript
 
 VOLATILE = {"name": "search", "volatile_fields": ["took_ms", "meta.request_id", "items.*.score"]}
-FACTS = {"name": "search", "facts": {"path": "items", "key": "id"},
-         "volatile_fields": ["took_ms"]}
+FACTS = {"name": "search", "facts": {"path": "items", "key": "id"}, "volatile_fields": ["took_ms"]}
 
 
 def hits(ids, round_no: int, shuffle: bool = False) -> dict:
-    items = [{"id": i, "title": f"doc {i}", "score": random.Random(round_no * 31 + n).random()}
-             for n, i in enumerate(ids)]
+    items = [
+        {"id": i, "title": f"doc {i}", "score": random.Random(round_no * 31 + n).random()}
+        for n, i in enumerate(ids)
+    ]
     if shuffle:
         random.Random(round_no).shuffle(items)
     return {"took_ms": 10 + round_no, "meta": {"request_id": f"req-{round_no}"}, "items": items}
@@ -27,12 +28,14 @@ def stops(out):
 
 # -- volatile fields ---------------------------------------------------------------------------
 
+
 def test_a_changing_lookup_time_hides_a_loop_until_the_tool_declares_it(run):
     def script(tools):
         s = RunScript(tools=tools)
         for r in range(10):
             s.round_of(("search", {"q": f"wording {r}"}, hits(["a", "b"], r)))
         return s
+
     assert stops(run(script([{"name": "search"}]))) == []  # every response looks new
     assert stops(run(script([VOLATILE]))) == [("no_new_facts", 6)]
 
@@ -59,6 +62,7 @@ def test_paging_with_volatile_fields_never_trips(run):
 
 
 # -- item-level facts --------------------------------------------------------------------------
+
 
 def test_the_same_documents_in_another_order_with_other_scores_are_already_seen(run):
     s = RunScript(tools=[FACTS])
@@ -116,14 +120,17 @@ async def test_the_client_hashes_locally_with_the_same_declarations():
                 await run.start_round()
                 call_id, decision = await run.propose("search", {"q": r})
                 if decision.allowed:
-                    await run.result(call_id, "search", "ok", hits(["a", "b"], r, shuffle=True),
-                                     send_content=send_content)
+                    await run.result(
+                        call_id, "search", "ok", hits(["a", "b"], r, shuffle=True), send_content=send_content
+                    )
                 await run.end_round()
             return run.stop.code, run.stop.round, len(run.nudges)
+
     assert await loop(False) == await loop(True) == ("no_new_facts", 6, 1)
 
 
 # -- the nudge ---------------------------------------------------------------------------------
+
 
 def test_a_nudge_goes_out_once_per_streak_and_changes_no_counter(run):
     s = RunScript()
@@ -150,6 +157,7 @@ def test_nudge_at_null_turns_it_off_and_chat_never_nudges(run):
 
 
 # -- chat cycles -------------------------------------------------------------------------------
+
 
 def chat(threshold=2):
     policy = {"cycle_threshold": threshold} if threshold else {}
@@ -181,8 +189,11 @@ def test_a_poll_whose_result_changes_is_never_a_cycle(run):
 
 def test_cycles_of_three_and_the_default_off(run):
     def script(threshold):
-        s = RunScript(mode="chat", tools=[{"name": t} for t in "abc"],
-                      policy={"cycle_threshold": threshold} if threshold else {})
+        s = RunScript(
+            mode="chat",
+            tools=[{"name": t} for t in "abc"],
+            policy={"cycle_threshold": threshold} if threshold else {},
+        )
         s.start_round()
         for _ in range(2):
             for t in "abc":
@@ -190,6 +201,7 @@ def test_cycles_of_three_and_the_default_off(run):
         s.call("a", {})  # would go round a third time
         s.end_round()
         return s
+
     assert run(script(3)).codes() == [None] * 7
     assert run(script(2)).codes() == [None] * 6 + ["repeated_cycle"]
     assert set(run(script(None)).codes()) == {None}
@@ -202,10 +214,16 @@ async def test_an_empty_item_list_is_new_whether_the_result_or_only_its_fingerpr
             for r in range(8):
                 await run.start_round()
                 call_id, _ = await run.propose("search", {"q": r})
-                await run.result(call_id, "search", "ok", {"total": 0, "note": "nothing found",
-                                                           "items": []}, send_content=send_content)
+                await run.result(
+                    call_id,
+                    "search",
+                    "ok",
+                    {"total": 0, "note": "nothing found", "items": []},
+                    send_content=send_content,
+                )
                 await run.end_round()
             return [run.stop, client.fleet.runs["r"].already_seen_streak]
+
     assert await loop(True) == await loop(False) == [None, 0]
 
 
@@ -213,8 +231,9 @@ def test_a_facts_key_is_a_dotted_path_like_the_facts_path(run):
     tools = [{"name": "search", "facts": {"path": "data.hits", "key": "doc.id"}}]
     s = RunScript(tools=tools)
     for r in range(8):  # the same documents, other scores and titles: already seen
-        s.round_of(("search", {"q": r}, {"data": {"hits": [
-            {"doc": {"id": "a", "title": f"t{r}"}, "score": r}]}}))
+        s.round_of(
+            ("search", {"q": r}, {"data": {"hits": [{"doc": {"id": "a", "title": f"t{r}"}, "score": r}]}})
+        )
     assert stops(run(s)) == [("no_new_facts", 6)]
     paging = RunScript(tools=tools)
     for r in range(8):

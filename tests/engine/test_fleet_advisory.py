@@ -18,12 +18,30 @@ from tests.script import RunScript
 EVIDENCE = {"calls": 40, "failures": 31, "runs": 12}
 
 
-def advisory(run_id: str, incident: str = "open", kind: str = "tool_failing", tool: str = "search",
-             incident_id: str = "inc-1", ts: float = 5_000.0, **extra: Any) -> dict[str, Any]:
-    return {"v": 1, "type": "fleet_advisory", "run_id": run_id, "ts": ts,
-            "event_id": advisory_event_id(incident_id, run_id, incident),
-            "incident_id": incident_id, "incident": incident, "kind": kind, "tool": tool,
-            "tenant": None, "window_s": 300.0, "evidence": EVIDENCE, **extra}
+def advisory(
+    run_id: str,
+    incident: str = "open",
+    kind: str = "tool_failing",
+    tool: str = "search",
+    incident_id: str = "inc-1",
+    ts: float = 5_000.0,
+    **extra: Any,
+) -> dict[str, Any]:
+    return {
+        "v": 1,
+        "type": "fleet_advisory",
+        "run_id": run_id,
+        "ts": ts,
+        "event_id": advisory_event_id(incident_id, run_id, incident),
+        "incident_id": incident_id,
+        "incident": incident,
+        "kind": kind,
+        "tool": tool,
+        "tenant": None,
+        "window_s": 300.0,
+        "evidence": EVIDENCE,
+        **extra,
+    }
 
 
 def apply(fleet: EmbeddedEngine, *events: dict[str, Any]) -> list:
@@ -44,18 +62,31 @@ def test_an_open_advisory_nudges_the_run_with_the_fleets_evidence():
     fleet, s = started()
     [nudge] = apply(fleet, advisory(s.run_id))
     assert nudge.type == "nudge" and nudge.run_id == s.run_id and nudge.round == 1
-    assert nudge.reason == ("`search` failed in 31 of 40 calls across 12 runs in the last 5 "
-                            "minutes: don't retry it; use another tool or answer from what you have.")
-    assert nudge.detail == {"incident_id": "inc-1", "kind": "tool_failing", "tool": "search",
-                            "window_s": 300.0, **EVIDENCE}
+    assert nudge.reason == (
+        "`search` failed in 31 of 40 calls across 12 runs in the last 5 "
+        "minutes: don't retry it; use another tool or answer from what you have."
+    )
+    assert nudge.detail == {
+        "incident_id": "inc-1",
+        "kind": "tool_failing",
+        "tool": "search",
+        "window_s": 300.0,
+        **EVIDENCE,
+    }
 
 
-@pytest.mark.parametrize(("kind", "evidence", "words"), [
-    ("tool_same_answer", {"answer_runs": 7, "answer_args": 9},
-     "`search` gave the same answer to 9 different questions in 7 runs in the last 5 minutes"),
-    ("tool_looping", {"stops": 6}, "6 runs were stopped in the last 5 minutes while looping on `search`"),
-    ("tool_failing", {}, "`search` has been failing across many runs in the last 5 minutes"),
-])
+@pytest.mark.parametrize(
+    ("kind", "evidence", "words"),
+    [
+        (
+            "tool_same_answer",
+            {"answer_runs": 7, "answer_args": 9},
+            "`search` gave the same answer to 9 different questions in 7 runs in the last 5 minutes",
+        ),
+        ("tool_looping", {"stops": 6}, "6 runs were stopped in the last 5 minutes while looping on `search`"),
+        ("tool_failing", {}, "`search` has been failing across many runs in the last 5 minutes"),
+    ],
+)
 def test_each_kind_has_its_words(kind, evidence, words):
     fleet, s = started()
     [nudge] = apply(fleet, advisory(s.run_id, kind=kind, evidence=evidence))
@@ -152,10 +183,18 @@ def test_the_told_incidents_are_capped():
     assert len(fleet.runs[s.run_id].advised) <= 32
 
 
-@pytest.mark.parametrize(("field", "value"), [
-    ("v", 2), ("incident", "maybe"), ("kind", "tool_on_fire"), ("window_s", 0),
-    ("evidence", {"calls": -1}), ("incident_id", ""), ("incident_id", "i" * 500),
-])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("v", 2),
+        ("incident", "maybe"),
+        ("kind", "tool_on_fire"),
+        ("window_s", 0),
+        ("evidence", {"calls": -1}),
+        ("incident_id", ""),
+        ("incident_id", "i" * 500),
+    ],
+)
 def test_bad_advisories_are_refused_with_a_reason(field, value):
     with pytest.raises(InvalidEvent):
         parse_event(orjson.dumps(advisory("r", **{field: value})))

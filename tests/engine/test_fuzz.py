@@ -25,10 +25,8 @@ from stallwatch.engine.expiry import PartitionClock
 from stallwatch.engine.state import RunState
 from stallwatch_streams.worker.batch import BatchApplier, SourceMessage
 
-settings.register_profile("ci", max_examples=120, deadline=None,
-                          suppress_health_check=list(HealthCheck))
-settings.register_profile("fuzz", max_examples=5_000, deadline=None,
-                          suppress_health_check=list(HealthCheck))
+settings.register_profile("ci", max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+settings.register_profile("fuzz", max_examples=5_000, deadline=None, suppress_health_check=list(HealthCheck))
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # The bound per event, in CPU seconds: a fixed part and a part per byte of the event. Measured
@@ -40,27 +38,53 @@ RUNS = ["r1", "r2", "r3"]
 TOOLS = ["search", "fetch", "bash", "wait", "t" * 200]
 
 odd_text = st.text(st.characters(codec="utf-8"), max_size=40) | st.sampled_from(
-    ["", "\u202e\u2066bidi", "\x1b[31mred", "line\nbreak", "\u0000nul", "é" * 50, "a" * 300])
-scalars = (st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False)
-           | odd_text)
-json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=6)
-                           | st.dictionaries(odd_text | st.sampled_from(["z1", "id", "items", "0"]),
-                                             inner, max_size=6), max_leaves=40)
+    ["", "\u202e\u2066bidi", "\x1b[31mred", "line\nbreak", "\u0000nul", "é" * 50, "a" * 300]
+)
+scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | odd_text
+json_values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=6)
+        | st.dictionaries(odd_text | st.sampled_from(["z1", "id", "items", "0"]), inner, max_size=6)
+    ),
+    max_leaves=40,
+)
 segments = st.sampled_from(["*", "items", "id", "0", "1", "z1", "a", "", "²", "007"])
 paths = st.lists(segments, min_size=1, max_size=5).map(".".join)
-patterns = st.sampled_from(["\\d+ms", "(?i)token", "(?P<t>a)", "(a+)+$", "[ab]*a[ab]{12}", "(",
-                            "(?<=x)y", "a{1001}", "\\pL{1000}", "x*", "", "(a)\\1", "[[:alpha:]]+"])
-tool_specs = st.fixed_dictionaries({"name": st.sampled_from(TOOLS) | odd_text}, optional={
-    "repeat_exempt": st.booleans() | scalars,
-    "volatile_fields": st.lists(paths, max_size=70),
-    "volatile_patterns": st.none() | st.lists(patterns, max_size=34),
-    "facts": st.fixed_dictionaries({"path": paths}, optional={"key": st.none() | paths}) | scalars,
-    "effect": st.sampled_from(["read", "write", "unknown", "bogus"]),
-})
-policies = st.dictionaries(st.sampled_from(["max_rounds", "call_budget", "nudge_at", "fleet_breaker",
-                                            "cycle_threshold", "time_limit_s", "bogus"]),
-                           st.none() | st.integers(-1, 50) | st.booleans() | st.floats(0, 100),
-                           max_size=3)
+patterns = st.sampled_from(
+    [
+        "\\d+ms",
+        "(?i)token",
+        "(?P<t>a)",
+        "(a+)+$",
+        "[ab]*a[ab]{12}",
+        "(",
+        "(?<=x)y",
+        "a{1001}",
+        "\\pL{1000}",
+        "x*",
+        "",
+        "(a)\\1",
+        "[[:alpha:]]+",
+    ]
+)
+tool_specs = st.fixed_dictionaries(
+    {"name": st.sampled_from(TOOLS) | odd_text},
+    optional={
+        "repeat_exempt": st.booleans() | scalars,
+        "volatile_fields": st.lists(paths, max_size=70),
+        "volatile_patterns": st.none() | st.lists(patterns, max_size=34),
+        "facts": st.fixed_dictionaries({"path": paths}, optional={"key": st.none() | paths}) | scalars,
+        "effect": st.sampled_from(["read", "write", "unknown", "bogus"]),
+    },
+)
+policies = st.dictionaries(
+    st.sampled_from(
+        ["max_rounds", "call_budget", "nudge_at", "fleet_breaker", "cycle_threshold", "time_limit_s", "bogus"]
+    ),
+    st.none() | st.integers(-1, 50) | st.booleans() | st.floats(0, 100),
+    max_size=3,
+)
 
 
 def event(kind: str, run: str, n: int, extra: dict) -> dict:
@@ -72,25 +96,39 @@ def events(draw: st.DrawFn, n: int) -> bytes:
     run = draw(st.sampled_from(RUNS))
     kind = draw(st.sampled_from([*EVENT_TYPES, "call_proposed", "call_result", "junk"]))
     round_no = draw(st.integers(0, 8) | st.sampled_from([-1, 2**63]))
-    call = {"round": round_no, "call_id": draw(st.sampled_from(["c1", "c2", "c3"]) | odd_text),
-            "tool": draw(st.sampled_from(TOOLS) | odd_text)}
+    call = {
+        "round": round_no,
+        "call_id": draw(st.sampled_from(["c1", "c2", "c3"]) | odd_text),
+        "tool": draw(st.sampled_from(TOOLS) | odd_text),
+    }
     extra: dict = {
-        "run_started": lambda: {"mode": draw(st.sampled_from(["researcher", "chat", "coder", "x"])),
-                                "tools": draw(st.lists(tool_specs, max_size=4)),
-                                "policy": draw(policies), "tenant": draw(st.none() | odd_text)},
+        "run_started": lambda: {
+            "mode": draw(st.sampled_from(["researcher", "chat", "coder", "x"])),
+            "tools": draw(st.lists(tool_specs, max_size=4)),
+            "policy": draw(policies),
+            "tenant": draw(st.none() | odd_text),
+        },
         "call_proposed": lambda: {**call, "args": draw(json_values)},
-        "call_result": lambda: {**call, "status": draw(st.sampled_from(["ok", "error", "overloaded", "?"])),
-                                "result": draw(json_values)},
+        "call_result": lambda: {
+            **call,
+            "status": draw(st.sampled_from(["ok", "error", "overloaded", "?"])),
+            "result": draw(json_values),
+        },
         "round_started": lambda: {"round": round_no},
         "round_ended": lambda: {"round": round_no},
         "run_ended": lambda: {"reason": draw(st.none() | odd_text)},
-        "fleet_advisory": lambda: {"incident_id": "i1", "incident": draw(st.sampled_from(["open", "closed"])),
-                                   "kind": "tool_failing", "tool": call["tool"], "window_s": 60.0},
+        "fleet_advisory": lambda: {
+            "incident_id": "i1",
+            "incident": draw(st.sampled_from(["open", "closed"])),
+            "kind": "tool_failing",
+            "tool": call["tool"],
+            "window_s": 60.0,
+        },
     }.get(kind, dict)()
     raw = _dumps(event(kind, run, n, extra))
     mangle = draw(st.sampled_from(["none"] * 8 + ["cut", "deep", "bytes", "big"]))
     if mangle == "cut":
-        raw = raw[:draw(st.integers(0, len(raw)))]
+        raw = raw[: draw(st.integers(0, len(raw)))]
     elif mangle == "deep":
         depth = draw(st.integers(250, 1100))
         raw = raw[:-1] + b',"result":' + b"[" * depth + b"]" * depth + b"}"
@@ -108,8 +146,16 @@ def logs(draw: st.DrawFn) -> list[bytes]:
     for run in RUNS:  # most logs start their runs, so that later events meet a state
         if draw(st.booleans()):
             tools = draw(st.lists(tool_specs, max_size=3))
-            lines.append(_dumps(event("run_started", run, -1, {
-                "mode": draw(st.sampled_from(["researcher", "chat", "coder"])), "tools": tools})))
+            lines.append(
+                _dumps(
+                    event(
+                        "run_started",
+                        run,
+                        -1,
+                        {"mode": draw(st.sampled_from(["researcher", "chat", "coder"])), "tools": tools},
+                    )
+                )
+            )
     return lines + [draw(events(n)) for n in range(count)]
 
 
@@ -141,11 +187,14 @@ def test_the_batch_step_never_raises_and_answers_as_replay_does(lines, batch_siz
     applier = BatchApplier(Detector(), "stallwatch.events")
     got: list[bytes] = []
     for start in range(0, len(lines), batch_size):
-        batch = [SourceMessage(_key(line), line, 0, start + i)
-                 for i, line in enumerate(lines[start:start + batch_size])]
+        batch = [
+            SourceMessage(_key(line), line, 0, start + i)
+            for i, line in enumerate(lines[start : start + batch_size])
+        ]
         result = applier.apply(batch, states.get, PartitionClock(), 0.0)
-        states = {run: RunState.from_bytes(state.to_bytes()) for run, state in
-                  {**states, **result.states}.items()}  # as the changelog keeps them
+        states = {
+            run: RunState.from_bytes(state.to_bytes()) for run, state in {**states, **result.states}.items()
+        }  # as the changelog keeps them
         got += [encode_command(c) for c in result.commands]
     assert got == expected
 

@@ -53,8 +53,10 @@ def interleaved(*scripts: RunScript) -> list[bytes]:
 def replayed(lines: list[bytes]) -> tuple[list[dict], list[dict]]:
     out, err = io.BytesIO(), io.BytesIO()
     replay(io.BytesIO(b"\n".join(lines) + b"\n"), out, err)
-    return ([orjson.loads(x) for x in out.getvalue().splitlines()],
-            [orjson.loads(x) for x in err.getvalue().splitlines()])
+    return (
+        [orjson.loads(x) for x in out.getvalue().splitlines()],
+        [orjson.loads(x) for x in err.getvalue().splitlines()],
+    )
 
 
 def of_runs(commands: list[dict], prefix: str) -> list[dict]:
@@ -70,10 +72,14 @@ def hostile_run(tools: list[dict], result: object, run_id: str = "hostile") -> R
 
 # -- what is validated is what runs ----------------------------------------------------------------
 
-@pytest.mark.parametrize("patterns", [
-    ["\\d+ms", "(?i)token"],  # a flag not at the start of the joined pattern
-    ["(?P<t>a)", "(?P<t>b)"],  # one group name twice
-])
+
+@pytest.mark.parametrize(
+    "patterns",
+    [
+        ["\\d+ms", "(?i)token"],  # a flag not at the start of the joined pattern
+        ["(?P<t>a)", "(?P<t>b)"],  # one group name twice
+    ],
+)
 def test_patterns_that_validate_are_applied_to_every_result(patterns):
     tools = [{"name": "search", "volatile_patterns": patterns}]
     hostile = hostile_run(tools, "a TOKEN 12ms b")
@@ -83,11 +89,14 @@ def test_patterns_that_validate_are_applied_to_every_result(patterns):
     assert of_runs(commands, "healthy") == replayed(interleaved(*healthy_runs()))[0]
 
 
-@pytest.mark.parametrize("pattern, why", [
-    ("(?<=bash: )\\d+", "invalid perl operator"),  # lookbehind: not in RE2
-    ("(a)\\1", "invalid escape sequence"),  # a backreference
-    ("a{1001}", "invalid repetition size"),
-])
+@pytest.mark.parametrize(
+    "pattern, why",
+    [
+        ("(?<=bash: )\\d+", "invalid perl operator"),  # lookbehind: not in RE2
+        ("(a)\\1", "invalid escape sequence"),  # a backreference
+        ("a{1001}", "invalid repetition size"),
+    ],
+)
 def test_a_pattern_re2_cannot_run_refuses_its_run_started_naming_the_field(pattern, why):
     event = RunScript("r", tools=[{"name": "search", "volatile_patterns": [pattern]}]).events[0]
     with pytest.raises(InvalidEvent) as caught:
@@ -96,6 +105,7 @@ def test_a_pattern_re2_cannot_run_refuses_its_run_started_naming_the_field(patte
 
 
 # -- bounded work per event ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("pattern", ["(a+)+$", "(x+x+)+y", "(a|aa)+$"])
 def test_a_catastrophic_pattern_masks_a_large_result_in_linear_time(pattern):
@@ -114,14 +124,17 @@ def test_volatile_paths_are_capped_and_walk_the_result_once(monkeypatch):
     with pytest.raises(InvalidEvent, match="volatile_fields"):
         parse_event(orjson.dumps(RunScript("r", tools=too_many).events[0]))
     paths = tuple(f"*.*.*.z{n}" for n in range(64))
-    result = {f"k{i}": {f"m{j}": {f"n{k}": {"z1": 1, "keep": 2} for k in range(30)}
-                        for j in range(30)} for i in range(30)}  # 27,000 leaves
+    result = {
+        f"k{i}": {f"m{j}": {f"n{k}": {"z1": 1, "keep": 2} for k in range(30)} for j in range(30)}
+        for i in range(30)
+    }  # 27,000 leaves
     visits = []
     real = canonical._strip
 
     def counted(value, nodes):
         visits.append(len(nodes))
         return real(value, nodes)
+
     monkeypatch.setattr(canonical, "_strip", counted)
     stripped = without_volatile(result, paths)
     assert stripped["k0"]["m0"]["n0"] == {"keep": 2} and result["k0"]["m0"]["n0"]["z1"] == 1
@@ -134,21 +147,29 @@ def test_volatile_paths_are_capped_and_walk_the_result_once(monkeypatch):
     assert many == (len(visits), sum(visits))
 
 
-@pytest.mark.parametrize("value, paths, expected", [
-    ({"a": 1, "b": {"c": 2, "d": 3}}, ("b.c", "a"), {"b": {"d": 3}}),
-    ({"items": [{"s": 1, "id": 1}, {"s": 2, "id": 2}]}, ("items.*.s",), {"items": [{"id": 1}, {"id": 2}]}),
-    ({"l": [0, 1, 2, 3]}, ("l.1", "l.2"), {"l": [0, 3]}),  # indexes of the result as given
-    ({"l": [0, 1, 2]}, ("l.01",), {"l": [0, 2]}),
-    ({"a": {"x": 1, "y": 2}}, ("*.x", "a.y"), {"a": {}}),
-    ({"a": {"b": 1}}, ("a", "a.b"), {}),
-    ({"a": [1]}, ("a.²",), {"a": [1]}),  # a digit that is no ASCII digit indexes nothing
-    ({"a": 1}, ("nope.x", ""), {"a": 1}),
-])
+@pytest.mark.parametrize(
+    "value, paths, expected",
+    [
+        ({"a": 1, "b": {"c": 2, "d": 3}}, ("b.c", "a"), {"b": {"d": 3}}),
+        (
+            {"items": [{"s": 1, "id": 1}, {"s": 2, "id": 2}]},
+            ("items.*.s",),
+            {"items": [{"id": 1}, {"id": 2}]},
+        ),
+        ({"l": [0, 1, 2, 3]}, ("l.1", "l.2"), {"l": [0, 3]}),  # indexes of the result as given
+        ({"l": [0, 1, 2]}, ("l.01",), {"l": [0, 2]}),
+        ({"a": {"x": 1, "y": 2}}, ("*.x", "a.y"), {"a": {}}),
+        ({"a": {"b": 1}}, ("a", "a.b"), {}),
+        ({"a": [1]}, ("a.²",), {"a": [1]}),  # a digit that is no ASCII digit indexes nothing
+        ({"a": 1}, ("nope.x", ""), {"a": 1}),
+    ],
+)
 def test_volatile_paths_remove_what_they_match(value, paths, expected):
     assert without_volatile(value, paths) == expected
 
 
 # -- a fault stays with its event ------------------------------------------------------------------
+
 
 @pytest.fixture
 def faulty_tool(monkeypatch):
@@ -159,6 +180,7 @@ def faulty_tool(monkeypatch):
         if tool == "boom":
             raise KeyError("secret-content-in-the-message")
         return real(self, state, event, tool, signature, exempt)
+
     monkeypatch.setattr(ResearcherRules, "refusal", refusal)
 
 
@@ -174,9 +196,12 @@ def faulting_run() -> RunScript:
 def test_a_fault_dead_letters_its_event_and_quarantines_only_its_run(faulty_tool):
     commands, letters = replayed(interleaved(faulting_run(), *healthy_runs()))
     assert len(letters) == 1
-    assert re.fullmatch(r"stallwatch failed applying this event \(KeyError at "
-                        r"test_hostile_input\.py:\d+\); its run is quarantined: no longer "
-                        r"judged, its calls are allowed", letters[0]["error"])
+    assert re.fullmatch(
+        r"stallwatch failed applying this event \(KeyError at "
+        r"test_hostile_input\.py:\d+\); its run is quarantined: no longer "
+        r"judged, its calls are allowed",
+        letters[0]["error"],
+    )
     assert "secret" not in orjson.dumps(letters).decode()
     faulty = of_runs(commands, "faulty")
     assert faulty[0]["decision"] == "allow" and faulty[0]["reason"] == "Allowed."
@@ -194,8 +219,10 @@ def test_the_batch_step_keeps_the_fault_with_its_event_as_replay_does(faulty_too
     applier = BatchApplier(Detector(), "stallwatch.events")
     commands, dead = [], []
     for start in range(0, len(lines), 7):  # cut into batches, as a worker reads them
-        batch = [SourceMessage(orjson.loads(line)["run_id"].encode(), line, 0, start + i)
-                 for i, line in enumerate(lines[start:start + 7])]
+        batch = [
+            SourceMessage(orjson.loads(line)["run_id"].encode(), line, 0, start + i)
+            for i, line in enumerate(lines[start : start + 7])
+        ]
         result = applier.apply(batch, states.get, PartitionClock(), 0.0)
         states.update(result.states)
         commands += [orjson.loads(encode_command(c)) for c in result.commands]

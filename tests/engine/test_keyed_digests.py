@@ -41,9 +41,11 @@ def test_with_a_key_the_same_dictionary_finds_nothing():
 
 
 def test_every_digest_takes_the_key_and_stays_comparable():
-    for make in (lambda s: call_signature("search", {"q": 1}, s), lambda s: fact_digest(PIN, s),
-                 lambda s: bytes.fromhex(fact_fingerprints("t", {"items": [{"id": 1}]}, "items", "id",
-                                                           secret=s)[0])):
+    for make in (
+        lambda s: call_signature("search", {"q": 1}, s),
+        lambda s: fact_digest(PIN, s),
+        lambda s: bytes.fromhex(fact_fingerprints("t", {"items": [{"id": 1}]}, "items", "id", secret=s)[0]),
+    ):
         assert make(SECRET) == make(SECRET) != make(None)
         assert len(make(SECRET)) == 16
     assert call_signature("search", {"q": 1}, SECRET) != call_signature("search", {"q": 2}, SECRET)
@@ -70,15 +72,21 @@ def test_the_keyed_digest_is_the_documented_construction():
     key = blake2b(b"a shared secret of the fleet, 32+", digest_size=32, person=b"stallwatch-fp").digest()
     assert key == SECRET
     content = canonical_bytes(PIN)
-    assert fingerprint(PIN, SECRET)[0] == blake2b(xxh3_128_digest(content), key=key,
-                                                  digest_size=16).hexdigest()
+    assert (
+        fingerprint(PIN, SECRET)[0] == blake2b(xxh3_128_digest(content), key=key, digest_size=16).hexdigest()
+    )
 
 
 # An event the parser refuses (an unknown type), larger than a dead letter keeps, with a pin
 # past the cut: `raw` shows the start, `raw_size` the length, `raw_digest` the whole.
 def poison_with_a_pin(pin: str) -> bytes:
-    return b'{"v": 1, "type": "bogus", "pad": "' + b"x" * DEADLETTER_RAW_BYTES + \
-        b'", "pin": "' + pin.encode() + b'"}'
+    return (
+        b'{"v": 1, "type": "bogus", "pad": "'
+        + b"x" * DEADLETTER_RAW_BYTES
+        + b'", "pin": "'
+        + pin.encode()
+        + b'"}'
+    )
 
 
 def guessed_pin(raw_digest: str) -> str | None:
@@ -97,9 +105,11 @@ def test_a_pin_past_a_dead_letters_cut_is_not_recovered_with_the_key_set():
     assert guessed_pin(unkeyed.letter.raw_digest) == "4821"  # the risk of running without a key
     assert guessed_pin(keyed.letter.raw_digest) is None
     # Still the same input's digest for whoever holds the key, to match a letter with its record.
-    assert keyed.letter.raw_digest == EmbeddedEngine(secret=SECRET).handle_raw(
-        poison_with_a_pin("4821")).letter.raw_digest != EmbeddedEngine(secret=SECRET).handle_raw(
-        poison_with_a_pin("4822")).letter.raw_digest
+    assert (
+        keyed.letter.raw_digest
+        == EmbeddedEngine(secret=SECRET).handle_raw(poison_with_a_pin("4821")).letter.raw_digest
+        != EmbeddedEngine(secret=SECRET).handle_raw(poison_with_a_pin("4822")).letter.raw_digest
+    )
 
 
 def test_the_digest_of_a_long_id_is_keyed_in_commands_and_in_the_client():

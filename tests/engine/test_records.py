@@ -38,8 +38,11 @@ def test_records_at_or_below_a_runs_last_offset_are_skipped_and_the_rest_remembe
     stored.last_offset = 1
     states: dict[str, RunState] = {}
     lines = _script().lines()
-    out = list(RecordApplier(Detector()).apply(lines, states, lambda *_: None,
-                                              load=lambda run_id: stored, offsets=[0, 1, 2, 3]))
+    out = list(
+        RecordApplier(Detector()).apply(
+            lines, states, lambda *_: None, load=lambda run_id: stored, offsets=[0, 1, 2, 3]
+        )
+    )
     assert out[:2] == [SKIPPED, SKIPPED]
     assert stored.last_offset == 3 and states["r1"] is stored
 
@@ -47,9 +50,14 @@ def test_records_at_or_below_a_runs_last_offset_are_skipped_and_the_rest_remembe
 def test_bad_records_go_to_rejected_with_their_index_and_keys_must_name_the_run():
     lines = _script().lines()
     seen = []
-    out = list(RecordApplier(Detector()).apply(
-        [lines[0], b"{", lines[1]], {}, lambda i, value, exc: seen.append((i, exc.reason)) or i,
-        keys=[b"r1", b"r1", b"other"]))
+    out = list(
+        RecordApplier(Detector()).apply(
+            [lines[0], b"{", lines[1]],
+            {},
+            lambda i, value, exc: seen.append((i, exc.reason)) or i,
+            keys=[b"r1", b"r1", b"other"],
+        )
+    )
     assert seen == [(1, "malformed_json"), (2, "key_mismatch")]
     assert out == [[], 1, 2]
 
@@ -59,4 +67,3 @@ def _applied(run_id: str) -> RunState:
     for _ in fleet.replay(_script().lines()[:2]):
         pass
     return fleet.runs[run_id]
-

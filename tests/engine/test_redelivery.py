@@ -55,6 +55,7 @@ def test_every_event_type_redelivered_after_the_end_changes_nothing(run):
 
 # -- beyond the window of recent ids, and after the state is gone ---------------------------
 
+
 def contents_by_id(commands) -> dict[str, bytes]:
     """Every command id with its one content; fails when an id carries two."""
     seen: dict[str, bytes] = {}
@@ -64,8 +65,13 @@ def contents_by_id(commands) -> dict[str, bytes]:
     return seen
 
 
-def long_run(rounds: int, mode: str = "researcher", policy: dict | None = None,
-             run_id: str = "run-1", ts: float = 1_000.0) -> RunScript:
+def long_run(
+    rounds: int,
+    mode: str = "researcher",
+    policy: dict | None = None,
+    run_id: str = "run-1",
+    ts: float = 1_000.0,
+) -> RunScript:
     """A healthy run of `rounds` rounds of 10 calls, each bringing a new fact: 22 events a round."""
     s = RunScript(run_id, mode=mode, policy=policy, ts=ts)
     for r in range(rounds):
@@ -84,8 +90,8 @@ def test_a_round_1_call_redelivered_after_600_events_of_a_healthy_run_is_not_ref
     assert len(s.events) > EVENT_WINDOW + 100
     contents_by_id(after.commands)
     # No second verdict for the redelivered call, and nothing else changed.
-    assert after.commands[:len(before.commands)] == before.commands
-    assert [(v.call_id, v.decision) for v in after.verdicts[len(before.verdicts):]] == [("c282", "allow")]
+    assert after.commands[: len(before.commands)] == before.commands
+    assert [(v.call_id, v.decision) for v in after.verdicts[len(before.verdicts) :]] == [("c282", "allow")]
 
 
 def test_a_round_1_call_redelivered_in_a_stopped_run_beyond_the_window_gets_no_run_stopped(run):
@@ -135,4 +141,3 @@ def test_an_old_round_ended_redelivered_beyond_the_window_does_not_close_the_ope
     assert [v.code for v in out.verdicts[-2:]] == [None, None]
     assert [(x.code, x.round) for x in out.stops] == [("round_limit", 30)]
     assert out.stops[0].caused_by == s.events[-1]["event_id"]
-

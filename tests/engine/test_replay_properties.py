@@ -9,15 +9,22 @@ from stallwatch.contract.commands import encode_command
 from stallwatch.engine.embedded import EmbeddedEngine
 from tests.script import RunScript
 
-call = st.tuples(st.sampled_from(["search", "fetch", "wait"]), st.integers(0, 4),
-                 st.sampled_from(["ok", "ok", "ok", "error", "overloaded"]), st.integers(0, 3))
+call = st.tuples(
+    st.sampled_from(["search", "fetch", "wait"]),
+    st.integers(0, 4),
+    st.sampled_from(["ok", "ok", "ok", "error", "overloaded"]),
+    st.integers(0, 3),
+)
 rounds = st.lists(st.lists(call, max_size=4), max_size=14)
 
 
 def build(run_id: str, mode: str, plan: list) -> RunScript:
-    s = RunScript(run_id, mode, tools=[{"name": "search"}, {"name": "fetch"},
-                                      {"name": "wait", "repeat_exempt": True}],
-                  policy={"max_rounds": 10, "call_budget": 25})
+    s = RunScript(
+        run_id,
+        mode,
+        tools=[{"name": "search"}, {"name": "fetch"}, {"name": "wait", "repeat_exempt": True}],
+        policy={"max_rounds": 10, "call_budget": 25},
+    )
     for calls in plan:
         s.start_round()
         for tool, arg, status, result in calls:
@@ -49,15 +56,22 @@ def test_replaying_the_same_log_twice_gives_identical_commands(runs):
         stops = [i for i, c in enumerate(mine) if c.type == "stop"]
         assert len(stops) <= 1
         if stops:
-            assert {c.code for c in mine[stops[0] + 1:]} <= {"run_stopped"}
+            assert {c.code for c in mine[stops[0] + 1 :]} <= {"run_stopped"}
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rounds, st.sampled_from([None, "read", "write"]))
 def test_coder_runs_replay_the_same_and_answer_every_call_once(plan, effect):
-    s = RunScript("coder-run", "coder", tools=[{"name": "search", "effect": effect}, {"name": "fetch"},
-                                               {"name": "wait", "repeat_exempt": True}],
-                  policy={"max_rounds": 10, "stall_nudge_at": 2, "stall_stop_at": 3})
+    s = RunScript(
+        "coder-run",
+        "coder",
+        tools=[
+            {"name": "search", "effect": effect},
+            {"name": "fetch"},
+            {"name": "wait", "repeat_exempt": True},
+        ],
+        policy={"max_rounds": 10, "stall_nudge_at": 2, "stall_stop_at": 3},
+    )
     for calls in plan:
         s.start_round()
         for tool, arg, status, result in calls:

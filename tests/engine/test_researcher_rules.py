@@ -131,8 +131,19 @@ def test_the_wait_tool_is_never_refused(run):
 
 
 def test_zero_results_of_any_shape_count_as_new(run):
-    empties = [[], {}, "", 0, None, False, {"documents": []}, {"a": {"b": [[], {}]}, "c": ""},
-               "[]", '{"items": []}', {"total": 0, "items": [], "next": None}]
+    empties = [
+        [],
+        {},
+        "",
+        0,
+        None,
+        False,
+        {"documents": []},
+        {"a": {"b": [[], {}]}, "c": ""},
+        "[]",
+        '{"items": []}',
+        {"total": 0, "items": [], "next": None},
+    ]
     s = RunScript()
     for i in range(3):
         for j, empty in enumerate(empties):
@@ -158,8 +169,7 @@ def test_a_locally_hashed_result_compares_with_one_sent_whole():
     s.round_of(("search", {"q": 1}, DOCS))
     for i in range(2):
         s.start_round()
-        s.call("search", {"q": f"h{i}"}, status="ok", fingerprint=fingerprint(DOCS)[0],
-               empty=False)
+        s.call("search", {"q": f"h{i}"}, status="ok", fingerprint=fingerprint(DOCS)[0], empty=False)
         s.end_round()
     from tests.engine.conftest import Outcome
 
@@ -216,7 +226,8 @@ def test_consecutive_failures_of_one_tool_stop_the_run(run):
     s.end_round()
     out = run(s)
     assert [(x.code, x.detail["tool"], x.detail["consecutive_failures"]) for x in out.stops] == [
-        ("tool_failures", "search", 5)]
+        ("tool_failures", "search", 5)
+    ]
     assert out.commands[-1].type == "stop"  # fired on the fifth failure, before round_ended
 
 

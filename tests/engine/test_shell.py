@@ -5,50 +5,56 @@ import pytest
 from stallwatch.engine.shell import shell_effect
 
 
-@pytest.mark.parametrize("command", [
-    "cat django/forms/fields.py",
-    "ls -la && grep -rn 'def clean' django/forms | head -20",
-    "sed -n '100,140p' src/module.py",
-    "nl -ba x.py | sed -n '10,20p'",
-    "find . -name '*.py' | xargs grep -l Validator",
-    "cd /testbed && git status && git diff",
-    "grep foo x.py 2>&1 | tail -5",
-    "ls missing 2>/dev/null",
-    "sed -n '10,20p' x.py",
-    "sed -n '/def main/p' x.py",
-    "sed 's/a/b/g' x.py",
-    "sed 5q x.py",
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "cat django/forms/fields.py",
+        "ls -la && grep -rn 'def clean' django/forms | head -20",
+        "sed -n '100,140p' src/module.py",
+        "nl -ba x.py | sed -n '10,20p'",
+        "find . -name '*.py' | xargs grep -l Validator",
+        "cd /testbed && git status && git diff",
+        "grep foo x.py 2>&1 | tail -5",
+        "ls missing 2>/dev/null",
+        "sed -n '10,20p' x.py",
+        "sed -n '/def main/p' x.py",
+        "sed 's/a/b/g' x.py",
+        "sed 5q x.py",
+    ],
+)
 def test_reading_commands_read(command):
     assert shell_effect(command) == "read"
 
 
-@pytest.mark.parametrize("command", [
-    "python reproduce.py",
-    "python -m pytest tests/test_x.py -q",
-    "sed -i 's/a/b/' x.py",
-    "cat <<'EOF' > reproduce.py\nprint(1)\nEOF",
-    "echo 'x = 1' >> settings.py",
-    "git checkout django/forms/fields.py",
-    "find . -name '*.pyc' -delete",
-    "grep -l foo $(git ls-files)",
-    "rm reproduce.py",
-    "cat x.py | python -c 'import sys'",
-    "echo 'unbalanced",
-    "sort -o out.txt in.txt",
-    # writers hidden among options, operands and scripts
-    "sed -Ei 's/foo/bar/' a.py",
-    "sed -ni '1p' a.py",
-    "sed 's/a/b/w out.txt' x.py",
-    "sed -e '1w out.txt' x.py",
-    "sed '1e rm -rf x' x.py",
-    "sort -uo out.txt in.txt",
-    "uniq in.txt out.txt",
-    "xxd in.bin out.hex",
-    "tree -o listing.txt",
-    "git diff --output=patch.diff",
-    "awk '{print > \"f\"}' x",
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "python reproduce.py",
+        "python -m pytest tests/test_x.py -q",
+        "sed -i 's/a/b/' x.py",
+        "cat <<'EOF' > reproduce.py\nprint(1)\nEOF",
+        "echo 'x = 1' >> settings.py",
+        "git checkout django/forms/fields.py",
+        "find . -name '*.pyc' -delete",
+        "grep -l foo $(git ls-files)",
+        "rm reproduce.py",
+        "cat x.py | python -c 'import sys'",
+        "echo 'unbalanced",
+        "sort -o out.txt in.txt",
+        # writers hidden among options, operands and scripts
+        "sed -Ei 's/foo/bar/' a.py",
+        "sed -ni '1p' a.py",
+        "sed 's/a/b/w out.txt' x.py",
+        "sed -e '1w out.txt' x.py",
+        "sed '1e rm -rf x' x.py",
+        "sort -uo out.txt in.txt",
+        "uniq in.txt out.txt",
+        "xxd in.bin out.hex",
+        "tree -o listing.txt",
+        "git diff --output=patch.diff",
+        "awk '{print > \"f\"}' x",
+    ],
+)
 def test_commands_that_may_write_are_unknown(command):
     assert shell_effect(command) == "unknown"
 

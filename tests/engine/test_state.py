@@ -37,8 +37,11 @@ def test_the_run_policy_has_the_contract_policys_fields_in_order_with_its_defaul
 
 
 def test_a_state_round_trips_through_bytes(run):
-    s = RunScript(mode="chat", tools=[{"name": "price"}, {"name": "wait", "repeat_exempt": True}],
-                  policy={"cycle_threshold": 2})
+    s = RunScript(
+        mode="chat",
+        tools=[{"name": "price"}, {"name": "wait", "repeat_exempt": True}],
+        policy={"cycle_threshold": 2},
+    )
     s.start_round()
     for i in range(3):
         s.call("price", {"s": i % 2}, status="error" if i else "ok", result={"p": i})
@@ -71,7 +74,8 @@ FORMAT_3_STATE = (
     b'[3,"researcher",1000.0,5,3,9,null,3,null,3,null,null,null,[],[],{},2,true,1,1,1,true,false,'
     b'0,false,0,2,0,0,{"search":1},null,0,[],{},0,{},{},"yyV9yuGrouYZIkito/pxaJpKG0oEflsT6WiujOMK3k8='
     b'","CvYHFzDa4iKbWPBbrcnqqRYTL2zrHaGKEr8OviEKCe0=","kA7dJgoSMVjmX0EWBy0XRmOZ92MqRxHh7vp5Y58emYe+F'
-    b'GkpbLbJb4d9lZttn8Yj52XeG4lNJmpjAzAjrNAnrw==",null,false,1003.5,41,-25200.0]')
+    b'GkpbLbJb4d9lZttn8Yj52XeG4lNJmpjAzAjrNAnrw==",null,false,1003.5,41,-25200.0]'
+)
 
 
 def test_a_state_of_the_clock_offset_format_is_read_with_no_broker_time():
@@ -103,8 +107,10 @@ def test_the_tenant_is_kept_bounded_and_round_trips(run):
 def test_a_100000_event_run_keeps_a_small_state():
     """No per-event id kept forever: the state of a long run stops growing (a state keeping
     every id passes 1 MB by 96,000 events, past the producer's limit on a record)."""
-    s = RunScript(tools=[{"name": "search"}, {"name": "wait", "repeat_exempt": True}],
-                  policy={"max_rounds": 100_000, "no_progress_threshold": 100_000})
+    s = RunScript(
+        tools=[{"name": "search"}, {"name": "wait", "repeat_exempt": True}],
+        policy={"max_rounds": 100_000, "no_progress_threshold": 100_000},
+    )
     fleet, applied, sizes = EmbeddedEngine(), 0, []
     while applied < 100_000:
         s.start_round()
@@ -125,10 +131,24 @@ def test_a_state_with_every_cap_reached_stays_under_the_record_limit():
     name = "\x01" * MAX_ID_CHARS  # the longest name, each character escaped in JSON
     tools: list[dict] = []
     while len(orjson.dumps(tools)) < MAX_DECLARATIONS_BYTES - 8 * MAX_ID_CHARS:
-        tools.append({"name": f"{len(tools):04}{name[4:]}", "repeat_exempt": True,
-                      "requires_approval": True, "volatile_fields": [name]})
-    start = {"v": 1, "type": "run_started", "event_id": "e", "run_id": "r", "ts": 0.0,
-             "mode": "chat", "tools": tools, "policy": {"cycle_threshold": 1_000}}
+        tools.append(
+            {
+                "name": f"{len(tools):04}{name[4:]}",
+                "repeat_exempt": True,
+                "requires_approval": True,
+                "volatile_fields": [name],
+            }
+        )
+    start = {
+        "v": 1,
+        "type": "run_started",
+        "event_id": "e",
+        "run_id": "r",
+        "ts": 0.0,
+        "mode": "chat",
+        "tools": tools,
+        "policy": {"cycle_threshold": 1_000},
+    }
     state, _ = Detector().apply(None, parse_event(orjson.dumps(start)))
     for i in range(MAX_SIGNATURES + 10):
         state.add_signature(i.to_bytes(16, "big"))
@@ -148,11 +168,15 @@ def test_a_state_with_every_cap_reached_stays_under_the_record_limit():
     for i in range(EVENT_WINDOW - len(state.event_ids)):
         state.seen_event(10**6 + i)
     assert (len(state.signatures), len(state.fingerprints), len(state.event_ids)) == (
-        MAX_SIGNATURES, MAX_FINGERPRINTS, EVENT_WINDOW)
+        MAX_SIGNATURES,
+        MAX_FINGERPRINTS,
+        EVENT_WINDOW,
+    )
     # Coder mode's own bounded bookkeeping, full too, with the longest labels.
     label = "\x01" * LABEL_CHARS
-    state.open_calls = {f"{i:04}{name[4:]}": ["0" * 32, "unknown", 10**9, label]
-                        for i in range(MAX_OPEN_CALLS)}
+    state.open_calls = {
+        f"{i:04}{name[4:]}": ["0" * 32, "unknown", 10**9, label] for i in range(MAX_OPEN_CALLS)
+    }
     state.call_history = {f"{i:032x}": ["0" * 32, 10**9, 10**9, 10**9] for i in range(MAX_CALL_HISTORY)}
     assert len(state.to_bytes()) < MAX_RECORD_BYTES
 

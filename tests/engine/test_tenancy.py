@@ -38,17 +38,23 @@ def looping(run_id: str, tenant: str | None = None) -> RunScript:
 
 def replayed(lines: list[bytes], tenant: str | None) -> tuple[list[dict], list[dict]]:
     out, err = io.BytesIO(), io.BytesIO()
-    replay(io.BytesIO(b"\n".join(lines) + b"\n"), out, err,
-           engine=ReplayEngine(advisory_key=KEY, tenant=tenant))
-    return ([orjson.loads(x) for x in out.getvalue().splitlines()],
-            [orjson.loads(x) for x in err.getvalue().splitlines()])
+    replay(
+        io.BytesIO(b"\n".join(lines) + b"\n"), out, err, engine=ReplayEngine(advisory_key=KEY, tenant=tenant)
+    )
+    return (
+        [orjson.loads(x) for x in out.getvalue().splitlines()],
+        [orjson.loads(x) for x in err.getvalue().splitlines()],
+    )
 
 
-def batch(lines: list[bytes], tenant: str | None, live: LiveRuns | None = None,
-          tallies: Tallies | None = None):
+def batch(
+    lines: list[bytes], tenant: str | None, live: LiveRuns | None = None, tallies: Tallies | None = None
+):
     applier = BatchApplier(Detector(advisory_key=KEY), "t", tenant=tenant, tallies=tallies)
-    messages = [SourceMessage(orjson.loads(line)["run_id"].encode(), line, 0, offset)
-                for offset, line in enumerate(lines)]
+    messages = [
+        SourceMessage(orjson.loads(line)["run_id"].encode(), line, 0, offset)
+        for offset, line in enumerate(lines)
+    ]
     return applier.apply(messages, lambda _: None, PartitionClock(), 0.0, live)
 
 
@@ -87,30 +93,49 @@ def test_an_advisory_for_another_tenant_is_refused_on_a_tenants_topic():
 
 
 def test_replay_of_a_tenants_log_decides_as_the_batch_step_on_its_topic():
-    lines = [*looping("r1", tenant="globex").lines(), *looping("r2").lines(),
-             *looping("r3", tenant="acme").lines()]
+    lines = [
+        *looping("r1", tenant="globex").lines(),
+        *looping("r2").lines(),
+        *looping("r3", tenant="acme").lines(),
+    ]
     expected, letters = replayed(lines, "acme")
     result = batch(lines, "acme")
     assert [orjson.loads(encode_command(c)) for c in result.commands] == expected
     assert [reason for _, _, reason in result.letters] == ["tenant_mismatch"]
-    assert [orjson.loads(letter)["error"] for _, letter, _ in result.letters] == [
-        x["error"] for x in letters]
+    assert [orjson.loads(letter)["error"] for _, letter, _ in result.letters] == [x["error"] for x in letters]
 
 
 def test_a_tenants_topics_and_group_are_named_from_the_prefix_and_the_tenant():
     shared = Settings(topic_prefix="sw")
     acme = shared.for_tenant("acme")
     assert (shared.events_topic, shared.commands_topic, shared.group_id) == (
-        "sw.events", "sw.commands", "sw-detector")
-    assert (acme.events_topic, acme.commands_topic, acme.deadletter_topic, acme.changelog_topic,
-            acme.group_id) == ("sw.tenant.acme.events", "sw.tenant.acme.commands",
-                               "sw.tenant.acme.deadletter", "sw.tenant.acme.runs-changelog",
-                               "sw-detector.tenant.acme")
+        "sw.events",
+        "sw.commands",
+        "sw-detector",
+    )
+    assert (
+        acme.events_topic,
+        acme.commands_topic,
+        acme.deadletter_topic,
+        acme.changelog_topic,
+        acme.group_id,
+    ) == (
+        "sw.tenant.acme.events",
+        "sw.tenant.acme.commands",
+        "sw.tenant.acme.deadletter",
+        "sw.tenant.acme.runs-changelog",
+        "sw-detector.tenant.acme",
+    )
     # The stream jobs' own topics stay shared: the fleet app sees every tenant.
     assert (acme.tallies_topic, acme.incidents_topic) == ("sw.tallies", "sw.incidents")
     assert tenant_of_events_topic("sw", acme.events_topic) == "acme"
-    for other in ("sw.events", "sw.tenant.acme.commands", "sw.tenant.a.b.events",
-                  "other.tenant.acme.events", "sw.tenant..events"):
+    for other in (
+        "sw.events",
+        "sw.tenant.acme.commands",
+        "sw.tenant.a.b.events",
+        "other.tenant.acme.events",
+        "sw.tenant..events",
+    ):
         assert tenant_of_events_topic("sw", other) is None
 
 

@@ -38,13 +38,19 @@ HIDDEN = {"Cc", "Cf", "Cs", "Zl", "Zp"}
 
 
 def _policy(mode: str) -> Policy:
-    return Policy.for_mode(mode, {"fleet_breaker": True, "call_budget": 9, "time_limit_s": 60.0,
-                                  **({"stall_nudge_at": 3} if mode == "coder" else {})})
+    return Policy.for_mode(
+        mode,
+        {
+            "fleet_breaker": True,
+            "call_budget": 9,
+            "time_limit_s": 60.0,
+            **({"stall_nudge_at": 3} if mode == "coder" else {}),
+        },
+    )
 
 
 def _detail(code: str, name: str, refused: bool) -> dict[str, Any]:
-    return {key: 3 for key in STOPS[code].detail_keys} | {"tool": name, "call": name,
-                                                          "refused": refused}
+    return {key: 3 for key in STOPS[code].detail_keys} | {"tool": name, "call": name, "refused": refused}
 
 
 # Each parameter of a template: the values it is called with, given the name under test. A
@@ -60,8 +66,10 @@ ARGUMENTS: dict[str, Callable[[str], list[Any]]] = {
     "budget": lambda _: [9],
     "window_s": lambda _: [300.0],
     "kind": lambda _: list(INCIDENT_KINDS),
-    "evidence": lambda _: [{"calls": 10, "failures": 6, "runs": 5, "answer_args": 5,
-                            "answer_runs": 5, "stops": 5}, {}],
+    "evidence": lambda _: [
+        {"calls": 10, "failures": 6, "runs": 5, "answer_args": 5, "answer_runs": 5, "stops": 5},
+        {},
+    ],
     "code": lambda _: list(STOP_CODES),
     "mode": lambda _: list(MODES),
     # Words, never a name: what stop_reason_short gives, or the detector's fixed sentence.
@@ -75,8 +83,11 @@ DEPENDENT: dict[str, Callable[[dict[str, Any], str], list[Any]]] = {
 
 
 def templates() -> list[Callable[..., str]]:
-    return [f for n, f in vars(words).items()
-            if inspect.isfunction(f) and f.__module__ == words.__name__ and not n.startswith("_")]
+    return [
+        f
+        for n, f in vars(words).items()
+        if inspect.isfunction(f) and f.__module__ == words.__name__ and not n.startswith("_")
+    ]
 
 
 def calls(template: Callable[..., str], name: str) -> list[dict[str, Any]]:
@@ -102,8 +113,7 @@ def code_spans(text: str) -> tuple[list[str], list[str]]:
 
 def test_every_template_is_covered():
     names = {f.__name__ for f in templates()}
-    assert {"duplicate_call", "repeated_cycle", "fleet_advisory", "stop_reason",
-            "system_prompt"} <= names
+    assert {"duplicate_call", "repeated_cycle", "fleet_advisory", "stop_reason", "system_prompt"} <= names
     for template in templates():
         assert calls(template, BENIGN), template.__name__
 
@@ -129,6 +139,7 @@ def test_a_hostile_name_is_one_bounded_line_of_inline_code(template, name):
 
 def calls_with(args: dict[str, Any], name: str) -> dict[str, Any]:
     """The same call with every occurrence of `name` as `BENIGN`."""
+
     def benign(value: Any) -> Any:
         if value == name:
             return BENIGN
@@ -137,6 +148,7 @@ def calls_with(args: dict[str, Any], name: str) -> dict[str, Any]:
         if isinstance(value, dict):
             return {k: benign(v) for k, v in value.items()}
         return value
+
     return {key: benign(value) for key, value in args.items()}
 
 

@@ -37,9 +37,14 @@ async def first_then_second(wait_for_a_leader: bool) -> list[bytes]:
         await admin.create_topics([NewTopic(topic, 1, 1)])
     finally:
         await admin.close()
-    producer = AIOKafkaProducer(bootstrap_servers=BOOTSTRAP, enable_idempotence=True, acks="all",
-                                linger_ms=0, request_timeout_ms=REQUEST_TIMEOUT_MS,
-                                max_batch_size=BATCH_BYTES)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=BOOTSTRAP,
+        enable_idempotence=True,
+        acks="all",
+        linger_ms=0,
+        request_timeout_ms=REQUEST_TIMEOUT_MS,
+        max_batch_size=BATCH_BYTES,
+    )
     if wait_for_a_leader:
         batches_wait_for_a_leader(producer)
     await producer.start()
@@ -48,8 +53,7 @@ async def first_then_second(wait_for_a_leader: bool) -> list[bytes]:
         cluster = producer.client.cluster
         leader_of = cluster.leader_for_partition
         no_leader_until = time.monotonic() + NO_LEADER_S
-        cluster.leader_for_partition = (
-            lambda tp: -1 if time.monotonic() < no_leader_until else leader_of(tp))
+        cluster.leader_for_partition = lambda tp: -1 if time.monotonic() < no_leader_until else leader_of(tp)
         first = await producer.send(topic, FIRST, partition=0)
         await asyncio.sleep(SECOND_AFTER_S)
         second = await producer.send(topic, SECOND, partition=0)

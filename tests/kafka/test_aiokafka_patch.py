@@ -33,9 +33,13 @@ from tests.source import parse
 
 
 def test_aiokafka_still_has_the_value_the_patch_replaces():
-    assignments = {target.id: node.value for node in parse(inspect.getsource(sender)).body
-                   if isinstance(node, ast.Assign) for target in node.targets
-                   if isinstance(target, ast.Name)}
+    assignments = {
+        target.id: node.value
+        for node in parse(inspect.getsource(sender)).body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
     assert ast.literal_eval(assignments["BACKOFF_OVERRIDE"]) == AIOKAFKA_BACKOFF_S
 
 
@@ -61,10 +65,12 @@ def test_the_fetch_wait_set_on_a_running_consumer_is_the_one_its_fetch_requests_
 
 
 async def test_a_join_group_waits_for_the_rebalance_timeout_and_other_requests_for_the_request_timeout(
-        monkeypatch):
+    monkeypatch,
+):
     # aiokafka reads the connection's request timeout when it sends a request.
     assert "wait_for(fut, self._request_timeout)" in inspect.getsource(
-        inspect.unwrap(AIOKafkaConnection.send))
+        inspect.unwrap(AIOKafkaConnection.send)
+    )
     join_group_waits_for_the_rebalance()
     conn = AIOKafkaConnection("127.0.0.1", 1, request_timeout_ms=5_000)
     conn._writer = SimpleNamespace(write=lambda data: None)  # type: ignore[assignment]
@@ -78,8 +84,15 @@ async def test_a_join_group_waits_for_the_rebalance_timeout_and_other_requests_f
 
 
 # aiokafka's documented modules; everything else of it is internal.
-PUBLIC = {"aiokafka", "aiokafka.abc", "aiokafka.admin", "aiokafka.errors", "aiokafka.structs",
-          "aiokafka.partitioner", "aiokafka.helpers"}
+PUBLIC = {
+    "aiokafka",
+    "aiokafka.abc",
+    "aiokafka.admin",
+    "aiokafka.errors",
+    "aiokafka.structs",
+    "aiokafka.partitioner",
+    "aiokafka.helpers",
+}
 PATCH = Path(inspect.getfile(join_group_waits_for_the_rebalance)).resolve()
 
 
@@ -91,10 +104,18 @@ def test_aiokafka_internals_are_imported_by_the_patch_module_alone():
         if path.resolve() == PATCH:
             continue
         for node in ast.walk(parse(path.read_text())):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            outside += [f"{path.relative_to(root)}: {name}" for name in names
-                        if name.split(".")[0] == "aiokafka" and name not in PUBLIC]
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            outside += [
+                f"{path.relative_to(root)}: {name}"
+                for name in names
+                if name.split(".")[0] == "aiokafka" and name not in PUBLIC
+            ]
     assert outside == []
 
 
@@ -107,8 +128,7 @@ def _client_of(brokers: list[int]) -> AIOKafkaClient:
 
 async def test_a_connection_to_a_broker_that_does_not_answer_holds_back_no_other(monkeypatch):
     # aiokafka makes a connection under the lock the patch makes per broker.
-    assert "async with self._get_conn_lock:" in inspect.getsource(
-        inspect.unwrap(AIOKafkaClient._get_conn))
+    assert "async with self._get_conn_lock:" in inspect.getsource(inspect.unwrap(AIOKafkaClient._get_conn))
     one_connection_lock_per_broker()
     frozen = asyncio.Event()
 
@@ -130,8 +150,10 @@ async def test_a_connection_to_a_broker_that_does_not_answer_holds_back_no_other
 async def test_metadata_is_asked_of_a_connected_broker_before_the_others():
     metadata_from_connected_brokers_first()
     client = _client_of([1, 2, 3, 4])
-    client._conns = {(3, ConnectionGroup.DEFAULT): SimpleNamespace(connected=lambda: True),
-                     (1, ConnectionGroup.DEFAULT): SimpleNamespace(connected=lambda: False)}
+    client._conns = {
+        (3, ConnectionGroup.DEFAULT): SimpleNamespace(connected=lambda: True),
+        (1, ConnectionGroup.DEFAULT): SimpleNamespace(connected=lambda: False),
+    }
     asked: list[int] = []
 
     async def get_conn(node: int, **options: object) -> None:
@@ -150,7 +172,8 @@ def test_the_isolation_level_set_before_start_is_the_one_the_fetcher_is_built_wi
     from stallwatch.kafka.aiokafka_patch import read_committed_before_start
 
     assert "isolation_level=self._isolation_level" in inspect.getsource(
-        inspect.unwrap(AIOKafkaConsumer.start))
+        inspect.unwrap(AIOKafkaConsumer.start)
+    )
     consumer = SimpleNamespace(_isolation_level="read_uncommitted")
     read_committed_before_start(consumer)  # type: ignore[arg-type]
     assert consumer._isolation_level == "read_committed"

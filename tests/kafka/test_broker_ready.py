@@ -20,8 +20,9 @@ class FencedFor:
     async def __call__(self) -> list[str]:
         self.calls += 1
         if self.calls <= self.times:
-            raise NodeNotReadyError("Attempt to send a request to node which is not ready "
-                                    f"(node id {self.node}).")
+            raise NodeNotReadyError(
+                f"Attempt to send a request to node which is not ready (node id {self.node})."
+            )
         return ["stallwatch.events"]
 
 

@@ -18,7 +18,8 @@ async def topic_configs(bootstrap: str, topics: list[str]) -> dict[str, dict[str
     await admin.start()
     try:
         responses = await admin.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, topic) for topic in topics])
+            [ConfigResource(ConfigResourceType.TOPIC, topic) for topic in topics]
+        )
     finally:
         await admin.close()
     found: dict[str, dict[str, str]] = {}
@@ -31,9 +32,10 @@ async def topic_configs(bootstrap: str, topics: list[str]) -> dict[str, dict[str
 async def test_events_carry_the_brokers_time_and_incidents_and_states_are_compacted():
     settings = fresh_settings(partitions=2)
     await ensure_topics(settings)
-    configs = await topic_configs(settings.bootstrap, [
-        settings.events_topic, settings.incidents_topic, settings.changelog_topic,
-        settings.tallies_topic])
+    configs = await topic_configs(
+        settings.bootstrap,
+        [settings.events_topic, settings.incidents_topic, settings.changelog_topic, settings.tallies_topic],
+    )
     # Expiry reads the append time: a producer's clock never stamps an event.
     assert configs[settings.events_topic]["message.timestamp.type"] == "LogAppendTime"
     # The latest record of an incident, and of a run's state, is kept whatever its age.

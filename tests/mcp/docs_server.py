@@ -9,8 +9,10 @@ import sys
 from mcp.server.mcpserver import MCPServer
 
 server = MCPServer("docs")
-DOCUMENTS = [{"id": "kafka-docs", "title": "Kafka: a distributed log"},
-             {"id": "faust-docs", "title": "Faust: stream processing in Python"}]
+DOCUMENTS = [
+    {"id": "kafka-docs", "title": "Kafka: a distributed log"},
+    {"id": "faust-docs", "title": "Faust: stream processing in Python"},
+]
 
 
 @server.tool()

@@ -28,8 +28,9 @@ async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> t
     page = int(cursor) if cursor and cursor.isdigit() else 0
     tools = [tool("env"), tool(LONG_NAME)] if "--long-name" in sys.argv else [tool("env")]
     if "--endless-pages" in sys.argv:
-        return types.ListToolsResult(tools=[tool(f"page_{page}")] if page else tools,
-                                     next_cursor=str(page + 1))
+        return types.ListToolsResult(
+            tools=[tool(f"page_{page}")] if page else tools, next_cursor=str(page + 1)
+        )
     if "--same-cursor" in sys.argv:
         return types.ListToolsResult(tools=tools, next_cursor=cursor or "again")
     return types.ListToolsResult(tools=tools)

@@ -21,15 +21,22 @@ GAP_S = 0.2
 
 
 @contextlib.asynccontextmanager
-async def proxy_session(*flags: str, env: dict[str, str] | None = None, gap_s: float = GAP_S,
-                        server: tuple[str, ...] = (str(DOCS_SERVER),)) -> AsyncIterator[ClientSession]:
+async def proxy_session(
+    *flags: str,
+    env: dict[str, str] | None = None,
+    gap_s: float = GAP_S,
+    server: tuple[str, ...] = (str(DOCS_SERVER),),
+) -> AsyncIterator[ClientSession]:
     """`server`: the upstream's script and its arguments, run by this Python."""
     command = [*proxy_command(*flags, gap_s=gap_s), "--", sys.executable, *server]
-    params = StdioServerParameters(command=command[0], args=command[1:], env={**os.environ, **(env or {})},
-                                   cwd=str(DOCS_SERVER.parents[2]))
+    params = StdioServerParameters(
+        command=command[0],
+        args=command[1:],
+        env={**os.environ, **(env or {})},
+        cwd=str(DOCS_SERVER.parents[2]),
+    )
     with open(os.devnull, "w") as quiet:  # the docs server's log and the failing tool's traceback
-        async with stdio_client(params, errlog=quiet) as (read, write), \
-                ClientSession(read, write) as session:
+        async with stdio_client(params, errlog=quiet) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
             yield session
 

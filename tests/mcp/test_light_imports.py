@@ -8,16 +8,21 @@ import sys
 
 
 def imported_after(statement: str, roots: tuple[str, ...]) -> list[str]:
-    code = (f"import sys; {statement}; "
-            f"print(sorted(m for m in sys.modules if m.split('.')[0] in {roots!r}))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          check=True)
+    code = f"import sys; {statement}; print(sorted(m for m in sys.modules if m.split('.')[0] in {roots!r}))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
     return ast.literal_eval(done.stdout)  # a printed list of module names
 
 
 def test_the_command_line_and_the_client_load_no_mcp_sdk():
-    assert imported_after("import stallwatch.cli.main, stallwatch.client, stallwatch.mcp.rounds",
-                          ("mcp", "mcp_types", "starlette", "uvicorn")) == []
+    assert (
+        imported_after(
+            "import stallwatch.cli.main, stallwatch.client, stallwatch.mcp.rounds",
+            ("mcp", "mcp_types", "starlette", "uvicorn"),
+        )
+        == []
+    )
 
 
 def test_the_proxy_loads_the_sdk_and_no_faust():

@@ -48,7 +48,8 @@ async def test_a_paging_client_runs_to_the_end_untouched():
             await next_round()
     assert not any(p.is_error for p in pages)
     assert [json.loads(text(p)) for p in pages] == [
-        {"items": [f"item-{c}-{i}" for i in range(3)], "next": c + 1} for c in range(8)]
+        {"items": [f"item-{c}-{i}" for i in range(3)], "next": c + 1} for c in range(8)
+    ]
 
 
 async def test_a_wait_declared_exempt_is_never_refused_and_never_stopped():
@@ -87,7 +88,8 @@ async def test_calls_back_to_back_or_overlapping_form_one_round():
         await next_round(1.0)
         overlapping = await asyncio.gather(
             *(session.call_tool("search", {"query": f"together {i}"}) for i in range(3)),
-            session.call_tool("wait_for_researchers", {"seconds": 0.3}))
+            session.call_tool("wait_for_researchers", {"seconds": 0.3}),
+        )
     assert not any(r.is_error for r in [*burst, *overlapping])
     assert not any("[stallwatch]" in text(r) for r in [*burst, *overlapping])  # not even a nudge
 
@@ -119,4 +121,5 @@ async def test_a_tool_that_keeps_failing_is_reported_as_errors_and_stopped():
         after = await session.call_tool("page", {"cursor": 1})
     assert all(f.is_error and "Error executing tool fail" in text(f) for f in failures)
     assert after.is_error and text(after) == words.stop_reason(
-        "tool_failures", {"tool": "fail", "consecutive_failures": 5})
+        "tool_failures", {"tool": "fail", "consecutive_failures": 5}
+    )

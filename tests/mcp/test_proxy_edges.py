@@ -60,26 +60,45 @@ async def test_a_server_that_repeats_its_cursor_is_served_and_guarded():
 
 
 async def test_the_server_gets_a_safe_environment_and_the_variables_named():
-    env = {"STALLWATCH_SASL_PASSWORD": "hunter2",
-           "STALLWATCH_FINGERPRINT_KEY": "a-fleet-key-of-32-characters-ok",
-           "EDGE_TOKEN": "from-the-client", "EDGE_UNNAMED": "stays-home"}
-    async with proxy_session("--env", "EDGE_TOKEN", "--env", "EDGE_GIVEN=on-the-command-line",
-                             env=env, server=(str(EDGE_SERVER),)) as session:
-        seen = {name: answer(await session.call_tool("env", {"name": name}))
-                for name in ("PATH", "STALLWATCH_SASL_PASSWORD", "STALLWATCH_FINGERPRINT_KEY",
-                             "EDGE_UNNAMED", "EDGE_TOKEN", "EDGE_GIVEN")}
+    env = {
+        "STALLWATCH_SASL_PASSWORD": "hunter2",
+        "STALLWATCH_FINGERPRINT_KEY": "a-fleet-key-of-32-characters-ok",
+        "EDGE_TOKEN": "from-the-client",
+        "EDGE_UNNAMED": "stays-home",
+    }
+    async with proxy_session(
+        "--env", "EDGE_TOKEN", "--env", "EDGE_GIVEN=on-the-command-line", env=env, server=(str(EDGE_SERVER),)
+    ) as session:
+        seen = {
+            name: answer(await session.call_tool("env", {"name": name}))
+            for name in (
+                "PATH",
+                "STALLWATCH_SASL_PASSWORD",
+                "STALLWATCH_FINGERPRINT_KEY",
+                "EDGE_UNNAMED",
+                "EDGE_TOKEN",
+                "EDGE_GIVEN",
+            )
+        }
     assert seen["PATH"]["set"]
-    assert not any(seen[n]["set"] for n in ("STALLWATCH_SASL_PASSWORD", "STALLWATCH_FINGERPRINT_KEY",
-                                            "EDGE_UNNAMED"))
+    assert not any(
+        seen[n]["set"] for n in ("STALLWATCH_SASL_PASSWORD", "STALLWATCH_FINGERPRINT_KEY", "EDGE_UNNAMED")
+    )
     assert seen["EDGE_TOKEN"]["value"] == "from-the-client"
     assert seen["EDGE_GIVEN"]["value"] == "on-the-command-line"
 
 
 async def test_an_env_flag_that_names_nothing_is_refused_with_one_line():
     process = await asyncio.create_subprocess_exec(
-        *proxy_command("--env", "=value"), "--", sys.executable, str(DOCS_SERVER),
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        cwd=str(DOCS_SERVER.parents[2]))
+        *proxy_command("--env", "=value"),
+        "--",
+        sys.executable,
+        str(DOCS_SERVER),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=str(DOCS_SERVER.parents[2]),
+    )
     out, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 2 and out == b""
     assert err.decode().strip().splitlines()[-1].startswith("stallwatch mcp-proxy: --env")
@@ -107,14 +126,29 @@ def request(number: int, method: str, params: dict | None = None) -> dict:
 
 async def test_a_json_rpc_batch_is_answered_with_invalid_request_and_the_session_goes_on():
     process = await asyncio.create_subprocess_exec(
-        *proxy_command(), "--", sys.executable, str(DOCS_SERVER), stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, cwd=str(DOCS_SERVER.parents[2]),
-        env=dict(os.environ))
+        *proxy_command(),
+        "--",
+        sys.executable,
+        str(DOCS_SERVER),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        cwd=str(DOCS_SERVER.parents[2]),
+        env=dict(os.environ),
+    )
     client = RawClient(process)
     try:
-        await client.send(request(1, "initialize", {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "1"}}))
+        await client.send(
+            request(
+                1,
+                "initialize",
+                {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "1"},
+                },
+            )
+        )
         assert (await client.receive())["id"] == 1
         await client.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         await client.send([request(2, "tools/list"), request(3, "ping")])

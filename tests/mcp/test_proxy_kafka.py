@@ -13,9 +13,11 @@ pytestmark = pytest.mark.kafka
 
 async def test_a_rewording_loop_through_kafka_is_stopped_and_a_repeat_refused(broker):
     async with serving_worker(partitions=2) as (settings, _):
-        env = {"STALLWATCH_BOOTSTRAP": settings.bootstrap,
-               "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
-               "STALLWATCH_PARTITIONS": str(settings.partitions)}
+        env = {
+            "STALLWATCH_BOOTSTRAP": settings.bootstrap,
+            "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
+            "STALLWATCH_PARTITIONS": str(settings.partitions),
+        }
         async with proxy_session("--kafka", env=env) as session:
             first = await session.call_tool("search", {"query": "wording 0"})
             repeat = await session.call_tool("search", {"query": "wording 0"})

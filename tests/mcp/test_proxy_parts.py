@@ -31,8 +31,7 @@ async def docs_server(*script: str) -> AsyncIterator[ClientSession]:
     """The docs server, or `script` (a server of this folder and its arguments)."""
     params = StdioServerParameters(command=sys.executable, args=list(script) or [str(DOCS_SERVER)])
     with open(os.devnull, "w") as quiet:
-        async with stdio_client(params, errlog=quiet) as (read, write), \
-                ClientSession(read, write) as session:
+        async with stdio_client(params, errlog=quiet) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
             yield session
 
@@ -76,8 +75,9 @@ class FaultyOnce(EmbeddedClient):
         self._apply = faulty  # every other event
 
 
-@pytest.mark.parametrize("kind", ["run_started", "round_started", "call_proposed", "call_result",
-                                  "round_ended"])
+@pytest.mark.parametrize(
+    "kind", ["run_started", "round_started", "call_proposed", "call_result", "round_ended"]
+)
 async def test_a_fault_of_the_guard_stays_with_its_call_and_says_only_its_type(kind, caplog):
     caplog.set_level(logging.WARNING, logger="stallwatch")
     async with docs_server() as upstream:
@@ -97,10 +97,13 @@ async def test_a_fault_of_the_guard_stays_with_its_call_and_says_only_its_type(k
     assert "s3cret" not in caplog.text and "a bug" not in caplog.text
 
 
-@pytest.mark.parametrize(("flag", "tools", "why"), [
-    ("--endless-pages", MAX_TOOL_PAGES, f"over {MAX_TOOL_PAGES} pages"),
-    ("--same-cursor", 1, "a cursor came back a second time"),  # its one tool, listed twice
-])
+@pytest.mark.parametrize(
+    ("flag", "tools", "why"),
+    [
+        ("--endless-pages", MAX_TOOL_PAGES, f"over {MAX_TOOL_PAGES} pages"),
+        ("--same-cursor", 1, "a cursor came back a second time"),  # its one tool, listed twice
+    ],
+)
 async def test_a_tool_list_without_end_is_read_in_part_with_one_warning(flag, tools, why, caplog):
     caplog.set_level(logging.WARNING, logger="stallwatch")
     async with docs_server(str(EDGE_SERVER), flag) as upstream:
@@ -140,8 +143,9 @@ async def test_overlapping_first_calls_start_one_run():
 def test_a_result_is_its_structured_content_or_its_blocks_with_json_text_parsed():
     spaced = types.CallToolResult(content=[types.TextContent(text='{\n  "b": 2,\n  "a": [1]\n}')])
     compact = types.CallToolResult(content=[types.TextContent(text='{"a":[1],"b":2}')])
-    structured = types.CallToolResult(content=[types.TextContent(text="ignored")],
-                                      structured_content={"a": [1], "b": 2})
+    structured = types.CallToolResult(
+        content=[types.TextContent(text="ignored")], structured_content={"a": [1], "b": 2}
+    )
     image = types.CallToolResult(content=[types.ImageContent(data="AAAA", mime_type="image/png")])
     assert result_view(spaced) == result_view(compact) == [{"a": [1], "b": 2}]
     assert fingerprint(result_view(spaced)) == fingerprint(result_view(compact))

@@ -40,8 +40,11 @@ async def test_calls_one_after_another_within_the_gap_are_one_round_that_ends_af
 
 async def test_overlapping_calls_are_one_round_even_when_longer_than_the_gap():
     client, rounds = await started()
-    await asyncio.gather(call(rounds, {"q": 1}, seconds=3 * GAP_S),
-                         call(rounds, {"q": 2}, seconds=GAP_S), call(rounds, {"q": 3}))
+    await asyncio.gather(
+        call(rounds, {"q": 1}, seconds=3 * GAP_S),
+        call(rounds, {"q": 2}, seconds=GAP_S),
+        call(rounds, {"q": 3}),
+    )
     state = client.fleet.runs["r"]
     assert (state.round, state.round_proposed) == (1, 3)
 

@@ -48,9 +48,16 @@ class SecureBroker:
             auth["sasl_oauth_token_provider"] = provider_spec(principal)
         else:
             auth.update(sasl_username=principal, sasl_password=self.passwords[principal])
-        return Settings(bootstrap=self.bootstrap, topic_prefix=prefix, partitions=2,
-                        replication_factor=1, min_insync_replicas=1,
-                        security_protocol="SASL_PLAINTEXT", **auth, **more)  # type: ignore[arg-type]
+        return Settings(
+            bootstrap=self.bootstrap,
+            topic_prefix=prefix,
+            partitions=2,
+            replication_factor=1,
+            min_insync_replicas=1,
+            security_protocol="SASL_PLAINTEXT",
+            **auth,
+            **more,
+        )  # type: ignore[arg-type]
 
     def env(self, principal: str, mechanism: str = "PLAIN") -> dict[str, str]:
         """The same, as a `stallwatch` process reads it."""
@@ -63,16 +70,28 @@ class SecureBroker:
 
     def acls(self, prefix: str, *args: str) -> None:
         """deploy/kafka/acls.sh ARGS on `prefix`'s topics, as the administrator."""
-        subprocess.run([str(ROOT / "deploy/kafka/acls.sh"), *args], check=True, timeout=120,
-                       env={**os.environ, "STALLWATCH_KAFKA_PORT": str(self.port),
-                            "STALLWATCH_BOOTSTRAP": self.bootstrap, "STALLWATCH_TOPIC_PREFIX": prefix})
+        subprocess.run(
+            [str(ROOT / "deploy/kafka/acls.sh"), *args],
+            check=True,
+            timeout=120,
+            env={
+                **os.environ,
+                "STALLWATCH_KAFKA_PORT": str(self.port),
+                "STALLWATCH_BOOTSTRAP": self.bootstrap,
+                "STALLWATCH_TOPIC_PREFIX": prefix,
+            },
+        )
 
 
 def _kafka(command: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(ROOT / "deploy/kafka/kafka.sh"), command], text=True, timeout=600,
-                          capture_output=True, check=False,
-                          env={**os.environ, "STALLWATCH_KAFKA_SECURE": "1",
-                               "STALLWATCH_KAFKA_PORT": str(PORT)})
+    return subprocess.run(
+        [str(ROOT / "deploy/kafka/kafka.sh"), command],
+        text=True,
+        timeout=600,
+        capture_output=True,
+        check=False,
+        env={**os.environ, "STALLWATCH_KAFKA_SECURE": "1", "STALLWATCH_KAFKA_PORT": str(PORT)},
+    )
 
 
 @pytest.fixture(scope="session")

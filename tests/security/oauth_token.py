@@ -39,5 +39,5 @@ def provider_spec(principal: str) -> str:
 def __getattr__(name: str) -> Callable[[], UnsecuredToken]:
     # `as_tenant-a` is no identifier, hence a module __getattr__ rather than one function a name.
     if name.startswith(PREFIX) and len(name) > len(PREFIX):
-        return functools.partial(UnsecuredToken, name[len(PREFIX):])
+        return functools.partial(UnsecuredToken, name[len(PREFIX) :])
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -26,11 +26,24 @@ pytestmark = [pytest.mark.kafka, pytest.mark.xdist_group("secure-broker")]
 
 def add_tenants(broker: SecureBroker, prefix: str, *names: str) -> None:
     """`stallwatch tenants add` as the administrator."""
-    env = {**os.environ, **broker.env("admin"), "STALLWATCH_BOOTSTRAP": broker.bootstrap,
-           "STALLWATCH_TOPIC_PREFIX": prefix, "STALLWATCH_PARTITIONS": "2",
-           "STALLWATCH_REPLICATION_FACTOR": "1", "STALLWATCH_MIN_INSYNC_REPLICAS": "1"}
-    done = subprocess.run([sys.executable, "-m", "stallwatch.cli.main", "tenants", "add", *names],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    env = {
+        **os.environ,
+        **broker.env("admin"),
+        "STALLWATCH_BOOTSTRAP": broker.bootstrap,
+        "STALLWATCH_TOPIC_PREFIX": prefix,
+        "STALLWATCH_PARTITIONS": "2",
+        "STALLWATCH_REPLICATION_FACTOR": "1",
+        "STALLWATCH_MIN_INSYNC_REPLICAS": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "stallwatch.cli.main", "tenants", "add", *names],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -91,47 +104,83 @@ async def tenants(secure_broker: SecureBroker) -> tuple[Settings, Settings, Sett
     add_tenants(secure_broker, prefix, "acme", "globex")
     secure_broker.acls(prefix, "tenant", "acme", "User:tenant-a", "User:stallwatch-fleet")
     secure_broker.acls(prefix, "tenant", "globex", "User:tenant-b", "User:stallwatch-fleet")
-    return (secure_broker.settings("tenant-a", prefix, tenant="acme"),
-            secure_broker.settings("tenant-b", prefix, tenant="globex"), admin)
+    return (
+        secure_broker.settings("tenant-a", prefix, tenant="acme"),
+        secure_broker.settings("tenant-b", prefix, tenant="globex"),
+        admin,
+    )
 
 
 async def test_a_tenant_writes_only_its_events_and_reads_only_its_commands(tenants):
     acme, globex, admin = tenants
-    await mark(admin, [acme.commands_topic, acme.deadletter_topic, acme.events_topic, acme.changelog_topic,
-                       globex.commands_topic, globex.deadletter_topic, admin.commands_topic,
-                       admin.tallies_topic])
+    await mark(
+        admin,
+        [
+            acme.commands_topic,
+            acme.deadletter_topic,
+            acme.events_topic,
+            acme.changelog_topic,
+            globex.commands_topic,
+            globex.deadletter_topic,
+            admin.commands_topic,
+            admin.tallies_topic,
+        ],
+    )
     assert await writes(acme, acme.events_topic)
     assert await reads(acme, acme.commands_topic)
     assert await reads(acme, acme.deadletter_topic)
     # Another tenant's topics, the shared topics and the stream jobs' own: refused by the broker.
-    for topic in (globex.events_topic, admin.events_topic, admin.tallies_topic, acme.commands_topic,
-                  acme.changelog_topic):
+    for topic in (
+        globex.events_topic,
+        admin.events_topic,
+        admin.tallies_topic,
+        acme.commands_topic,
+        acme.changelog_topic,
+    ):
         assert not await writes(acme, topic), topic
-    for topic in (globex.commands_topic, globex.deadletter_topic, admin.commands_topic,
-                  admin.tallies_topic, acme.changelog_topic, acme.events_topic):
+    for topic in (
+        globex.commands_topic,
+        globex.deadletter_topic,
+        admin.commands_topic,
+        admin.tallies_topic,
+        acme.changelog_topic,
+        acme.events_topic,
+    ):
         assert not await reads(acme, topic), topic
     assert await writes(globex, globex.events_topic) and not await writes(globex, acme.events_topic)
 
 
 def test_the_grants_are_least_privilege_and_printed_as_applied(secure_broker, prefix):
     """What acls.sh grants a tenant: its three topics, literal names, nothing prefixed."""
-    printed = subprocess.run([str(ROOT / "deploy/kafka/acls.sh"), "--print", "tenant", "acme", "User:t"],
-                             env={**os.environ, "STALLWATCH_TOPIC_PREFIX": prefix}, text=True,
-                             capture_output=True, check=True).stdout.split("\n")
+    printed = subprocess.run(
+        [str(ROOT / "deploy/kafka/acls.sh"), "--print", "tenant", "acme", "User:t"],
+        env={**os.environ, "STALLWATCH_TOPIC_PREFIX": prefix},
+        text=True,
+        capture_output=True,
+        check=True,
+    ).stdout.split("\n")
     grants = {tuple(line.split()) for line in printed if line}
-    allowed = {"events": ("Write", "Describe"), "commands": ("Read", "Describe"),
-               "deadletter": ("Read", "Describe")}
-    assert grants == {("User:t", "topic", f"{prefix}.tenant.acme.{topic}", "literal", op)
-                      for topic, ops in allowed.items() for op in ops}
+    allowed = {
+        "events": ("Write", "Describe"),
+        "commands": ("Read", "Describe"),
+        "deadletter": ("Read", "Describe"),
+    }
+    assert grants == {
+        ("User:t", "topic", f"{prefix}.tenant.acme.{topic}", "literal", op)
+        for topic, ops in allowed.items()
+        for op in ops
+    }
 
 
 async def test_a_team_writes_only_the_shared_events_and_reads_only_the_shared_commands(
-        secure_broker, tenants):
+    secure_broker, tenants
+):
     acme, _, admin = tenants
     secure_broker.acls(admin.topic_prefix, "team", "User:team")
     team = secure_broker.settings("team", admin.topic_prefix)
-    await mark(admin, [admin.commands_topic, admin.deadletter_topic, admin.tallies_topic,
-                       acme.commands_topic])
+    await mark(
+        admin, [admin.commands_topic, admin.deadletter_topic, admin.tallies_topic, acme.commands_topic]
+    )
     assert await writes(team, team.events_topic)
     assert await reads(team, team.commands_topic)
     for topic in (acme.events_topic, admin.commands_topic, admin.tallies_topic):
@@ -143,14 +192,30 @@ async def test_a_team_writes_only_the_shared_events_and_reads_only_the_shared_co
 
 def acl_command(broker: SecureBroker, config: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """Kafka's own AclCommand on the controller listener, as the client `config` describes."""
-    return subprocess.run(["java", "-XX:TieredStopAtLevel=1", "-Dlog4j2.level=WARN", "-cp", f"{KAFKA_LIBS}/*",
-                           "org.apache.kafka.tools.AclCommand", "--bootstrap-controller",
-                           broker.controller, "--command-config", str(config), *args],
-                          text=True, capture_output=True, timeout=120, check=False)
+    return subprocess.run(
+        [
+            "java",
+            "-XX:TieredStopAtLevel=1",
+            "-Dlog4j2.level=WARN",
+            "-cp",
+            f"{KAFKA_LIBS}/*",
+            "org.apache.kafka.tools.AclCommand",
+            "--bootstrap-controller",
+            broker.controller,
+            "--command-config",
+            str(config),
+            *args,
+        ],
+        text=True,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
 
 
 async def test_the_controller_listener_changes_no_acl_for_anyone_but_the_administrator(
-        secure_broker, tenants, tmp_path):
+    secure_broker, tenants, tmp_path
+):
     """A controller answers CreateAcls (`--bootstrap-controller`): unauthenticated there, any
     local process could grant itself everything."""
     acme, _, admin = tenants
@@ -158,11 +223,20 @@ async def test_the_controller_listener_changes_no_acl_for_anyone_but_the_adminis
     anonymous = tmp_path / "anonymous.properties"
     anonymous.write_text(quick)
     tenant = tmp_path / "tenant-a.properties"
-    tenant.write_text(quick + "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
-                      "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule "
-                      f'required username="tenant-a" password="{secure_broker.passwords["tenant-a"]}";\n')
-    grant = ("--add", "--allow-principal", "User:tenant-a", "--operation", "Write",
-             "--topic", admin.events_topic)
+    tenant.write_text(
+        quick + "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule "
+        f'required username="tenant-a" password="{secure_broker.passwords["tenant-a"]}";\n'
+    )
+    grant = (
+        "--add",
+        "--allow-principal",
+        "User:tenant-a",
+        "--operation",
+        "Write",
+        "--topic",
+        admin.events_topic,
+    )
     for config in (anonymous, tenant):
         assert acl_command(secure_broker, config, *grant).returncode != 0, config.name
     assert not await writes(acme, admin.events_topic)

@@ -30,13 +30,32 @@ TOOLS = [{"name": "search"}]
 
 def failing_run(run_id: str, ts: float) -> list[bytes]:
     """A run whose one call of `search` failed: five of them open a tool_failing incident."""
-    events = [envelope("run_started", run_id, f"{run_id}:0", ts, mode="researcher", tools=TOOLS),
-              envelope("round_started", run_id, f"{run_id}:1", ts, round=1),
-              envelope("call_proposed", run_id, f"{run_id}:2", ts, round=1, call_id="c1", tool="search",
-                       args={"q": run_id}),
-              envelope("call_result", run_id, f"{run_id}:3", ts, round=1, call_id="c1", tool="search",
-                       status="error", result={"error": "upstream timeout"}),
-              envelope("round_ended", run_id, f"{run_id}:4", ts, round=1)]
+    events = [
+        envelope("run_started", run_id, f"{run_id}:0", ts, mode="researcher", tools=TOOLS),
+        envelope("round_started", run_id, f"{run_id}:1", ts, round=1),
+        envelope(
+            "call_proposed",
+            run_id,
+            f"{run_id}:2",
+            ts,
+            round=1,
+            call_id="c1",
+            tool="search",
+            args={"q": run_id},
+        ),
+        envelope(
+            "call_result",
+            run_id,
+            f"{run_id}:3",
+            ts,
+            round=1,
+            call_id="c1",
+            tool="search",
+            status="error",
+            result={"error": "upstream timeout"},
+        ),
+        envelope("round_ended", run_id, f"{run_id}:4", ts, round=1),
+    ]
     return [orjson.dumps(e) for e in events]
 
 
@@ -57,8 +76,12 @@ async def judged(runtime: Settings, timeout_s: float = 90.0) -> None:
 
 async def nudged_runs(tenant: Settings, runs: set[str], timeout_s: float = 90.0) -> set[str]:
     """The runs among `runs` whose commands on the tenant's topic carry an incident's nudge."""
-    consumer = AIOKafkaConsumer(tenant.commands_topic, enable_auto_commit=False,
-                                auto_offset_reset="earliest", **aiokafka_options(tenant))
+    consumer = AIOKafkaConsumer(
+        tenant.commands_topic,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **aiokafka_options(tenant),
+    )
     await consumer.start()
     seen: set[str] = set()
     try:
@@ -67,8 +90,11 @@ async def nudged_runs(tenant: Settings, runs: set[str], timeout_s: float = 90.0)
             for records in (await consumer.getmany(timeout_ms=500)).values():
                 for record in records:
                     command = orjson.loads(record.value)
-                    if command["type"] == "nudge" and "incident_id" in command["detail"] \
-                            and command["run_id"] in runs:  # the probes used the tool too
+                    if (
+                        command["type"] == "nudge"
+                        and "incident_id" in command["detail"]
+                        and command["run_id"] in runs
+                    ):  # the probes used the tool too
                         seen.add(command["run_id"])
     finally:
         await consumer.stop()
@@ -77,7 +103,8 @@ async def nudged_runs(tenant: Settings, runs: set[str], timeout_s: float = 90.0)
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "OAUTHBEARER"])
 async def test_each_part_under_its_own_principal_judges_a_team_and_a_tenant_and_advises_the_tenant(
-        secure_broker: SecureBroker, prefix: str, mechanism: str):
+    secure_broker: SecureBroker, prefix: str, mechanism: str
+):
     admin = secure_broker.settings("admin", prefix)
     await ensure_topics(admin)
     add_tenants(secure_broker, prefix, "acme")
@@ -87,10 +114,14 @@ async def test_each_part_under_its_own_principal_judges_a_team_and_a_tenant_and_
     secure_broker.acls(prefix, "team", "User:team")
     acme = secure_broker.settings("tenant-a", prefix, mechanism, tenant="acme")
     team = secure_broker.settings("team", prefix, mechanism)
-    worker = WorkerProcess(admin, env={**secure_broker.env("stallwatch-worker", mechanism),
-                                       "STALLWATCH_TENANT_SCAN_INTERVAL_S": "0.5"})
-    fleet = FleetProcess(admin, env={**secure_broker.env("stallwatch-fleet", mechanism),
-                                     "STALLWATCH_TENANT_SCAN_INTERVAL_S": "0.5"})
+    worker = WorkerProcess(
+        admin,
+        env={**secure_broker.env("stallwatch-worker", mechanism), "STALLWATCH_TENANT_SCAN_INTERVAL_S": "0.5"},
+    )
+    fleet = FleetProcess(
+        admin,
+        env={**secure_broker.env("stallwatch-fleet", mechanism), "STALLWATCH_TENANT_SCAN_INTERVAL_S": "0.5"},
+    )
     try:
         await asyncio.gather(judged(acme), judged(team), fleet.serving())
         failing = {f"live-{i}" for i in range(5)}

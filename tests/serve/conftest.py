@@ -60,8 +60,9 @@ def session_of(run_id: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def running_server(token: str | None = None, hooks: HookSettings | None = None,
-                         client: Client | None = None) -> AsyncIterator[Server]:
+async def running_server(
+    token: str | None = None, hooks: HookSettings | None = None, client: Client | None = None
+) -> AsyncIterator[Server]:
     """`client`: the engine behind the server, to share one between servers (a restart)."""
     service = Service(client or EmbeddedClient())
     app = make_app(service, token, hooks or HookSettings())

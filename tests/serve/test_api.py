@@ -11,8 +11,9 @@ from stallwatch.settings import Settings, SetupError
 
 
 async def _start(server, run_id="r1", **extra):
-    status, body = await server.post("/v1/runs", {"run_id": run_id, "mode": "researcher",
-                                                  "tools": [{"name": "search"}], **extra})
+    status, body = await server.post(
+        "/v1/runs", {"run_id": run_id, "mode": "researcher", "tools": [{"name": "search"}], **extra}
+    )
     assert status == 201, body
     return body
 
@@ -23,8 +24,9 @@ async def test_a_repeated_call_is_refused_with_stallwatchs_words(server):
     await server.post("/v1/runs/r1/rounds")
     status, first = await server.post("/v1/runs/r1/calls", {"tool": "search", "args": {"q": "kafka"}})
     assert status == 200 and first["allowed"] is True and first["code"] is None
-    status, view = await server.post("/v1/runs/r1/results", {"call_id": first["call_id"],
-                                                             "tool": "search", "result": ["a", "b"]})
+    status, view = await server.post(
+        "/v1/runs/r1/results", {"call_id": first["call_id"], "tool": "search", "result": ["a", "b"]}
+    )
     assert status == 200 and view["round"] == 1 and view["stop"] is None
     status, again = await server.post("/v1/runs/r1/calls", {"tool": "search", "args": {"q": "kafka"}})
     assert again["allowed"] is False and again["code"] == "duplicate_call"
@@ -73,8 +75,9 @@ async def test_concurrent_proposals_for_one_run_are_answered_one_at_a_time(serve
     """Twenty identical calls at once: exactly one is allowed, the others are its repeats."""
     await _start(server)
     await server.post("/v1/runs/r1/rounds")
-    answers = await asyncio.gather(*(server.post("/v1/runs/r1/calls", {"tool": "search", "args": {"q": 1}})
-                                     for _ in range(20)))
+    answers = await asyncio.gather(
+        *(server.post("/v1/runs/r1/calls", {"tool": "search", "args": {"q": 1}}) for _ in range(20))
+    )
     allowed = [a for _, a in answers if a["allowed"]]
     assert len(allowed) == 1
     assert len({a["call_id"] for _, a in answers}) == 20
@@ -86,8 +89,9 @@ async def test_a_token_is_required_when_set(make_server):
         assert status == 401 and "Authorization: Bearer" in body["error"]
         status, _ = await server.post("/v1/runs", {"run_id": "r1"}, Authorization="Bearer wrong")
         assert status == 401
-        status, _ = await server.post("/v1/runs", {"run_id": "r1"},
-                                      Authorization="Bearer s3cret-token-for-tests")
+        status, _ = await server.post(
+            "/v1/runs", {"run_id": "r1"}, Authorization="Bearer s3cret-token-for-tests"
+        )
         assert status == 201
         status, _ = await server.get("/v1/health")
         assert status == 200
@@ -158,20 +162,31 @@ async def test_only_loopback_host_names_are_answered_without_a_token(server, mak
         status, _ = await _raw(server, "GET", "/v1/health", Host=host)
         assert status == 200, host
     async with make_server(token="s3cret-token-for-tests") as guarded:
-        status, _ = await _raw(guarded, "GET", "/v1/runs/x", Host="stallwatch.internal:8737",
-                               Authorization="Bearer s3cret-token-for-tests")
+        status, _ = await _raw(
+            guarded,
+            "GET",
+            "/v1/runs/x",
+            Host="stallwatch.internal:8737",
+            Authorization="Bearer s3cret-token-for-tests",
+        )
         assert status == 404  # past the Host check: the token is what guards it
 
 
 async def test_reading_a_run_leaves_its_nudges_unread(server):
     """GET is read-only: the nudges stay for the next POST's answer, which marks them read."""
-    await _start(server, "n1", mode="coder", policy={"stall_nudge_at": 2},
-                 tools=[{"name": "run_tests", "effect": "unknown"}, {"name": "edit", "effect": "write"}])
+    await _start(
+        server,
+        "n1",
+        mode="coder",
+        policy={"stall_nudge_at": 2},
+        tools=[{"name": "run_tests", "effect": "unknown"}, {"name": "edit", "effect": "write"}],
+    )
     for i in range(4):
         await server.post("/v1/runs/n1/rounds")
         _, run = await server.post("/v1/runs/n1/calls", {"tool": "run_tests", "args": {}})
-        await server.post("/v1/runs/n1/results", {"call_id": run["call_id"], "tool": "run_tests",
-                                                  "result": "1 failed"})
+        await server.post(
+            "/v1/runs/n1/results", {"call_id": run["call_id"], "tool": "run_tests", "result": "1 failed"}
+        )
         _, edit = await server.post("/v1/runs/n1/calls", {"tool": "edit", "args": {"v": i}})
         await server.post("/v1/runs/n1/results", {"call_id": edit["call_id"], "tool": "edit", "result": i})
         await server.post("/v1/runs/n1/rounds/end")

@@ -26,8 +26,9 @@ class Session:
         self.session_id = session_id
         self.path = tmp / f"{session_id}.jsonl" if transcript else None
         if self.path is not None:
-            self.path.write_text(json.dumps({"type": "user", "message": {"role": "user",
-                                                                         "content": "fix it"}}) + "\n")
+            self.path.write_text(
+                json.dumps({"type": "user", "message": {"role": "user", "content": "fix it"}}) + "\n"
+            )
 
     def response(self, *calls: tuple[str, dict]) -> list[tuple[str, str, dict]]:
         """One model response: its calls, written to the transcript under one message id."""
@@ -36,16 +37,33 @@ class Session:
         if self.path is not None:
             with self.path.open("a") as f:
                 for tool_use_id, tool, args in made:
-                    f.write(json.dumps({"type": "assistant", "message": {
-                        "id": message_id, "role": "assistant",
-                        "content": [{"type": "tool_use", "id": tool_use_id, "name": tool,
-                                     "input": args}]}}) + "\n")
+                    f.write(
+                        json.dumps(
+                            {
+                                "type": "assistant",
+                                "message": {
+                                    "id": message_id,
+                                    "role": "assistant",
+                                    "content": [
+                                        {"type": "tool_use", "id": tool_use_id, "name": tool, "input": args}
+                                    ],
+                                },
+                            }
+                        )
+                        + "\n"
+                    )
         return made
 
     def _base(self, event: str, tool_use_id: str, tool: str, args: dict) -> dict:
-        base = {"session_id": self.session_id, "cwd": "/ws", "permission_mode": "default",
-                "hook_event_name": event, "tool_name": tool, "tool_input": args,
-                "tool_use_id": tool_use_id}
+        base = {
+            "session_id": self.session_id,
+            "cwd": "/ws",
+            "permission_mode": "default",
+            "hook_event_name": event,
+            "tool_name": tool,
+            "tool_input": args,
+            "tool_use_id": tool_use_id,
+        }
         if self.path is not None:
             base["transcript_path"] = str(self.path)
         return base
@@ -151,8 +169,7 @@ async def test_failures_are_reported_as_failures(server, tmp_path):
     assert s.run_state().stop is not None and s.run_state().stop.code == "tool_failures"
 
 
-async def test_the_calls_of_one_response_are_one_round_even_when_the_transcript_lags(
-        make_server, tmp_path):
+async def test_the_calls_of_one_response_are_one_round_even_when_the_transcript_lags(make_server, tmp_path):
     """With no gap at all the time rule would give each call its own round: the transcript's
     message id, read once it lands, keeps the three together. The lines land only once the first
     hook has looked and not found them (the wait is far longer than the test may take)."""
@@ -219,8 +236,10 @@ async def test_a_new_prompt_after_a_stop_starts_a_new_run(server, tmp_path):
     for _ in range(9):
         await s.run("Bash", bash("grep -rn foo ."), shell_out("a.py:1:foo"))
     assert s.run_state().stop is not None
-    await server.post("/hooks/claude", {"session_id": s.session_id, "hook_event_name": "UserPromptSubmit",
-                                        "prompt": "now something else"})
+    await server.post(
+        "/hooks/claude",
+        {"session_id": s.session_id, "hook_event_name": "UserPromptSubmit", "prompt": "now something else"},
+    )
     assert await s.run("Bash", bash("grep -rn foo ."), shell_out("a.py:1:foo")) == {}
     await server.post("/hooks/claude", {"session_id": s.session_id, "hook_event_name": "SessionEnd"})
     assert server.service.held == {}
@@ -260,9 +279,17 @@ async def test_a_fifo_as_transcript_blocks_nothing(server, tmp_path):
     thread = threading.Thread(target=writer)
     thread.start()
     try:
-        status, answer = await server.post("/hooks/claude", {
-            "session_id": "fifo", "hook_event_name": "PreToolUse", "tool_name": "Bash",
-            "tool_input": bash("ls"), "tool_use_id": "toolu_1", "transcript_path": str(fifo)})
+        status, answer = await server.post(
+            "/hooks/claude",
+            {
+                "session_id": "fifo",
+                "hook_event_name": "PreToolUse",
+                "tool_name": "Bash",
+                "tool_input": bash("ls"),
+                "tool_use_id": "toolu_1",
+                "transcript_path": str(fifo),
+            },
+        )
         answered.set()
     finally:
         thread.join()
@@ -294,15 +321,18 @@ async def test_a_sessions_new_run_reads_its_transcript_on_from_where_it_was(serv
     assert s.run_state().stop is not None
     reader = server.hooks.transcripts["two-runs"]
     read = reader.bytes_read
-    await server.post("/hooks/claude", {"session_id": s.session_id, "hook_event_name": "UserPromptSubmit",
-                                        "prompt": "now something else"})
+    await server.post(
+        "/hooks/claude",
+        {"session_id": s.session_id, "hook_event_name": "UserPromptSubmit", "prompt": "now something else"},
+    )
     assert await s.run("Bash", bash("ls"), shell_out("a")) == {}
     assert server.hooks.transcripts["two-runs"] is reader
     assert reader.bytes_read - read < 1000  # the new line only, not the file again
 
 
-async def test_a_hook_that_fails_is_logged_by_type_and_line_never_its_message(server, tmp_path,
-                                                                             monkeypatch, caplog):
+async def test_a_hook_that_fails_is_logged_by_type_and_line_never_its_message(
+    server, tmp_path, monkeypatch, caplog
+):
     """Hook payloads carry tool input and output: an exception's message can quote them."""
     import stallwatch.serve.agents as agents
 
@@ -315,8 +345,9 @@ async def test_a_hook_that_fails_is_logged_by_type_and_line_never_its_message(se
         answer = await s.run("Bash", bash("curl -H 'Authorization: Bearer sk-live-123' x"), shell_out(""))
     assert answer == {}  # the call runs
     (record,) = [r for r in caplog.records if r.name == "stallwatch.serve.hooks"]
-    said = record.getMessage() + (logging.Formatter().formatException(record.exc_info)
-                                  if record.exc_info else "")
+    said = record.getMessage() + (
+        logging.Formatter().formatException(record.exc_info) if record.exc_info else ""
+    )
     assert "sk-live-123" not in said and "ValueError at test_claude_hooks.py:" in said
 
 

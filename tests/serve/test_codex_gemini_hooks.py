@@ -13,9 +13,17 @@ _ids = itertools.count(1)
 
 
 async def _codex(server, session, event, **fields):
-    status, answer = await server.post("/hooks/codex", {"session_id": session, "turn_id": "t1",
-                                                        "hook_event_name": event, "cwd": "/ws",
-                                                        "model": "gpt-fake", **fields})
+    status, answer = await server.post(
+        "/hooks/codex",
+        {
+            "session_id": session,
+            "turn_id": "t1",
+            "hook_event_name": event,
+            "cwd": "/ws",
+            "model": "gpt-fake",
+            **fields,
+        },
+    )
     assert status == 200
     return answer
 
@@ -43,8 +51,9 @@ async def test_codex_loop_is_denied_and_never_told_to_continue(server):
 
 
 async def _gemini(server, session, event, **fields):
-    status, answer = await server.post("/hooks/gemini", {"session_id": session, "cwd": "/ws",
-                                                         "hook_event_name": event, **fields})
+    status, answer = await server.post(
+        "/hooks/gemini", {"session_id": session, "cwd": "/ws", "hook_event_name": event, **fields}
+    )
     assert status == 200
     return answer
 
@@ -87,15 +96,26 @@ async def test_codex_calls_wait_for_no_transcript(make_server, tmp_path):
     rollout.write_text('{"type":"session_meta","payload":{}}\n')
     async with make_server(hooks=HookSettings(transcript_wait_s=3600.0)) as server:
         await _codex(server, "cw", "PreModelRequest", kind="sampling")
-        call = _codex(server, "cw", "PreToolUse", tool_name="Bash", tool_input={"command": "ls"},
-                      tool_use_id="call_1", transcript_path=str(rollout))
+        call = _codex(
+            server,
+            "cw",
+            "PreToolUse",
+            tool_name="Bash",
+            tool_input={"command": "ls"},
+            tool_use_id="call_1",
+            transcript_path=str(rollout),
+        )
         answer = await asyncio.wait_for(call, 60)  # a failure, not a hang, should a reader wait
         assert answer == {} and server.hooks.transcripts == {}
 
 
 def _after(tool: str, llm_content: str) -> dict:
-    return {"hook_event_name": "AfterTool", "tool_name": tool, "tool_input": {},
-            "tool_response": {"llmContent": llm_content, "returnDisplay": ""}}
+    return {
+        "hook_event_name": "AfterTool",
+        "tool_name": tool,
+        "tool_input": {},
+        "tool_response": {"llmContent": llm_content, "returnDisplay": ""},
+    }
 
 
 CI_LOG = "step 3 failed\nExit Code: 1\nProcess Group PGID: 4242\n"
@@ -107,8 +127,9 @@ def test_gemini_reads_the_exit_code_only_from_its_shells_trailer():
     assert gemini.failed(_after("run_shell_command", "Output: boom\nExit Code: 2"))
     assert not gemini.failed(_after("run_shell_command", "Output: ok\nProcess Group PGID: 7"))
     assert not gemini.failed(_after("read_file", CI_LOG)), "a CI log read is not a failure"
-    assert not gemini.failed(_after("run_shell_command", "Output: ran `make`\n  Exit Code: 1 (old)\n"
-                                    "done\nProcess Group PGID: 7")), "an Exit Code the command printed"
+    assert not gemini.failed(
+        _after("run_shell_command", "Output: ran `make`\n  Exit Code: 1 (old)\ndone\nProcess Group PGID: 7")
+    ), "an Exit Code the command printed"
     printed_zero = "Output: Exit Code: 0\nExit Code: 0\nall fine?\nExit Code: 1\nProcess Group PGID: 7"
     assert gemini.failed(_after("run_shell_command", printed_zero)), "the output's own Exit Code: 0"
     wrapped = "<untrusted_context>\nOutput: boom\nExit Code: 1\nProcess Group PGID: 7\n</untrusted_context>"
@@ -119,11 +140,16 @@ def test_gemini_reads_the_exit_code_only_from_its_shells_trailer():
 def test_gemini_masks_only_its_shells_own_pgid():
     gemini = AGENTS["gemini"]
     assert gemini.result_view(_after("read_file", CI_LOG))["llmContent"] == CI_LOG
-    shell = gemini.result_view(_after("run_shell_command", "Output: Process Group PGID: 1\n"
-                                      "Process Group PGID: 4242"))
+    shell = gemini.result_view(
+        _after("run_shell_command", "Output: Process Group PGID: 1\nProcess Group PGID: 4242")
+    )
     assert shell["llmContent"] == "Output: Process Group PGID: 1\n"
-    wrapped = gemini.result_view(_after("run_shell_command", "<untrusted_context>\nOutput: x\n"
-                                        "Process Group PGID: 4242\n</untrusted_context>"))
+    wrapped = gemini.result_view(
+        _after(
+            "run_shell_command",
+            "<untrusted_context>\nOutput: x\nProcess Group PGID: 4242\n</untrusted_context>",
+        )
+    )
     assert wrapped["llmContent"] == "<untrusted_context>\nOutput: x\n\n</untrusted_context>"
 
 
@@ -132,8 +158,17 @@ async def test_codex_patches_through_the_shell_get_no_result_and_are_not_waited_
     for i in range(3):
         await _codex(server, "cp", "PreModelRequest", kind="sampling")
         patch = f"apply_patch <<'EOF'\n*** Begin Patch\n*** Update File: a.py\n+v{i}\n*** End Patch\nEOF"
-        assert await _codex(server, "cp", "PreToolUse", tool_name="Bash", tool_input={"command": patch},
-                            tool_use_id=f"patch_{i}") == {}
+        assert (
+            await _codex(
+                server,
+                "cp",
+                "PreToolUse",
+                tool_name="Bash",
+                tool_input={"command": patch},
+                tool_use_id=f"patch_{i}",
+            )
+            == {}
+        )
     await _codex(server, "cp", "PreModelRequest", kind="sampling")
     (held,) = server.service.held.values()
     assert held.extra["rounds"].calls == {}

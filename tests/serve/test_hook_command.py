@@ -24,15 +24,28 @@ STALLWATCH = str(Path(sys.executable).with_name("stallwatch"))
 
 
 def _payload(session: str, command: str = "grep -n foo a.py") -> bytes:
-    return json.dumps({"session_id": session, "hook_event_name": "PreToolUse", "tool_name": "Bash",
-                       "tool_input": {"command": command}, "tool_use_id": uuid.uuid4().hex}).encode()
+    return json.dumps(
+        {
+            "session_id": session,
+            "hook_event_name": "PreToolUse",
+            "tool_name": "Bash",
+            "tool_input": {"command": command},
+            "tool_use_id": uuid.uuid4().hex,
+        }
+    ).encode()
 
 
 async def _hook(url: str, payload: bytes) -> subprocess.CompletedProcess[bytes]:
     env = {**os.environ, "STALLWATCH_SERVE_URL": url}
-    proc = await asyncio.create_subprocess_exec(STALLWATCH, "hook", "claude", env=env,
-                                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                stderr=subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(
+        STALLWATCH,
+        "hook",
+        "claude",
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     out, err = await proc.communicate(payload)
     return subprocess.CompletedProcess([], proc.returncode or 0, out, err)
 
@@ -59,16 +72,19 @@ async def test_with_the_server_away_calls_run_and_stderr_says_so_once_per_sessio
 
 def test_the_command_imports_neither_the_engine_nor_pydantic_nor_asyncio():
     """It runs on every tool call: only the standard library's HTTP client."""
-    probe = ("import sys; sys.argv = ['stallwatch', 'hook', 'claude']; "
-             "import stallwatch.cli.main as m; sys.stdin = open(__import__('os').devnull); "
-             "code = m.entry(); "
-             "bad = [n for n in sys.modules if n.split('.')[0] in ('pydantic', 'asyncio', 'orjson', "
-             "'aiohttp', 'xxhash') or n.startswith(('stallwatch.engine', 'stallwatch.client'))]; "
-             "print(bad)")
+    probe = (
+        "import sys; sys.argv = ['stallwatch', 'hook', 'claude']; "
+        "import stallwatch.cli.main as m; sys.stdin = open(__import__('os').devnull); "
+        "code = m.entry(); "
+        "bad = [n for n in sys.modules if n.split('.')[0] in ('pydantic', 'asyncio', 'orjson', "
+        "'aiohttp', 'xxhash') or n.startswith(('stallwatch.engine', 'stallwatch.client'))]; "
+        "print(bad)"
+    )
     with unused_port() as port:
         env = {**os.environ, "STALLWATCH_SERVE_URL": f"http://127.0.0.1:{port}"}
-        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env,
-                             check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True
+        )
     assert out.stdout.strip() == "[]", out.stdout
 
 

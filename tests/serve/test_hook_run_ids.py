@@ -11,8 +11,15 @@ _ids = itertools.count(1)
 
 
 def _bash(session: str, event: str, tool_use_id: str, command: str, **fields: object) -> dict:
-    return {"session_id": session, "hook_event_name": event, "tool_name": "Bash", "cwd": "/ws",
-            "tool_input": {"command": command}, "tool_use_id": tool_use_id, **fields}
+    return {
+        "session_id": session,
+        "hook_event_name": event,
+        "tool_name": "Bash",
+        "cwd": "/ws",
+        "tool_input": {"command": command},
+        "tool_use_id": tool_use_id,
+        **fields,
+    }
 
 
 async def _rounds(server, session: str, commands: list[str]) -> list[dict]:
@@ -24,8 +31,9 @@ async def _rounds(server, session: str, commands: list[str]) -> list[dict]:
         _, answer = await server.post("/hooks/codex", call)
         answers.append(answer)
         if not answer:
-            await server.post("/hooks/codex", {**call, "hook_event_name": "PostToolUse",
-                                               "tool_response": "same output"})
+            await server.post(
+                "/hooks/codex", {**call, "hook_event_name": "PostToolUse", "tool_response": "same output"}
+            )
     return answers
 
 

@@ -84,16 +84,23 @@ def test_a_broken_settings_file_is_named_and_left_alone(home):
     path = home / ".claude" / "settings.json"
     path.parent.mkdir()
     path.write_text("{not json")
-    out = subprocess.run([str(Path(sys.executable).with_name("stallwatch")), "hooks", "install", "claude"],
-                         capture_output=True, text=True, env={"HOME": str(home), "PATH": ""})
+    out = subprocess.run(
+        [str(Path(sys.executable).with_name("stallwatch")), "hooks", "install", "claude"],
+        capture_output=True,
+        text=True,
+        env={"HOME": str(home), "PATH": ""},
+    )
     assert out.returncode == 2 and str(path) in out.stderr and out.stderr.count("\n") == 1
     assert path.read_text() == "{not json"
 
 
 def test_install_names_the_stallwatch_beside_python_when_it_is_off_path_and_says_codex_needs_trust(home):
-    out = subprocess.run([str(Path(sys.executable).with_name("stallwatch")), "hooks", "install", "codex"],
-                         capture_output=True, text=True,
-                         env={"HOME": str(home), "PATH": "", "CODEX_HOME": str(home / "ch")})
+    out = subprocess.run(
+        [str(Path(sys.executable).with_name("stallwatch")), "hooks", "install", "codex"],
+        capture_output=True,
+        text=True,
+        env={"HOME": str(home), "PATH": "", "CODEX_HOME": str(home / "ch")},
+    )
     assert out.returncode == 0 and "trusted" in out.stdout and "--dangerously-bypass-hook-trust" in out.stdout
     codex = json.loads((home / "ch" / "hooks.json").read_text())
     command = codex["hooks"]["PreToolUse"][0]["hooks"][0]["command"]

@@ -13,7 +13,8 @@ OPENAPI = Path(__file__).resolve().parents[2] / "schemas" / "openapi.json"
 def test_checked_in_openapi_matches_the_models():
     assert OPENAPI.exists(), "run `make schemas` and commit the result"
     assert OPENAPI.read_bytes() == render(openapi()), (
-        "schemas/openapi.json drifted from the models: run `make schemas` and commit the result")
+        "schemas/openapi.json drifted from the models: run `make schemas` and commit the result"
+    )
 
 
 def test_every_request_body_refers_to_a_schema_it_defines():
@@ -21,8 +22,13 @@ def test_every_request_body_refers_to_a_schema_it_defines():
     defined = set(doc["components"]["schemas"])
     for path, methods in doc["paths"].items():
         for op in methods.values():
-            ref = op.get("requestBody", {}).get("content", {}).get("application/json", {}) \
-                .get("schema", {}).get("$ref")
+            ref = (
+                op.get("requestBody", {})
+                .get("content", {})
+                .get("application/json", {})
+                .get("schema", {})
+                .get("$ref")
+            )
             if ref:
                 assert ref.rsplit("/", 1)[-1] in defined, path
 

@@ -19,9 +19,13 @@ from stallwatch.serve.hooks import HookSettings
 from tests.serve.agents.harness import STALLWATCH, RecordingService, install, site
 from tests.serve.agents.openai_fake import FakeOpenAI, Script
 
-pytestmark = [pytest.mark.e2e, pytest.mark.skipif(
-    shutil.which("npm") is None, reason="npm is not installed: Codex "
-                                "comes from npm (deploy/agents/install.sh)")]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(
+        shutil.which("npm") is None,
+        reason="npm is not installed: Codex comes from npm (deploy/agents/install.sh)",
+    ),
+]
 
 GREP_OUTPUT = "./notes.txt:1:foo is here"
 BLOCKED = "Command blocked by PreToolUse hook: "
@@ -35,8 +39,10 @@ def codex_exe() -> str:
 def config_toml(model_url: str, ws: Path) -> str:
     """A provider at the fake, and every feature that reaches the network at start-up off (with
     plugins on, Codex runs `git ls-remote` against github before the first request)."""
-    features = "\n".join(f"{f} = false" for f in ("plugins", "remote_plugin", "plugin_sharing", "apps",
-                                                   "in_app_updates", "daemon_auto_start"))
+    features = "\n".join(
+        f"{f} = false"
+        for f in ("plugins", "remote_plugin", "plugin_sharing", "apps", "in_app_updates", "daemon_auto_start")
+    )
     return f"""model = "gpt-fake"
 model_provider = "fake"
 approval_policy = "never"
@@ -59,8 +65,12 @@ trust_level = "trusted"
 """
 
 
-async def run_codex(exe: str, tmp: Path, script: Script, files: dict[str, str],
-                    ) -> tuple[FakeOpenAI, RecordingService, str]:
+async def run_codex(
+    exe: str,
+    tmp: Path,
+    script: Script,
+    files: dict[str, str],
+) -> tuple[FakeOpenAI, RecordingService, str]:
     home, ws = tmp / "home", tmp / "ws"
     codex_home = home / ".codex"
     codex_home.mkdir(parents=True)
@@ -69,17 +79,39 @@ async def run_codex(exe: str, tmp: Path, script: Script, files: dict[str, str],
         (ws / name).write_text(text)
     model = FakeOpenAI(script)
     service = RecordingService()
-    async with site(model.app()) as model_url, \
-            site(make_app(service, None, HookSettings())) as stallwatch_url:
+    async with (
+        site(model.app()) as model_url,
+        site(make_app(service, None, HookSettings())) as stallwatch_url,
+    ):
         (codex_home / "config.toml").write_text(config_toml(model_url, ws))
-        env = {"PATH": os.environ["PATH"], "HOME": str(home), "CODEX_HOME": str(codex_home),
-               "FAKE_OPENAI_KEY": "sk-fake", "TMPDIR": str(tmp)}
-        subprocess.run([STALLWATCH, "hooks", "install", "codex", "--url", stallwatch_url], check=True,
-                       env=env, capture_output=True)
+        env = {
+            "PATH": os.environ["PATH"],
+            "HOME": str(home),
+            "CODEX_HOME": str(codex_home),
+            "FAKE_OPENAI_KEY": "sk-fake",
+            "TMPDIR": str(tmp),
+        }
+        subprocess.run(
+            [STALLWATCH, "hooks", "install", "codex", "--url", stallwatch_url],
+            check=True,
+            env=env,
+            capture_output=True,
+        )
         proc = await asyncio.create_subprocess_exec(
-            exe, "exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-hook-trust",
-            "-C", str(ws), "Fix the repository.", cwd=ws, env=env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            exe,
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-hook-trust",
+            "-C",
+            str(ws),
+            "Fix the repository.",
+            cwd=ws,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         out, err = await asyncio.wait_for(proc.communicate(), 300)
     assert model.seen, f"the model was never called: {err.decode()[-2000:]}"
     assert "hook timeout" not in out.decode(), "Codex warned about the installed hooks"
@@ -107,8 +139,10 @@ async def test_codex_looping_on_one_grep_is_refused_then_denied_in_stallwatchs_w
 
 def patch(old: str, new: str) -> str:
     """A patch through the shell, as Codex's models write one."""
-    return (f"apply_patch <<'EOF'\n*** Begin Patch\n*** Update File: a.py\n@@\n-{old}\n+{new}\n"
-            "*** End Patch\nEOF\n")
+    return (
+        f"apply_patch <<'EOF'\n*** Begin Patch\n*** Update File: a.py\n@@\n-{old}\n+{new}\n"
+        "*** End Patch\nEOF\n"
+    )
 
 
 def patch_and_test(turn: int, results: list[dict]) -> list[str] | str:
@@ -128,8 +162,9 @@ async def test_codex_re_running_a_test_after_each_patch_is_never_refused(codex_e
     assert len(model.seen) == 14 and not [t for t in received if BLOCKED in t], received
     assert (tmp_path / "ws" / "a.py").read_text() == "VALUE = 4\n"
     assert len([t for t in received if "not yet" in t]) == 4
-    assert [t.split("Output:\n")[-1] for t in received if "Output:\nVALUE =" in t] == \
-        [f"VALUE = {i}\n" for i in range(5)]  # each re-read after a patch ran
+    assert [t.split("Output:\n")[-1] for t in received if "Output:\nVALUE =" in t] == [
+        f"VALUE = {i}\n" for i in range(5)
+    ]  # each re-read after a patch ran
     run = service.only_run()
     assert run.stop is None
     assert run.nudges, "the same failing output after each patch is a stall: one nudge"

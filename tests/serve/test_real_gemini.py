@@ -20,9 +20,13 @@ from stallwatch.serve.hooks import HookSettings
 from tests.serve.agents.gemini_fake import FakeGemini, Reply, Script
 from tests.serve.agents.harness import STALLWATCH, RecordingService, install, site
 
-pytestmark = [pytest.mark.e2e, pytest.mark.skipif(
-    shutil.which("npm") is None, reason="npm is not installed: Gemini CLI "
-                                "comes from npm (deploy/agents/install.sh)")]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(
+        shutil.which("npm") is None,
+        reason="npm is not installed: Gemini CLI comes from npm (deploy/agents/install.sh)",
+    ),
+]
 
 BLOCKED = "Tool execution blocked: "
 
@@ -44,8 +48,12 @@ SETTINGS = {
 }
 
 
-async def run_gemini(exe: str, tmp: Path, script: Script, files: dict[str, str],
-                     ) -> tuple[FakeGemini, RecordingService, list[dict]]:
+async def run_gemini(
+    exe: str,
+    tmp: Path,
+    script: Script,
+    files: dict[str, str],
+) -> tuple[FakeGemini, RecordingService, list[dict]]:
     home, ws = tmp / "home", tmp / "ws"
     (home / ".gemini").mkdir(parents=True)
     ws.mkdir()
@@ -54,16 +62,39 @@ async def run_gemini(exe: str, tmp: Path, script: Script, files: dict[str, str],
     (home / ".gemini" / "settings.json").write_text(json.dumps(SETTINGS))
     model = FakeGemini(script)
     service = RecordingService()
-    async with site(model.app()) as model_url, \
-            site(make_app(service, None, HookSettings())) as stallwatch_url:
-        env = {"PATH": os.environ["PATH"], "HOME": str(home), "GOOGLE_GEMINI_BASE_URL": model_url,
-               "GEMINI_API_KEY": "fake", "GEMINI_TELEMETRY_ENABLED": "false",
-               "GEMINI_CLI_TRUST_WORKSPACE": "true", "TMPDIR": str(tmp)}
-        subprocess.run([STALLWATCH, "hooks", "install", "gemini", "--url", stallwatch_url], check=True,
-                       env=env, capture_output=True)
+    async with (
+        site(model.app()) as model_url,
+        site(make_app(service, None, HookSettings())) as stallwatch_url,
+    ):
+        env = {
+            "PATH": os.environ["PATH"],
+            "HOME": str(home),
+            "GOOGLE_GEMINI_BASE_URL": model_url,
+            "GEMINI_API_KEY": "fake",
+            "GEMINI_TELEMETRY_ENABLED": "false",
+            "GEMINI_CLI_TRUST_WORKSPACE": "true",
+            "TMPDIR": str(tmp),
+        }
+        subprocess.run(
+            [STALLWATCH, "hooks", "install", "gemini", "--url", stallwatch_url],
+            check=True,
+            env=env,
+            capture_output=True,
+        )
         proc = await asyncio.create_subprocess_exec(
-            exe, "-p", "Fix the repository.", "--approval-mode", "yolo", "--output-format", "stream-json",
-            cwd=ws, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            exe,
+            "-p",
+            "Fix the repository.",
+            "--approval-mode",
+            "yolo",
+            "--output-format",
+            "stream-json",
+            cwd=ws,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         out, err = await asyncio.wait_for(proc.communicate(), 300)
     assert model.seen, f"the model was never called: {err.decode()[-2000:]}"
     assert not model.unknown, f"Gemini CLI asked for more than the fake serves: {model.unknown}"
@@ -78,8 +109,9 @@ def grep_forever(turn: int, results: list[dict]) -> Reply:
 
 
 async def test_gemini_looping_on_one_grep_is_refused_then_ended_in_stallwatchs_words(gemini_exe, tmp_path):
-    model, service, lines = await run_gemini(gemini_exe, tmp_path, grep_forever,
-                                             {"notes.txt": "foo is here\n"})
+    model, service, lines = await run_gemini(
+        gemini_exe, tmp_path, grep_forever, {"notes.txt": "foo is here\n"}
+    )
     received = [json.loads(r["text"]) for seen in model.seen for r in seen.tool_results]
     assert "./notes.txt:1:foo is here" in received[0]["output"]
     assert all(r.get("error", "").startswith(BLOCKED + "Refused: this exact call") for r in received[1:])
@@ -87,8 +119,13 @@ async def test_gemini_looping_on_one_grep_is_refused_then_ended_in_stallwatchs_w
     assert run.stop is not None and run.round == 6  # one round per model request, until the stop
     # `continue: false` ends the run: the model is not asked again, the output says why.
     assert len(model.seen) == 7, received
-    stopped = [line for line in lines if line.get("type") == "tool_result" and line.get("status") == "error"
-               and run.stop.reason in line.get("output", "")]
+    stopped = [
+        line
+        for line in lines
+        if line.get("type") == "tool_result"
+        and line.get("status") == "error"
+        and run.stop.reason in line.get("output", "")
+    ]
     assert len(stopped) == 1 and lines[-1]["type"] == "result", lines[-3:]
 
 
@@ -99,8 +136,11 @@ def write_and_test(turn: int, results: list[dict]) -> Reply:
     cycle, step = divmod(turn - 1, 3)
     if cycle >= 4:
         return "Final answer: the test still fails."
-    return [[("write_file", {"file_path": "a.py", "content": f"VALUE = {cycle + 1}\n"})],
-            ["python3 test_a.py"], [("read_file", {"file_path": "a.py"})]][step]
+    return [
+        [("write_file", {"file_path": "a.py", "content": f"VALUE = {cycle + 1}\n"})],
+        ["python3 test_a.py"],
+        [("read_file", {"file_path": "a.py"})],
+    ][step]
 
 
 async def test_gemini_re_running_a_test_after_each_write_is_never_refused(gemini_exe, tmp_path):
@@ -109,8 +149,9 @@ async def test_gemini_re_running_a_test_after_each_write_is_never_refused(gemini
     received = [json.loads(r["text"]) for seen in model.seen for r in seen.tool_results]
     assert len(model.seen) == 14 and not [r for r in received if "error" in r], received
     assert (tmp_path / "ws" / "a.py").read_text() == "VALUE = 4\n"
-    assert [r["output"] for r in received if r["output"].startswith("VALUE")] == \
-        [f"VALUE = {i}\n" for i in range(5)]  # each re-read after a write ran
+    assert [r["output"] for r in received if r["output"].startswith("VALUE")] == [
+        f"VALUE = {i}\n" for i in range(5)
+    ]  # each re-read after a write ran
     tests = [r["output"] for r in received if "not yet" in r["output"]]
     pgids = {re.search(r"Process Group PGID: (\d+)", t).group(1) for t in tests}
     assert len(tests) == 4 and len(pgids) == 4  # the same failure, each in a new process group

@@ -34,8 +34,9 @@ async def codex_session(post: Post, session: str) -> list[dict[str, Any]]:
         answer = await post("codex", {"hook_event_name": "PreToolUse", **fields})
         answers.append(answer)
         if not answer:
-            answers.append(await post("codex", {"hook_event_name": "PostToolUse", **fields,
-                                                "tool_response": output}))
+            answers.append(
+                await post("codex", {"hook_event_name": "PostToolUse", **fields, "tool_response": output})
+            )
 
     base = {"session_id": session, "turn_id": "t1", "cwd": "/ws"}
     answers.append(await post("codex", {**base, "hook_event_name": "UserPromptSubmit", "prompt": "fix"}))
@@ -61,20 +62,26 @@ async def gemini_session(post: Post, session: str) -> list[dict[str, Any]]:
             break
         if not answer:
             output = f"Output: ./a.py:1:foo\nProcess Group PGID: {4000 + i}"
-            answers.append(await post("gemini", {"hook_event_name": "AfterTool", **fields,
-                                                 "tool_response": {"llmContent": output}}))
+            answers.append(
+                await post(
+                    "gemini",
+                    {"hook_event_name": "AfterTool", **fields, "tool_response": {"llmContent": output}},
+                )
+            )
     answers.append(await post("gemini", {"hook_event_name": "SessionEnd", "reason": "exit"}))
     return answers
 
 
 async def sessions(url: str, prefix: str) -> list[dict[str, Any]]:
     async with aiohttp.ClientSession() as http:
+
         def poster(session: str) -> Post:
             async def post(agent: str, payload: dict[str, Any]) -> dict[str, Any]:
                 body = {"session_id": session, "cwd": "/ws", **payload}
                 async with http.post(f"{url}/hooks/{agent}", json=body) as response:
                     assert response.status == 200
                     return await response.json()
+
             return post
 
         codex = await codex_session(poster(f"{prefix}-codex"), f"{prefix}-codex")
@@ -105,8 +112,13 @@ async def test_serve_kafka_gives_the_hooks_the_same_answers_as_in_process():
 
     async with serving_worker(partitions=2) as (settings, _worker):
         port = free_port()
-        serve = StallwatchProcess(settings, "serve", "serve", {}, argv=[
-            sys.executable, "-m", "stallwatch.cli.main", "serve", "--kafka", "--port", str(port)])
+        serve = StallwatchProcess(
+            settings,
+            "serve",
+            "serve",
+            {},
+            argv=[sys.executable, "-m", "stallwatch.cli.main", "serve", "--kafka", "--port", str(port)],
+        )
         try:
             await until_healthy(f"http://127.0.0.1:{port}", serve)
             through_kafka = await sessions(f"http://127.0.0.1:{port}", "s")
@@ -125,5 +137,8 @@ def _verdicts_only(answer: dict[str, Any]) -> dict[str, Any]:
 
 
 def _nudges(answers: list[dict[str, Any]]) -> list[tuple[int, str]]:
-    return [(i, a["hookSpecificOutput"]["additionalContext"]) for i, a in enumerate(answers)
-            if "additionalContext" in a.get("hookSpecificOutput", {})]
+    return [
+        (i, a["hookSpecificOutput"]["additionalContext"])
+        for i, a in enumerate(answers)
+        if "additionalContext" in a.get("hookSpecificOutput", {})
+    ]

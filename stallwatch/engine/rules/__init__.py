@@ -8,4 +8,7 @@ from stallwatch.engine.rules.coder import CoderRules
 from stallwatch.engine.rules.researcher import ResearcherRules
 
 RULES_BY_MODE: dict[str, type[Rules]] = {
-    "researcher": ResearcherRules, "chat": ChatRules, "coder": CoderRules}
+    "researcher": ResearcherRules,
+    "chat": ChatRules,
+    "coder": CoderRules,
+}

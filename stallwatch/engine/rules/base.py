@@ -28,8 +28,9 @@ class Rules:
     def start(self, state: RunState, tools: list[dict]) -> None:
         """A new run of this mode, its declarations stored."""
 
-    def refusal(self, state: RunState, event: RawEvent, tool: str, signature: bytes | None,
-                exempt: bool) -> tuple[RefusalCode, str] | None:
+    def refusal(
+        self, state: RunState, event: RawEvent, tool: str, signature: bytes | None, exempt: bool
+    ) -> tuple[RefusalCode, str] | None:
         """Why this call (within the budget) is refused, as (code, reason); None: allowed."""
         return None
 
@@ -55,8 +56,9 @@ class Rules:
 
     # -- the loops every mode catches ------------------------------------------------------
 
-    def tool_failures(self, state: RunState, event: RawEvent, tool: str, out: list[Command],
-                      refused: bool = False) -> None:
+    def tool_failures(
+        self, state: RunState, event: RawEvent, tool: str, out: list[Command], refused: bool = False
+    ) -> None:
         """Rule 5 (chat rule 2): one tool failing again and again. A success resets its count
         (`count_failures`). `refused`: the call that reached the limit was refused, not failed
         (the stop's words must not say the tool failed)."""
@@ -64,8 +66,7 @@ class Rules:
         threshold = state.policy.no_progress_threshold
         if count >= threshold and state.stop_code is None:
             detail = {"tool": tool, "consecutive_failures": count, "threshold": threshold}
-            self.stop(state, event, "tool_failures", detail | ({"refused": True} if refused else {}),
-                      out)
+            self.stop(state, event, "tool_failures", detail | ({"refused": True} if refused else {}), out)
 
     def no_new_facts(self, state: RunState, event: RawEvent, out: list[Command]) -> None:
         """Rule 2: rounds whose calls ran and brought back only results seen before."""
@@ -82,8 +83,13 @@ class Rules:
             self.stop(state, event, "no_new_facts", _streaks(state), out, closing=True)
         elif nudge_at is not None and state.already_seen_streak >= nudge_at and not state.nudged:
             state.nudged = True
-            nudge(out, event, state.round, words.nudge(state.already_seen_streak),
-                  {"already_seen_streak": state.already_seen_streak, "nudge_at": nudge_at})
+            nudge(
+                out,
+                event,
+                state.round,
+                words.nudge(state.already_seen_streak),
+                {"already_seen_streak": state.already_seen_streak, "nudge_at": nudge_at},
+            )
 
     def all_refused(self, state: RunState, event: RawEvent, out: list[Command]) -> None:
         """Rule 4: rounds in which every proposed call was refused."""
@@ -98,24 +104,41 @@ class Rules:
         """Rule 7: the executed-call count reached the budget during this round."""
         budget = state.policy.call_budget
         if state.stop_code is None and budget is not None and state.executed_calls >= budget:
-            self.stop(state, event, "call_budget", {"executed_calls": state.executed_calls,
-                                                    "call_budget": budget}, out, closing=True)
+            self.stop(
+                state,
+                event,
+                "call_budget",
+                {"executed_calls": state.executed_calls, "call_budget": budget},
+                out,
+                closing=True,
+            )
 
     def round_limit(self, state: RunState, event: RawEvent, out: list[Command]) -> None:
         """Rule 8: the end of round `max_rounds`, as grown by exempted overloaded calls."""
         limit = state.policy.max_rounds + state.extra_rounds
         if state.stop_code is None and state.round >= limit:
-            self.stop(state, event, "round_limit", {"round": state.round, "max_rounds": limit,
-                                                    "extra_rounds": state.extra_rounds}, out,
-                      closing=True)
+            self.stop(
+                state,
+                event,
+                "round_limit",
+                {"round": state.round, "max_rounds": limit, "extra_rounds": state.extra_rounds},
+                out,
+                closing=True,
+            )
 
-    def time_limit(self, state: RunState, event: RawEvent, ts: float, limit: float,
-                   out: list[Command]) -> None:
+    def time_limit(
+        self, state: RunState, event: RawEvent, ts: float, limit: float, out: list[Command]
+    ) -> None:
         """Rule 8: the first event more than `limit` (the policy's `time_limit_s`) after
         run_started, by event time."""
         if ts - state.started_ts > limit:
-            self.stop(state, event, "time_limit", {"elapsed_s": round(ts - state.started_ts, 3),
-                                                   "time_limit_s": limit}, out)
+            self.stop(
+                state,
+                event,
+                "time_limit",
+                {"elapsed_s": round(ts - state.started_ts, 3), "time_limit_s": limit},
+                out,
+            )
 
     # -- shared by the modes ---------------------------------------------------------------
 
@@ -132,17 +155,30 @@ class Rules:
     def repeat_exempt(self, state: RunState, tool: str) -> bool:
         return tool in state.exempt_tools or self.admin_policy.repeat_exempt(tool)
 
-    def stop(self, state: RunState, event: RawEvent, code: StopCode, detail: dict, out: list[Command],
-             closing: bool = False) -> None:
+    def stop(
+        self,
+        state: RunState,
+        event: RawEvent,
+        code: StopCode,
+        detail: dict,
+        out: list[Command],
+        closing: bool = False,
+    ) -> None:
         """`closing`: a stop at the close of the open round carries that round; any other stop
         carries the round of the event that caused it (round 6's round_started says 6)."""
         state.stop_code = code
         self.annotate_stop(state, detail)
         round_no = state.round if closing else event.get("round", state.round)
-        command = Stop(command_id=command_id(event, len(out)), run_id=event["run_id"],
-                       caused_by=event["event_id"], round=round_no, code=code,
-                       action=STOPS[code].action, reason=words.stop_reason(code, detail),
-                       detail=detail)
+        command = Stop(
+            command_id=command_id(event, len(out)),
+            run_id=event["run_id"],
+            caused_by=event["event_id"],
+            round=round_no,
+            code=code,
+            action=STOPS[code].action,
+            reason=words.stop_reason(code, detail),
+            detail=detail,
+        )
         command.command_id = content_id(command)
         out.append(command)
 
@@ -154,18 +190,37 @@ def command_id(event: RawEvent, index: int) -> str:
     return xxh3_128_hexdigest(f"{event['run_id']}\x00{event['event_id']}\x00{index}".encode())[:24]
 
 
-def verdict(out: list[Command], event: RawEvent, decision: Literal["allow", "refuse"],
-            code: RefusalCode | None, reason: str) -> None:
-    command = Verdict(command_id=command_id(event, len(out)), run_id=event["run_id"],
-                      caused_by=event["event_id"], call_id=event["call_id"], round=event["round"],
-                      decision=decision, code=code, reason=reason, tool=event["tool"])
+def verdict(
+    out: list[Command],
+    event: RawEvent,
+    decision: Literal["allow", "refuse"],
+    code: RefusalCode | None,
+    reason: str,
+) -> None:
+    command = Verdict(
+        command_id=command_id(event, len(out)),
+        run_id=event["run_id"],
+        caused_by=event["event_id"],
+        call_id=event["call_id"],
+        round=event["round"],
+        decision=decision,
+        code=code,
+        reason=reason,
+        tool=event["tool"],
+    )
     command.command_id = content_id(command)
     out.append(command)
 
 
 def nudge(out: list[Command], event: RawEvent, round_no: int, reason: str, detail: dict) -> None:
-    command = Nudge(command_id=command_id(event, len(out)), run_id=event["run_id"],
-                    caused_by=event["event_id"], round=round_no, reason=reason, detail=detail)
+    command = Nudge(
+        command_id=command_id(event, len(out)),
+        run_id=event["run_id"],
+        caused_by=event["event_id"],
+        round=round_no,
+        reason=reason,
+        detail=detail,
+    )
     command.command_id = content_id(command)
     out.append(command)
 
@@ -181,6 +236,9 @@ def count_new_fact(state: RunState, current: bool) -> None:
 
 
 def _streaks(state: RunState) -> dict[str, int]:
-    return {"already_seen_streak": state.already_seen_streak,
-            "all_refused_streak": state.all_refused_streak,
-            "threshold": state.policy.no_progress_threshold, "round": state.round}
+    return {
+        "already_seen_streak": state.already_seen_streak,
+        "all_refused_streak": state.all_refused_streak,
+        "threshold": state.policy.no_progress_threshold,
+        "round": state.round,
+    }

@@ -16,13 +16,13 @@ _CYCLE_LENGTHS = (2, 3, 4)
 class ChatRules(Rules):
     """Chat rules: no new-fact or all-refused streaks (a chat's calls answer the user)."""
 
-    def refusal(self, state: RunState, event: RawEvent, tool: str, signature: bytes | None,
-                exempt: bool) -> tuple[RefusalCode, str] | None:
+    def refusal(
+        self, state: RunState, event: RawEvent, tool: str, signature: bytes | None, exempt: bool
+    ) -> tuple[RefusalCode, str] | None:
         if self.repeated_call(state, signature, exempt):
             return "repeated_call", words.repeated_call(tool, state.repeat_count)
         threshold = state.policy.cycle_threshold
-        if threshold is not None and (cycle := self.repeated_cycle(state, signature, exempt,
-                                                                   threshold)):
+        if threshold is not None and (cycle := self.repeated_cycle(state, signature, exempt, threshold)):
             self.remember_call(state, event, signature, threshold)
             return "repeated_cycle", words.repeated_cycle(cycle, threshold)
         return None
@@ -53,31 +53,32 @@ class ChatRules(Rules):
             state.repeat_count = 1
         return not exempt and state.repeat_count >= state.policy.loop_detect_threshold
 
-    def repeated_cycle(self, state: RunState, signature: bytes | None, exempt: bool,
-                       times: int) -> list[str]:
+    def repeated_cycle(self, state: RunState, signature: bytes | None, exempt: bool, times: int) -> list[str]:
         """Chat, with `cycle_threshold`: the same 2 to 4 calls with the same results, again and
         again. Returns the cycle's tools when this call would go round once more."""
         if exempt or signature is None:
             return []
         history = state.chat_history
         for length in _CYCLE_LENGTHS:
-            window = history[-length * times:]
+            window = history[-length * times :]
             if len(window) < length * times or window[0][0] != signature.hex():
                 continue
             block = window[:length]
             if len({entry[0] for entry in block}) < 2:
                 continue  # one call repeated: the back-to-back rule's case
-            if all(entry[1] is not None and entry[:2] == block[i % length][:2]
-                   for i, entry in enumerate(window)):
+            if all(
+                entry[1] is not None and entry[:2] == block[i % length][:2] for i, entry in enumerate(window)
+            ):
                 return [entry[3] for entry in block]
         return []
 
-    def remember_call(self, state: RunState, event: RawEvent, signature: bytes | None,
-                      threshold: int) -> None:
-        state.chat_history.append([signature.hex() if signature else None, None, event["call_id"],
-                                   event["tool"]])
-        del state.chat_history[:-min(max(_CYCLE_LENGTHS) * (threshold + 1),
-                                     MAX_CHAT_HISTORY)]
+    def remember_call(
+        self, state: RunState, event: RawEvent, signature: bytes | None, threshold: int
+    ) -> None:
+        state.chat_history.append(
+            [signature.hex() if signature else None, None, event["call_id"], event["tool"]]
+        )
+        del state.chat_history[: -min(max(_CYCLE_LENGTHS) * (threshold + 1), MAX_CHAT_HISTORY)]
 
     def remember_result(self, state: RunState, event: RawEvent) -> None:
         """Chat cycles compare results too: a poll whose answer changes is never a cycle."""

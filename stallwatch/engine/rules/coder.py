@@ -16,11 +16,11 @@ class CoderRules(Rules):
     `stallwatch.engine.coder`'s; this turns its answers into verdicts, nudges and stops."""
 
     def start(self, state: RunState, tools: list[dict]) -> None:
-        state.tool_effects = {t["name"]: t["effect"] for t in tools
-                              if t.get("effect") in ("read", "write")}
+        state.tool_effects = {t["name"]: t["effect"] for t in tools if t.get("effect") in ("read", "write")}
 
-    def refusal(self, state: RunState, event: RawEvent, tool: str, signature: bytes | None,
-                exempt: bool) -> tuple[RefusalCode, str] | None:
+    def refusal(
+        self, state: RunState, event: RawEvent, tool: str, signature: bytes | None, exempt: bool
+    ) -> tuple[RefusalCode, str] | None:
         if self.duplicate_read(state, event, signature, exempt):
             return "duplicate_call", words.duplicate_read(tool)
         return None
@@ -31,8 +31,7 @@ class CoderRules(Rules):
     def annotate_stop(self, state: RunState, detail: dict) -> None:
         detail["workspace_version"] = state.workspace_version  # for explain, top and metrics
 
-    def duplicate_read(self, state: RunState, event: RawEvent, signature: bytes | None,
-                       exempt: bool) -> bool:
+    def duplicate_read(self, state: RunState, event: RawEvent, signature: bytes | None, exempt: bool) -> bool:
         """A read already run, with the same arguments, at this workspace version."""
         return coder.is_duplicate(state, signature, coder.effect_of(state, event), exempt)
 
@@ -57,24 +56,51 @@ class CoderRules(Rules):
         elif judged.stall_runs:
             self.no_effect(state, event, judged, out)
 
-    def call_failures(self, state: RunState, event: RawEvent, judged: coder.Judged,
-                      out: list[Command]) -> None:
+    def call_failures(
+        self, state: RunState, event: RawEvent, judged: coder.Judged, out: list[Command]
+    ) -> None:
         """One call failing again and again while nothing else changes the workspace."""
-        self.stop(state, event, "tool_failures", {
-            "tool": event["tool"], "consecutive_failures": judged.failures,
-            "threshold": state.policy.no_progress_threshold, "call": judged.label}, out)
+        self.stop(
+            state,
+            event,
+            "tool_failures",
+            {
+                "tool": event["tool"],
+                "consecutive_failures": judged.failures,
+                "threshold": state.policy.no_progress_threshold,
+                "call": judged.label,
+            },
+            out,
+        )
 
-    def no_effect(self, state: RunState, event: RawEvent, judged: coder.Judged,
-                  out: list[Command]) -> None:
+    def no_effect(self, state: RunState, event: RawEvent, judged: coder.Judged, out: list[Command]) -> None:
         """A stall: the same result of one call, run after run, although the workspace changed
         between: a nudge at `stall_nudge_at`, a stop at `stall_stop_at`."""
         policy, tool = state.policy, event["tool"]
         if policy.stall_stop_at is not None and judged.stall_runs >= policy.stall_stop_at:
-            self.stop(state, event, "no_effect", {
-                "call": judged.label, "tool": tool, "same_result_runs": judged.stall_runs,
-                "stall_stop_at": policy.stall_stop_at}, out)
+            self.stop(
+                state,
+                event,
+                "no_effect",
+                {
+                    "call": judged.label,
+                    "tool": tool,
+                    "same_result_runs": judged.stall_runs,
+                    "stall_stop_at": policy.stall_stop_at,
+                },
+                out,
+            )
         elif judged.stall_runs == policy.stall_nudge_at:
-            nudge(out, event, event["round"], words.stall(judged.label, judged.stall_runs),
-                  {"call": judged.label, "tool": tool, "same_result_runs": judged.stall_runs,
-                   "stall_nudge_at": policy.stall_nudge_at,
-                   "workspace_version": state.workspace_version})
+            nudge(
+                out,
+                event,
+                event["round"],
+                words.stall(judged.label, judged.stall_runs),
+                {
+                    "call": judged.label,
+                    "tool": tool,
+                    "same_result_runs": judged.stall_runs,
+                    "stall_nudge_at": policy.stall_nudge_at,
+                    "workspace_version": state.workspace_version,
+                },
+            )

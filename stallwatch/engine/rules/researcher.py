@@ -13,8 +13,9 @@ from stallwatch.engine.state import RunState
 class ResearcherRules(Rules):
     """Rules 1 to 8 of contract v1 as written."""
 
-    def refusal(self, state: RunState, event: RawEvent, tool: str, signature: bytes | None,
-                exempt: bool) -> tuple[RefusalCode, str] | None:
+    def refusal(
+        self, state: RunState, event: RawEvent, tool: str, signature: bytes | None, exempt: bool
+    ) -> tuple[RefusalCode, str] | None:
         if self.duplicate_call(state, signature, exempt):
             return "duplicate_call", words.duplicate_call(tool)
         return None
@@ -40,8 +41,7 @@ class ResearcherRules(Rules):
         tool = event["tool"]
         if self.requires_approval(state, tool) or self.repeat_exempt(state, tool):
             return True
-        digests = result_digests(event, state.tool_specs.get(tool) if state.tool_specs else None,
-                                 self.secret)
+        digests = result_digests(event, state.tool_specs.get(tool) if state.tool_specs else None, self.secret)
         if digests is None:
             return True
         new = False

@@ -72,8 +72,13 @@ class Judge:
             if end <= state["closed"].get(kind, float("-inf")):
                 return  # late data for a window of an incident already closed: no reopening
             incident = state["open"][kind] = {
-                "id": incident_id(state["tenant"], state["tool"], kind, start), "start": start,
-                "opened_at": end, "held": end, "evidence": evidence(kind, w), "advised": []}
+                "id": incident_id(state["tenant"], state["tool"], kind, start),
+                "start": start,
+                "opened_at": end,
+                "held": end,
+                "evidence": evidence(kind, w),
+                "advised": [],
+            }
             outcome.opened.append(kind)
         elif end > incident["held"]:
             incident["held"], incident["evidence"] = end, evidence(kind, w)
@@ -87,8 +92,9 @@ class Judge:
         if before != (incident["held"], incident["evidence"]) or told != len(incident["advised"]):
             outcome.incidents[incident["id"]] = self.record(state, kind, incident, None)
 
-    def _advise(self, state: State, kind: str, incident: dict[str, Any], runs: frozenset[str],
-                outcome: Outcome) -> None:
+    def _advise(
+        self, state: State, kind: str, incident: dict[str, Any], runs: frozenset[str], outcome: Outcome
+    ) -> None:
         """Tell the live runs of the window not told yet (bounded; runs seen stopped skipped)."""
         room = self.cfg.max_advised_runs - len(incident["advised"])
         if room <= 0:
@@ -97,7 +103,8 @@ class Judge:
         for run in sorted(runs - told - stopped)[:room]:
             incident["advised"].append(run)
             outcome.advisories.append(
-                self.advisory(state, kind, incident, run, "open", incident["opened_at"]))
+                self.advisory(state, kind, incident, run, "open", incident["opened_at"])
+            )
 
     def close_quiet(self, state: State, clock: float, outcome: Outcome) -> None:
         """Close the incidents whose rule has not held for a quiet window of event time."""
@@ -117,25 +124,49 @@ class Judge:
         incident = state["open"].pop(kind)
         state["closed"][kind] = incident["held"]
         stopped = stopped_runs(state)
-        outcome.advisories.extend(self.advisory(state, kind, incident, run, "closed", closed_at)
-                                  for run in incident["advised"] if run not in stopped)
+        outcome.advisories.extend(
+            self.advisory(state, kind, incident, run, "closed", closed_at)
+            for run in incident["advised"]
+            if run not in stopped
+        )
         outcome.incidents[incident["id"]] = self.record(state, kind, incident, closed_at)
         outcome.closed.append(kind)
 
-    def record(self, state: State, kind: str, incident: dict[str, Any],
-               closed_at: float | None) -> dict[str, Any]:
+    def record(
+        self, state: State, kind: str, incident: dict[str, Any], closed_at: float | None
+    ) -> dict[str, Any]:
         """The incidents topic's value (stallwatch.contract.incidents.Incident)."""
-        return {"v": 1, "incident_id": incident["id"], "state": "open" if closed_at is None else "closed",
-                "kind": kind, "tenant": state["tenant"], "tool": state["tool"],
-                "opened_window_start": incident["start"], "opened_at": incident["opened_at"],
-                "last_held_at": incident["held"], "closed_at": closed_at,
-                "window_s": self.cfg.window_s, "evidence": incident["evidence"],
-                "advised_runs": len(incident["advised"])}
+        return {
+            "v": 1,
+            "incident_id": incident["id"],
+            "state": "open" if closed_at is None else "closed",
+            "kind": kind,
+            "tenant": state["tenant"],
+            "tool": state["tool"],
+            "opened_window_start": incident["start"],
+            "opened_at": incident["opened_at"],
+            "last_held_at": incident["held"],
+            "closed_at": closed_at,
+            "window_s": self.cfg.window_s,
+            "evidence": incident["evidence"],
+            "advised_runs": len(incident["advised"]),
+        }
 
-    def advisory(self, state: State, kind: str, incident: dict[str, Any], run: str, phase: str,
-                 ts: float) -> dict[str, Any]:
+    def advisory(
+        self, state: State, kind: str, incident: dict[str, Any], run: str, phase: str, ts: float
+    ) -> dict[str, Any]:
         """The fleet_advisory event for one run (docs/contract.md)."""
-        return {"v": 1, "type": "fleet_advisory", "event_id": advisory_event_id(incident["id"], run, phase),
-                "run_id": run, "ts": ts, "incident_id": incident["id"], "incident": phase,
-                "kind": kind, "tool": state["tool"], "tenant": state["tenant"],
-                "window_s": self.cfg.window_s, "evidence": incident["evidence"]}
+        return {
+            "v": 1,
+            "type": "fleet_advisory",
+            "event_id": advisory_event_id(incident["id"], run, phase),
+            "run_id": run,
+            "ts": ts,
+            "incident_id": incident["id"],
+            "incident": phase,
+            "kind": kind,
+            "tool": state["tool"],
+            "tenant": state["tenant"],
+            "window_s": self.cfg.window_s,
+            "evidence": incident["evidence"],
+        }

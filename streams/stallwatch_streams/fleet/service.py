@@ -53,14 +53,16 @@ def changelog_topic(cfg: FleetSettings) -> NewTopic:
     table write in between failing with PartitionsMismatch (seen in `make run` on a loaded
     machine: the scene's incident never opened)."""
     base = cfg.base
-    return NewTopic(f"{cfg.group_id}-{TABLE_NAME}-changelog", base.partitions, base.replication_factor,
-                    topic_configs={"cleanup.policy": "compact",
-                                   "min.insync.replicas": str(base.min_insync_replicas)})
+    return NewTopic(
+        f"{cfg.group_id}-{TABLE_NAME}-changelog",
+        base.partitions,
+        base.replication_factor,
+        topic_configs={"cleanup.policy": "compact", "min.insync.replicas": str(base.min_insync_replicas)},
+    )
 
 
 def _raw_topic(app: faust.App, name: str) -> faust.TopicT:
-    return app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw",
-                     value_serializer="raw")
+    return app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
 
 
 def partition_of(key: bytes, partitions: int) -> int:
@@ -75,8 +77,12 @@ def faust_credentials(settings: Settings) -> faust.types.auth.CredentialsT | Non
     if settings.sasl_mechanism == "OAUTHBEARER":
         return faust.OAuthCredentials(oauth_cb=oauth_token_provider(settings), ssl_context=context)
     if settings.security_protocol.startswith("SASL"):
-        return faust.SASLCredentials(username=settings.sasl_username, password=reveal(settings.sasl_password),
-                                     ssl_context=context, mechanism=settings.sasl_mechanism)
+        return faust.SASLCredentials(
+            username=settings.sasl_username,
+            password=reveal(settings.sasl_password),
+            ssl_context=context,
+            mechanism=settings.sasl_mechanism,
+        )
     if context is not None:
         return faust.SSLCredentials(context)
     return None
@@ -100,17 +106,28 @@ class FleetService:
         # Signs every advisory, so that workers know it for the fleet app's (None: unsigned).
         self.advisory_key = advisory_key_of(reveal(base.advisory_key))
         self.app = app = faust.App(
-            cfg.group_id, broker=[f"kafka://{b.strip()}" for b in base.bootstrap.split(",")],
-            store="memory://", topic_partitions=base.partitions,
-            topic_replication_factor=base.replication_factor, table_standby_replicas=0,
-            web_port=cfg.web_port, web_bind=base.web_bind, web_host=base.web_bind,
-            broker_session_timeout=cfg.session_timeout_s, broker_heartbeat_interval=1.0,
-            broker_commit_interval=1.0, producer_acks=-1, consumer_auto_offset_reset="earliest",
-            broker_credentials=faust_credentials(base), autodiscover=False,
+            cfg.group_id,
+            broker=[f"kafka://{b.strip()}" for b in base.bootstrap.split(",")],
+            store="memory://",
+            topic_partitions=base.partitions,
+            topic_replication_factor=base.replication_factor,
+            table_standby_replicas=0,
+            web_port=cfg.web_port,
+            web_bind=base.web_bind,
+            web_host=base.web_bind,
+            broker_session_timeout=cfg.session_timeout_s,
+            broker_heartbeat_interval=1.0,
+            broker_commit_interval=1.0,
+            producer_acks=-1,
+            consumer_auto_offset_reset="earliest",
+            broker_credentials=faust_credentials(base),
+            autodiscover=False,
             # Faust's own views: /router/ lists every worker's URL and the keys they own, /table/
             # reads any key of the table (tenants, tools, incidents). Neither is used here (no
             # @table_route): the web port serves /incidents/, /metrics and Faust's "/" status only.
-            web_router_enabled=False, web_tables_enabled=False)
+            web_router_enabled=False,
+            web_tables_enabled=False,
+        )
         # read_committed and the fetch wait: the consumer Faust builds, adjusted (transport.py).
         use_transport(app, cfg.fetch_wait_ms)
         self.tallies = _raw_topic(app, base.tallies_topic)
@@ -121,8 +138,7 @@ class FleetService:
         # its advisories go there too (the shared topic's runs name their tenant themselves).
         self.tenant_events: dict[str, faust.TopicT] = {}
         self.deadletter = _raw_topic(app, base.deadletter_topic)
-        self.table = app.Table(TABLE_NAME, default=None, partitions=base.partitions,
-                               key_type=bytes)
+        self.table = app.Table(TABLE_NAME, default=None, partitions=base.partitions, key_type=bytes)
         # Tables take no serializer arguments (faust-streaming #556): Faust derives json from the
         # types; keys are raw bytes, set before the changelog topic is first built.
         self.table.key_serializer = "raw"  # type: ignore[attr-defined]  # on Table, not TableT
@@ -160,8 +176,12 @@ class FleetService:
                 except Exception as error:
                     # Any other fault stays with its record, as in the judge step: the rest of
                     # the batch merges, and the record goes to the dead letters.
-                    log.error("merge: tallies partition %s offset %s not merged (%s)",
-                              message.partition, message.offset, fault(error))
+                    log.error(
+                        "merge: tallies partition %s offset %s not merged (%s)",
+                        message.partition,
+                        message.offset,
+                        fault(error),
+                    )
                     await self._dead_letter(message, f"merge: {type(error).__name__}", "merge_error")
             for (key, _), partial in partials.items():
                 await self.partials.send(key=key, value=orjson.dumps(partial))
@@ -181,11 +201,23 @@ class FleetService:
         merge(partial, tally)
 
     async def _dead_letter(self, message: Any, error: str, reason: str = "invalid_tally") -> None:
-        log.warning("dead letter: %s partition %s offset %s: %s", message.topic, message.partition,
-                    message.offset, error)
+        log.warning(
+            "dead letter: %s partition %s offset %s: %s",
+            message.topic,
+            message.partition,
+            message.offset,
+            error,
+        )
         self.metrics.dead_letters.labels(reason).inc()
-        letter = DeadLetter.of(message.value, error, message.topic, message.partition, message.offset,
-                               self.secret, self.cfg.base.deadletter_raw)
+        letter = DeadLetter.of(
+            message.value,
+            error,
+            message.topic,
+            message.partition,
+            message.offset,
+            self.secret,
+            self.cfg.base.deadletter_raw,
+        )
         await self.deadletter.send(key=message.key, value=letter.encode(), partition=message.partition)
 
     async def _scan_tenants(self) -> None:
@@ -219,8 +251,10 @@ class FleetService:
         try:
             assigned = consumer.assignment()
             committed = committed_offsets(consumer)
-            for label, topic in (("tallies", self.cfg.base.tallies_topic),
-                                 ("partials", self.cfg.base.fleet_partials_topic)):
+            for label, topic in (
+                ("tallies", self.cfg.base.tallies_topic),
+                ("partials", self.cfg.base.fleet_partials_topic),
+            ):
                 lag = 0
                 for tp in assigned:
                     if tp.topic == topic:
@@ -253,8 +287,12 @@ class FleetService:
                 # A crashed agent is restarted by Faust past the record anyway: the record goes to
                 # the dead letters with the error (a partial holds counts and digests only), so it
                 # can be read and replayed, rather than lost with the agent's place.
-                log.error("judge: partials partition %s offset %s not applied (%s)",
-                          message.partition, message.offset, fault(error))
+                log.error(
+                    "judge: partials partition %s offset %s not applied (%s)",
+                    message.partition,
+                    message.offset,
+                    fault(error),
+                )
                 await self._dead_letter(message, f"judge: {fault(error)}", "judge_error")
             yield None
 
@@ -263,9 +301,14 @@ class FleetService:
         judge cannot apply is skipped) would commit past it, its window never saved. Exit as a
         SIGKILL would, nothing acknowledged: the restart reads from the last commit again, with a
         fresh view of the changelog's partitions."""
-        log.critical("judge: the table cannot be written, exiting (status %s) so that a restart "
-                     "applies partials partition %s from offset %s again: %s",
-                     EXIT_TABLE_UNWRITABLE, message.partition, message.offset, error)
+        log.critical(
+            "judge: the table cannot be written, exiting (status %s) so that a restart "
+            "applies partials partition %s from offset %s again: %s",
+            EXIT_TABLE_UNWRITABLE,
+            message.partition,
+            message.offset,
+            error,
+        )
         logging.shutdown()
         os._exit(EXIT_TABLE_UNWRITABLE)
 
@@ -276,8 +319,10 @@ class FleetService:
             tenant = partial["tenant"]
             held = self.tenant_keys.get(tenant, 0)
             if held >= self.cfg.max_keys_per_tenant:
-                raise KeyQuota(f"its tenant already has {held:,} (tenant, tool) keys on this fleet "
-                               "worker, the quota (STALLWATCH_FLEET_MAX_KEYS_PER_TENANT)")
+                raise KeyQuota(
+                    f"its tenant already has {held:,} (tenant, tool) keys on this fleet "
+                    "worker, the quota (STALLWATCH_FLEET_MAX_KEYS_PER_TENANT)"
+                )
             state = new_state(tenant, partial["tool"])
             evicted = self._evict_for(partition, key)
             self.tenant_keys[tenant] = self.tenant_keys.get(tenant, 0) + 1
@@ -368,8 +413,11 @@ class FleetService:
 
     def _held_partitions(self) -> set[int]:
         """The partials partitions (so the keys) this worker judges since the last rebalance."""
-        return {tp.partition for tp in self.app.assignor.assigned_actives()
-                if tp.topic == self.cfg.base.fleet_partials_topic}
+        return {
+            tp.partition
+            for tp in self.app.assignor.assigned_actives()
+            if tp.topic == self.cfg.base.fleet_partials_topic
+        }
 
     def _index(self) -> None:
         """After a recovery the table holds keys this worker has not touched yet: index them."""
@@ -393,8 +441,12 @@ class FleetService:
         kept = sum(len(keys) for keys in self.lru.values())
         self.metrics.keys.set(kept)
         # Once per rebalance: a lost window after a restart reads here as kept 0 or as dropped.
-        log.info("judge: %d keys held on partitions %s after the rebalance, %d dropped",
-                 kept, sorted(mine), dropped)
+        log.info(
+            "judge: %d keys held on partitions %s after the rebalance, %d dropped",
+            kept,
+            sorted(mine),
+            dropped,
+        )
 
     async def _on_assigned(self, app: faust.App, assigned: Any, **kwargs: Any) -> None:
         """The keys of partitions given away leave the view and the gauges now: the index is only
@@ -432,8 +484,9 @@ class FleetService:
 
         class Metrics(faust.web.View):
             async def get(self, request: Any) -> Any:
-                return self.bytes(generate_latest(service.metrics.registry),
-                                  content_type="text/plain; version=0.0.4")
+                return self.bytes(
+                    generate_latest(service.metrics.registry), content_type="text/plain; version=0.0.4"
+                )
 
         self.app.page("/incidents/")(Incidents)
         self.app.page("/metrics")(Metrics)

@@ -60,7 +60,7 @@ def parse_tally(raw: bytes | None, key: bytes | None) -> Tally:
     except orjson.JSONDecodeError as error:
         raise InvalidTally(f"not JSON: {error}") from None
     if not isinstance(record, dict) or record.get("v") != 1:
-        raise InvalidTally("a tally is a JSON object with \"v\": 1")
+        raise InvalidTally('a tally is a JSON object with "v": 1')
     tool, tenant, ts = record.get("tool"), record.get("tenant"), record.get("ts")
     if not isinstance(tool, str) or not 0 < len(tool) <= MAX_ID_CHARS:
         raise InvalidTally(f"`tool` must be a string of 1 to {MAX_ID_CHARS} characters")
@@ -69,7 +69,7 @@ def parse_tally(raw: bytes | None, key: bytes | None) -> Tally:
     if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts) or ts < 0:
         raise InvalidTally(f"`ts` must be a finite number of seconds >= 0, got {_shown(ts)}")
     if key is not None and key != tally_key(tenant, tool):
-        raise InvalidTally("the record key is not tenant + \"\\x1f\" + tool of its value")
+        raise InvalidTally('the record key is not tenant + "\\x1f" + tool of its value')
     calls, failures = _count(record, "calls"), _count(record, "failures")
     if failures > calls:
         raise InvalidTally(f"`failures` ({failures}) is more than `calls` ({calls})")
@@ -81,11 +81,24 @@ def parse_tally(raw: bytes | None, key: bytes | None) -> Tally:
         fingerprint = answer.get("fingerprint") if isinstance(answer, dict) else None
         if not isinstance(fingerprint, str) or not 0 < len(fingerprint) <= MAX_ID_CHARS:
             raise InvalidTally("each answer needs a `fingerprint` string")
-        checked.append({"fingerprint": fingerprint, "runs": _ids(answer.get("runs", []), "answers.runs"),
-                        "args": _ids(answer.get("args", []), "answers.args")})
-    return {"tenant": tenant, "tool": tool, "ts": float(ts), "calls": calls, "failures": failures,
-            "runs": _ids(record.get("runs", []), "runs"), "stops": _ids(record.get("stops", []), "stops"),
-            "answers": checked, "dropped": _count(record, "dropped")}
+        checked.append(
+            {
+                "fingerprint": fingerprint,
+                "runs": _ids(answer.get("runs", []), "answers.runs"),
+                "args": _ids(answer.get("args", []), "answers.args"),
+            }
+        )
+    return {
+        "tenant": tenant,
+        "tool": tool,
+        "ts": float(ts),
+        "calls": calls,
+        "failures": failures,
+        "runs": _ids(record.get("runs", []), "runs"),
+        "stops": _ids(record.get("stops", []), "stops"),
+        "answers": checked,
+        "dropped": _count(record, "dropped"),
+    }
 
 
 def add_capped(into: list[str], values: list[str], cap: int) -> int:
@@ -102,8 +115,18 @@ def add_capped(into: list[str], values: list[str], cap: int) -> int:
 
 
 def new_partial(tenant: str | None, tool: str, ts: float) -> Tally:
-    return {"v": 1, "tenant": tenant, "tool": tool, "ts": ts, "calls": 0, "failures": 0,
-            "runs": [], "stops": [], "answers": [], "dropped": 0}
+    return {
+        "v": 1,
+        "tenant": tenant,
+        "tool": tool,
+        "ts": ts,
+        "calls": 0,
+        "failures": 0,
+        "runs": [],
+        "stops": [],
+        "answers": [],
+        "dropped": 0,
+    }
 
 
 def merge(into: Tally, tally: Tally) -> None:

@@ -42,22 +42,34 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         set_fetch_max_wait(consumer, self.fetch_wait_ms)
         return consumer
 
-    async def _fetch_records(self, consumer: aiokafka.AIOKafkaConsumer, active_partitions: Set[TP],
-                             timeout: float | None = None,
-                             max_records: int | None = None) -> Mapping[TP, list[Any]]:
+    async def _fetch_records(
+        self,
+        consumer: aiokafka.AIOKafkaConsumer,
+        active_partitions: Set[TP],
+        timeout: float | None = None,
+        max_records: int | None = None,
+    ) -> Mapping[TP, list[Any]]:
         """Faust's fetch, with nothing drained that Faust would then drop (docs/decisions.md,
         "Fleet app: recovery after a rebalance"): aiokafka reads an empty partition set as "every
         partition", and Faust discards a batch that arrives after its flow stopped. Either way
         the consumer's position had moved past records nobody read; a table changelog (never
         committed, so never sought back) then left its recovery waiting forever."""
         # Faust annotates a builtin set (typing.Set) where any collections.abc.Set serves.
-        records = await super()._fetch_records(consumer, _OnlyThese(active_partitions),  # type: ignore[arg-type]
-                                               timeout=timeout, max_records=max_records)
+        records = await super()._fetch_records(
+            consumer,
+            _OnlyThese(active_partitions),  # type: ignore[arg-type]
+            timeout=timeout,
+            max_records=max_records,
+        )
         if records and not self.consumer.flow_active:
             rewind(consumer, records)
             # At most once a rebalance: shows the race happened and cost nothing.
-            log.info("fetch: %d records of %d partitions fetched as a rebalance stopped the flow, "
-                     "put back to be read again", sum(map(len, records.values())), len(records))
+            log.info(
+                "fetch: %d records of %d partitions fetched as a rebalance stopped the flow, "
+                "put back to be read again",
+                sum(map(len, records.values())),
+                len(records),
+            )
             return {}
         return records
 
@@ -101,14 +113,22 @@ class _Consumer(faust_aiokafka.Consumer):
 class Transport(faust_aiokafka.Transport):
     Consumer = _Consumer
 
-    async def _really_create_topic(self, owner: Any, client: aiokafka.AIOKafkaClient, topic: str,
-                                   partitions: int, replication: int, **kwargs: Any) -> None:
+    async def _really_create_topic(
+        self,
+        owner: Any,
+        client: aiokafka.AIOKafkaClient,
+        topic: str,
+        partitions: int,
+        replication: int,
+        **kwargs: Any,
+    ) -> None:
         await super()._really_create_topic(owner, client, topic, partitions, replication, **kwargs)
         await until_known(client, topic, partitions)
 
 
-async def until_known(client: aiokafka.AIOKafkaClient, topic: str, partitions: int,
-                      timeout_s: float = TOPIC_KNOWN_WAIT_S) -> bool:
+async def until_known(
+    client: aiokafka.AIOKafkaClient, topic: str, partitions: int, timeout_s: float = TOPIC_KNOWN_WAIT_S
+) -> bool:
     """Refresh the client's metadata until `topic` shows `partitions` partitions, each with a
     leader; False (and a warning) if it still does not after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
@@ -116,12 +136,17 @@ async def until_known(client: aiokafka.AIOKafkaClient, topic: str, partitions: i
         cluster = client.cluster
         known = cluster.partitions_for_topic(topic) or set()
         if len(known) >= partitions and all(
-                cluster.leader_for_partition(TopicPartition(topic, p)) not in (None, -1)
-                for p in known):
+            cluster.leader_for_partition(TopicPartition(topic, p)) not in (None, -1) for p in known
+        ):
             return True
         if time.monotonic() >= deadline:
-            log.warning("topic %s: %d of its %d partitions known with a leader after %.0f s",
-                        topic, len(known), partitions, timeout_s)
+            log.warning(
+                "topic %s: %d of its %d partitions known with a leader after %.0f s",
+                topic,
+                len(known),
+                partitions,
+                timeout_s,
+            )
             return False
         await client.force_metadata_update()
         await asyncio.sleep(0.1)
@@ -130,8 +155,11 @@ async def until_known(client: aiokafka.AIOKafkaClient, topic: str, partitions: i
 def transport_for(fetch_wait_ms: int) -> type[Transport]:
     """The transport class with this fetch wait (a subclass: the setting stays per app)."""
     thread = type("ConsumerThread", (_ConsumerThread,), {"fetch_wait_ms": fetch_wait_ms})
-    consumer = type("Consumer", (_Consumer,), {"_new_consumer_thread":
-                                               lambda self: thread(self, loop=self.loop, beacon=self.beacon)})
+    consumer = type(
+        "Consumer",
+        (_Consumer,),
+        {"_new_consumer_thread": lambda self: thread(self, loop=self.loop, beacon=self.beacon)},
+    )
     return type("Transport", (Transport,), {"Consumer": consumer})
 
 
@@ -190,8 +218,12 @@ async def reread(consumer: Any, first: Mapping[TP, int]) -> None:
             await consumer.seek(tp, offset)
         except (IllegalStateError, KeyError):
             continue  # no longer assigned: its new owner reads it from the committed offset
-        log.info("partition %s-%d: events the flow's resume dropped are read again from offset %d",
-                 tp.topic, tp.partition, offset)
+        log.info(
+            "partition %s-%d: events the flow's resume dropped are read again from offset %d",
+            tp.topic,
+            tp.partition,
+            offset,
+        )
 
 
 def committed_offsets(consumer: Any) -> Mapping[TP, int]:

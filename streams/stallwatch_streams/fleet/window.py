@@ -23,8 +23,16 @@ State = dict[str, Any]
 
 def new_state(tenant: str | None, tool: str) -> State:
     """JSON-shaped (it is the table value, written to the changelog as JSON)."""
-    return {"tenant": tenant, "tool": tool, "newest": -1, "buckets": {}, "open": {}, "closed": {},
-            "dropped": 0, "late": 0}
+    return {
+        "tenant": tenant,
+        "tool": tool,
+        "newest": -1,
+        "buckets": {},
+        "open": {},
+        "closed": {},
+        "dropped": 0,
+        "late": 0,
+    }
 
 
 def bucket_of(ts: float, step_s: float) -> int:
@@ -38,8 +46,9 @@ def add(state: State, partial: Tally, step_s: float, width: int) -> int | None:
         state["late"] += 1
         return None
     state["newest"] = max(state["newest"], index)
-    bucket = state["buckets"].setdefault(str(index), {"calls": 0, "failures": 0, "runs": [],
-                                                      "stops": [], "answers": {}})
+    bucket = state["buckets"].setdefault(
+        str(index), {"calls": 0, "failures": 0, "runs": [], "stops": [], "answers": {}}
+    )
     bucket["calls"] += partial["calls"]
     bucket["failures"] += partial["failures"]
     dropped = partial["dropped"]

@@ -62,10 +62,17 @@ class BatchResult:
 class BatchApplier:
     """Applies a partition's events in offset order; bad input becomes a dead letter."""
 
-    def __init__(self, detector: Detector, topic: str, max_event_bytes: int = MAX_EVENT_BYTES,
-                 tallies: Tallies | None = None, idle_timeout_s: float = float("inf"),
-                 ended_retention_s: float = float("inf"), deadletter_raw: bool = False,
-                 tenant: str | None = None) -> None:
+    def __init__(
+        self,
+        detector: Detector,
+        topic: str,
+        max_event_bytes: int = MAX_EVENT_BYTES,
+        tallies: Tallies | None = None,
+        idle_timeout_s: float = float("inf"),
+        ended_retention_s: float = float("inf"),
+        deadletter_raw: bool = False,
+        tenant: str | None = None,
+    ) -> None:
         """`tenant`: `topic` is that tenant's events topic, whose tenant every run gets (None: the
         shared topic, where each run names its own). `tallies`: counts the batch for the fleet
         app (None: no tallies). A run idle past `idle_timeout_s` (ended: past
@@ -80,8 +87,14 @@ class BatchApplier:
         self.topic = topic
         self.tallies = tallies
 
-    def apply(self, messages: Sequence[SourceRecord], load: Callable[[str], RunState | None],
-              clock: PartitionClock, received_at: float, live: LiveRuns | None = None) -> BatchResult:
+    def apply(
+        self,
+        messages: Sequence[SourceRecord],
+        load: Callable[[str], RunState | None],
+        clock: PartitionClock,
+        received_at: float,
+        live: LiveRuns | None = None,
+    ) -> BatchResult:
         """`load` gives a run's stored state; the states the batch touched are in the result.
         `clock`, the partition's broker time, moves with every record: its append time, or
         `received_at` (the worker's clock) on a topic that keeps the producers' CreateTime.
@@ -101,20 +114,19 @@ class BatchApplier:
         def values() -> Iterator[bytes | None]:
             """Each record's value, the clock moved to its time first (bad input moves it too)."""
             for message in messages:
-                seen = (message.timestamp / 1000 if message.timestamp_type == LOG_APPEND_TIME
-                        else received_at)
+                seen = message.timestamp / 1000 if message.timestamp_type == LOG_APPEND_TIME else received_at
                 clock.advance(seen)
                 seen_at.append(seen)
                 yield message.value
 
         def rejected(index: int, value: bytes | None, exc: InvalidEvent) -> None:
             message = messages[index]
-            letter = DeadLetter.of(value, str(exc), self.topic, message.partition, message.offset,
-                                   secret, self.deadletter_raw)
+            letter = DeadLetter.of(
+                value, str(exc), self.topic, message.partition, message.offset, secret, self.deadletter_raw
+            )
             result.letters.append((bounded_key(message.key, secret), letter.encode(), exc.reason))
 
-        def applied(index: int, event: RawEvent, state: RunState | None,
-                    commands: list[Command]) -> None:
+        def applied(index: int, event: RawEvent, state: RunState | None, commands: list[Command]) -> None:
             kind = event["type"]
             result.events_by_type[kind] = result.events_by_type.get(kind, 0) + 1
             result.commands.extend(commands)
@@ -131,9 +143,17 @@ class BatchApplier:
 
         keys = [message.key for message in messages]
         offsets = [message.offset for message in messages]
-        for outcome in self.records.apply(values(), result.states, rejected, load=load, keys=keys,
-                                          offsets=offsets, applied=applied, expired=expired,
-                                          live=live):
+        for outcome in self.records.apply(
+            values(),
+            result.states,
+            rejected,
+            load=load,
+            keys=keys,
+            offsets=offsets,
+            applied=applied,
+            expired=expired,
+            live=live,
+        ):
             if outcome is SKIPPED:
                 result.skipped += 1
         if tallies is not None:

@@ -64,8 +64,12 @@ class CommitTopics:
 
     @classmethod
     def of(cls, settings: Settings) -> CommitTopics:
-        return cls(settings.commands_topic, settings.deadletter_topic, settings.changelog_topic,
-                   settings.tallies_topic)
+        return cls(
+            settings.commands_topic,
+            settings.deadletter_topic,
+            settings.changelog_topic,
+            settings.tallies_topic,
+        )
 
     def all(self) -> list[str]:
         return [self.commands, self.deadletter, self.changelog, self.tallies]
@@ -85,17 +89,28 @@ class CommitPlan:
     group_offsets: bool = True  # the consumer group's offsets committed too (for lag tools)
 
 
-def plan_commit(topics: CommitTopics, source: TopicPartition, result: BatchResult,
-                expired: Sequence[str], next_offset: int, group_offsets: bool = True,
-                clock: float | None = None, commands_ahead: bool = False) -> CommitPlan:
+def plan_commit(
+    topics: CommitTopics,
+    source: TopicPartition,
+    result: BatchResult,
+    expired: Sequence[str],
+    next_offset: int,
+    group_offsets: bool = True,
+    clock: float | None = None,
+    commands_ahead: bool = False,
+) -> CommitPlan:
     """Pure: the writes of a batch's result (commands unless they were published ahead, dead
     letters, changed states, tombstones of expired runs, the fleet app's tallies) and the
     position after the batch, with the partition clock there."""
-    writes = [] if commands_ahead else [
-        Write(topics.commands, c.run_id.encode(), encode_command(c)) for c in result.commands]
+    writes = (
+        []
+        if commands_ahead
+        else [Write(topics.commands, c.run_id.encode(), encode_command(c)) for c in result.commands]
+    )
     writes += [Write(topics.deadletter, key, letter) for key, letter, _ in result.letters]
-    writes += [Write(topics.changelog, run_id.encode(), state.to_bytes())
-               for run_id, state in result.states.items()]
+    writes += [
+        Write(topics.changelog, run_id.encode(), state.to_bytes()) for run_id, state in result.states.items()
+    ]
     writes += [Write(topics.changelog, run_id.encode(), None) for run_id in expired]
     writes += [Write(topics.tallies, key, value) for key, value in result.tallies]
     writes.append(Write(topics.changelog, POSITION_KEY, encode_position(next_offset, clock)))
@@ -107,11 +122,13 @@ class TransactionalProducer(Protocol):
 
     def transaction(self) -> AbstractAsyncContextManager[Any]: ...
 
-    async def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
-                   partition: int | None = None) -> Awaitable[Any]: ...
+    async def send(
+        self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int | None = None
+    ) -> Awaitable[Any]: ...
 
-    async def send_offsets_to_transaction(self, offsets: dict[TopicPartition, int],
-                                          group_id: str) -> None: ...
+    async def send_offsets_to_transaction(
+        self, offsets: dict[TopicPartition, int], group_id: str
+    ) -> None: ...
 
     async def stop(self) -> None: ...
 
@@ -119,8 +136,9 @@ class TransactionalProducer(Protocol):
 class AheadProducer(Protocol):
     """What publishing ahead uses of aiokafka's idempotent producer (a fake in the unit tests)."""
 
-    async def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
-                   partition: int | None = None) -> Awaitable[Any]: ...
+    async def send(
+        self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int | None = None
+    ) -> Awaitable[Any]: ...
 
     async def stop(self) -> None: ...
 
@@ -131,15 +149,21 @@ def all_append_timed(records: Sequence[SourceRecord]) -> bool:
     return all(record.timestamp_type == LOG_APPEND_TIME for record in records)
 
 
-async def publish_ahead(producer: AheadProducer, topic: str, partition: int,
-                        commands: Sequence[Command]) -> list[asyncio.Future[Any]]:
+async def publish_ahead(
+    producer: AheadProducer, topic: str, partition: int, commands: Sequence[Command]
+) -> list[asyncio.Future[Any]]:
     """Send a batch's commands; their acknowledgements by every in-sync replica, to be awaited
     before the batch's transaction (a send refused at once is a failed acknowledgement)."""
     acks: list[asyncio.Future[Any]] = []
     for command in commands:
         try:
-            acks.append(retrieving(await producer.send(
-                topic, encode_command(command), key=command.run_id.encode(), partition=partition)))
+            acks.append(
+                retrieving(
+                    await producer.send(
+                        topic, encode_command(command), key=command.run_id.encode(), partition=partition
+                    )
+                )
+            )
         except KafkaError as exc:
             failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             failed.set_exception(exc)
@@ -155,8 +179,7 @@ async def write_plan(producer: TransactionalProducer, plan: CommitPlan, group_id
         sent: list[asyncio.Future[Any]] = []
         try:
             for w in plan.writes:
-                sent.append(retrieving(await producer.send(w.topic, w.value, key=w.key,
-                                                           partition=partition)))
+                sent.append(retrieving(await producer.send(w.topic, w.value, key=w.key, partition=partition)))
         except IllegalOperation as exc:
             # aiokafka left the transaction when an earlier send failed: that failure (a
             # fencing, most often) is what the caller must see, not the refusal that followed.
@@ -180,8 +203,14 @@ def retrieving(send: Awaitable[Any]) -> asyncio.Future[Any]:
 
 def _failure_of(sends: Sequence[asyncio.Future[Any]]) -> BaseException | None:
     """The first of these sends that has failed already, if any."""
-    return next((exc for send in sends if send.done() and not send.cancelled()
-                 and (exc := send.exception()) is not None), None)
+    return next(
+        (
+            exc
+            for send in sends
+            if send.done() and not send.cancelled() and (exc := send.exception()) is not None
+        ),
+        None,
+    )
 
 
 @dataclass
@@ -201,15 +230,21 @@ class Applied:
     publisher: AheadProducer | None = None  # the producer that published them ahead
 
 
-def plan_batches(source: TopicPartition, batches: Sequence[Applied],
-                 group_offsets: bool = True) -> CommitPlan:
+def plan_batches(
+    source: TopicPartition, batches: Sequence[Applied], group_offsets: bool = True
+) -> CommitPlan:
     """Pure: consecutive applied batches of a partition as one plan: each batch's writes in
     order but its position, then the position after the last."""
     writes = [w for batch in batches for w in batch.plan.writes[:-1]]
     writes.append(batches[-1].plan.writes[-1])
-    return CommitPlan(source, writes, batches[-1].plan.next_offset,
-                      {run: state for batch in batches for run, state in batch.plan.states.items()},
-                      [run for batch in batches for run in batch.plan.expired], group_offsets)
+    return CommitPlan(
+        source,
+        writes,
+        batches[-1].plan.next_offset,
+        {run: state for batch in batches for run, state in batch.plan.states.items()},
+        [run for batch in batches for run in batch.plan.expired],
+        group_offsets,
+    )
 
 
 @dataclass
@@ -304,11 +339,15 @@ class BatchCommitter:
     partition task's to do (see the module docstring). One per pipeline; what it keeps of a
     partition is the partition's own (`CommitPartition`)."""
 
-    def __init__(self, applier: BatchApplier, topics: CommitTopics, group_id: str,
-                 transaction_timeout_s: float = float("inf"),
-                 group_offsets_interval_s: float = 0.0,
-                 replace_ahead: Callable[[AheadProducer], Awaitable[AheadProducer]] | None = None,
-                 ) -> None:
+    def __init__(
+        self,
+        applier: BatchApplier,
+        topics: CommitTopics,
+        group_id: str,
+        transaction_timeout_s: float = float("inf"),
+        group_offsets_interval_s: float = 0.0,
+        replace_ahead: Callable[[AheadProducer], Awaitable[AheadProducer]] | None = None,
+    ) -> None:
         self.applier = applier
         self.topics = topics
         self.group_id = group_id
@@ -337,25 +376,28 @@ class BatchCommitter:
             states.delete(run_id)
         publisher = self.ahead
         if all_append_timed(records):
-            ahead = (publisher is not None and ledger.clock_of_receipt is None
-                     and ledger.inside_until is None
-                     and (ledger.ahead_until is None or ledger.ahead_by is publisher))
+            ahead = (
+                publisher is not None
+                and ledger.clock_of_receipt is None
+                and ledger.inside_until is None
+                and (ledger.ahead_until is None or ledger.ahead_by is publisher)
+            )
             if not ahead and result.commands:
                 ledger.inside_until = records[-1].offset
         else:
             ahead, ledger.clock_of_receipt = False, records[-1].offset
         # Planned before the sends' await: the partition may be rebuilt or dropped meanwhile (the
         # caller then discards this batch), and its clock with it.
-        plan = plan_commit(self.topics, tp, result, expired, records[-1].offset + 1, False,
-                           states.clock.newest, ahead)
+        plan = plan_commit(
+            self.topics, tp, result, expired, records[-1].offset + 1, False, states.clock.newest, ahead
+        )
         acks: list[asyncio.Future[Any]] = []
         if ahead and result.commands and publisher is not None:  # ahead: there is a producer
             ledger.ahead_by, ledger.ahead_until = publisher, records[-1].offset
             # Final for readers once acknowledged: whoever reads this batch again (a rebuild, a
             # successor) computes the same commands, byte for byte, from the same log and a
             # committed start state (docs/exactly-once.md).
-            acks = await publish_ahead(publisher, self.topics.commands,
-                                       tp.partition, result.commands)
+            acks = await publish_ahead(publisher, self.topics.commands, tp.partition, result.commands)
             if _failure_of(acks) is not None:
                 # A send refused at once (aiokafka's buffer full, no metadata, the producer
                 # closed): the batch's later commands were never sent, and the producer is not
@@ -366,8 +408,9 @@ class BatchCommitter:
             # When its verdicts were out (an idempotent producer acknowledges in order), for the
             # decision latency: its commit may come a commit interval later.
             acks[-1].add_done_callback(lambda _: setattr(result, "published_at", time.time()))
-        return Applied(len(records), records[-1].offset, result, plan, acks, started, ahead,
-                       publisher if acks else None)
+        return Applied(
+            len(records), records[-1].offset, result, plan, acks, started, ahead, publisher if acks else None
+        )
 
     async def commit(self, partition: CommitPartition, batches: Sequence[Applied]) -> CommitOutcome:
         """The applied batches in one transaction, once their ahead sends are acknowledged:
@@ -425,8 +468,14 @@ class BatchCommitter:
             await asyncio.gather(*(ack for ack, _ in sends))
         except KafkaError:
             # Only a producer whose send failed: another one in these batches is healthy.
-            broken = {id(p): p for ack, p in sends if p is not None and ack.done()
-                      and not ack.cancelled() and isinstance(ack.exception(), KafkaError)}
+            broken = {
+                id(p): p
+                for ack, p in sends
+                if p is not None
+                and ack.done()
+                and not ack.cancelled()
+                and isinstance(ack.exception(), KafkaError)
+            }
             for publisher in broken.values():
                 await self._replace_ahead(publisher)
             raise

@@ -21,8 +21,9 @@ class ExpiryScan:
     then on at a time of the worker's choosing: it gets its time from its run's next event.
     Counts the fingerprints held on the way."""
 
-    def __init__(self, partition: int, idle_timeout_s: float, ended_retention_s: float,
-                 interval_s: float) -> None:
+    def __init__(
+        self, partition: int, idle_timeout_s: float, ended_retention_s: float, interval_s: float
+    ) -> None:
         self.partition = partition
         self.idle_timeout_s = idle_timeout_s
         self.ended_retention_s = ended_retention_s
@@ -42,8 +43,11 @@ class ExpiryScan:
         newest = partition.clock.newest
         if newest is None:
             return []
-        expired = [run_id for run_id, state in states
-                   if is_expired(state, newest, self.idle_timeout_s, self.ended_retention_s)]
+        expired = [
+            run_id
+            for run_id, state in states
+            if is_expired(state, newest, self.idle_timeout_s, self.ended_retention_s)
+        ]
         # Counted from the states this scan decoded anyway.
         self.fingerprints = sum(len(state.fingerprints) for _, state in states)
         if expired:

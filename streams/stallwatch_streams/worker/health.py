@@ -43,8 +43,9 @@ class HealthServer:
     async def _live(self, request: web.Request) -> web.Response:
         stalled = self.progress.stalled_for()
         ok = stalled < self.stall_timeout_s
-        return web.json_response({"live": ok, "seconds_since_progress": round(stalled, 3)},
-                                 status=200 if ok else 503)
+        return web.json_response(
+            {"live": ok, "seconds_since_progress": round(stalled, 3)}, status=200 if ok else 503
+        )
 
     async def _ready(self, request: web.Request) -> web.Response:
         ready = not self.progress.restoring
@@ -62,8 +63,9 @@ def start_watchdog(progress: Signs, stall_timeout_s: float) -> threading.Thread:
             time.sleep(min(1.0, stall_timeout_s / 4))
             stalled = progress.stalled_for()
             if stalled > 2 * stall_timeout_s:
-                log.critical("no progress for %.1f s (stall timeout %.1f s); exiting", stalled,
-                             stall_timeout_s)
+                log.critical(
+                    "no progress for %.1f s (stall timeout %.1f s); exiting", stalled, stall_timeout_s
+                )
                 logging.shutdown()
                 os._exit(STALLED_EXIT_CODE)
 

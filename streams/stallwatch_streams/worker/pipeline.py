@@ -68,45 +68,72 @@ class Pipeline(ConsumerRebalanceListener):
     `start_producer` and `restore` are for the unit tests' fakes; by default, aiokafka's and the
     changelog's."""
 
-    def __init__(self, settings: Settings, metrics: StallwatchMetrics, detector: Detector,
-                 consumer: AIOKafkaConsumer | None = None,
-                 start_producer: ProducerFactory | None = None,
-                 restore: Restore | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: StallwatchMetrics,
+        detector: Detector,
+        consumer: AIOKafkaConsumer | None = None,
+        start_producer: ProducerFactory | None = None,
+        restore: Restore | None = None,
+    ) -> None:
         self.settings = settings
         self.metrics = metrics
         self.progress = Progress()
         quota = RunQuota(settings.max_live_runs_per_tenant, settings.max_live_runs)
 
-        async def restore_from_changelog(partitions: list[int],
-                                         tick: Callable[[], None]) -> dict[int, PartitionStates]:
+        async def restore_from_changelog(
+            partitions: list[int], tick: Callable[[], None]
+        ) -> dict[int, PartitionStates]:
             return await store.restore(settings, partitions, tick, quota)
 
         self.committer = BatchCommitter(
-            BatchApplier(detector, settings.events_topic, tenant=settings.tenant, tallies=Tallies(
-                detector.secret, detector.admin_policy) if settings.tallies else None,
+            BatchApplier(
+                detector,
+                settings.events_topic,
+                tenant=settings.tenant,
+                tallies=Tallies(detector.secret, detector.admin_policy) if settings.tallies else None,
                 idle_timeout_s=settings.idle_timeout_s,
                 ended_retention_s=settings.ended_retention_s,
-                deadletter_raw=settings.deadletter_raw),
-            CommitTopics.of(settings), settings.group_id,
+                deadletter_raw=settings.deadletter_raw,
+            ),
+            CommitTopics.of(settings),
+            settings.group_id,
             transaction_timeout_s=producers.TRANSACTION_TIMEOUT_MS / 1000,
             group_offsets_interval_s=settings.group_offsets_interval_s,
             replace_ahead=(lambda broken: producers.replace_ahead_producer(settings, broken))
-            if settings.publish_ahead else None)
+            if settings.publish_ahead
+            else None,
+        )
         self.membership = Membership(rejoin=lambda: request_rejoin(self.consumer))
         join_group_waits_for_the_rebalance()
         self.consumer = consumer or AIOKafkaConsumer(
-            group_id=settings.group_id, group_instance_id=settings.instance_id,
-            enable_auto_commit=False, auto_offset_reset="earliest",
-            isolation_level="read_committed", fetch_max_wait_ms=IDLE_FETCH_MAX_WAIT_MS,
+            group_id=settings.group_id,
+            group_instance_id=settings.instance_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+            fetch_max_wait_ms=IDLE_FETCH_MAX_WAIT_MS,
             max_poll_records=FETCH_MAX_RECORDS,
             # Short sessions: a dead worker's partitions move to a live one in seconds. 6 s is the
             # broker's default group.min.session.timeout.ms.
-            session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=2000,
-            **aiokafka_options(settings))
-        self.tasks = PartitionTasks(TaskContext(
-            settings, self.consumer, self.committer, self.membership, self.progress, metrics,
-            start_producer or (lambda partition: producers.start_producer(settings, partition)),
-            restore or restore_from_changelog, self._observe))
+            session_timeout_ms=SESSION_TIMEOUT_MS,
+            heartbeat_interval_ms=2000,
+            **aiokafka_options(settings),
+        )
+        self.tasks = PartitionTasks(
+            TaskContext(
+                settings,
+                self.consumer,
+                self.committer,
+                self.membership,
+                self.progress,
+                metrics,
+                start_producer or (lambda partition: producers.start_producer(settings, partition)),
+                restore or restore_from_changelog,
+                self._observe,
+            )
+        )
         self.progress.batches_since = self.tasks.batches_since
         # Runs and fingerprints held, counted on the event loop for the metrics' thread, which
         # must not walk the states while a batch changes them.
@@ -132,13 +159,20 @@ class Pipeline(ConsumerRebalanceListener):
         deadline = time.monotonic() + timeout_s
         abandoned = await self.tasks.drain(timeout_s / 2)
         if abandoned:
-            log.warning("stopping: %d batches still waiting on the broker after %.1f s are "
-                        "abandoned; their events will be read again", abandoned, timeout_s / 2)
+            log.warning(
+                "stopping: %d batches still waiting on the broker after %.1f s are "
+                "abandoned; their events will be read again",
+                abandoned,
+                timeout_s / 2,
+            )
         try:
             await asyncio.wait_for(self._leave(), max(0.0, deadline - time.monotonic()))
         except (TimeoutError, KafkaError, OSError) as exc:
-            log.warning("stopping: could not leave the group and close the producers in time "
-                        "(%r); the group will notice within its session timeout", exc)
+            log.warning(
+                "stopping: could not leave the group and close the producers in time "
+                "(%r); the group will notice within its session timeout",
+                exc,
+            )
             return False
         return not abandoned
 
@@ -162,18 +196,23 @@ class Pipeline(ConsumerRebalanceListener):
             if failure is not None:
                 raise failure
             async with membership.lock:
-                served = [(tp, records, task) for tp, records in batches.items()
-                          if (task := tasks.get(tp.partition)) is not None and task.has_states]
+                served = [
+                    (tp, records, task)
+                    for tp, records in batches.items()
+                    if (task := tasks.get(tp.partition)) is not None and task.has_states
+                ]
                 for tp, records, task in served:
                     epoch = epochs.get(tp.partition)
-                    admission = task.admission(records[0].offset, epoch,
-                                               rebalanced=generation != membership.generation)
+                    admission = task.admission(
+                        records[0].offset, epoch, rebalanced=generation != membership.generation
+                    )
                     if isinstance(admission, ReadFrom):
                         self.consumer.seek(tp, admission.offset)
                     elif admission == "apply":
                         if records[0].timestamp_type == LOG_APPEND_TIME:
                             self.metrics.fetch_delay.observe(
-                                max(0.0, time.time() - records[0].timestamp / 1000))
+                                max(0.0, time.time() - records[0].timestamp / 1000)
+                            )
                         applied = await self.committer.apply(task, records)
                         if task.takes(epoch):
                             task.add(applied)
@@ -225,8 +264,10 @@ class Pipeline(ConsumerRebalanceListener):
         # Waits for the batches in flight to commit. The tasks keep their producers and states:
         # most come back in the assignment that follows, and one that went to another worker
         # was fenced by it, so nothing stale can be published from here.
-        log.info("rebalance: revoking partitions %s once their batches in flight committed",
-                 sorted(tp.partition for tp in revoked))
+        log.info(
+            "rebalance: revoking partitions %s once their batches in flight committed",
+            sorted(tp.partition for tp in revoked),
+        )
         self.membership.revoking = True
         self.tasks.suspend()
         async with self.membership.lock:
@@ -254,5 +295,9 @@ class Pipeline(ConsumerRebalanceListener):
             self._count()
             self.progress.restoring = False
             self.progress.tick()
-            log.info("serving partitions %s of %s (restored %s)",
-                     sorted(tp.partition for tp in assigned), self.settings.events_topic, new)
+            log.info(
+                "serving partitions %s of %s (restored %s)",
+                sorted(tp.partition for tp in assigned),
+                self.settings.events_topic,
+                new,
+            )

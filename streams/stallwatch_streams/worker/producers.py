@@ -36,9 +36,11 @@ async def start_producer(settings: Settings, partition: int) -> TransactionalPro
     shorten_concurrent_transactions_backoff()
     producer = AIOKafkaProducer(
         transactional_id=transactional_id(settings, partition),
-        transaction_timeout_ms=TRANSACTION_TIMEOUT_MS, linger_ms=0,
+        transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
+        linger_ms=0,
         retry_backoff_ms=RETRY_BACKOFF_MS,
-        **aiokafka_options(settings))
+        **aiokafka_options(settings),
+    )
     return _tracking(await _started(producer), CommitTopics.of(settings).all())
 
 
@@ -47,8 +49,13 @@ async def start_ahead_producer(settings: Settings) -> AIOKafkaProducer:
     idempotent (a retried send is written once, in order), acknowledged by every in-sync
     replica, never part of a transaction (so the commands topic holds no open transaction and
     read-committed readers see a command as soon as it is acknowledged)."""
-    producer = AIOKafkaProducer(enable_idempotence=True, acks="all", linger_ms=0,
-                                retry_backoff_ms=RETRY_BACKOFF_MS, **aiokafka_options(settings))
+    producer = AIOKafkaProducer(
+        enable_idempotence=True,
+        acks="all",
+        linger_ms=0,
+        retry_backoff_ms=RETRY_BACKOFF_MS,
+        **aiokafka_options(settings),
+    )
     # A batch lost unsent (expired with no leader) would let the next ones overtake it.
     batches_wait_for_a_leader(producer)
     return _tracking(await _started(producer), [settings.commands_topic])

@@ -37,6 +37,7 @@ async def until_done(attempt: Callable[[], Awaitable[T]]) -> T:
             wait = min(wait * 2, RETRY_MAX_S)
             continue
         if failures:
-            log.info("the broker answered after %d attempts in %.0f s", failures + 1,
-                     time.monotonic() - since)
+            log.info(
+                "the broker answered after %d attempts in %.0f s", failures + 1, time.monotonic() - since
+            )
         return result

@@ -39,8 +39,9 @@ def _port_setting(name: str, host: str, port: int) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        raise SetupError(f"cannot listen on {host}:{port} ({exc.strerror}): set {name} to a free "
-                         "port (0 picks one)") from None
+        raise SetupError(
+            f"cannot listen on {host}:{port} ({exc.strerror}): set {name} to a free port (0 picks one)"
+        ) from None
 
 
 def main(settings: Settings) -> int:
@@ -52,8 +53,9 @@ def main(settings: Settings) -> int:
         deadline.disarm()  # the loop's shutdown is over too
 
 
-async def serve(settings: Settings, metrics: StallwatchMetrics | None = None,
-                deadline: StopDeadline | None = None) -> int:
+async def serve(
+    settings: Settings, metrics: StallwatchMetrics | None = None, deadline: StopDeadline | None = None
+) -> int:
     """Run one worker until SIGTERM/SIGINT (exit 0) or a failure (exit 1)."""
     settings = settings.for_tenant(None)  # a worker serves every tenant; STALLWATCH_TENANT is a runtime's
     policy = AdminPolicy.from_file(settings.policy_file)  # a bad file stops the worker before Kafka
@@ -61,10 +63,16 @@ async def serve(settings: Settings, metrics: StallwatchMetrics | None = None,
     metrics = metrics or StallwatchMetrics()
     with _port_setting("STALLWATCH_METRICS_PORT", settings.metrics_bind, settings.metrics_port):
         metrics.serve(settings.metrics_port, settings.metrics_bind)
-    tenants = Tenants(settings, metrics, Detector(policy, secret_from_key(reveal(settings.fingerprint_key)),
-                                                  advisory_key_of(reveal(settings.advisory_key))))
-    health = HealthServer(tenants.progress, settings.stall_timeout_s, settings.web_bind,
-                          settings.web_port)
+    tenants = Tenants(
+        settings,
+        metrics,
+        Detector(
+            policy,
+            secret_from_key(reveal(settings.fingerprint_key)),
+            advisory_key_of(reveal(settings.advisory_key)),
+        ),
+    )
+    health = HealthServer(tenants.progress, settings.stall_timeout_s, settings.web_bind, settings.web_port)
     stopping = asyncio.Event()
     deadline = deadline or StopDeadline(STOP_TIMEOUT_S)
 
@@ -79,16 +87,21 @@ async def serve(settings: Settings, metrics: StallwatchMetrics | None = None,
         await health.start()
     await tenants.start()
     start_watchdog(tenants.progress, settings.stall_timeout_s)
-    log.info("worker ready: group %s, topic %s, tenants %s", settings.group_id, settings.events_topic,
-             sorted(t for t in tenants.pipelines if t is not None))
+    log.info(
+        "worker ready: group %s, topic %s, tenants %s",
+        settings.group_id,
+        settings.events_topic,
+        sorted(t for t in tenants.pipelines if t is not None),
+    )
     consuming = asyncio.create_task(tenants.run(), name="stallwatch-tenants")
     stop_requested = asyncio.create_task(stopping.wait())
     await asyncio.wait({consuming, stop_requested}, return_when=asyncio.FIRST_COMPLETED)
     deadline.arm()
     code = 0
     if consuming.done():
-        log.critical("the pipeline failed; exiting so that the batch is read again",
-                     exc_info=consuming.exception())
+        log.critical(
+            "the pipeline failed; exiting so that the batch is read again", exc_info=consuming.exception()
+        )
         code = 1
     else:
         consuming.cancel()
@@ -129,7 +142,6 @@ class StopDeadline:
     def _expire(self) -> None:
         if self._over.wait(self.seconds):
             return
-        log.warning("the worker did not stop within %.0f s; exiting (exit %d)", self.seconds,
-                    self.code)
+        log.warning("the worker did not stop within %.0f s; exiting (exit %d)", self.seconds, self.code)
         logging.shutdown()
         os._exit(self.code)

@@ -56,8 +56,13 @@ class PartitionStates:
     (`restore`; streams/stallwatch_streams/worker/task.py).
     """
 
-    def __init__(self, raw: dict[str, bytes] | None = None, position: int | None = None,
-                 clock: float | None = None, quota: RunQuota | None = None) -> None:
+    def __init__(
+        self,
+        raw: dict[str, bytes] | None = None,
+        position: int | None = None,
+        clock: float | None = None,
+        quota: RunQuota | None = None,
+    ) -> None:
         """From restored states (run id -> changelog bytes), position and clock (None: a position
         written before the clock was; the states decoded move it). `quota`: the limits of the
         partition's live runs (None: none)."""
@@ -98,8 +103,13 @@ class PartitionStates:
         state = self._decoded.pop(run_id, None)
         raw = self._raw.pop(run_id, None)
         if self.live is not None:
-            tenant, ended = (state.tenant, state.ended) if state is not None else \
-                RunState.tenant_and_ended(raw) if raw is not None else (None, True)
+            tenant, ended = (
+                (state.tenant, state.ended)
+                if state is not None
+                else RunState.tenant_and_ended(raw)
+                if raw is not None
+                else (None, True)
+            )
             if not ended:
                 self.live.remove(tenant)
 
@@ -113,8 +123,9 @@ class PartitionStates:
         return len(self._raw) + len(self._decoded)
 
 
-async def restore(settings: Settings, partitions: list[int], on_progress: Callable[[], None],
-                  quota: RunQuota | None = None) -> dict[int, PartitionStates]:
+async def restore(
+    settings: Settings, partitions: list[int], on_progress: Callable[[], None], quota: RunQuota | None = None
+) -> dict[int, PartitionStates]:
     """Read the partitions' changelog from the start to its end, in one reader for them all.
 
     `on_progress` is called after every fetch: a long restore is progress, not a hang.
@@ -124,8 +135,11 @@ async def restore(settings: Settings, partitions: list[int], on_progress: Callab
     started = time.monotonic()
     raw: dict[int, dict[str, bytes]] = {p: {} for p in partitions}
     positions: dict[int, tuple[int, float | None]] = {}
-    consumer = committed_reader(aiokafka_options(settings), fetch_max_bytes=RESTORE_FETCH_BYTES,
-                                max_partition_fetch_bytes=RESTORE_FETCH_BYTES)
+    consumer = committed_reader(
+        aiokafka_options(settings),
+        fetch_max_bytes=RESTORE_FETCH_BYTES,
+        max_partition_fetch_bytes=RESTORE_FETCH_BYTES,
+    )
 
     def take(tp: TopicPartition, records: list[ConsumerRecord]) -> None:
         states = raw[tp.partition]
@@ -149,6 +163,10 @@ async def restore(settings: Settings, partitions: list[int], on_progress: Callab
     for partition in partitions:
         position, clock = positions.get(partition, (None, None))
         restored[partition] = PartitionStates(raw[partition], position, clock, quota)
-    log.info("restored %d runs of partitions %s in %.2f s",
-             sum(len(r) for r in raw.values()), partitions, time.monotonic() - started)
+    log.info(
+        "restored %d runs of partitions %s in %.2f s",
+        sum(len(r) for r in raw.values()),
+        partitions,
+        time.monotonic() - started,
+    )
     return restored

@@ -69,12 +69,21 @@ class _Tally:
                 self.dropped += 1
 
     def record(self) -> tuple[bytes, bytes]:
-        value = {"v": TALLY_VERSION, "tenant": self.tenant, "tool": self.tool, "ts": self.ts,
-                 "calls": self.calls, "failures": self.failures, "runs": list(self.runs),
-                 "stops": list(self.stops),
-                 "answers": [{"fingerprint": fp, "runs": list(runs), "args": list(args)}
-                             for fp, (runs, args) in self.answers.items()],
-                 "dropped": self.dropped}
+        value = {
+            "v": TALLY_VERSION,
+            "tenant": self.tenant,
+            "tool": self.tool,
+            "ts": self.ts,
+            "calls": self.calls,
+            "failures": self.failures,
+            "runs": list(self.runs),
+            "stops": list(self.stops),
+            "answers": [
+                {"fingerprint": fp, "runs": list(runs), "args": list(args)}
+                for fp, (runs, args) in self.answers.items()
+            ],
+            "dropped": self.dropped,
+        }
         return tally_key(self.tenant, self.tool), orjson.dumps(value)
 
 
@@ -168,16 +177,25 @@ class Tallies:
                     if len(refused) > MAX_REFUSING_RUNS:
                         del refused[next(iter(refused))]
             elif command.type == "stop":
-                tool = command.detail.get("tool") if command.code == "tool_failures" else \
-                    self._refused.get(run_id) if command.code == "all_refused" else None
+                tool = (
+                    command.detail.get("tool")
+                    if command.code == "tool_failures"
+                    else self._refused.get(run_id)
+                    if command.code == "all_refused"
+                    else None
+                )
                 self._refused.pop(run_id, None)
                 if tool is not None:
                     tally = self._tally(state, tool, event["ts"])
                     tally.add_run(run_id, tally.stops)
 
     def _never_an_answer(self, state: RunState, tool: str) -> bool:
-        return (tool in state.approval_tools or tool in state.exempt_tools
-                or self.admin_policy.requires_approval(tool) or self.admin_policy.repeat_exempt(tool))
+        return (
+            tool in state.approval_tools
+            or tool in state.exempt_tools
+            or self.admin_policy.requires_approval(tool)
+            or self.admin_policy.repeat_exempt(tool)
+        )
 
     def _fingerprint(self, event: dict[str, Any]) -> str | None:
         """The result's digest (hex), None for an empty result or one without content."""

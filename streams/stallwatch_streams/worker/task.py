@@ -68,8 +68,9 @@ class PartitionTask:
         self.producer: TransactionalProducer | None = None
         self._states: PartitionStates | None = None
         settings = context.settings
-        self.expiry = ExpiryScan(tp.partition, settings.idle_timeout_s, settings.ended_retention_s,
-                                 settings.expiry_interval_s)
+        self.expiry = ExpiryScan(
+            tp.partition, settings.idle_timeout_s, settings.ended_retention_s, settings.expiry_interval_s
+        )
         self.ledger = CommitLedger()
         # Rebuilds so far: records fetched under an older epoch are not applied.
         self.epoch = 0
@@ -133,8 +134,7 @@ class PartitionTask:
     def restored(self, states: PartitionStates) -> None:
         """Serve from the states read from its changelog."""
         self._states = states
-        self.lifecycle.to(TaskState.SUSPENDED if self.context.membership.revoking
-                          else TaskState.RUNNING)
+        self.lifecycle.to(TaskState.SUSPENDED if self.context.membership.revoking else TaskState.RUNNING)
 
     def suspend(self) -> None:
         """A rebalance began: its batches in flight still commit, and it is kept (producer and
@@ -174,8 +174,7 @@ class PartitionTask:
         if self.epoch != epoch:
             # Fetched before its rebuild (from the failed batches' end): read on from where the
             # rebuilt partition stands.
-            return ReadFrom(self.position(first_offset) if self.next_offset is None
-                            else self.next_offset)
+            return ReadFrom(self.position(first_offset) if self.next_offset is None else self.next_offset)
         return "apply"
 
     def takes(self, epoch: int | None) -> bool:
@@ -251,8 +250,9 @@ class PartitionTask:
         # waited for it), its commit may have landed unseen by its states.
         if loop.cancelled():
             if not membership.stopping:
-                membership.batch_failed(asyncio.CancelledError(
-                    f"the batch of partition {self.tp.partition} was cancelled"))
+                membership.batch_failed(
+                    asyncio.CancelledError(f"the batch of partition {self.tp.partition} was cancelled")
+                )
             self.context.consumer.pause(self.tp)
             return
         exc = loop.exception()
@@ -271,9 +271,13 @@ class PartitionTask:
             case Failed(error=error) if outcome.final:
                 raise error
             case Failed(error=error, attempt=attempt):
-                log.warning("partition %d: the batch's transaction failed (%r), attempt %d; "
-                            "rebuilding the partition from what Kafka committed",
-                            self.tp.partition, error, attempt)
+                log.warning(
+                    "partition %d: the batch's transaction failed (%r), attempt %d; "
+                    "rebuilding the partition from what Kafka committed",
+                    self.tp.partition,
+                    error,
+                    attempt,
+                )
                 self.context.metrics.batch_retries.inc()
                 await self._rebuild()
             case Fenced():
@@ -290,12 +294,18 @@ class PartitionTask:
         still this worker's, or forgets it. No batch of it is lost: what was not committed is
         read again by whoever holds the partition."""
         if outcome.past_timeout:
-            log.warning("partition %d: its transaction outlived the transaction timeout (%d ms) "
-                        "and was fenced; asking the group whose the partition is",
-                        self.tp.partition, producers.TRANSACTION_TIMEOUT_MS)
+            log.warning(
+                "partition %d: its transaction outlived the transaction timeout (%d ms) "
+                "and was fenced; asking the group whose the partition is",
+                self.tp.partition,
+                producers.TRANSACTION_TIMEOUT_MS,
+            )
         else:
-            log.warning("partition %d: its producer was fenced (%r); asking the group whose the "
-                        "partition is", self.tp.partition, outcome.error)
+            log.warning(
+                "partition %d: its producer was fenced (%r); asking the group whose the partition is",
+                self.tp.partition,
+                outcome.error,
+            )
         self.context.metrics.batch_retries.inc()
         self._discard()
         await self._close_producer()
@@ -311,8 +321,11 @@ class PartitionTask:
         self._discard()
         await self._close_producer()
         if self.context.membership.revoking:
-            log.info("partition %d: its transaction failed during a rebalance; the assignment "
-                     "that follows restores it or gives it away", self.tp.partition)
+            log.info(
+                "partition %d: its transaction failed during a rebalance; the assignment "
+                "that follows restores it or gives it away",
+                self.tp.partition,
+            )
             self._drop()
             return
         await self._restore_alone()

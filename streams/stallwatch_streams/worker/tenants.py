@@ -33,20 +33,22 @@ class Tenants:
     """The pipelines of one worker, by tenant (None: the shared topics), each run as a task; the
     first to fail ends `run`, and so the worker, which restarts from what Kafka committed."""
 
-    def __init__(self, settings: Settings, metrics: StallwatchMetrics, detector: Detector,
-                 pipeline: PipelineFactory | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: StallwatchMetrics,
+        detector: Detector,
+        pipeline: PipelineFactory | None = None,
+    ) -> None:
         self.settings = settings.for_tenant(None)
-        self._pipeline = pipeline or (lambda tenant_settings: Pipeline(tenant_settings, metrics,
-                                                                        detector))
+        self._pipeline = pipeline or (lambda tenant_settings: Pipeline(tenant_settings, metrics, detector))
         self.pipelines: dict[str | None, Pipeline] = {}
         self._runs: dict[str | None, asyncio.Task[None]] = {}
         self._missing: set[str] = set()  # tenants whose events topic the last scan did not find
         self.progress = AllProgress(lambda: [p.progress for p in self.pipelines.values()])
         # Read from the metrics server's thread: counts the event loop keeps, never the stores.
-        metrics.active_runs.set_function(
-            lambda: sum(p.runs_held for p in list(self.pipelines.values())))
-        metrics.fingerprints.set_function(
-            lambda: sum(p.fingerprints for p in list(self.pipelines.values())))
+        metrics.active_runs.set_function(lambda: sum(p.runs_held for p in list(self.pipelines.values())))
+        metrics.fingerprints.set_function(lambda: sum(p.fingerprints for p in list(self.pipelines.values())))
 
     async def start(self) -> None:
         """The shared topics' pipeline, then every tenant's found now."""
@@ -57,9 +59,11 @@ class Tenants:
         """Until cancelled: the pipelines run, and new tenants are looked for every
         STALLWATCH_TENANT_SCAN_INTERVAL_S. A pipeline's failure propagates."""
         while True:
-            done, _ = await asyncio.wait(set(self._runs.values()),
-                                         timeout=self.settings.tenant_scan_interval_s,
-                                         return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                set(self._runs.values()),
+                timeout=self.settings.tenant_scan_interval_s,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
             for task in done:
                 task.result()  # a failure raises here; a pipeline's run never returns otherwise
             await self.scan()
@@ -69,8 +73,9 @@ class Tenants:
         broker that does not answer (restarting, cut off) leaves the pipelines as they are: the
         next scan looks again, and the pipelines ride out the outage on their own."""
         try:
-            topics = await asyncio.wait_for(self.pipelines[None].consumer.topics(),
-                                            self.settings.tenant_scan_interval_s)
+            topics = await asyncio.wait_for(
+                self.pipelines[None].consumer.topics(), self.settings.tenant_scan_interval_s
+            )
         except (TimeoutError, KafkaError, OSError) as exc:
             log.debug("the scan for tenants' topics failed (%s); looking again later", fault(exc))
             return
@@ -98,11 +103,11 @@ class Tenants:
         pipeline = self._pipeline(self.settings.for_tenant(tenant))
         await pipeline.start()
         self.pipelines[tenant] = pipeline
-        self._runs[tenant] = asyncio.create_task(pipeline.run(),
-                                                 name=f"stallwatch-pipeline-{tenant or 'shared'}")
+        self._runs[tenant] = asyncio.create_task(
+            pipeline.run(), name=f"stallwatch-pipeline-{tenant or 'shared'}"
+        )
         if tenant is not None:
-            log.info("tenant %s: serving its events topic %s", tenant,
-                     pipeline.settings.events_topic)
+            log.info("tenant %s: serving its events topic %s", tenant, pipeline.settings.events_topic)
 
     async def _remove(self, tenant: str) -> None:
         task = self._runs.pop(tenant)

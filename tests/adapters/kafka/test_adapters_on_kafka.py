@@ -30,8 +30,9 @@ async def test_openai_agents_through_kafka(worker_settings: Settings):
     script, tools = scripts.rewording(), scripts.Tools()
     async with KafkaClient(worker_settings, VERDICT_TIMEOUT_S) as client:
         watch = StallwatchRun(client)
-        result = await Runner.run(watch.agent(openai_agents_model.agent_for(script, tools)), QUESTION,
-                                  hooks=watch, max_turns=60)
+        result = await Runner.run(
+            watch.agent(openai_agents_model.agent_for(script, tools)), QUESTION, hooks=watch, max_turns=60
+        )
     scripts.assert_stopped_then_answered(script, tools, result.final_output)
 
 

@@ -30,16 +30,25 @@ def test_openhands_tool_calls_with_editor_effects_and_error_markers():
 
 
 def test_bash_exit_code_marks_an_error():
-    call = codeact._call("execute_bash", {"command": "python r.py"},
-                         "OBSERVATION:\nboom\n[Command finished with exit code 1]")
+    call = codeact._call(
+        "execute_bash", {"command": "python r.py"}, "OBSERVATION:\nboom\n[Command finished with exit code 1]"
+    )
     assert (call.status, call.effect) == ("error", "unknown")
 
 
 def test_function_text_calls_are_parsed():
-    record = {"instance_id": "x", "resolved": True, "messages": [
-        {"role": "assistant", "content": "Look.\n\n<function=str_replace_editor>\n<parameter=command>view"
-                                         "</parameter>\n<parameter=path>/testbed/a.py</parameter>\n</function>"},
-        {"role": "user", "content": "OBSERVATION:\n     1\timport os\n"}]}
+    record = {
+        "instance_id": "x",
+        "resolved": True,
+        "messages": [
+            {
+                "role": "assistant",
+                "content": "Look.\n\n<function=str_replace_editor>\n<parameter=command>view"
+                "</parameter>\n<parameter=path>/testbed/a.py</parameter>\n</function>",
+            },
+            {"role": "user", "content": "OBSERVATION:\n     1\timport os\n"},
+        ],
+    }
     traj = codeact.convert_function_text(record)
     [(number, call)] = list(traj.calls)
     assert number == 1 and call.args == {"command": "view", "path": "/testbed/a.py"}
@@ -55,20 +64,36 @@ def test_effects_are_declared_in_coder_mode_only():
 def test_round_limit_is_the_agents_own_and_policy_overrides_apply():
     traj = codeact.convert_openhands(EDITOR_LOOP)
     assert run_started(traj, "coder")["policy"] == {"max_rounds": 250}
-    assert run_started(traj, "coder", {"stall_stop_at": 5})["policy"] == {"max_rounds": 250,
-                                                                          "stall_stop_at": 5}
+    assert run_started(traj, "coder", {"stall_stop_at": 5})["policy"] == {
+        "max_rounds": 250,
+        "stall_stop_at": 5,
+    }
 
 
 def test_swe_agent_actions_become_calls_named_by_command():
-    traj = swe_agent.convert({"trajectory": [
-        {"action": "find_file \"Parser.java\"\n", "observation": "Found 1 matches"},
-        {"action": "open src/Parser.java", "observation": "[File: src/Parser.java (90 lines total)]"},
-        {"action": "edit 3:3\n    return x;\nend_of_edit", "observation":
-            "Your proposed edit has introduced new syntax error(s). Please read this error message"},
-        {"action": "javac Parser.java", "observation": "/bin/bash: line 12: javac: command not found"},
-        {"action": "cd src", "observation": ""},
-        {"action": "exit_cost", "observation": "Exited (autosubmitted)"},
-    ]}, "run", resolved=False)
+    traj = swe_agent.convert(
+        {
+            "trajectory": [
+                {"action": 'find_file "Parser.java"\n', "observation": "Found 1 matches"},
+                {"action": "open src/Parser.java", "observation": "[File: src/Parser.java (90 lines total)]"},
+                {
+                    "action": "edit 3:3\n    return x;\nend_of_edit",
+                    "observation": (
+                        "Your proposed edit has introduced new syntax error(s). "
+                        "Please read this error message"
+                    ),
+                },
+                {
+                    "action": "javac Parser.java",
+                    "observation": "/bin/bash: line 12: javac: command not found",
+                },
+                {"action": "cd src", "observation": ""},
+                {"action": "exit_cost", "observation": "Exited (autosubmitted)"},
+            ]
+        },
+        "run",
+        resolved=False,
+    )
     calls = [call for _, call in traj.calls]
     assert len(traj.steps) == 5  # the framework's own exit is no model step
     assert [c.tool for c in calls] == ["find_file", "open", "edit", "bash", "bash"]

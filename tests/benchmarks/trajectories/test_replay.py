@@ -21,7 +21,12 @@ def test_researcher_refuses_reruns_whose_output_changed():
     would have shown progress."""
     out = replay(mini_swe_agent.convert(RESOLVED_EDIT_CYCLE, "r", True), "researcher")
     assert [(r.round, r.changed) for r in out.refusals] == [
-        (6, True), (7, True), (9, True), (12, True), (13, False)]
+        (6, True),
+        (7, True),
+        (9, True),
+        (12, True),
+        (13, False),
+    ]
     assert out.stop_code is None
 
 

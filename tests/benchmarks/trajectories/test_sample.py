@@ -12,8 +12,12 @@ from stallwatch.engine.embedded import EmbeddedEngine
 
 MINI = DEFAULT_DATA / "mini-swe-agent"
 SWE_AGENT = DEFAULT_DATA / "swe-agent-2024"
-pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not (MINI.is_dir() and SWE_AGENT.is_dir()),
-                                reason="the trajectory sample is not collected")]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(
+        not (MINI.is_dir() and SWE_AGENT.is_dir()), reason="the trajectory sample is not collected"
+    ),
+]
 
 
 def test_real_edit_loop_is_stopped_within_six_rounds():
@@ -31,8 +35,9 @@ def test_resolved_run_with_edits_and_test_reruns_is_left_alone():
     """mini-swe-agent on matplotlib-25122 (resolved): 8 writes and 6 re-runs of scripts and
     tests. Researcher mode refuses re-runs whose output had changed; coder mode refuses nothing
     and never stops."""
-    traj = mini_swe_agent.convert(read_json(MINI / "matplotlib__matplotlib-25122.traj.json.gz"),
-                                  "matplotlib-25122", True)
+    traj = mini_swe_agent.convert(
+        read_json(MINI / "matplotlib__matplotlib-25122.traj.json.gz"), "matplotlib-25122", True
+    )
     researcher = replay(traj, "researcher")
     assert sum(r.changed for r in researcher.refusals) == 10
     coder = replay(traj, "coder")
@@ -45,13 +50,18 @@ def outcomes():
     return [replay(traj, "coder", fleet) for traj in load_runs(DEFAULT_DATA)]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a finding on the sample: swe-agent deepseek-chat-v2/googlecontainertools__jib-4035 (resolved) runs "
-    "`javac` 20 times from round 6, `command not found` each time, after its fix (round 3); "
-    "coder mode stops it with tool_failures at round 10, a true loop in a run SWE-bench resolved"))
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "a finding on the sample: swe-agent deepseek-chat-v2/googlecontainertools__jib-4035 (resolved) runs "
+        "`javac` 20 times from round 6, `command not found` each time, after its fix (round 3); "
+        "coder mode stops it with tool_failures at round 10, a true loop in a run SWE-bench resolved"
+    ),
+)
 def test_no_resolved_run_is_stopped(outcomes):
-    stopped = [(o.traj.run_id, o.stop_code, o.stop_round) for o in outcomes
-               if o.traj.resolved and o.stop_code]
+    stopped = [
+        (o.traj.run_id, o.stop_code, o.stop_round) for o in outcomes if o.traj.resolved and o.stop_code
+    ]
     assert stopped == []
 
 

@@ -33,8 +33,12 @@ class FakeAnthropic:
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.add_routes([web.post("/v1/messages", self.messages),
-                        web.post("/v1/messages/count_tokens", self.count_tokens)])
+        app.add_routes(
+            [
+                web.post("/v1/messages", self.messages),
+                web.post("/v1/messages/count_tokens", self.count_tokens),
+            ]
+        )
         return app
 
     async def count_tokens(self, request: web.Request) -> web.Response:
@@ -49,16 +53,29 @@ class FakeAnthropic:
             reply = self.script(turn, results)
         else:  # Claude Code's side requests (titles, summaries): a short text
             reply = "ok"
-        blocks = ([{"type": "text", "text": reply}] if isinstance(reply, str) else
-                  [{"type": "tool_use", "id": f"toolu_fake{next(self._ids):06d}", "name": tool, "input": args}
-                   for tool, args in reply])
+        blocks = (
+            [{"type": "text", "text": reply}]
+            if isinstance(reply, str)
+            else [
+                {"type": "tool_use", "id": f"toolu_fake{next(self._ids):06d}", "name": tool, "input": args}
+                for tool, args in reply
+            ]
+        )
         message_id = f"msg_fake{next(self._ids):06d}"
         stop_reason = "end_turn" if isinstance(reply, str) else "tool_use"
         if not body.get("stream"):
-            return web.json_response({"id": message_id, "type": "message", "role": "assistant",
-                                      "model": body.get("model", "fake"), "content": blocks,
-                                      "stop_reason": stop_reason, "stop_sequence": None,
-                                      "usage": {"input_tokens": 10, "output_tokens": 10}})
+            return web.json_response(
+                {
+                    "id": message_id,
+                    "type": "message",
+                    "role": "assistant",
+                    "model": body.get("model", "fake"),
+                    "content": blocks,
+                    "stop_reason": stop_reason,
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": 10, "output_tokens": 10},
+                }
+            )
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         for event in _events(message_id, body.get("model", "fake"), blocks, stop_reason):
@@ -67,11 +84,24 @@ class FakeAnthropic:
         return response
 
 
-def _events(message_id: str, model: str, blocks: list[dict[str, Any]], stop_reason: str
-            ) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = [{"type": "message_start", "message": {
-        "id": message_id, "type": "message", "role": "assistant", "model": model, "content": [],
-        "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 1}}}]
+def _events(
+    message_id: str, model: str, blocks: list[dict[str, Any]], stop_reason: str
+) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = [
+        {
+            "type": "message_start",
+            "message": {
+                "id": message_id,
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {"input_tokens": 10, "output_tokens": 1},
+            },
+        }
+    ]
     for index, block in enumerate(blocks):
         if block["type"] == "text":
             start = {"type": "text", "text": ""}
@@ -79,12 +109,19 @@ def _events(message_id: str, model: str, blocks: list[dict[str, Any]], stop_reas
         else:
             start = {**block, "input": {}}
             delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
-        events += [{"type": "content_block_start", "index": index, "content_block": start},
-                   {"type": "content_block_delta", "index": index, "delta": delta},
-                   {"type": "content_block_stop", "index": index}]
-    events += [{"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": None},
-                "usage": {"output_tokens": 10}},
-               {"type": "message_stop"}]
+        events += [
+            {"type": "content_block_start", "index": index, "content_block": start},
+            {"type": "content_block_delta", "index": index, "delta": delta},
+            {"type": "content_block_stop", "index": index},
+        ]
+    events += [
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+            "usage": {"output_tokens": 10},
+        },
+        {"type": "message_stop"},
+    ]
     return events
 
 

@@ -38,8 +38,9 @@ class FakeGemini:
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.add_routes([web.post("/v1beta/models/{call}", self.models),
-                        web.route("*", "/{tail:.*}", self.elsewhere)])
+        app.add_routes(
+            [web.post("/v1beta/models/{call}", self.models), web.route("*", "/{tail:.*}", self.elsewhere)]
+        )
         return app
 
     async def elsewhere(self, request: web.Request) -> web.Response:
@@ -58,9 +59,14 @@ class FakeGemini:
         turn = len(self.seen)
         self.seen.append(Seen(turn, results, json.dumps(contents)))
         reply = self.script(turn, results)
-        parts = [{"text": reply}] if isinstance(reply, str) else [
-            {"functionCall": {"name": name, "args": args, "id": f"fc_fake{next(self._ids):06d}"}}
-            for name, args in map(_call, reply)]
+        parts = (
+            [{"text": reply}]
+            if isinstance(reply, str)
+            else [
+                {"functionCall": {"name": name, "args": args, "id": f"fc_fake{next(self._ids):06d}"}}
+                for name, args in map(_call, reply)
+            ]
+        )
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         await response.write(f"data: {json.dumps(_answer(parts))}\n\n".encode())
@@ -75,8 +81,10 @@ def _call(call: str | tuple[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
 
 
 def _answer(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP",
-                            "index": 0}], "usageMetadata": USAGE}
+    return {
+        "candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
+        "usageMetadata": USAGE,
+    }
 
 
 def _schema(body: dict[str, Any]) -> dict[str, Any]:
@@ -105,10 +113,14 @@ def _function_responses(contents: list[Any]) -> list[dict[str, Any]]:
     for content in reversed(contents):
         if not isinstance(content, dict) or content.get("role") != "user":
             continue
-        found = [{"id": part["functionResponse"].get("id", ""),
-                  "text": json.dumps(part["functionResponse"].get("response"))}
-                 for part in content.get("parts") or []
-                 if isinstance(part, dict) and isinstance(part.get("functionResponse"), dict)]
+        found = [
+            {
+                "id": part["functionResponse"].get("id", ""),
+                "text": json.dumps(part["functionResponse"].get("response")),
+            }
+            for part in content.get("parts") or []
+            if isinstance(part, dict) and isinstance(part.get("functionResponse"), dict)
+        ]
         if found:
             return found
         return []

@@ -22,8 +22,13 @@ STALLWATCH = str(Path(sys.executable).with_name("stallwatch"))
 
 def install(agent: str) -> str:
     """The agent's executable, installed from npm into .cache/agents/ on first use."""
-    out = subprocess.run([str(ROOT / "deploy" / "agents" / "install.sh"), agent], check=True,
-                         capture_output=True, text=True, timeout=900)
+    out = subprocess.run(
+        [str(ROOT / "deploy" / "agents" / "install.sh"), agent],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     return out.stdout.strip().splitlines()[-1]
 
 

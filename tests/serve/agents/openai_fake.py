@@ -56,26 +56,51 @@ class FakeOpenAI:
     def _events(self, response_id: str, reply: Reply) -> list[dict[str, Any]]:
         if isinstance(reply, str):
             text = {"type": "output_text", "text": reply, "annotations": []}
-            items: list[dict[str, Any]] = [{"type": "message", "role": "assistant", "status": "completed",
-                                            "id": f"msg_fake{next(self._ids):06d}", "content": [text]}]
+            items: list[dict[str, Any]] = [
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "status": "completed",
+                    "id": f"msg_fake{next(self._ids):06d}",
+                    "content": [text],
+                }
+            ]
         else:
-            items = [{"type": "function_call", "id": f"fc_fake{next(self._ids):06d}", "status": "completed",
-                      "call_id": f"call_fake{next(self._ids):06d}", "name": "exec_command",
-                      "arguments": json.dumps({"cmd": command})} for command in reply]
+            items = [
+                {
+                    "type": "function_call",
+                    "id": f"fc_fake{next(self._ids):06d}",
+                    "status": "completed",
+                    "call_id": f"call_fake{next(self._ids):06d}",
+                    "name": "exec_command",
+                    "arguments": json.dumps({"cmd": command}),
+                }
+                for command in reply
+            ]
         self._last_calls = {item["call_id"] for item in items if "call_id" in item}
-        usage = {"input_tokens": 10, "input_tokens_details": None, "output_tokens": 10,
-                 "output_tokens_details": None, "total_tokens": 20}
-        return [{"type": "response.created", "response": {"id": response_id}},
-                *({"type": "response.output_item.done", "item": item} for item in items),
-                {"type": "response.completed", "response": {"id": response_id, "usage": usage}}]
+        usage = {
+            "input_tokens": 10,
+            "input_tokens_details": None,
+            "output_tokens": 10,
+            "output_tokens_details": None,
+            "total_tokens": 20,
+        }
+        return [
+            {"type": "response.created", "response": {"id": response_id}},
+            *({"type": "response.output_item.done", "item": item} for item in items),
+            {"type": "response.completed", "response": {"id": response_id, "usage": usage}},
+        ]
 
 
 def _outputs_of(items: list[Any], calls: set[str]) -> list[dict[str, Any]]:
     """The outputs of the last reply's calls: what the model received from them."""
     found = []
     for item in items:
-        if isinstance(item, dict) and item.get("type") == "function_call_output" \
-                and item.get("call_id") in calls:
+        if (
+            isinstance(item, dict)
+            and item.get("type") == "function_call_output"
+            and item.get("call_id") in calls
+        ):
             output = item.get("output")
             if isinstance(output, list):  # content items
                 output = "".join(str(c.get("text", "")) for c in output if isinstance(c, dict))

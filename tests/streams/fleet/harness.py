@@ -22,20 +22,34 @@ from tests.kafka_harness import StallwatchProcess, free_port
 
 # Small windows so a test sees an incident open and close in seconds: 6 s wide, 1 s step,
 # closed 3 s of event time after its rule last held.
-FAST = {"STALLWATCH_FLEET_WINDOW_S": "6", "STALLWATCH_FLEET_STEP_S": "1",
-        "STALLWATCH_FLEET_QUIET_S": "3", "STALLWATCH_FLEET_TICK_INTERVAL_S": "0.2",
-        "STALLWATCH_FLEET_SESSION_TIMEOUT_S": "6"}
+FAST = {
+    "STALLWATCH_FLEET_WINDOW_S": "6",
+    "STALLWATCH_FLEET_STEP_S": "1",
+    "STALLWATCH_FLEET_QUIET_S": "3",
+    "STALLWATCH_FLEET_TICK_INTERVAL_S": "0.2",
+    "STALLWATCH_FLEET_SESSION_TIMEOUT_S": "6",
+}
 
 
 class FleetProcess(StallwatchProcess):
     """`stallwatch fleet`, in a directory of its own (Faust writes one)."""
 
-    def __init__(self, settings: Settings, name: str = "f", env: dict[str, str] | None = None,
-                 command: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        name: str = "f",
+        env: dict[str, str] | None = None,
+        command: list[str] | None = None,
+    ) -> None:
         self.web_port = self.metrics_port = free_port()
-        super().__init__(settings, "fleet", f"fleet-{name}",
-                         {"STALLWATCH_FLEET_WEB_PORT": str(self.web_port), **FAST, **(env or {})},
-                         argv=command, cwd=tempfile.mkdtemp(prefix=f"fleet-{name}-"))
+        super().__init__(
+            settings,
+            "fleet",
+            f"fleet-{name}",
+            {"STALLWATCH_FLEET_WEB_PORT": str(self.web_port), **FAST, **(env or {})},
+            argv=command,
+            cwd=tempfile.mkdtemp(prefix=f"fleet-{name}-"),
+        )
 
     def rss(self) -> int:
         """Resident memory of the process, in bytes."""
@@ -65,18 +79,37 @@ class FleetProcess(StallwatchProcess):
         while time.monotonic() < deadline:
             if not self.alive():
                 raise AssertionError(f"fleet app exited:\n{self.log_tail()}")
-            if await asyncio.to_thread(self.get, "/incidents/") is not None and \
-                    "Ready" in self.log_path.read_text(errors="replace"):
+            if await asyncio.to_thread(
+                self.get, "/incidents/"
+            ) is not None and "Ready" in self.log_path.read_text(errors="replace"):
                 return
             await asyncio.sleep(0.3)
         raise AssertionError(f"fleet app not serving after {timeout_s} s:\n{self.log_tail()}")
 
 
-def tally(tool: str, ts: float, *, tenant: str | None = "acme", runs: list[str] = (),  # type: ignore[assignment]
-          calls: int = 0, failures: int = 0, stops: list[str] = (),  # type: ignore[assignment]
-          answers: list[dict[str, Any]] = ()) -> dict[str, Any]:  # type: ignore[assignment]
-    return {"v": 1, "tenant": tenant, "tool": tool, "ts": ts, "calls": calls, "failures": failures,
-            "runs": list(runs), "stops": list(stops), "answers": list(answers), "dropped": 0}
+def tally(
+    tool: str,
+    ts: float,
+    *,
+    tenant: str | None = "acme",
+    runs: list[str] = (),  # type: ignore[assignment]
+    calls: int = 0,
+    failures: int = 0,
+    stops: list[str] = (),  # type: ignore[assignment]
+    answers: list[dict[str, Any]] = (),
+) -> dict[str, Any]:  # type: ignore[assignment]
+    return {
+        "v": 1,
+        "tenant": tenant,
+        "tool": tool,
+        "ts": ts,
+        "calls": calls,
+        "failures": failures,
+        "runs": list(runs),
+        "stops": list(stops),
+        "answers": list(answers),
+        "dropped": 0,
+    }
 
 
 class Tallies:
@@ -85,8 +118,10 @@ class Tallies:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap,
-                                         transactional_id=f"tallies-{settings.topic_prefix}-{id(self)}")
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=settings.bootstrap,
+            transactional_id=f"tallies-{settings.topic_prefix}-{id(self)}",
+        )
 
     async def __aenter__(self) -> Tallies:
         await ensure_topics(self.settings)
@@ -101,24 +136,34 @@ class Tallies:
         async with self.producer.transaction():
             for i, record in enumerate(records):
                 where = partition if partition is not None else i % self.settings.partitions
-                await self.producer.send(self.settings.tallies_topic, orjson.dumps(record),
-                                         key=tally_key(record["tenant"], record["tool"]), partition=where)
+                await self.producer.send(
+                    self.settings.tallies_topic,
+                    orjson.dumps(record),
+                    key=tally_key(record["tenant"], record["tool"]),
+                    partition=where,
+                )
 
-    async def send_raw(self, value: bytes, key: bytes | None, partition: int = 0,
-                       topic: str | None = None) -> None:
+    async def send_raw(
+        self, value: bytes, key: bytes | None, partition: int = 0, topic: str | None = None
+    ) -> None:
         """One record as given, to the tallies topic unless `topic` says another."""
         async with self.producer.transaction():
-            await self.producer.send(topic or self.settings.tallies_topic, value, key=key,
-                                     partition=partition)
+            await self.producer.send(
+                topic or self.settings.tallies_topic, value, key=key, partition=partition
+            )
 
 
 class Reader:
     """Reads a topic from the start (read_committed) and keeps everything seen."""
 
     def __init__(self, settings: Settings, topic: str) -> None:
-        self.consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.bootstrap,
-                                         isolation_level="read_committed",
-                                         auto_offset_reset="earliest", enable_auto_commit=False)
+        self.consumer = AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=settings.bootstrap,
+            isolation_level="read_committed",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+        )
         self.records: list[tuple[bytes | None, dict[str, Any]]] = []
 
     async def __aenter__(self) -> Reader:
@@ -164,8 +209,11 @@ async def fleet_evidence(settings: Settings) -> str:
     offsets. It tells an input the app never read (committed past a tally with no partial), a
     partial never applied and a window state lost (a changelog record without the runs before)."""
     group = FleetSettings(base=settings).group_id
-    topics = {"tallies": settings.tallies_topic, "partials": settings.fleet_partials_topic,
-              "changelog": f"{group}-fleet-state-changelog"}
+    topics = {
+        "tallies": settings.tallies_topic,
+        "partials": settings.fleet_partials_topic,
+        "changelog": f"{group}-fleet-state-changelog",
+    }
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
     await admin.start()
     try:
@@ -183,8 +231,9 @@ async def fleet_evidence(settings: Settings) -> str:
             seen: list[str] = []
             ticks: dict[int, int] = {}
 
-            def keep(tp: TopicPartition, records: list[Any], seen: list[str] = seen,
-                     ticks: dict[int, int] = ticks) -> None:
+            def keep(
+                tp: TopicPartition, records: list[Any], seen: list[str] = seen, ticks: dict[int, int] = ticks
+            ) -> None:
                 for r in records:
                     runs = _runs(r.value)
                     if runs == "tick":
@@ -196,7 +245,9 @@ async def fleet_evidence(settings: Settings) -> str:
         finally:
             await reader.stop()
         offsets = {tp.partition: meta.offset for tp, meta in committed.items() if tp.topic == topic}
-        lines.append(f"{label}: {' '.join(seen) or 'none'}"
-                     + (f" (ticks per partition {ticks})" if ticks else "")
-                     + ("" if label == "changelog" else f"; committed {dict(sorted(offsets.items()))}"))
+        lines.append(
+            f"{label}: {' '.join(seen) or 'none'}"
+            + (f" (ticks per partition {ticks})" if ticks else "")
+            + ("" if label == "changelog" else f"; committed {dict(sorted(offsets.items()))}")
+        )
     return "\n".join(lines)

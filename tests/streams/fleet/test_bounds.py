@@ -24,15 +24,21 @@ async def test_a_hundred_thousand_tool_names_keep_memory_under_the_bound() -> No
     settings = fresh_settings()
     # One tenant's tool names, all of them: its share is the whole cap here (the per-tenant
     # quota has a test of its own, below).
-    fleet = FleetProcess(settings, env={"STALLWATCH_FLEET_MAX_KEYS": str(MAX_KEYS),
-                                        "STALLWATCH_FLEET_MAX_KEYS_PER_TENANT": str(FLOOD_TOOLS)})
+    fleet = FleetProcess(
+        settings,
+        env={
+            "STALLWATCH_FLEET_MAX_KEYS": str(MAX_KEYS),
+            "STALLWATCH_FLEET_MAX_KEYS_PER_TENANT": str(FLOOD_TOOLS),
+        },
+    )
     now = float(int(time.time()))
     try:
         await fleet.serving()
         async with Tallies(settings) as tallies:
             for start in range(0, FLOOD_TOOLS, 5_000):
-                await tallies.send([tally(f"tool-{k}", now, runs=[f"run-{k}"], calls=1)
-                                    for k in range(start, start + 5_000)])
+                await tallies.send(
+                    [tally(f"tool-{k}", now, runs=[f"run-{k}"], calls=1) for k in range(start, start + 5_000)]
+                )
         deadline = time.monotonic() + 400
         while fleet.metric("stallwatch_fleet_partials_total") < FLOOD_TOOLS and time.monotonic() < deadline:
             assert fleet.alive(), fleet.log_tail()
@@ -53,8 +59,11 @@ async def test_eviction_spares_keys_with_an_open_incident_and_closes_them_only_w
     failing = [f"run-{i}" for i in range(5)]
     try:
         await fleet.serving()
-        async with Tallies(settings) as tallies, Reader(settings, settings.incidents_topic) as incidents, \
-                Reader(settings, settings.events_topic) as events:
+        async with (
+            Tallies(settings) as tallies,
+            Reader(settings, settings.incidents_topic) as incidents,
+            Reader(settings, settings.events_topic) as events,
+        ):
             await tallies.send([tally("search", now, runs=[run], calls=2, failures=2) for run in failing])
             values = await incidents.until(lambda vs: any(v["state"] == "open" for v in vs))
             opened = Incident.model_validate(values[-1])
@@ -68,16 +77,18 @@ async def test_eviction_spares_keys_with_an_open_incident_and_closes_them_only_w
             assert [i["incident_id"] for i in fleet.open_incidents()] == [opened.incident_id]
             # "quiet-1" fails for five runs too: now every key has an open incident, and a new
             # tool evicts the least recently updated, "search", closing its incident.
-            await tallies.send([tally("quiet-1", now + 3, runs=[run], calls=2, failures=2)
-                                for run in failing])
+            await tallies.send(
+                [tally("quiet-1", now + 3, runs=[run], calls=2, failures=2) for run in failing]
+            )
             await incidents.until(lambda vs: sum(v["state"] == "open" for v in vs) >= 2)
             await tallies.send([tally("new", now + 4, runs=["run-9"], calls=1)])
             values = await incidents.until(lambda vs: any(v["state"] == "closed" for v in vs))
             [closed] = [Incident.model_validate(v) for v in values if v["state"] == "closed"]
             assert closed.incident_id == opened.incident_id
             told = await events.until(lambda vs: sum(v.get("incident") == "closed" for v in vs) >= 5)
-            assert sorted(v["run_id"] for v in told if v.get("incident") == "closed") == \
-                [f"run-{i}" for i in range(5)]
+            assert sorted(v["run_id"] for v in told if v.get("incident") == "closed") == [
+                f"run-{i}" for i in range(5)
+            ]
         assert fleet.metric("stallwatch_fleet_evicted_open_keys_total") == 1
         assert [i["tool"] for i in fleet.open_incidents()] == ["quiet-1"]
     finally:
@@ -92,15 +103,17 @@ async def test_a_broker_restart_is_survived() -> None:
     try:
         await fleet.serving()
         async with Tallies(settings) as tallies:
-            await tallies.send([tally("search", now, runs=[f"run-{i}"], calls=2, failures=2)
-                                for i in range(3)])
+            await tallies.send(
+                [tally("search", now, runs=[f"run-{i}"], calls=2, failures=2) for i in range(3)]
+            )
         await asyncio.sleep(2.0)
         kafka("down")
         await asyncio.sleep(3.0)
         kafka("up")
         async with Tallies(settings) as tallies, Reader(settings, settings.incidents_topic) as incidents:
-            await tallies.send([tally("search", now + 1, runs=[f"run-{i}"], calls=2, failures=2)
-                                for i in range(3, 5)])
+            await tallies.send(
+                [tally("search", now + 1, runs=[f"run-{i}"], calls=2, failures=2) for i in range(3, 5)]
+            )
             values = await incidents.until(lambda vs: any(v["state"] == "open" for v in vs), timeout_s=120)
             assert values[-1]["evidence"]["runs"] == 5
         assert fleet.alive()
@@ -110,23 +123,33 @@ async def test_a_broker_restart_is_survived() -> None:
 
 async def test_one_tenants_flood_of_tool_names_stops_at_its_quota_and_spares_the_others() -> None:
     settings = fresh_settings(partitions=1)
-    fleet = FleetProcess(settings, env={"STALLWATCH_FLEET_MAX_KEYS": "50",
-                                        "STALLWATCH_FLEET_MAX_KEYS_PER_TENANT": "10"})
+    fleet = FleetProcess(
+        settings, env={"STALLWATCH_FLEET_MAX_KEYS": "50", "STALLWATCH_FLEET_MAX_KEYS_PER_TENANT": "10"}
+    )
     now = float(int(time.time()))
     failing = [f"run-{i}" for i in range(5)]
     try:
         await fleet.serving()
-        async with Tallies(settings) as tallies, Reader(settings, settings.incidents_topic) as incidents, \
-                Reader(settings, settings.deadletter_topic) as letters:
-            await tallies.send([tally("search", now, tenant="victim", runs=[run], calls=2, failures=2)
-                                for run in failing])
+        async with (
+            Tallies(settings) as tallies,
+            Reader(settings, settings.incidents_topic) as incidents,
+            Reader(settings, settings.deadletter_topic) as letters,
+        ):
+            await tallies.send(
+                [tally("search", now, tenant="victim", runs=[run], calls=2, failures=2) for run in failing]
+            )
             await incidents.until(lambda vs: any(v["state"] == "open" for v in vs))
-            await tallies.send([tally(f"made-up-{k}", now + 1, tenant="flooder", runs=["run-9"],
-                                      calls=1) for k in range(100)])
+            await tallies.send(
+                [
+                    tally(f"made-up-{k}", now + 1, tenant="flooder", runs=["run-9"], calls=1)
+                    for k in range(100)
+                ]
+            )
             refused = await letters.until(lambda vs: len(vs) >= 90)
         assert {v["error"] for v in refused} == {
             "its tenant already has 10 (tenant, tool) keys on this fleet worker, the quota "
-            "(STALLWATCH_FLEET_MAX_KEYS_PER_TENANT)"}
+            "(STALLWATCH_FLEET_MAX_KEYS_PER_TENANT)"
+        }
         assert fleet.metric("stallwatch_fleet_evicted_keys_total") == 0
         assert [(i["tenant"], i["tool"]) for i in fleet.open_incidents()] == [("victim", "search")]
     finally:

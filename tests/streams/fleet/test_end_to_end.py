@@ -31,31 +31,54 @@ ADVISORY_KEY = "the fleet app's advisory key, 32+ chars"
 
 def forged_advisory(run_id: str, ts: float) -> dict:
     """What a runtime could write to the events topic: an advisory without the fleet app's MAC."""
-    return {"v": 1, "type": "fleet_advisory", "run_id": run_id, "ts": ts,
-            "event_id": advisory_event_id("inc-forged", run_id, "open"), "incident_id": "inc-forged",
-            "incident": "open", "kind": "tool_failing", "tool": "fetch", "tenant": "acme",
-            "window_s": 300.0, "evidence": {"calls": 40, "failures": 31, "runs": 5}}
+    return {
+        "v": 1,
+        "type": "fleet_advisory",
+        "run_id": run_id,
+        "ts": ts,
+        "event_id": advisory_event_id("inc-forged", run_id, "open"),
+        "incident_id": "inc-forged",
+        "incident": "open",
+        "kind": "tool_failing",
+        "tool": "fetch",
+        "tenant": "acme",
+        "window_s": 300.0,
+        "evidence": {"calls": 40, "failures": 31, "runs": 5},
+    }
 
 
 def _run(run_id: str, tool: str, status: str, ts: float, end: bool = False) -> list[dict]:
     result = {"error": "upstream timeout"} if status == "error" else {"n": 1}
-    events = [envelope("run_started", run_id, f"{run_id}:0", ts, mode="researcher", tools=TOOLS,
-                       tenant="acme"),
-              envelope("round_started", run_id, f"{run_id}:1", ts, round=1),
-              envelope("call_proposed", run_id, f"{run_id}:2", ts, round=1, call_id="c1", tool=tool,
-                       args={"q": run_id}),
-              envelope("call_result", run_id, f"{run_id}:3", ts, round=1, call_id="c1", tool=tool,
-                       status=status, result=result),
-              envelope("round_ended", run_id, f"{run_id}:4", ts, round=1)]
+    events = [
+        envelope("run_started", run_id, f"{run_id}:0", ts, mode="researcher", tools=TOOLS, tenant="acme"),
+        envelope("round_started", run_id, f"{run_id}:1", ts, round=1),
+        envelope(
+            "call_proposed", run_id, f"{run_id}:2", ts, round=1, call_id="c1", tool=tool, args={"q": run_id}
+        ),
+        envelope(
+            "call_result",
+            run_id,
+            f"{run_id}:3",
+            ts,
+            round=1,
+            call_id="c1",
+            tool=tool,
+            status=status,
+            result=result,
+        ),
+        envelope("round_ended", run_id, f"{run_id}:4", ts, round=1),
+    ]
     if end:
         events.append(envelope("run_ended", run_id, f"{run_id}:5", ts, reason="answered"))
     return events
 
 
-@pytest.mark.parametrize(("keyed", "tenant"), [(False, None), (True, None), (True, "acme")],
-                         ids=["unkeyed", "advisories signed", "on a tenant's topics"])
-async def test_a_tool_failing_for_many_runs_reaches_exactly_the_live_runs_that_used_it(
-        keyed, tenant) -> None:
+@pytest.mark.parametrize(
+    ("keyed", "tenant"),
+    [(False, None), (True, None), (True, "acme")],
+    ids=["unkeyed", "advisories signed", "on a tenant's topics"],
+)
+async def test_a_tool_failing_for_many_runs_reaches_exactly_the_live_runs_that_used_it(keyed, tenant) -> None:
     """Signed: the fleet app and the worker share STALLWATCH_ADVISORY_KEY, and an advisory forged
     by a runtime (to the bystander) changes nothing, live or in replay. On a tenant's topics,
     the advisories go to that tenant's events topic, where its runs are."""
@@ -72,14 +95,16 @@ async def test_a_tool_failing_for_many_runs_reaches_exactly_the_live_runs_that_u
     try:
         await asyncio.gather(wait_until_serving(runs), fleet.serving())
         events = [e for run in failing for e in _run(run, "search", "error", now)]
-        events += _run("ended", "search", "error", now, end=True)     # used it, then finished
-        events += _run("bystander", "fetch", "ok", now)                 # never used it
+        events += _run("ended", "search", "error", now, end=True)  # used it, then finished
+        events += _run("bystander", "fetch", "ok", now)  # never used it
         if keyed:
             events.append(forged_advisory("bystander", now))
         await produce(runs, [orjson.dumps(e) for e in events])
         async with Reader(runs, runs.commands_topic) as commands:
+
             def nudged(values: list[dict]) -> set[str]:
                 return {v["run_id"] for v in values if v["type"] == "nudge" and "incident_id" in v["detail"]}
+
             await commands.until(lambda vs: nudged(vs) >= set(failing), timeout_s=90)
             await asyncio.sleep(3.0)
             await commands.poll(1.0)
@@ -93,8 +118,11 @@ async def test_a_tool_failing_for_many_runs_reaches_exactly_the_live_runs_that_u
             await log.until(lambda vs: sum(v["type"] == "fleet_advisory" for v in vs) >= len(failing) + 1)
             await log.poll(1.0)
             lines = [orjson.dumps(v) for _, v in log.records if not v["run_id"].startswith("probe-")]
-        advisories = {orjson.loads(line)["run_id"] for line in lines if b"fleet_advisory" in line
-                      and b"inc-forged" not in line}
+        advisories = {
+            orjson.loads(line)["run_id"]
+            for line in lines
+            if b"fleet_advisory" in line and b"inc-forged" not in line
+        }
         assert advisories == {*failing, "ended"}  # the fleet cannot know "ended" ended; the engine does
         published = by_run([orjson.dumps(v) for v in values if not v["run_id"].startswith("probe-")])
         key = advisory_key(ADVISORY_KEY) if keyed else None

@@ -33,8 +33,11 @@ async def test_sigkill_mid_window_then_restart_opens_the_incident_once_with_the_
     now = float(int(time.time()))
     try:
         await fleet.serving()
-        async with Tallies(settings) as tallies, Reader(settings, settings.incidents_topic) as incidents, \
-                Reader(settings, settings.events_topic) as events:
+        async with (
+            Tallies(settings) as tallies,
+            Reader(settings, settings.incidents_topic) as incidents,
+            Reader(settings, settings.events_topic) as events,
+        ):
             # Three runs fail, the app holds them in its window, then dies without a goodbye.
             await tallies.send([_failing(i, now) for i in range(3)])
             await asyncio.sleep(3.0)  # past a commit interval: the window is in the changelog
@@ -47,11 +50,19 @@ async def test_sigkill_mid_window_then_restart_opens_the_incident_once_with_the_
                 values = await incidents.until(lambda vs: any(v["state"] == "open" for v in vs))
             except AssertionError as failure:
                 # Once in a CI run no incident came: say what the restarted app had taken in.
-                seen = {name: fleet.metric(name) for name in (
-                    "stallwatch_fleet_tallies_total", "stallwatch_fleet_partials_total",
-                    "stallwatch_fleet_tracked_keys", "stallwatch_fleet_dropped_entries_total")}
-                raise AssertionError(f"{failure}; the restarted app's counts: {seen}\n"
-                                     f"{await fleet_evidence(settings)}\n{fleet.log_tail(60)}") from None
+                seen = {
+                    name: fleet.metric(name)
+                    for name in (
+                        "stallwatch_fleet_tallies_total",
+                        "stallwatch_fleet_partials_total",
+                        "stallwatch_fleet_tracked_keys",
+                        "stallwatch_fleet_dropped_entries_total",
+                    )
+                }
+                raise AssertionError(
+                    f"{failure}; the restarted app's counts: {seen}\n"
+                    f"{await fleet_evidence(settings)}\n{fleet.log_tail(60)}"
+                ) from None
             await tallies.send([_failing(i, now + 1.0) for i in range(5)])
             await events.until(lambda vs: sum(v["incident"] == "open" for v in vs) >= 5)
             for _ in range(4):
@@ -114,19 +125,24 @@ async def test_garbage_on_the_apps_inputs_is_dead_lettered_and_the_app_keeps_goi
     now = float(int(time.time()))
     try:
         await fleet.serving()
-        async with Tallies(settings) as tallies, Reader(settings, settings.deadletter_topic) as letters, \
-                Reader(settings, settings.incidents_topic) as incidents:
+        async with (
+            Tallies(settings) as tallies,
+            Reader(settings, settings.deadletter_topic) as letters,
+            Reader(settings, settings.incidents_topic) as incidents,
+        ):
             await tallies.send_raw(b"\xff not json", key=b"x")
             await tallies.send_raw(b'{"v": 1, "tool": "search", "ts": "soon"}', key=b"acme\x1fsearch")
             # The partials topic is the app's own (merge to judge): a record there that the judge
             # cannot apply is kept as a dead letter with the error, not only counted and skipped.
-            await tallies.send_raw(b'{"tenant": "acme"}', key=b"acme\x1fsearch",
-                                   topic=settings.fleet_partials_topic)
+            await tallies.send_raw(
+                b'{"tenant": "acme"}', key=b"acme\x1fsearch", topic=settings.fleet_partials_topic
+            )
             await tallies.send([_failing(i, now) for i in range(5)])
             found = [DeadLetter.model_validate(v) for v in await letters.until(lambda vs: len(vs) >= 3)]
             from_tallies = [letter.error for letter in found if letter.topic == settings.tallies_topic]
-            from_partials = [letter.error for letter in found
-                             if letter.topic == settings.fleet_partials_topic]
+            from_partials = [
+                letter.error for letter in found if letter.topic == settings.fleet_partials_topic
+            ]
             assert from_tallies[0].startswith("not JSON") and "`ts` must be" in from_tallies[1], found
             assert len(from_partials) == 1 and from_partials[0].startswith("judge: KeyError"), found
             await incidents.until(lambda vs: any(v["state"] == "open" for v in vs))
@@ -175,8 +191,9 @@ TWELVE_TOOLS = [f"tool-{i}" for i in range(12)]
 
 
 @contextlib.asynccontextmanager
-async def second_worker_joins(env: dict[str, str] | None = None
-                              ) -> AsyncIterator[tuple[Settings, FleetProcess, FleetProcess]]:
+async def second_worker_joins(
+    env: dict[str, str] | None = None,
+) -> AsyncIterator[tuple[Settings, FleetProcess, FleetProcess]]:
     """A first fleet worker opens an incident for each of TWELVE_TOOLS, then a second one joins
     its group (both with `env`); yields the settings and the two workers once it serves."""
     settings = fresh_settings()

@@ -27,18 +27,29 @@ async def test_an_incident_opens_once_is_updated_then_closes_and_tells_the_live_
         await fleet.serving()
         now = float(int(time.time()))
         runs = [f"run-{i}" for i in range(6)]
+
         def crossing(i: int, ts: float) -> dict:
             if kind == "tool_failing":
                 return tally("search", ts, runs=[runs[i]], calls=2, failures=2)
             if kind == "tool_same_answer":
-                return tally("search", ts, runs=[runs[i]], calls=1, answers=[
-                    {"fingerprint": "f" * 32, "runs": [runs[i]], "args": [f"{i:032x}"]}])
+                return tally(
+                    "search",
+                    ts,
+                    runs=[runs[i]],
+                    calls=1,
+                    answers=[{"fingerprint": "f" * 32, "runs": [runs[i]], "args": [f"{i:032x}"]}],
+                )
             return tally("search", ts, runs=[runs[i]], stops=[runs[i]] if i < 5 else [])
-        async with Tallies(settings) as tallies, Reader(settings, settings.incidents_topic) as incidents, \
-                Reader(settings, settings.events_topic) as events:
+
+        async with (
+            Tallies(settings) as tallies,
+            Reader(settings, settings.incidents_topic) as incidents,
+            Reader(settings, settings.events_topic) as events,
+        ):
             # Four runs: under every threshold, nothing opens; a healthy tool beside it never does.
-            await tallies.send([crossing(i, now) for i in range(4)] +
-                               [tally("fetch", now, runs=runs, calls=12)])
+            await tallies.send(
+                [crossing(i, now) for i in range(4)] + [tally("fetch", now, runs=runs, calls=12)]
+            )
             await incidents.poll(3.0)
             assert incidents.records == []
             # The fifth run crosses it (and a sixth, live, run used the tool too).
@@ -77,8 +88,9 @@ async def test_an_incident_opens_once_is_updated_then_closes_and_tells_the_live_
             # after the last commit: the committed offset stops before it).
             lag = 'stallwatch_fleet_consumer_lag{topic="tallies"}'
             deadline = time.monotonic() + 20
-            while (not fleet.has_metric(lag) or fleet.metric(lag) > settings.partitions) \
-                    and time.monotonic() < deadline:
+            while (
+                not fleet.has_metric(lag) or fleet.metric(lag) > settings.partitions
+            ) and time.monotonic() < deadline:
                 await asyncio.sleep(0.5)
             assert fleet.has_metric(lag) and fleet.metric(lag) <= settings.partitions
     finally:

@@ -24,13 +24,18 @@ def _judge(partials: list[dict], clock: float = 0.0):
     return judge, state, outcomes
 
 
-@pytest.mark.parametrize(("raw", "error"), [
-    (b"nope", "not JSON"), (b"[]", '"v": 1'), (b'{"v": 1, "tool": "", "ts": 1}', "`tool`"),
-    (b'{"v": 1, "tool": "s", "ts": "x"}', "`ts`"),
-    (b'{"v": 1, "tool": "s", "ts": 1, "calls": 1, "failures": 2}', "more than `calls`"),
-    (b'{"v": 1, "tool": "s", "ts": 1, "runs": [1]}', "`runs`"),
-    (b'{"v": 1, "tool": "s", "ts": 1, "answers": [{"runs": []}]}', "`fingerprint`"),
-])
+@pytest.mark.parametrize(
+    ("raw", "error"),
+    [
+        (b"nope", "not JSON"),
+        (b"[]", '"v": 1'),
+        (b'{"v": 1, "tool": "", "ts": 1}', "`tool`"),
+        (b'{"v": 1, "tool": "s", "ts": "x"}', "`ts`"),
+        (b'{"v": 1, "tool": "s", "ts": 1, "calls": 1, "failures": 2}', "more than `calls`"),
+        (b'{"v": 1, "tool": "s", "ts": 1, "runs": [1]}', "`runs`"),
+        (b'{"v": 1, "tool": "s", "ts": 1, "answers": [{"runs": []}]}', "`fingerprint`"),
+    ],
+)
 def test_a_record_that_is_not_a_tally_is_refused_with_what_is_wrong(raw: bytes, error: str) -> None:
     with pytest.raises(InvalidTally, match=None) as caught:
         parse_tally(raw, None)
@@ -70,8 +75,14 @@ def test_tool_failing_needs_five_runs_and_half_the_calls_failed() -> None:
 
 def test_tool_same_answer_needs_five_runs_and_five_different_args_for_one_fingerprint() -> None:
     def answer(run: int, arg: str) -> dict:
-        return tally("search", T0 + run, runs=[f"r{run}"], calls=1,
-                     answers=[{"fingerprint": "a" * 32, "runs": [f"r{run}"], "args": [arg]}])
+        return tally(
+            "search",
+            T0 + run,
+            runs=[f"r{run}"],
+            calls=1,
+            answers=[{"fingerprint": "a" * 32, "runs": [f"r{run}"], "args": [arg]}],
+        )
+
     _, state, _ = _judge([answer(i, "same-question") for i in range(8)])
     assert not state["open"]  # one question asked by many runs: a cache doing its job
     _, state, _ = _judge([answer(i, f"q{i}") for i in range(5)])
@@ -110,8 +121,9 @@ def test_a_replay_of_the_same_tallies_derives_the_same_ids_and_advisories() -> N
     failing = [tally("search", T0 + i, runs=[f"r{i}"], calls=1, failures=1) for i in range(6)]
     _, _, first = _judge(failing)
     _, _, second = _judge(failing)
-    assert [a["event_id"] for o in first for a in o.advisories] == \
-        [a["event_id"] for o in second for a in o.advisories]
+    assert [a["event_id"] for o in first for a in o.advisories] == [
+        a["event_id"] for o in second for a in o.advisories
+    ]
 
 
 def test_a_flood_of_runs_in_one_bucket_is_capped() -> None:
@@ -135,16 +147,19 @@ def test_one_failed_result_among_runs_still_waiting_on_theirs_opens_nothing():
     _, state, _ = _judge([tally("search", T0, runs=waiting, calls=1, failures=1)])
     assert not state["open"]
     # Their results come in failing: half the runs' calls have failed, and it opens.
-    _, state, _ = _judge([tally("search", T0, runs=waiting, calls=1, failures=1),
-                          tally("search", T0 + 1, runs=waiting[:2], calls=2, failures=2)])
+    _, state, _ = _judge(
+        [
+            tally("search", T0, runs=waiting, calls=1, failures=1),
+            tally("search", T0 + 1, runs=waiting[:2], calls=2, failures=2),
+        ]
+    )
     assert list(state["open"]) == ["tool_failing"]
 
 
 def test_an_evicted_key_closes_its_open_incidents_and_tells_the_runs_told_it_opened():
     # Evicted for room, a key's windows are gone: no quiet window would close its incident, and
     # runs under fleet_breaker would be refused the tool for good.
-    judge, state, _ = _judge(
-        [tally("search", T0 + i, runs=[f"r{i}"], calls=1, failures=1) for i in range(5)])
+    judge, state, _ = _judge([tally("search", T0 + i, runs=[f"r{i}"], calls=1, failures=1) for i in range(5)])
     opened = state["open"]["tool_failing"]
     closing = Outcome()
     judge.close_evicted(state, T0 + 30, closing)
@@ -158,10 +173,8 @@ def test_an_evicted_key_closes_its_open_incidents_and_tells_the_runs_told_it_ope
 
 
 def test_an_evicted_incident_closes_at_the_clock_once_its_last_window_has_passed():
-    judge, state, _ = _judge(
-        [tally("search", T0 + i, runs=[f"r{i}"], calls=1, failures=1) for i in range(5)])
+    judge, state, _ = _judge([tally("search", T0 + i, runs=[f"r{i}"], calls=1, failures=1) for i in range(5)])
     held = state["open"]["tool_failing"]["held"]
     closing = Outcome()
     judge.close_evicted(state, held + 42, closing)
     assert next(iter(closing.incidents.values()))["closed_at"] == held + 42
-

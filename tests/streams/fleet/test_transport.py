@@ -33,8 +33,9 @@ async def test_a_topic_faust_creates_is_known_to_its_client_with_every_partition
         topic = f"{settings.topic_prefix}-created-by-faust"
         await transport._really_create_topic(mode.Service(), client, topic, 8, 1)
         assert client.cluster.partitions_for_topic(topic) == set(range(8))
-        assert all(client.cluster.leader_for_partition(TopicPartition(topic, p)) not in (None, -1)
-                   for p in range(8))
+        assert all(
+            client.cluster.leader_for_partition(TopicPartition(topic, p)) not in (None, -1) for p in range(8)
+        )
     finally:
         await client.close()
 
@@ -48,8 +49,12 @@ class _Fetching:
         self.thread = FleetService(FleetSettings.from_env(settings)).app.consumer._thread
         self.thread.consumer.flow_active = True
         self.p0, self.p1 = (TopicPartition(settings.tallies_topic, p) for p in (0, 1))
-        self.reader = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap, enable_auto_commit=False,
-                                       auto_offset_reset="earliest", fetch_max_wait_ms=10)
+        self.reader = AIOKafkaConsumer(
+            bootstrap_servers=settings.bootstrap,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=10,
+        )
         self.writer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap)
 
     async def write(self, tp: TopicPartition, n: int) -> None:
@@ -67,8 +72,9 @@ class _Fetching:
         return seen
 
     def fetch(self, live: set[Any], timeout: float) -> asyncio.Task[Any]:
-        return asyncio.create_task(self.thread._fetch_records(self.reader, live, timeout=timeout,
-                                                              max_records=500))
+        return asyncio.create_task(
+            self.thread._fetch_records(self.reader, live, timeout=timeout, max_records=500)
+        )
 
 
 @contextlib.asynccontextmanager

@@ -35,7 +35,17 @@ async def statuses(paths: list[str]) -> dict[str, int]:
 
 
 async def test_only_the_apps_own_views_are_served():
-    found = await statuses(["/incidents/", "/metrics", "/router/", "/table/",
-                            "/table/fleet-state/", "/graph/", "/stats/", "/performance/"])
+    found = await statuses(
+        [
+            "/incidents/",
+            "/metrics",
+            "/router/",
+            "/table/",
+            "/table/fleet-state/",
+            "/graph/",
+            "/stats/",
+            "/performance/",
+        ]
+    )
     assert found.pop("/incidents/") == 200 and found.pop("/metrics") == 200
     assert found == dict.fromkeys(found, 404)

@@ -19,8 +19,12 @@ class FakeProducer:
     `fail_send`: a transaction's first send fails with it, and the producer then refuses every
     later send of the transaction, as aiokafka's does once a send failed."""
 
-    def __init__(self, fail_commit: BaseException | None = None,
-                 gate: asyncio.Event | None = None, fail_send: BaseException | None = None) -> None:
+    def __init__(
+        self,
+        fail_commit: BaseException | None = None,
+        gate: asyncio.Event | None = None,
+        fail_send: BaseException | None = None,
+    ) -> None:
         self.fail_commit = fail_commit
         self.fail_send = fail_send
         self.gate = gate  # when set, a commit waits for it: a batch held in flight
@@ -51,8 +55,9 @@ class FakeProducer:
         self.offsets.update(self._open_offsets)
         self._open = None
 
-    async def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
-                   partition: int | None = None) -> asyncio.Future[None]:
+    async def send(
+        self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int | None = None
+    ) -> asyncio.Future[None]:
         assert self._open is not None, "send outside a transaction"
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if self.fail_send is not None:
@@ -65,8 +70,7 @@ class FakeProducer:
         done.set_result(None)
         return done
 
-    async def send_offsets_to_transaction(self, offsets: dict[TopicPartition, int],
-                                          group_id: str) -> None:
+    async def send_offsets_to_transaction(self, offsets: dict[TopicPartition, int], group_id: str) -> None:
         assert self._open is not None
         self._open_offsets.update(offsets)
 
@@ -118,10 +122,13 @@ class FakeConsumer:
         pass
 
 
-def consumer_records(topic: str, partition: int, key: bytes, values: list[bytes],
-                     first_offset: int = 0) -> list[ConsumerRecord]:
-    return [ConsumerRecord(topic, partition, first_offset + i, 0, 0, key, value, None,
-                           len(key), len(value), []) for i, value in enumerate(values)]
+def consumer_records(
+    topic: str, partition: int, key: bytes, values: list[bytes], first_offset: int = 0
+) -> list[ConsumerRecord]:
+    return [
+        ConsumerRecord(topic, partition, first_offset + i, 0, 0, key, value, None, len(key), len(value), [])
+        for i, value in enumerate(values)
+    ]
 
 
 class FakeAheadProducer:
@@ -129,14 +136,14 @@ class FakeAheadProducer:
     with `fail`, every send's acknowledgement raises it and nothing reaches the topic. With
     `transactional`, a send inside its open transaction is an error (ahead means before it)."""
 
-    def __init__(self, fail: BaseException | None = None,
-                 transactional: FakeProducer | None = None) -> None:
+    def __init__(self, fail: BaseException | None = None, transactional: FakeProducer | None = None) -> None:
         self.fail = fail
         self.transactional = transactional
         self.sent: list[tuple[str, int | None, bytes | None, bytes | None]] = []
 
-    async def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
-                   partition: int | None = None) -> asyncio.Future[None]:
+    async def send(
+        self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int | None = None
+    ) -> asyncio.Future[None]:
         if self.transactional is not None:
             assert self.transactional._open is None, "published inside the batch's transaction"
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()

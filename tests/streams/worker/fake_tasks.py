@@ -45,20 +45,30 @@ class FakePartition:
     set (a producer that fails, say). `started` and `restores` count the task's producers
     started and its changelog reads (a rebuild does both)."""
 
-    def __init__(self, applier: BatchApplier | None = None, settings: Settings | None = None,
-                 observe: Callable[[TopicPartition, Applied], None] | None = None) -> None:
+    def __init__(
+        self,
+        applier: BatchApplier | None = None,
+        settings: Settings | None = None,
+        observe: Callable[[TopicPartition, Applied], None] | None = None,
+    ) -> None:
         self.committed = FakeProducer()
         self.producer: FakeProducer | None = None
         self.started = self.restores = 0
         self.consumer = FakeConsumer([SOURCE])
-        self.committer = BatchCommitter(applier or BatchApplier(Detector(), SOURCE.topic), TOPICS,
-                                        "group")
+        self.committer = BatchCommitter(applier or BatchApplier(Detector(), SOURCE.topic), TOPICS, "group")
         self.membership = Membership()
         self.metrics = StallwatchMetrics()
-        self.context = TaskContext(settings or Settings(commit_interval_s=0.0), self.consumer,
-                                   self.committer, self.membership, Progress(), self.metrics,
-                                   self._start_producer, self._restore,
-                                   observe or self._observe)
+        self.context = TaskContext(
+            settings or Settings(commit_interval_s=0.0),
+            self.consumer,
+            self.committer,
+            self.membership,
+            Progress(),
+            self.metrics,
+            self._start_producer,
+            self._restore,
+            observe or self._observe,
+        )
         self.task = PartitionTask(SOURCE, self.context)
         self.observed: list[Applied] = []  # the batches committed, in order
 

@@ -62,10 +62,12 @@ class Outcome:
         return not self.differing and not self.conflicting
 
     def summary(self) -> str:
-        return (f"{len(self.differing)} of {self.runs} runs differ from replay (e.g. "
-                f"{self.differing[:3]}), {len(self.conflicting)} command ids with two different "
-                f"contents (e.g. {self.conflicting[:3]}); {len(self.doubled)} ids published "
-                f"again with the same bytes")
+        return (
+            f"{len(self.differing)} of {self.runs} runs differ from replay (e.g. "
+            f"{self.differing[:3]}), {len(self.conflicting)} command ids with two different "
+            f"contents (e.g. {self.conflicting[:3]}); {len(self.doubled)} ids published "
+            f"again with the same bytes"
+        )
 
 
 async def _rebalancing(worker: WorkerProcess, since: int, timeout_s: float) -> None:
@@ -92,8 +94,9 @@ async def three_kills(partitions: int = 8, runs: int = 480, env: dict[str, str] 
         b = WorkerProcess(settings, "b", env)
         workers.append(b)
         await b.ready()
-        producing = asyncio.create_task(produce(settings, log, pause_every=STEADY_EVERY,
-                                                    pause_s=STEADY_PAUSE_S))
+        producing = asyncio.create_task(
+            produce(settings, log, pause_every=STEADY_EVERY, pause_s=STEADY_PAUSE_S)
+        )
         await asyncio.sleep(3)
         a.kill()
         outcome.kills.append("a, under load")
@@ -113,8 +116,9 @@ async def three_kills(partitions: int = 8, runs: int = 480, env: dict[str, str] 
         workers.append(a)
         assert not producing.done(), "the log ended before the third kill: make it longer"
         await producing
-        got = await collect(settings, settings.commands_topic,
-                            sum(map(len, expected.values())), 180, settle_s=SETTLE_S)
+        got = await collect(
+            settings, settings.commands_topic, sum(map(len, expected.values())), 180, settle_s=SETTLE_S
+        )
         outcome.skipped = sum(w.metric("stallwatch_events_skipped_total") for w in (a, b))
     finally:
         for worker in workers:
@@ -153,8 +157,9 @@ class CutOutcome(Outcome):
     zombie_log: str = ""
 
 
-async def cut_off(heal_before_expiry: bool, drop: bool = False, partitions: int = 8,
-                  runs: int = 360) -> CutOutcome:
+async def cut_off(
+    heal_before_expiry: bool, drop: bool = False, partitions: int = 8, runs: int = 360
+) -> CutOutcome:
     """Two workers under a steady load; A reaches the broker only through a `CuttableLink`.
 
     A is cut off as one of its requests goes to the broker, and healed later, while the load
@@ -179,8 +184,9 @@ async def cut_off(heal_before_expiry: bool, drop: bool = False, partitions: int 
             workers.append(b)
             await b.ready()
             assert await a.serving(partitions // 2, 30), a.log_tail()  # the group settled
-            producing = asyncio.create_task(produce(settings, log, pause_every=STEADY_EVERY,
-                                                    pause_s=STEADY_PAUSE_S))
+            producing = asyncio.create_task(
+                produce(settings, log, pause_every=STEADY_EVERY, pause_s=STEADY_PAUSE_S)
+            )
             await asyncio.sleep(2)
             before = len(b.assignments())
             b_partitions = set(b.assignments()[-1])
@@ -197,8 +203,9 @@ async def cut_off(heal_before_expiry: bool, drop: bool = False, partitions: int 
             outcome.cut_s = time.monotonic() - cut
             assert not producing.done(), "the log ended before the heal: make it longer"
             await producing
-            got = await collect(settings, settings.commands_topic,
-                                sum(map(len, expected.values())), 120, settle_s=SETTLE_S)
+            got = await collect(
+                settings, settings.commands_topic, sum(map(len, expected.values())), 120, settle_s=SETTLE_S
+            )
             outcome.zombie_exit = a.proc.poll()
             outcome.zombie_rejoined = any(a.assignments()[served_before_heal:])
             outcome.taken_over = any(set(p) - b_partitions for p in b.assignments()[before:])

@@ -15,11 +15,13 @@ SITECUSTOMIZE = "from tests.streams.worker.injected_bug import install\ninstall(
 
 
 def with_bug(real: Any) -> Any:
-    def refusal(self: ResearcherRules, state: Any, event: Any, tool: str, signature: Any,
-                exempt: bool) -> Any:
+    def refusal(
+        self: ResearcherRules, state: Any, event: Any, tool: str, signature: Any, exempt: bool
+    ) -> Any:
         if tool == TOOL:
             raise KeyError(MESSAGE)
         return real(self, state, event, tool, signature, exempt)
+
     return refusal
 
 

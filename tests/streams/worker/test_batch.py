@@ -15,8 +15,10 @@ BROKER_MS = 1_800_000_000_000  # the broker's append time of a test batch's firs
 
 def messages(script: RunScript, first_offset: int = 0) -> list[SourceMessage]:
     key = script.run_id.encode()
-    return [SourceMessage(key, line, 0, first_offset + i, timestamp=BROKER_MS + i)
-            for i, line in enumerate(script.lines())]
+    return [
+        SourceMessage(key, line, 0, first_offset + i, timestamp=BROKER_MS + i)
+        for i, line in enumerate(script.lines())
+    ]
 
 
 def test_a_batch_gives_the_commands_and_the_states_it_touched():
@@ -36,8 +38,12 @@ def test_a_batch_gives_the_commands_and_the_states_it_touched():
 
 def test_tombstones_null_keys_and_misfiled_events_become_specific_dead_letters():
     valid = RunScript("r1").lines()[0]
-    batch = [SourceMessage(b"r1", None, 0, 0), SourceMessage(None, valid, 0, 1),
-             SourceMessage(b"r2", valid, 0, 2), SourceMessage(b"r1", b"{", 0, 3)]
+    batch = [
+        SourceMessage(b"r1", None, 0, 0),
+        SourceMessage(None, valid, 0, 1),
+        SourceMessage(b"r2", valid, 0, 2),
+        SourceMessage(b"r1", b"{", 0, 3),
+    ]
     result = BatchApplier(Detector(), "events").apply(batch, lambda run_id: None, PartitionClock(), 0.0)
     reasons = [reason for _, _, reason in result.letters]
     assert reasons[:3] == ["null_value", "null_key", "key_mismatch"]
@@ -54,8 +60,9 @@ def test_events_at_or_below_a_states_last_offset_are_skipped():
     script.call("search", {"q": 1})
     script.call("search", {"q": 2})
     stored = RunState(mode="researcher", started_ts=0.0, last_offset=2)
-    result = BatchApplier(Detector(), "events").apply(messages(script), lambda run_id: stored,
-                                                      PartitionClock(), 0.0)
+    result = BatchApplier(Detector(), "events").apply(
+        messages(script), lambda run_id: stored, PartitionClock(), 0.0
+    )
     assert result.skipped == 3
     assert [c.call_id for c in result.commands] == ["c2"]  # only offset 3 was applied
     assert stored.last_offset == 3
@@ -63,8 +70,10 @@ def test_events_at_or_below_a_states_last_offset_are_skipped():
 
 def test_records_the_producer_stamped_are_timed_by_the_worker_on_receipt():
     script = RunScript("r1", ts=1_800_000_000.0 + 7 * 3600)  # a producer 7 hours ahead
-    batch = [SourceMessage(m.key, m.value, 0, m.offset, timestamp=int(script.ts * 1000),
-                           timestamp_type=0) for m in messages(script)]
+    batch = [
+        SourceMessage(m.key, m.value, 0, m.offset, timestamp=int(script.ts * 1000), timestamp_type=0)
+        for m in messages(script)
+    ]
     clock = PartitionClock()
     result = BatchApplier(Detector(), "events").apply(batch, lambda run_id: None, clock, 42.0)
     assert clock.newest == result.states["r1"].seen_at == 42.0

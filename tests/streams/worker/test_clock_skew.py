@@ -32,9 +32,13 @@ IDLE_TIMEOUT_S, TICK_S, TICKS = 4.0, 0.5, 16
 
 async def changelog_tombstones(settings: Settings) -> set[str]:
     """The run ids whose state the worker deleted (a null value in the changelog)."""
-    consumer = AIOKafkaConsumer(settings.changelog_topic, bootstrap_servers=settings.bootstrap,
-                                isolation_level="read_committed", auto_offset_reset="earliest",
-                                enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        settings.changelog_topic,
+        bootstrap_servers=settings.bootstrap,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
     await consumer.start()
     deleted: set[str] = set()
     try:
@@ -60,8 +64,11 @@ def tick(script: RunScript, ts: float, repeat: bool) -> list[bytes]:
 
 async def test_two_producers_seven_hours_apart_in_one_run_change_no_decision_of_any_run():
     settings = fresh_settings(partitions=1)  # the skewed run and its bystanders share a partition
-    worker = WorkerProcess(settings, "skew", env={"STALLWATCH_IDLE_TIMEOUT_S": str(IDLE_TIMEOUT_S),
-                                                  "STALLWATCH_EXPIRY_INTERVAL_S": "0.1"})
+    worker = WorkerProcess(
+        settings,
+        "skew",
+        env={"STALLWATCH_IDLE_TIMEOUT_S": str(IDLE_TIMEOUT_S), "STALLWATCH_EXPIRY_INTERVAL_S": "0.1"},
+    )
     skewed = RunScript("skewed", ts=BASE)
     bystanders = [RunScript(f"bystander-{i}", ts=BASE) for i in range(3)]
     silent = RunScript("silent", ts=BASE)
@@ -80,8 +87,11 @@ async def test_two_producers_seven_hours_apart_in_one_run_change_no_decision_of_
             sent += lines
             await asyncio.sleep(TICK_S)
         expected = by_run(replay_commands(sent))
-        got = by_run(await collect(settings, settings.commands_topic,
-                                   sum(map(len, expected.values())), 30, settle_s=SETTLE_S))
+        got = by_run(
+            await collect(
+                settings, settings.commands_topic, sum(map(len, expected.values())), 30, settle_s=SETTLE_S
+            )
+        )
         assert {run: got.get(run) for run in expected} == expected
         # Live runs are kept; the silent one is forgotten after the idle timeout of broker time.
         assert await changelog_tombstones(settings) == {"silent"}

@@ -44,12 +44,17 @@ def looping_run() -> list[SourceMessage]:
 
 def test_the_plan_writes_commands_letters_states_tombstones_and_tallies_then_the_next_offset():
     messages = [*looping_run()[:4], SourceMessage(b"r1", b"{", 0, 4)]
-    result = BatchApplier(Detector(), "events").apply(messages, lambda run_id: None, PartitionClock(),
-                                                      0.0)
+    result = BatchApplier(Detector(), "events").apply(messages, lambda run_id: None, PartitionClock(), 0.0)
     result.tallies.append((b"tenant|search", b"{}"))
     plan = plan_commit(TOPICS, SOURCE, result, ["old"], 5)
-    assert [w.topic for w in plan.writes] == ["commands", "deadletter", "changelog", "changelog",
-                                              "tallies", "changelog"]
+    assert [w.topic for w in plan.writes] == [
+        "commands",
+        "deadletter",
+        "changelog",
+        "changelog",
+        "tallies",
+        "changelog",
+    ]
     assert decode_command(plan.writes[0].value).run_id == "r1"
     assert plan.writes[2].value == result.states["r1"].to_bytes()
     assert plan.writes[3] == Write("changelog", b"old", None)
@@ -128,8 +133,10 @@ async def nothing_committed(partitions: list[int], tick: object) -> dict[int, Pa
     return {partition: PartitionStates() for partition in partitions}
 
 
-async def pipeline_of(producer: FakeProducer, restore: Restore = nothing_committed,
-                      ) -> tuple[Pipeline, FakeConsumer, list[int]]:
+async def pipeline_of(
+    producer: FakeProducer,
+    restore: Restore = nothing_committed,
+) -> tuple[Pipeline, FakeConsumer, list[int]]:
     """A pipeline serving partition 0 of `events` with fakes, on `producer`; the list counts the
     producers started after that (each a new FakeProducer)."""
     started: list[int] = []
@@ -142,13 +149,20 @@ async def pipeline_of(producer: FakeProducer, restore: Restore = nothing_committ
     settings = Settings(topic_prefix="t")
     tp = TopicPartition(settings.events_topic, 0)
     consumer = FakeConsumer([tp])
-    pipeline = Pipeline(settings, StallwatchMetrics(), Detector(), consumer=consumer,  # type: ignore[arg-type]
-                        start_producer=start_producer, restore=restore)
+    pipeline = Pipeline(
+        settings,
+        StallwatchMetrics(),
+        Detector(),
+        consumer=consumer,  # type: ignore[arg-type]
+        start_producer=start_producer,
+        restore=restore,
+    )
     producing.append(producer)
     await pipeline.on_partitions_assigned([tp])
     started.clear()
-    consumer.queued.append({tp: consumer_records(settings.events_topic, 0, b"r1",
-                                                 [m.value for m in looping_run()])})
+    consumer.queued.append(
+        {tp: consumer_records(settings.events_topic, 0, b"r1", [m.value for m in looping_run()])}
+    )
     return pipeline, consumer, started
 
 
@@ -192,7 +206,9 @@ async def test_a_batch_is_never_half_given_up_in_a_rebalance():
     assert len(commands) == 6
     after = encode_position(len(looping_run()), task.states.clock.newest)
     assert producer.records(pipeline.settings.changelog_topic) == [
-        (b"r1", task.states.load("r1").to_bytes()), (POSITION_KEY, after)]
+        (b"r1", task.states.load("r1").to_bytes()),
+        (POSITION_KEY, after),
+    ]
     assert producer.offsets == {tp: len(looping_run())}
     await pipeline.on_partitions_assigned([tp])
     assert task.state is TaskState.RUNNING and pipeline.tasks.get(0) is task  # kept
@@ -221,8 +237,9 @@ async def test_a_fencing_goes_to_the_group_not_up(commit_s: float):
     assert SOURCE in p.consumer.paused and p.membership.rejoins == 1
 
 
-@pytest.mark.parametrize("error", [ProducerFenced(), KafkaConnectionError("gone")],
-                         ids=["fenced", "connection lost"])
+@pytest.mark.parametrize(
+    "error", [ProducerFenced(), KafkaConnectionError("gone")], ids=["fenced", "connection lost"]
+)
 async def test_a_send_that_failed_mid_transaction_is_the_outcome_not_the_refusals_after_it(error):
     # aiokafka leaves the transaction when a send fails and refuses the later sends
     # (IllegalOperation): the send's own error says what happened. A fencing so met goes to

@@ -55,9 +55,12 @@ def partition_log() -> list[SourceMessage]:
     again = RunScript("ended", ts=ended.ts)
     again.events[0]["event_id"] = "ended/again"
     timed.append((again, again.events[0], late + 1))
-    return [SourceMessage(script.run_id.encode(), orjson.dumps(event), 0, offset,
-                          timestamp=T0_MS + int(seconds * 1000))
-            for offset, (script, event, seconds) in enumerate(timed)]
+    return [
+        SourceMessage(
+            script.run_id.encode(), orjson.dumps(event), 0, offset, timestamp=T0_MS + int(seconds * 1000)
+        )
+        for offset, (script, event, seconds) in enumerate(timed)
+    ]
 
 
 class Partition:
@@ -66,8 +69,9 @@ class Partition:
 
     def __init__(self, scan_interval_s: float) -> None:
         self.scan_interval_s = scan_interval_s
-        self.fake = FakePartition(BatchApplier(Detector(), "events", idle_timeout_s=IDLE_S,
-                                               ended_retention_s=ENDED_S))
+        self.fake = FakePartition(
+            BatchApplier(Detector(), "events", idle_timeout_s=IDLE_S, ended_retention_s=ENDED_S)
+        )
         self.committed = self.fake.committed
         self.task = self.fake.task
 
@@ -93,16 +97,18 @@ class Partition:
 async def commands_of(log: list[SourceMessage], size: int, scan: bool, restore: bool) -> list[bytes]:
     p = await Partition(0.0 if scan else float("inf")).serve()
     for start in range(0, len(log), size):
-        assert await p.commit(log[start:start + size])
+        assert await p.commit(log[start : start + size])
         if restore:
             await p.restore()
     return [value for _, value in p.committed.records("commands") if value is not None]
 
 
-@pytest.mark.parametrize(("size", "scan", "restore"),
-                         list(itertools.product([1, 2, 5, 7], [False, True], [False, True])))
+@pytest.mark.parametrize(
+    ("size", "scan", "restore"), list(itertools.product([1, 2, 5, 7], [False, True], [False, True]))
+)
 async def test_the_commands_are_the_same_however_the_log_is_cut_scanned_and_restored(
-        size: int, scan: bool, restore: bool) -> None:
+    size: int, scan: bool, restore: bool
+) -> None:
     log = partition_log()
     whole = await commands_of(log, len(log), scan=False, restore=False)
     assert await commands_of(log, size, scan, restore) == whole
@@ -110,8 +116,10 @@ async def test_the_commands_are_the_same_however_the_log_is_cut_scanned_and_rest
 
 async def test_a_run_expired_by_the_time_of_its_record_is_met_as_absent() -> None:
     log = partition_log()
-    decisions = [(c["run_id"], c.get("decision"), c.get("reason_code"))
-                 for c in map(orjson.loads, await commands_of(log, len(log), False, False))]
+    decisions = [
+        (c["run_id"], c.get("decision"), c.get("reason_code"))
+        for c in map(orjson.loads, await commands_of(log, len(log), False, False))
+    ]
     loop = [d for run, d, _ in decisions if run == "loop"]
     # Refused while its state lived; its last repeat came after the idle timeout: unknown, allowed.
     assert "refuse" in loop and loop[-1] == "allow"
@@ -137,11 +145,13 @@ async def test_a_run_started_again_in_an_expired_runs_place_keeps_its_new_state(
     new.start_round()
     new.call("search", {"q": 2})  # a repeat of the new run's own call: refused while it lives
     timed = [(e, 0.0) for e in old.events] + [(e, IDLE_S + 10) for e in new.events]
-    log = [SourceMessage(b"again", orjson.dumps(e), 0, offset, timestamp=T0_MS + int(s * 1000))
-           for offset, (e, s) in enumerate(timed)]
+    log = [
+        SourceMessage(b"again", orjson.dumps(e), 0, offset, timestamp=T0_MS + int(s * 1000))
+        for offset, (e, s) in enumerate(timed)
+    ]
     p = await Partition(0.0).serve()  # a scan at every batch
     for start in range(0, len(log), size):
-        assert await p.commit(log[start:start + size])
+        assert await p.commit(log[start : start + size])
     verdicts = [orjson.loads(v) for _, v in p.committed.records("commands") if v is not None]
     assert verdicts[-1]["decision"] == "refuse"
     assert p.task.states.load("again") is not None

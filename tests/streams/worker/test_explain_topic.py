@@ -26,21 +26,33 @@ async def test_explain_reads_the_runs_commands_from_the_topic():
     for raw in replay_commands(interleave(every_rule())) * 2:
         await producer.send(settings.commands_topic, raw, key=orjson.loads(raw)["run_id"].encode())
     await producer.stop()
-    env = {**os.environ, "STALLWATCH_BOOTSTRAP": settings.bootstrap,
-           "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix}
+    env = {
+        **os.environ,
+        "STALLWATCH_BOOTSTRAP": settings.bootstrap,
+        "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
+    }
 
     def explain(run_id: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "stallwatch.cli.main", "explain", run_id], env=env,
-                              capture_output=True, text=True, timeout=60, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "stallwatch.cli.main", "explain", run_id],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
 
     done = explain("looper")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[:2] == ["round 1", "  allowed search"]
-    assert "  nudge: Nothing new has come back for 3 rounds: every result was one you had seen. " \
-           "Change the approach, or answer from what you have." in lines
-    assert sum(line.startswith("  STOP at round 6 [no_new_facts, answer_without_tools]")
-               for line in lines) == 1
+    assert (
+        "  nudge: Nothing new has come back for 3 rounds: every result was one you had seen. "
+        "Change the approach, or answer from what you have." in lines
+    )
+    assert (
+        sum(line.startswith("  STOP at round 6 [no_new_facts, answer_without_tools]") for line in lines) == 1
+    )
     assert lines.count("round 1") == 1
     assert "pager" not in done.stdout
     missing = explain("nobody")

@@ -91,17 +91,20 @@ async def test_the_broker_restarted_under_load_changes_no_decision():
         # restart, so what it meant to send may reach the topic twice or not at all.
         stored = await stored_events(settings)
         expected = by_run(replay_commands(stored))
-        got = await collect(settings, settings.commands_topic,
-                            sum(map(len, expected.values())), 120, settle_s=SETTLE_S)
+        got = await collect(
+            settings, settings.commands_topic, sum(map(len, expected.values())), 120, settle_s=SETTLE_S
+        )
         got_by_run = by_run(got)
         differing = sorted(run for run in expected if got_by_run.get(run) != expected[run])
         if differing:
             # pytest.fail, not an assert: pytest cuts a long assertion message short.
-            pytest.fail(f"{len(differing)} runs differ from replay: {differing}\n"
-                        f"{diff_of(differing[0], expected, got_by_run)}\n"
-                        f"stored events {len(stored)}, sent {len(log)}, commands expected "
-                        f"{sum(map(len, expected.values()))}, received {len(got)}\n"
-                        f"{worker.log_tail()}")
+            pytest.fail(
+                f"{len(differing)} runs differ from replay: {differing}\n"
+                f"{diff_of(differing[0], expected, got_by_run)}\n"
+                f"stored events {len(stored)}, sent {len(log)}, commands expected "
+                f"{sum(map(len, expected.values()))}, received {len(got)}\n"
+                f"{worker.log_tail()}"
+            )
         assert worker.alive(), worker.log_tail()
     finally:
         worker.stop()
@@ -114,15 +117,18 @@ async def test_a_worker_fenced_by_a_producer_outside_its_group_serves_on_and_los
         await wait_until_serving(settings)
         # A producer under partition 0's transactional id, as a successor's would be, though the
         # group gave the partition to no one else: the worker's next commit is fenced.
-        fencer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap,
-                                  transactional_id=f"{settings.group_id}-{settings.events_topic}-0")
+        fencer = AIOKafkaProducer(
+            bootstrap_servers=settings.bootstrap,
+            transactional_id=f"{settings.group_id}-{settings.events_topic}-0",
+        )
         await fencer.start()
         await fencer.stop()
         log = interleave(mixed_fleet(3))
         await produce(settings, log)
         expected = by_run(replay_commands(log))
-        got = await collect(settings, settings.commands_topic,
-                            sum(map(len, expected.values())), 60, settle_s=SETTLE_S)
+        got = await collect(
+            settings, settings.commands_topic, sum(map(len, expected.values())), 60, settle_s=SETTLE_S
+        )
         assert {run: by_run(got).get(run) for run in expected} == expected
         # The fenced task asks the group, which gives partition 0 back in the rebalance that
         # follows, and the worker rebuilds it (the commands above were published ahead, before
@@ -135,8 +141,9 @@ async def test_a_worker_fenced_by_a_producer_outside_its_group_serves_on_and_los
         more = interleave(mixed_fleet(6)[3:])  # runs of their own
         await produce(settings, more)
         expected = by_run(replay_commands(log + more))
-        got = await collect(settings, settings.commands_topic,
-                            sum(map(len, expected.values())), 60, settle_s=SETTLE_S)
+        got = await collect(
+            settings, settings.commands_topic, sum(map(len, expected.values())), 60, settle_s=SETTLE_S
+        )
         assert {run: by_run(got).get(run) for run in expected} == expected
         assert worker.alive(), worker.log_tail()
     finally:

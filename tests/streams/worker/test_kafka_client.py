@@ -20,8 +20,11 @@ async def test_a_client_reads_only_the_partitions_of_its_runs_and_gets_their_com
         KafkaClient(settings, verdict_timeout_s=20) as other,
     ):
         run = await mine.start_run("client-looper", "researcher", [{"name": "search"}])
-        far = next(f"other-{i}" for i in range(100)
-                   if other.partition_for(f"other-{i}") != mine.partition_for(run.run_id))
+        far = next(
+            f"other-{i}"
+            for i in range(100)
+            if other.partition_for(f"other-{i}") != mine.partition_for(run.run_id)
+        )
         other_run = await other.start_run(far, "chat", [{"name": "price"}])
         assert {tp.partition for tp in mine._assigned} == {mine.partition_for(run.run_id)}
         for i in range(6):

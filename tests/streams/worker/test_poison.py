@@ -74,8 +74,9 @@ async def test_poison_gets_bounded_answers_and_leaves_other_runs_untouched():
     healthy = interleave(mixed_fleet(30))
     bad = poison()
     async with serving_worker(partitions=2) as (settings, worker):
-        producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, acks="all",
-                                    max_request_size=4 * RECORD_LIMIT)
+        producer = AIOKafkaProducer(
+            bootstrap_servers=settings.bootstrap, acks="all", max_request_size=4 * RECORD_LIMIT
+        )
         await producer.start()
         try:
             half = len(healthy) // 2
@@ -89,8 +90,9 @@ async def test_poison_gets_bounded_answers_and_leaves_other_runs_untouched():
         finally:
             await producer.stop()
         expected = by_run(replay_commands(healthy))
-        got = await collect(settings, settings.commands_topic,
-                            sum(map(len, expected.values())), 60, settle_s=SETTLE_S)
+        got = await collect(
+            settings, settings.commands_topic, sum(map(len, expected.values())), 60, settle_s=SETTLE_S
+        )
         letters = await collect(settings, settings.deadletter_topic, 4, 10)
         await asyncio.sleep(1)
         assert worker.alive(), worker.log_tail()
@@ -125,8 +127,9 @@ async def test_a_dead_letter_of_a_keyed_worker_keeps_a_pin_past_its_cut_secret()
     topic hashed every guess of a poison event's hidden tail against `raw_digest`."""
     key = "a fleet key of at least 16 characters"
     settings = fresh_settings()
-    worker = WorkerProcess(settings, env={"STALLWATCH_FINGERPRINT_KEY": key,
-                                          "STALLWATCH_DEADLETTER_RAW": "true"})
+    worker = WorkerProcess(
+        settings, env={"STALLWATCH_FINGERPRINT_KEY": key, "STALLWATCH_DEADLETTER_RAW": "true"}
+    )
     try:
         await wait_until_serving(settings)
         await produce(settings, [poison_with_a_pin("4821")], keys=[b"p-pin"])

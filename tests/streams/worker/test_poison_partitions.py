@@ -30,8 +30,11 @@ pytestmark = pytest.mark.kafka
 
 PARTITIONS = 4
 HOSTILE_TOOLS = [
-    {"name": "search", "volatile_patterns": ["\\d+ms", "(?i)token", "(a+)+$"],
-     "volatile_fields": [f"*.*.*.z{n}" for n in range(64)]},
+    {
+        "name": "search",
+        "volatile_patterns": ["\\d+ms", "(?i)token", "(a+)+$"],
+        "volatile_fields": [f"*.*.*.z{n}" for n in range(64)],
+    },
     {"name": injected_bug.TOOL},
 ]
 
@@ -39,8 +42,9 @@ HOSTILE_TOOLS = [
 def hostile_result() -> dict:
     """A result the declarations work hard on: nested for the paths, long runs of `a` for the
     pattern that backtracks without end on Python's `re`."""
-    return {f"k{i}": {f"m{j}": {"n": {"z1": 1, "text": "a" * 2_000 + "!"}} for j in range(10)}
-            for i in range(10)}
+    return {
+        f"k{i}": {f"m{j}": {"n": {"z1": 1, "text": "a" * 2_000 + "!"}} for j in range(10)} for i in range(10)
+    }
 
 
 def poison_runs() -> list[RunScript]:
@@ -58,8 +62,7 @@ def poison_runs() -> list[RunScript]:
     return runs
 
 
-async def test_a_poison_run_on_every_partition_leaves_both_workers_and_every_other_run(
-        tmp_path, monkeypatch):
+async def test_a_poison_run_on_every_partition_leaves_both_workers_and_every_other_run(tmp_path, monkeypatch):
     (tmp_path / "sitecustomize.py").write_text(injected_bug.SITECUSTOMIZE)
     env = {"PYTHONPATH": f"{tmp_path}:{Path(__file__).resolve().parents[3]}"}
     settings = fresh_settings(PARTITIONS)
@@ -75,8 +78,9 @@ async def test_a_poison_run_on_every_partition_leaves_both_workers_and_every_oth
         b = WorkerProcess(settings, "b", env)
         await b.ready()
         await produce(settings, log, pause_every=200, pause_s=0.05)
-        got = await collect(settings, settings.commands_topic,
-                            sum(map(len, expected.values())), 120, settle_s=SETTLE_S)
+        got = await collect(
+            settings, settings.commands_topic, sum(map(len, expected.values())), 120, settle_s=SETTLE_S
+        )
         letters = await collect(settings, settings.deadletter_topic, PARTITIONS, 20)
         await asyncio.sleep(1)
         assert a.alive(), a.log_tail()
@@ -92,6 +96,7 @@ async def test_a_poison_run_on_every_partition_leaves_both_workers_and_every_oth
     assert {f["partition"] for f in faults} == set(range(PARTITIONS))
     assert all("KeyError" in f["error"] and "quarantined" in f["error"] for f in faults)
     assert injected_bug.MESSAGE not in orjson.dumps(faults).decode()
-    quarantined = [orjson.loads(c) for run, commands in runs.items() if run.startswith("poison")
-                   for c in commands[1:]]
+    quarantined = [
+        orjson.loads(c) for run, commands in runs.items() if run.startswith("poison") for c in commands[1:]
+    ]
     assert quarantined and all(c["decision"] == "allow" for c in quarantined)

@@ -39,5 +39,4 @@ async def test_an_idle_workers_producers_ask_for_their_own_topics_only(monkeypat
         await ahead.stop()
     assert len(asked) >= 4
     assert None not in asked, "a producer asked for every topic of the cluster"
-    assert set(asked) == {frozenset(CommitTopics.of(settings).all()),
-                          frozenset([settings.commands_topic])}
+    assert set(asked) == {frozenset(CommitTopics.of(settings).all()), frozenset([settings.commands_topic])}

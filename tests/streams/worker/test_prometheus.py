@@ -48,11 +48,20 @@ def prometheus(tmp_path):
             "global: {scrape_interval: 1s}\n"
             "scrape_configs:\n"
             f"  - job_name: stallwatch-worker\n"
-            f"    static_configs: [{{targets: ['127.0.0.1:{metrics_port}']}}]\n")
-        servers.append(subprocess.Popen(
-            ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
-             f"--web.listen-address=127.0.0.1:{PROMETHEUS_PORT}"],
-            stdout=subprocess.DEVNULL, stderr=(tmp_path / "prometheus.log").open("wb")))
+            f"    static_configs: [{{targets: ['127.0.0.1:{metrics_port}']}}]\n"
+        )
+        servers.append(
+            subprocess.Popen(
+                [
+                    "prometheus",
+                    f"--config.file={config}",
+                    f"--storage.tsdb.path={tmp_path / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{PROMETHEUS_PORT}",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=(tmp_path / "prometheus.log").open("wb"),
+            )
+        )
 
     yield start
     for server in servers:
@@ -78,19 +87,24 @@ async def test_prometheus_sees_the_counts_the_log_implies(prometheus):
 
         deadline = time.monotonic() + 60
         while True:
-            got_events = {dict(k)["type"]: v for k, v in
-                          query("sum by (type) (stallwatch_events_consumed_total)").items()}
+            got_events = {
+                dict(k)["type"]: v
+                for k, v in query("sum by (type) (stallwatch_events_consumed_total)").items()
+            }
             if got_events == dict(events) or time.monotonic() > deadline:
                 break
             await asyncio.sleep(1)
         assert got_events == dict(events)
-        got_verdicts = {(dict(k)["decision"], dict(k)["code"]): v for k, v in
-                        query("sum by (decision, code) (stallwatch_verdicts_total)").items()}
+        got_verdicts = {
+            (dict(k)["decision"], dict(k)["code"]): v
+            for k, v in query("sum by (decision, code) (stallwatch_verdicts_total)").items()
+        }
         assert got_verdicts == dict(verdicts)
         got_stops = {dict(k)["code"]: v for k, v in query("sum by (code) (stallwatch_stops_total)").items()}
         assert got_stops == dict(stops)
         assert query('up{job="stallwatch-worker"}') and all(
-            v == 1 for v in query('up{job="stallwatch-worker"}').values())
+            v == 1 for v in query('up{job="stallwatch-worker"}').values()
+        )
         latency = query("sum(stallwatch_decision_latency_seconds_count)")
         assert list(latency.values()) == [len(expected) + 1]
         recoveries = list(query("sum(stallwatch_partition_restore_seconds_count)").values())

@@ -51,10 +51,12 @@ async def test_commands_are_published_ahead_and_the_transaction_holds_the_rest()
     assert all(partition == SOURCE.partition for _, partition, _, _ in ahead.sent)
 
 
-@pytest.mark.parametrize("error", [OutOfOrderSequenceNumber(), ProducerFenced()],
-                         ids=["out of order", "fenced"])
+@pytest.mark.parametrize(
+    "error", [OutOfOrderSequenceNumber(), ProducerFenced()], ids=["out of order", "fenced"]
+)
 async def test_a_failed_ahead_send_replaces_its_producer_and_the_batch_is_read_again_with_the_same_bytes(
-        error: Exception):
+    error: Exception,
+):
     # An idempotent producer that lost a send (the broker restarted under it) has every later
     # send refused as out of order: it is replaced, once, and the batch read again. Even a
     # fencing of it is a failure to rebuild from, not a question for the group: the producer is
@@ -85,16 +87,17 @@ async def test_a_failed_transaction_after_publishing_publishes_the_same_bytes_ag
     first = list(ahead.sent)
     p.task.producer = FakeProducer(fail_commit=KafkaConnectionError("the broker went away"))
     assert not await p.commit(messages[5:])
-    published = ahead.sent[len(first):]
+    published = ahead.sent[len(first) :]
     assert published and p.restores == 1
     assert await p.commit(messages[5:])
     # The batch read again after the rebuild: the same commands, byte for byte, again.
-    assert ahead.sent[len(first) + len(published):] == published
+    assert ahead.sent[len(first) + len(published) :] == published
 
 
 async def test_records_stamped_by_their_producer_are_never_published_ahead():
-    create_time = [SourceMessage(m.key, m.value, m.partition, m.offset, m.timestamp, 0)
-                   for m in looping_run()]
+    create_time = [
+        SourceMessage(m.key, m.value, m.partition, m.offset, m.timestamp, 0) for m in looping_run()
+    ]
     p, ahead = await ahead_partition()
     assert await p.commit(create_time)
     assert ahead.sent == [] and len(p.committed.records("commands")) == 6
@@ -105,8 +108,7 @@ async def test_a_clock_moved_by_a_receipt_time_holds_later_batches_back_until_it
     # commits, a successor would read it again at another time and expire other runs: a later
     # append-time batch published ahead could carry a verdict the successor would not give.
     messages = looping_run()
-    create_time = [SourceMessage(m.key, m.value, m.partition, m.offset, m.timestamp, 0)
-                   for m in messages[:3]]
+    create_time = [SourceMessage(m.key, m.value, m.partition, m.offset, m.timestamp, 0) for m in messages[:3]]
     p, ahead = await ahead_partition()
     first = await p.committer.apply(p.task, create_time)
     second = await p.committer.apply(p.task, messages[3:5])
@@ -123,8 +125,9 @@ class SlowAckProducer(FakeAheadProducer):
         super().__init__()
         self.delay_s = delay_s
 
-    async def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
-                   partition: int | None = None) -> asyncio.Future[None]:
+    async def send(
+        self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int | None = None
+    ) -> asyncio.Future[None]:
         sent = await super().send(topic, value, key, partition)
         slow: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         asyncio.get_running_loop().call_later(self.delay_s, slow.set_result, sent.result())
@@ -150,8 +153,9 @@ class HeldAheadProducer(FakeAheadProducer):
         self.held_key = held_key
         self.release = asyncio.Event()
 
-    async def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
-                   partition: int | None = None) -> asyncio.Future[None]:
+    async def send(
+        self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int | None = None
+    ) -> asyncio.Future[None]:
         if key == self.held_key:
             await self.release.wait()
         return await super().send(topic, value, key, partition)
@@ -159,8 +163,22 @@ class HeldAheadProducer(FakeAheadProducer):
 
 def append_timed(topic: str, run: bytes, first_offset: int) -> list[ConsumerRecord]:
     values = [m.value.replace(b'"r1"', b'"' + run + b'"') for m in looping_run()]
-    return [ConsumerRecord(topic, 0, first_offset + i, 1_700_000_000_000, LOG_APPEND_TIME, run,
-                           value, None, len(run), len(value), []) for i, value in enumerate(values)]
+    return [
+        ConsumerRecord(
+            topic,
+            0,
+            first_offset + i,
+            1_700_000_000_000,
+            LOG_APPEND_TIME,
+            run,
+            value,
+            None,
+            len(run),
+            len(value),
+            [],
+        )
+        for i, value in enumerate(values)
+    ]
 
 
 async def test_a_batch_whose_sends_outlast_a_rebuild_of_its_partition_is_never_committed():
@@ -177,8 +195,14 @@ async def test_a_batch_whose_sends_outlast_a_rebuild_of_its_partition_is_never_c
     async def restore(partitions: list[int], tick: object) -> dict[int, PartitionStates]:
         return {0: PartitionStates()}  # nothing committed: the changelog is empty
 
-    pipeline = Pipeline(settings, StallwatchMetrics(), Detector(), consumer=consumer,  # type: ignore[arg-type]
-                        start_producer=start_producer, restore=restore)
+    pipeline = Pipeline(
+        settings,
+        StallwatchMetrics(),
+        Detector(),
+        consumer=consumer,  # type: ignore[arg-type]
+        start_producer=start_producer,
+        restore=restore,
+    )
     starting = [failing]  # the first producer, then the fresh one
     await pipeline.on_partitions_assigned([tp])
     ahead = pipeline.committer.ahead = HeldAheadProducer(b"r2")
@@ -214,8 +238,9 @@ class RefusingAtOnce(FakeAheadProducer):
         self.calls = 0
         self.refuse_at = refuse_at
 
-    async def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
-                   partition: int | None = None) -> asyncio.Future[None]:
+    async def send(
+        self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int | None = None
+    ) -> asyncio.Future[None]:
         self.calls += 1
         if self.calls == self.refuse_at:
             raise KafkaTimeoutError()

@@ -40,8 +40,7 @@ async def test_steady_running_on_a_healthy_broker_logs_no_not_enough_replicas():
         assert worker.alive(), worker.log_tail()
     finally:
         worker.stop()
-    refusals = [line for line in worker.log_path.read_text().splitlines()
-                if "NotEnoughReplicas" in line]
+    refusals = [line for line in worker.log_path.read_text().splitlines() if "NotEnoughReplicas" in line]
     assert not refusals, f"{len(refusals)} lines, e.g. {refusals[:2]}"
 
 

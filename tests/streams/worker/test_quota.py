@@ -31,15 +31,19 @@ class Partition:
     def feed(self, lines: list[bytes], append_ms: int = 0) -> None:
         batch = []
         for line in lines:
-            batch.append(SourceMessage(orjson.loads(line)["run_id"].encode(), line, 0, self.offset,
-                                       timestamp=append_ms))
+            batch.append(
+                SourceMessage(
+                    orjson.loads(line)["run_id"].encode(), line, 0, self.offset, timestamp=append_ms
+                )
+            )
             self.offset += 1
         result = self.applier.apply(batch, self.store.load, self.store.clock, 0.0, self.store.live)
         for run_id, state in result.states.items():
             self.store.put(run_id, state)
         self.commands += [orjson.loads(encode_command(c)) for c in result.commands]
-        self.letters += [(key, reason, orjson.loads(letter)["error"])
-                         for key, letter, reason in result.letters]
+        self.letters += [
+            (key, reason, orjson.loads(letter)["error"]) for key, letter, reason in result.letters
+        ]
 
 
 def tenant_run(tenant: str, n: int) -> RunScript:
@@ -84,8 +88,9 @@ def test_an_ended_run_frees_its_place_and_a_successor_counts_the_same():
     partition.feed(interleaved(tenant_run("a", 3)))
     assert partition.letters == []
     assert partition.store.live.by_tenant == {"a": 3}
-    successor = PartitionStates({run: state.to_bytes() for run, state in partition.store.states()},
-                                quota=QUOTA)
+    successor = PartitionStates(
+        {run: state.to_bytes() for run, state in partition.store.states()}, quota=QUOTA
+    )
     assert successor.live is not None
     assert successor.live.by_tenant == {"a": 3} and successor.live.total == 3
 
@@ -131,6 +136,7 @@ def test_a_quarantined_run_that_ends_frees_its_place(monkeypatch):
 
 def test_a_state_the_ledger_cannot_read_is_counted_and_left_to_the_batch_step():
     readable = RunState(mode="researcher", started_ts=1.0, tenant="t").to_bytes()
-    store = PartitionStates({"a": readable, "b": orjson.dumps([99, "a format of another version"])},
-                            quota=QUOTA)
+    store = PartitionStates(
+        {"a": readable, "b": orjson.dumps([99, "a format of another version"])}, quota=QUOTA
+    )
     assert store.live is not None and store.live.by_tenant == {"t": 1, None: 1}

@@ -37,11 +37,20 @@ def first_call(script: RunScript) -> dict:
 
 async def test_redeliveries_after_expiry_and_beyond_the_window_never_reuse_an_id():
     settings = fresh_settings(partitions=1)  # every run on one partition, one clock
-    worker = WorkerProcess(settings, "redeliver", env={
-        "STALLWATCH_IDLE_TIMEOUT_S": str(IDLE_S), "STALLWATCH_ENDED_RETENTION_S": str(ENDED_S),
-        "STALLWATCH_EXPIRY_INTERVAL_S": "0.1"})
-    ended, idle, ticker = RunScript("ended", ts=BASE), RunScript("idle", ts=BASE), \
-        RunScript("ticker", ts=BASE)
+    worker = WorkerProcess(
+        settings,
+        "redeliver",
+        env={
+            "STALLWATCH_IDLE_TIMEOUT_S": str(IDLE_S),
+            "STALLWATCH_ENDED_RETENTION_S": str(ENDED_S),
+            "STALLWATCH_EXPIRY_INTERVAL_S": "0.1",
+        },
+    )
+    ended, idle, ticker = (
+        RunScript("ended", ts=BASE),
+        RunScript("idle", ts=BASE),
+        RunScript("ticker", ts=BASE),
+    )
     ended.round_of(("search", {"q": 1}, {"documents": [{"id": 1}]}))
     ended.end()
     idle.start_round()
@@ -63,14 +72,16 @@ async def test_redeliveries_after_expiry_and_beyond_the_window_never_reuse_an_id
         n = len(long.events)
         long.events.append(dict(first_call(long)))  # round 1's call, 600 events later
         long.call("search", {"q": "newer"})
-        redelivered = [orjson.dumps(first_call(ended)), orjson.dumps(first_call(idle)),
-                       *long.lines()]
+        redelivered = [orjson.dumps(first_call(ended)), orjson.dumps(first_call(idle)), *long.lines()]
         assert len(long.lines()) - n == 2 and n > 600
         await produce(settings, redelivered)
         sent += redelivered
         expected = by_run(replay_commands(sent))  # fails if replay gave one id two contents
-        got = by_run(await collect(settings, settings.commands_topic,
-                                   sum(map(len, expected.values())), 30, settle_s=SETTLE_S))  # fails alike
+        got = by_run(
+            await collect(
+                settings, settings.commands_topic, sum(map(len, expected.values())), 30, settle_s=SETTLE_S
+            )
+        )  # fails alike
     finally:
         worker.stop()
     # The window and the closed round: the worker answers as replay does, no second verdict.
@@ -80,7 +91,7 @@ async def test_redeliveries_after_expiry_and_beyond_the_window_never_reuse_an_id
     # After expiry the worker has no record: the call is allowed again, under an id of its own,
     # after the original verdict (replay, which forgets nothing, recognises the redelivery).
     for run in ("ended", "idle"):
-        assert got[run][:len(expected[run])] == expected[run]
+        assert got[run][: len(expected[run])] == expected[run]
         verdicts = [orjson.loads(c) for c in got[run] if b'"call_id":"c1"' in c]
         assert [v["decision"] for v in verdicts] == ["allow", "allow"]
         assert verdicts[0]["command_id"] != verdicts[1]["command_id"]

@@ -92,8 +92,9 @@ async def test_sigterm_ends_a_worker_stuck_on_a_frozen_broker_within_its_stop_de
             took = time.monotonic() - began
         assert code is not None, f"still running {took:.1f} s after SIGTERM:\n{worker.log_tail()}"
         assert code == ABANDONED_EXIT_CODE, worker.log_tail()
-        assert not [line for line in errors_in(worker) if "CancelledError" in line
-                    or "Exception in callback" in line], worker.log_tail()
+        assert not [
+            line for line in errors_in(worker) if "CancelledError" in line or "Exception in callback" in line
+        ], worker.log_tail()
     finally:
         worker.stop()
 
@@ -105,8 +106,9 @@ async def test_a_transaction_the_frozen_broker_timed_out_is_rebuilt_and_the_work
         with frozen_broker():
             await asyncio.sleep(FREEZE_S)
         expected = by_run(replay_commands(log))
-        got = await collect(worker.settings, worker.settings.commands_topic,
-                            sum(map(len, expected.values())), 120)
+        got = await collect(
+            worker.settings, worker.settings.commands_topic, sum(map(len, expected.values())), 120
+        )
         # On the thaw, the broker's abort of the old transaction races the worker's retries of
         # it: mostly the abort wins (and the worker exited 1 before), sometimes the commit does.
         assert worker.alive(), worker.log_tail()
@@ -135,8 +137,7 @@ async def test_a_commit_held_past_the_transaction_timeout_with_no_successor_is_r
             await asyncio.sleep(HOLD_S)
             link.heal()
             await producing
-            got = await collect(settings, settings.commands_topic,
-                                sum(map(len, expected.values())), 120)
+            got = await collect(settings, settings.commands_topic, sum(map(len, expected.values())), 120)
             assert worker.alive(), worker.log_tail()
             assert "outlived the transaction timeout" in worker.log_path.read_text(), worker.log_tail()
             assert {run: by_run(got).get(run) for run in expected} == expected

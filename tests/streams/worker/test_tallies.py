@@ -30,9 +30,12 @@ def batch(*scripts: RunScript) -> list[SourceMessage]:
     return [SourceMessage(m.key, m.value, 0, i) for i, m in enumerate(out)]
 
 
-def apply(messages: list[SourceMessage], tallies: Tallies | None = None,
-          detector: Detector | None = None,
-          states: dict[str, RunState] | None = None) -> dict[bytes, dict]:
+def apply(
+    messages: list[SourceMessage],
+    tallies: Tallies | None = None,
+    detector: Detector | None = None,
+    states: dict[str, RunState] | None = None,
+) -> dict[bytes, dict]:
     tallies = tallies or Tallies()
     applier = BatchApplier(detector or Detector(), "events", tallies=tallies)
     result = applier.apply(messages, lambda run_id: (states or {}).get(run_id), PartitionClock(), 0.0)
@@ -68,8 +71,7 @@ def test_one_answer_to_many_questions_lists_its_runs_and_argument_digests():
     [answer] = apply(batch(*runs))[tally_key("acme", "search")]["answers"]
     assert answer["fingerprint"] == fact_digest(STALE).hex()
     assert answer["runs"] == ["r0", "r1", "r2"]
-    assert answer["args"] == [call_signature("search", {"q": f"question {i}"}).hex()
-                              for i in range(3)]
+    assert answer["args"] == [call_signature("search", {"q": f"question {i}"}).hex() for i in range(3)]
 
 
 def test_digests_are_keyed_with_the_fleets_key_and_no_content_leaves():
@@ -77,8 +79,11 @@ def test_digests_are_keyed_with_the_fleets_key_and_no_content_leaves():
     s.start_round()
     s.call("search", {"q": "my pin is 4821"}, status="ok", result={"pin": "4821"})
     secret = derive_secret("a fleet key of enough length")
-    raw = BatchApplier(Detector(secret=secret), "events", tallies=Tallies(secret)).apply(
-        batch(s), lambda run_id: None, PartitionClock(), 0.0).tallies
+    raw = (
+        BatchApplier(Detector(secret=secret), "events", tallies=Tallies(secret))
+        .apply(batch(s), lambda run_id: None, PartitionClock(), 0.0)
+        .tallies
+    )
     [(_, value)] = raw
     assert b"4821" not in value
     [answer] = orjson.loads(value)["answers"]
@@ -91,28 +96,39 @@ def test_runtime_digests_are_taken_as_the_engine_takes_them():
     s = script("r1")
     s.start_round()
     s.add("call_proposed", round=1, call_id="c9", tool="search", args_digest="ab" * 16)
-    s.add("call_result", round=1, call_id="c9", tool="search", status="ok", fingerprint="cd" * 16,
-          empty=False)
+    s.add(
+        "call_result", round=1, call_id="c9", tool="search", status="ok", fingerprint="cd" * 16, empty=False
+    )
     [answer] = apply(batch(s))[tally_key("acme", "search")]["answers"]
     assert answer == {"fingerprint": "cd" * 16, "runs": ["r1"], "args": ["ab" * 16]}
 
 
 def test_empty_results_approval_and_exempt_tools_never_answer():
-    s = script("r1", tools=[{"name": "search"}, {"name": "send", "requires_approval": True},
-                            {"name": "poll", "repeat_exempt": True}, {"name": "admin_tool"}])
+    s = script(
+        "r1",
+        tools=[
+            {"name": "search"},
+            {"name": "send", "requires_approval": True},
+            {"name": "poll", "repeat_exempt": True},
+            {"name": "admin_tool"},
+        ],
+    )
     s.start_round()
     s.call("search", {"q": 1}, status="ok", result=[])
     s.add("call_proposed", round=1, call_id="c8", tool="search", args={"q": 2})
-    s.add("call_result", round=1, call_id="c8", tool="search", status="ok", fingerprint="ee" * 16,
-          empty=True)
+    s.add("call_result", round=1, call_id="c8", tool="search", status="ok", fingerprint="ee" * 16, empty=True)
     s.call("send", {"to": 1}, status="ok", result=STALE)
     s.call("poll", {"id": 1}, status="ok", result=STALE)
     s.call("admin_tool", {"id": 1}, status="ok", result=STALE)
     detector = Detector(AdminPolicy(approval_patterns=("admin_*",)))
     records = apply(batch(s), Tallies(admin_policy=detector.admin_policy), detector)
     assert all(r["answers"] == [] for r in records.values())
-    assert [records[tally_key("acme", t)]["calls"] for t in ("search", "send", "poll", "admin_tool")] \
-        == [2, 1, 1, 1]
+    assert [records[tally_key("acme", t)]["calls"] for t in ("search", "send", "poll", "admin_tool")] == [
+        2,
+        1,
+        1,
+        1,
+    ]
 
 
 def test_the_argument_digest_of_a_call_proposed_in_an_earlier_batch():
@@ -165,9 +181,18 @@ def test_each_batch_has_its_own_records_and_advisories_count_nothing():
     s.call("search", {"q": 1}, status="ok", result=STALE)
     tallies, states = Tallies(), {}
     assert apply(batch(s), tallies, states=states)[tally_key("acme", "search")]["calls"] == 1
-    advisory = {"v": 1, "type": "fleet_advisory", "event_id": "fa-1", "run_id": "r1", "ts": 9.0,
-                "incident_id": "inc-1", "incident": "open", "kind": "tool_failing",
-                "tool": "search", "window_s": 300.0}
+    advisory = {
+        "v": 1,
+        "type": "fleet_advisory",
+        "event_id": "fa-1",
+        "run_id": "r1",
+        "ts": 9.0,
+        "incident_id": "inc-1",
+        "incident": "open",
+        "kind": "tool_failing",
+        "tool": "search",
+        "window_s": 300.0,
+    }
     assert apply([SourceMessage(b"r1", orjson.dumps(advisory), 0, 10)], tallies, states=states) == {}
 
 

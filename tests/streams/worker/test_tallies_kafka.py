@@ -36,9 +36,13 @@ def expected_calls(log: list[bytes]) -> Counter:
 
 async def read_tallies(settings: Settings, isolation: str, quiet_s: float = 3.0) -> list[dict]:
     """Every tally in the topic, read until nothing more came for `quiet_s`."""
-    consumer = AIOKafkaConsumer(settings.tallies_topic, bootstrap_servers=settings.bootstrap,
-                                isolation_level=isolation, auto_offset_reset="earliest",
-                                enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        settings.tallies_topic,
+        bootstrap_servers=settings.bootstrap,
+        isolation_level=isolation,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
     await consumer.start()
     out: list[dict] = []
     last = time.monotonic()
@@ -74,8 +78,9 @@ async def test_every_batch_is_tallied_exactly_once():
     assert calls(tallies) == expected_calls(log)
     assert all(t["tenant"] is None and t["v"] == 1 for t in tallies)
     runs = {run for t in tallies if t["tool"] == "search" for run in t["runs"]}
-    assert runs == {orjson.loads(line)["run_id"] for line in log
-                    if orjson.loads(line).get("tool") == "search"}
+    assert runs == {
+        orjson.loads(line)["run_id"] for line in log if orjson.loads(line).get("tool") == "search"
+    }
 
 
 @pytest.mark.xdist_group("cuttable-link")
@@ -101,8 +106,9 @@ async def test_a_transaction_aborted_by_a_successor_leaves_no_tallies():
             await asyncio.to_thread(workers[0].kill)
             workers.append(WorkerProcess(settings, "successor"))  # fences and aborts
             await producing
-            got = await collect(settings, settings.commands_topic,
-                                sum(map(len, expected.values())), 90, settle_s=SETTLE_S)
+            got = await collect(
+                settings, settings.commands_topic, sum(map(len, expected.values())), 90, settle_s=SETTLE_S
+            )
             committed = await read_tallies(settings, "read_committed")
             uncommitted = await read_tallies(settings, "read_uncommitted")
         finally:

@@ -144,7 +144,8 @@ async def test_a_transaction_failed_during_a_rebalance_drops_the_task():
 
 @pytest.mark.parametrize("outcome", [FENCED, TIMED_OUT], ids=["young", "past the timeout"])
 async def test_a_fenced_task_is_dropped_and_the_group_asked_and_the_assignment_that_follows_rebuilds_it(
-        outcome):
+    outcome,
+):
     commits = Commits(outcome)
     p = FakePartition(observe=commits.observe)
     p.context.committer = commits  # type: ignore[assignment]
@@ -177,8 +178,10 @@ async def test_a_task_fenced_while_the_worker_stops_asks_the_group_nothing():
     assert p.task.state is TaskState.DROPPED and p.membership.rejoins == 0
 
 
-@pytest.mark.parametrize("state", [TaskState.CREATED, TaskState.RESTORING, TaskState.RUNNING,
-                                   TaskState.SUSPENDED, TaskState.DROPPED])
+@pytest.mark.parametrize(
+    "state",
+    [TaskState.CREATED, TaskState.RESTORING, TaskState.RUNNING, TaskState.SUSPENDED, TaskState.DROPPED],
+)
 async def test_a_task_closes_from_any_state_its_producer_and_states_let_go(state: TaskState):
     p = FakePartition()
     if state is TaskState.RESTORING:

@@ -14,10 +14,14 @@ S = TaskState
 # that a change of the table is a change of this test too.
 DRAWN = {
     (S.CREATED, S.RESTORING),
-    (S.RESTORING, S.RUNNING), (S.RESTORING, S.SUSPENDED),
-    (S.RUNNING, S.SUSPENDED), (S.SUSPENDED, S.RUNNING),
-    (S.RUNNING, S.REBUILDING), (S.SUSPENDED, S.REBUILDING),
-    (S.REBUILDING, S.RESTORING), (S.REBUILDING, S.DROPPED),
+    (S.RESTORING, S.RUNNING),
+    (S.RESTORING, S.SUSPENDED),
+    (S.RUNNING, S.SUSPENDED),
+    (S.SUSPENDED, S.RUNNING),
+    (S.RUNNING, S.REBUILDING),
+    (S.SUSPENDED, S.REBUILDING),
+    (S.REBUILDING, S.RESTORING),
+    (S.REBUILDING, S.DROPPED),
     (S.DROPPED, S.RESTORING),
     *((state, S.CLOSED) for state in S if state is not S.CLOSED),
 }
@@ -41,8 +45,9 @@ def test_a_drawn_transition_is_taken(current: TaskState, wanted: TaskState):
     assert lifecycle.state is wanted
 
 
-@pytest.mark.parametrize(("current", "wanted"),
-                         [edge for edge in itertools.product(S, S) if edge not in DRAWN])
+@pytest.mark.parametrize(
+    ("current", "wanted"), [edge for edge in itertools.product(S, S) if edge not in DRAWN]
+)
 def test_any_other_transition_raises_and_leaves_the_state(current: TaskState, wanted: TaskState):
     lifecycle = at(current)
     with pytest.raises(InvalidTransition, match=f"partition 3: no transition from {current.name}"):

@@ -66,8 +66,15 @@ def tenants(cluster: Topics) -> tuple[Tenants, list[FakePipeline]]:
 
 
 async def test_a_scan_serves_each_tenant_found_and_lets_one_go_when_gone_twice():
-    cluster = Topics({"sw.events", "sw.tenant.acme.events", "sw.tenant.acme.commands",
-                      "sw.tenant.a.b.events", "other.tenant.x.events"})
+    cluster = Topics(
+        {
+            "sw.events",
+            "sw.tenant.acme.events",
+            "sw.tenant.acme.commands",
+            "sw.tenant.a.b.events",
+            "other.tenant.x.events",
+        }
+    )
     worker, made = tenants(cluster)
     await worker.start()
     assert sorted(worker.pipelines, key=str) == [None, "acme"]

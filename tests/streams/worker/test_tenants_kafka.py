@@ -60,13 +60,20 @@ async def test_each_tenant_is_served_on_its_own_topics_and_no_tenant_decides_ano
         victims = mixed_fleet(16)
         theirs = interleave(victims)
         ours = forgeries(victims)
-        expected = {tenant.tenant: by_run(replay_commands(log, tenant=tenant.tenant))
-                    for tenant, log in ((globex, theirs), (acme, ours))}
+        expected = {
+            tenant.tenant: by_run(replay_commands(log, tenant=tenant.tenant))
+            for tenant, log in ((globex, theirs), (acme, ours))
+        }
         await produce(acme, ours)
         await produce(globex, theirs)
-        got = {tenant.tenant: by_run(await collect(
-            tenant, tenant.commands_topic, sum(map(len, expected[tenant.tenant].values())), 60))
-            for tenant in (acme, globex)}
+        got = {
+            tenant.tenant: by_run(
+                await collect(
+                    tenant, tenant.commands_topic, sum(map(len, expected[tenant.tenant].values())), 60
+                )
+            )
+            for tenant in (acme, globex)
+        }
         letters = await collect(acme, acme.deadletter_topic, 2 * len(victims), 30)
         assert worker.alive(), worker.log_tail()
     finally:
@@ -79,14 +86,18 @@ async def test_each_tenant_is_served_on_its_own_topics_and_no_tenant_decides_ano
     assert by_run(replay_commands(ours + theirs)) != expected["globex"]
     assert any(orjson.loads(c)["type"] == "stop" for cs in got["globex"].values() for c in cs)
     assert sorted(orjson.loads(x)["error"].split(";")[0] for x in letters) == [
-        "the event names another tenant than its topic's (acme)"] * (2 * len(victims))
+        "the event names another tenant than its topic's (acme)"
+    ] * (2 * len(victims))
     assert _tenants_counted(worker) >= {"acme", "globex"}
 
 
 def _tenants_counted(worker: WorkerProcess) -> set[str]:
     """The tenants whose pipelines the worker's log says it serves."""
-    return {line.split("tenant ", 1)[1].split(":", 1)[0] for line in worker.log_tail(400).splitlines()
-            if "serving its events topic" in line}
+    return {
+        line.split("tenant ", 1)[1].split(":", 1)[0]
+        for line in worker.log_tail(400).splitlines()
+        if "serving its events topic" in line
+    }
 
 
 def test_a_tenant_name_that_cannot_name_topics_is_refused_in_one_line():
