@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -95,7 +95,27 @@ class BatchApplier:
         received_at: float,
         live: LiveRuns | None = None,
     ) -> BatchResult:
-        """`load` gives a run's stored state; the states the batch touched are in the result.
+        """The whole batch at once (see `steps`)."""
+        steps = self.steps(messages, load, clock, received_at, live)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+
+    def steps(
+        self,
+        messages: Sequence[SourceRecord],
+        load: Callable[[str], RunState | None],
+        clock: PartitionClock,
+        received_at: float,
+        live: LiveRuns | None = None,
+    ) -> Generator[None, None, BatchResult]:
+        """The batch one record at a time: yields after each record, returns the result. A
+        caller on an event loop lets other work run between records (the worker's pipelines
+        share one loop); the result is the same however the steps are spaced.
+
+        `load` gives a run's stored state; the states the batch touched are in the result.
         `clock`, the partition's broker time, moves with every record: its append time, or
         `received_at` (the worker's clock) on a topic that keeps the producers' CreateTime.
         Decisions read only the events' own `ts`, as replay does; whether a run has expired reads
@@ -156,6 +176,7 @@ class BatchApplier:
         ):
             if outcome is SKIPPED:
                 result.skipped += 1
+            yield
         if tallies is not None:
             result.tallies = tallies.records()
         return result

@@ -17,6 +17,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
@@ -213,8 +214,8 @@ class Pipeline(ConsumerRebalanceListener):
                             self.metrics.fetch_delay.observe(
                                 max(0.0, time.time() - records[0].timestamp / 1000)
                             )
-                        applied = await self.committer.apply(task, records)
-                        if task.takes(epoch):
+                        applied = await self.committer.apply(task, records, partial(task.takes, epoch))
+                        if applied is not None and task.takes(epoch):
                             task.add(applied)
             self.progress.tick()
 
