@@ -295,6 +295,7 @@ class Pipeline(ConsumerRebalanceListener):
             membership.generation += 1
             self._count()
             self.progress.restoring = False
+            self.progress.served = True
             self.progress.tick()
             log.info(
                 "serving partitions %s of %s (restored %s)",

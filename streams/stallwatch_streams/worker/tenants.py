@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from aiokafka.errors import KafkaError
 
@@ -27,6 +27,10 @@ from stallwatch_streams.worker.progress import AllProgress
 log = logging.getLogger(__name__)
 
 PipelineFactory = Callable[[Settings], Pipeline]
+# Pipelines started at once: each start is a few round trips to the broker and its group's
+# coordinator, so many overlap well; the bound keeps a worker with hundreds of tenants from
+# opening every connection in the same instant.
+TENANT_STARTS_AT_ONCE = 32
 
 
 class Tenants:
@@ -51,9 +55,11 @@ class Tenants:
         metrics.fingerprints.set_function(lambda: sum(p.fingerprints for p in list(self.pipelines.values())))
 
     async def start(self) -> None:
-        """The shared topics' pipeline, then every tenant's found now."""
+        """The shared topics' pipeline, then every tenant's found now, started together; the
+        worker is ready once each has served its first assignment (`AllProgress.ready`)."""
         await self._add(None)
         await self.scan()
+        self.progress.started = True
 
     async def run(self) -> None:
         """Until cancelled: the pipelines run, and new tenants are looked for every
@@ -73,15 +79,12 @@ class Tenants:
         broker that does not answer (restarting, cut off) leaves the pipelines as they are: the
         next scan looks again, and the pipelines ride out the outage on their own."""
         try:
-            topics = await asyncio.wait_for(
-                self.pipelines[None].consumer.topics(), self.settings.tenant_scan_interval_s
-            )
+            topics = await self._topics()
         except (TimeoutError, KafkaError, OSError) as exc:
             log.debug("the scan for tenants' topics failed (%s); looking again later", fault(exc))
             return
         found = tenants_in(self.settings, topics)
-        for tenant in sorted(found - self.pipelines.keys()):
-            await self._add(tenant)
+        await self._add_all(sorted(found - self.pipelines.keys()))
         missing = {t for t in self.pipelines.keys() - found if t is not None}
         # Gone at two scans in a row: one answer that misses a topic must not restart a tenant.
         for gone in sorted(missing & self._missing):
@@ -98,6 +101,23 @@ class Tenants:
                 await task
         stopped = await asyncio.gather(*(p.stop(timeout_s) for p in self.pipelines.values()))
         return all(stopped)
+
+    async def _topics(self) -> set[str]:
+        return await asyncio.wait_for(
+            self.pipelines[None].consumer.topics(), self.settings.tenant_scan_interval_s
+        )
+
+    async def _add_all(self, tenants: Sequence[str | None]) -> None:
+        """Start these tenants' pipelines, up to TENANT_STARTS_AT_ONCE at a time: a pipeline's
+        start waits on its group's coordinator, so one at a time makes a worker's start (and a
+        second worker's join) as long as the sum of every tenant's."""
+        limit = asyncio.Semaphore(TENANT_STARTS_AT_ONCE)
+
+        async def add(tenant: str | None) -> None:
+            async with limit:
+                await self._add(tenant)
+
+        await asyncio.gather(*(add(tenant) for tenant in tenants))
 
     async def _add(self, tenant: str | None) -> None:
         pipeline = self._pipeline(self.settings.for_tenant(tenant))
