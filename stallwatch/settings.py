@@ -395,6 +395,12 @@ class Settings(Declared):
         return f"{self.runs_prefix}.runs-changelog"
 
     @property
+    def attempts_topic(self) -> str:
+        """Where each partition's owners started and what they applied when they died (every
+        tenant's, compacted, the workers' alone): stallwatch_streams/worker/attempts.py."""
+        return f"{self.topic_prefix}.worker-attempts"
+
+    @property
     def tallies_topic(self) -> str:
         """The decision worker's per-batch tool tallies, read by the fleet app."""
         return f"{self.topic_prefix}.tallies"

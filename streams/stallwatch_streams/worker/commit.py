@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Collection, Generator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -388,6 +388,7 @@ class BatchCommitter:
         partition: CommitPartition,
         records: Sequence[SourceRecord],
         current: Callable[[], bool] = lambda: True,
+        poison: Collection[int] = (),
     ) -> Applied | None:
         """Apply a batch to the partition's states in memory, the states taking its new runs and
         dropping its expired ones at once (the next batch reads them before this one commits),
@@ -396,10 +397,11 @@ class BatchCommitter:
         The apply lets the event loop run every APPLY_SLICE_S; `current()` says, after each such
         pause, whether the partition still takes the batch. None when it no longer does (rebuilt
         or dropped meanwhile): nothing of the batch is planned or sent, and the states it changed
-        are the ones the rebuild discarded."""
+        are the ones the rebuild discarded. `poison`: offsets of events that killed a worker,
+        dead-lettered unread (`BatchApplier.steps`)."""
         tp, states, ledger = partition.tp, partition.states, partition.ledger
         started = time.perf_counter()
-        steps = self.applier.steps(records, states.load, states.clock, time.time(), states.live)
+        steps = self.applier.steps(records, states.load, states.clock, time.time(), states.live, poison)
         result = await apply_in_slices(steps, current)
         if result is None:
             return None

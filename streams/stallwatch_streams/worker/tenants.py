@@ -21,6 +21,7 @@ from stallwatch.engine.detector import Detector
 from stallwatch.kafka.topics import tenants_in
 from stallwatch.settings import Settings
 from stallwatch_streams.metrics import StallwatchMetrics
+from stallwatch_streams.worker.attempts import AttemptLog
 from stallwatch_streams.worker.pipeline import Pipeline
 from stallwatch_streams.worker.progress import AllProgress
 
@@ -45,7 +46,10 @@ class Tenants:
         pipeline: PipelineFactory | None = None,
     ) -> None:
         self.settings = settings.for_tenant(None)
-        self._pipeline = pipeline or (lambda tenant_settings: Pipeline(tenant_settings, metrics, detector))
+        self.attempts = AttemptLog(self.settings)  # every pipeline's, on one producer
+        self._pipeline = pipeline or (
+            lambda tenant_settings: Pipeline(tenant_settings, metrics, detector, attempts=self.attempts)
+        )
         self.pipelines: dict[str | None, Pipeline] = {}
         self._runs: dict[str | None, asyncio.Task[None]] = {}
         self._missing: set[str] = set()  # tenants whose events topic the last scan did not find
@@ -100,6 +104,8 @@ class Tenants:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         stopped = await asyncio.gather(*(p.stop(timeout_s) for p in self.pipelines.values()))
+        with contextlib.suppress(Exception):  # written before each use: nothing of it is pending
+            await asyncio.wait_for(self.attempts.close(), timeout_s)
         return all(stopped)
 
     async def _topics(self) -> set[str]:
