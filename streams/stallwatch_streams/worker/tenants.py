@@ -46,7 +46,8 @@ class Tenants:
         pipeline: PipelineFactory | None = None,
     ) -> None:
         self.settings = settings.for_tenant(None)
-        self.attempts = AttemptLog(self.settings)  # every pipeline's, on one producer
+        # Every pipeline's, on one producer (None: STALLWATCH_POISON_GUARD off).
+        self.attempts = AttemptLog(self.settings) if settings.poison_guard else None
         self._pipeline = pipeline or (
             lambda tenant_settings: Pipeline(tenant_settings, metrics, detector, attempts=self.attempts)
         )
@@ -104,8 +105,9 @@ class Tenants:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         stopped = await asyncio.gather(*(p.stop(timeout_s) for p in self.pipelines.values()))
-        with contextlib.suppress(Exception):  # written before each use: nothing of it is pending
-            await asyncio.wait_for(self.attempts.close(), timeout_s)
+        if self.attempts is not None:
+            with contextlib.suppress(Exception):  # acknowledged before each use: nothing is pending
+                await asyncio.wait_for(self.attempts.close(), timeout_s)
         return all(stopped)
 
     async def _topics(self) -> set[str]:
