@@ -22,6 +22,7 @@ quarantined, which leans to "keep going".
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Collection
 from dataclasses import dataclass, replace
@@ -116,8 +117,8 @@ def key_of(events_topic: str, partition: int) -> str:
 
 class AttemptLog:
     """The worker's attempts topic: one producer for every pipeline (started at the first write,
-    idempotent, acknowledged by every in-sync replica), and a read of the whole topic at each
-    takeover (one key per partition of every tenant, compacted)."""
+    acknowledged by every in-sync replica, replaced after a failed write), and a read of the
+    whole topic at each takeover (one key per partition of every tenant, compacted)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings.for_tenant(None)
@@ -154,9 +155,18 @@ class AttemptLog:
         return found
 
     async def write(self, key: str, attempt: Attempt) -> None:
-        """Written and acknowledged: the takeover (or the event) it names may now begin."""
+        """Written and acknowledged: the batch (or the event) it names may now be applied. A
+        failed write stops the producer, so that the caller's retry starts a fresh one: after a
+        broker restart a producer can refuse every later send."""
         producer = await self._started()
-        await producer.send_and_wait(self.topic, attempt.encode(), key=key.encode())
+        try:
+            await producer.send_and_wait(self.topic, attempt.encode(), key=key.encode())
+        except BaseException:
+            if self._producer is producer:
+                self._producer = None
+                with contextlib.suppress(Exception):
+                    await producer.stop()
+            raise
 
     async def close(self) -> None:
         producer, self._producer = self._producer, None
@@ -166,9 +176,10 @@ class AttemptLog:
     async def _started(self) -> AIOKafkaProducer:
         async with self._starting:
             if self._producer is None:
-                producer = AIOKafkaProducer(
-                    enable_idempotence=True, acks="all", linger_ms=0, **aiokafka_options(self.settings)
-                )
+                # Not idempotent: each write is awaited before the next of its partition, so a
+                # retried duplicate is the same record again, and an idempotent producer that
+                # lost a send refuses every later one (it has no epoch bump in aiokafka).
+                producer = AIOKafkaProducer(acks="all", linger_ms=0, **aiokafka_options(self.settings))
                 try:
                     await producer.start()
                 except BaseException:
