@@ -164,8 +164,8 @@ class AttemptLog:
         except BaseException:
             if self._producer is producer:
                 self._producer = None
-                with contextlib.suppress(Exception):
-                    await producer.stop()
+            with contextlib.suppress(Exception):
+                await producer.stop()
             raise
 
     async def close(self) -> None:
