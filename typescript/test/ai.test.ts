@@ -29,7 +29,7 @@ export function scriptedModel(script: s.Script): MockLanguageModelV4 {
       );
       const toolTexts = results.slice(toolResultsSeen);
       toolResultsSeen = results.length;
-      const offered = options.toolChoice?.type === "none" ? [] : (options.tools ?? []).map((t) => t.name);
+      const offered = (options.tools ?? []).map((t) => t.name);
       const planned = script.next({ tools: offered, instructions, toolTexts });
       if (planned === null) {
         return { content: [{ type: "text", text: s.ANSWER }], finishReason: { unified: "stop", raw: "stop" }, usage, warnings: [] };
