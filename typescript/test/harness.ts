@@ -26,8 +26,8 @@ export async function freePort(): Promise<number> {
 }
 
 /** Start `stallwatch serve` and wait for its "listening" line (bounded). */
-export async function startServe(args: string[] = []): Promise<Serve> {
-  const port = await freePort();
+export async function startServe(args: string[] = [], port?: number): Promise<Serve> {
+  port ??= await freePort();
   const child = spawn(resolve(VENV, "bin/stallwatch"), ["serve", "--port", String(port), ...args], {
     stdio: ["ignore", "pipe", "pipe"],
   });
