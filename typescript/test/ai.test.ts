@@ -62,13 +62,17 @@ export function aiTools(tools: s.Tools): ToolSet {
   };
 }
 
-behaviourSuite("AI SDK", async (script, tools, client) => {
+behaviourSuite(
+  "AI SDK",
+  async (script, tools, client, policy) => {
   const result = await generateText({
     model: scriptedModel(script),
     tools: aiTools(tools),
     instructions: "You research Kafka.",
     prompt: "How does Kafka compact a topic?",
-    ...stallwatch({ client, tools: s.DECLARED, stopWhen: isStepCount(40) }),
+    ...stallwatch({ client, tools: s.DECLARED, policy, stopWhen: isStepCount(40) }),
   });
-  return result.text;
-});
+    return result.text;
+  },
+  false, // the AI SDK's loop ends at a stop; it has no last words to give
+);

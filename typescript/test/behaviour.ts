@@ -6,10 +6,18 @@ import { StallwatchClient } from "../src/client.js";
 import { type Serve, capturingWarnings, engineWords, freePort, startServe, type Words } from "./harness.js";
 import * as s from "./scripts.js";
 
-/** Runs one agent invocation under stallwatch: the runtime's final answer. */
-export type RunAgent = (script: s.Script, tools: s.Tools, client: StallwatchClient) => Promise<string>;
+/** Runs one agent invocation under stallwatch (`policy` passed to the adapter): the runtime's
+ * final answer. */
+export type RunAgent = (
+  script: s.Script,
+  tools: s.Tools,
+  client: StallwatchClient,
+  policy?: Record<string, unknown>,
+) => Promise<string>;
 
-export function behaviourSuite(runtime: string, runAgent: RunAgent): void {
+/** `stopWordsLast`: the runtime can make the stop's words its final answer when the stop ends
+ * the turn (the AI SDK cannot: its loop just ends, and `guard.stop` says why). */
+export function behaviourSuite(runtime: string, runAgent: RunAgent, stopWordsLast = true): void {
   describe(`${runtime}: what every adapter promises`, () => {
     let serve: Serve;
     let words: Words;
@@ -61,6 +69,17 @@ export function behaviourSuite(runtime: string, runAgent: RunAgent): void {
       const script = s.scripts.failing();
       const { tools, answer } = await run(script);
       s.assertFailuresStopped(words, script, tools, answer);
+    });
+
+    test("a stop that ends the turn calls the model no more", async () => {
+      const script = s.scripts.rewording();
+      const tools = new s.Tools(s.SLOW_SEARCH_MS);
+      const answer = await runAgent(script, tools, client, s.OUT_OF_TIME);
+      // (on a loaded machine the time can be up before the search is even proposed: then it is
+      // refused, and the turn ends all the same)
+      assert.equal(script.seen.length, 1, "the model was called once");
+      assert.ok(tools.count("search") <= 1);
+      if (stopWordsLast) assert.equal(answer, words.stopTime, "the stop's words are the run's last words");
     });
 
     test("with the server away every call runs, and one warning says so", async () => {

@@ -66,6 +66,7 @@ export interface Words {
   duplicateSearch: string;
   stopNoNewFacts: string;
   stopFailures: string;
+  stopTime: string;
   allowed: string;
 }
 
@@ -78,6 +79,7 @@ print(json.dumps({
   "duplicateSearch": words.duplicate_call("search"),
   "stopNoNewFacts": words.stop_reason("no_new_facts", {"already_seen_streak": 5}),
   "stopFailures": words.stop_reason("tool_failures", {"tool": "fetch", "consecutive_failures": 5}),
+  "stopTime": words.stop_reason("time_limit", {"time_limit_s": 0.3}),
   "allowed": words.ALLOWED,
 }))`;
   return JSON.parse(execFileSync(resolve(VENV, "bin/python"), ["-c", code], { encoding: "utf8" })) as Words;

@@ -77,14 +77,14 @@ export function scriptedChatModel(script: s.Script): BaseChatModel {
   return new ScriptedChatModel({ script, toolResultsSeen: 0, calls: 0 });
 }
 
-behaviourSuite("LangChain.js", async (script, tools, client) => {
+behaviourSuite("LangChain.js", async (script, tools, client, policy) => {
   const agent = createAgent({
     model: scriptedChatModel(script),
     tools: langchainTools(tools),
     systemPrompt: "You research Kafka.",
     // a failing tool as LangChain's idiom has it: an error ToolMessage, inside stallwatch's view
     middleware: [
-      stallwatchMiddleware({ client, tools: s.DECLARED }),
+      stallwatchMiddleware({ client, tools: s.DECLARED, policy }),
       toolErrorMiddleware({ onError: (error) => String(error) }),
     ],
   });

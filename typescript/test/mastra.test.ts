@@ -80,7 +80,7 @@ export function mastraTools(tools: s.Tools) {
   };
 }
 
-behaviourSuite("Mastra", async (script, tools, client) => {
+behaviourSuite("Mastra", async (script, tools, client, policy) => {
   const agent = new Agent({
     id: "researcher",
     name: "researcher",
@@ -90,7 +90,8 @@ behaviourSuite("Mastra", async (script, tools, client) => {
   });
   const result = await agent.generate("How does Kafka compact a topic?", {
     maxSteps: 40,
-    ...stallwatch({ client, tools: s.DECLARED }),
+    ...stallwatch({ client, tools: s.DECLARED, policy }),
   });
-  return result.text;
+  // a stop that ends the turn is Mastra's tripwire: its reason is the run's last words
+  return result.tripwire ? String(result.tripwire.reason) : result.text;
 });

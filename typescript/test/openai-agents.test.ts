@@ -63,14 +63,14 @@ export function agentsTools(tools: s.Tools) {
   ];
 }
 
-behaviourSuite("OpenAI Agents JS", async (script, tools, client) => {
+behaviourSuite("OpenAI Agents JS", async (script, tools, client, policy) => {
   const agent = new Agent({
     name: "researcher",
     instructions: "You research Kafka.",
     model: new ScriptedModel(script),
     tools: agentsTools(tools),
   });
-  const result = await stallwatch({ client, tools: s.DECLARED }).run(agent, "How does Kafka compact a topic?", {
+  const result = await stallwatch({ client, tools: s.DECLARED, policy }).run(agent, "How does Kafka compact a topic?", {
     maxTurns: 40,
   });
   return String(result.finalOutput);

@@ -61,6 +61,9 @@ export class FetchFailed extends Error {}
 export class Tools {
   readonly ran = new Map<string, number>();
 
+  /** `searchMs`: how long each search takes (a slow tool, for a time limit to pass during it). */
+  constructor(private readonly searchMs = 0) {}
+
   count(name: string): number {
     return this.ran.get(name) ?? 0;
   }
@@ -69,8 +72,9 @@ export class Tools {
     this.ran.set(name, this.count(name) + 1);
   }
 
-  search(_args: { q: string }): string {
+  async search(_args: { q: string }): Promise<string> {
     this.tick("search");
+    if (this.searchMs > 0) await new Promise((done) => setTimeout(done, this.searchMs));
     return JSON.stringify({
       documents: [
         { id: "kafka-docs", title: "Log compaction" },
@@ -95,15 +99,13 @@ export class Tools {
     return "2 of 3 researchers still running";
   }
 
-  /** Run a tool by name (what each runtime's tool definitions call). */
-  call(name: string, args: unknown): string {
-    const tool = (this as unknown as Record<string, (a: unknown) => string>)[name];
-    if (typeof tool !== "function") throw new Error(`no tool ${name}`);
-    return tool.call(this, args);
-  }
 }
 
 export const TOOL_NAMES = ["search", "list_page", "fetch", "wait_for_researchers"] as const;
+
+/** The run's time is up before its first search (600 ms) has answered: the stop ends the turn. */
+export const OUT_OF_TIME = { time_limit_s: 0.3 };
+export const SLOW_SEARCH_MS = 600;
 
 // What every adapter must make of each script (the runtime's final answer passed in).
 
