@@ -54,6 +54,29 @@ describe("the client against a real serve", () => {
   });
 });
 
+describe("a server that wants a token", () => {
+  const token = `s3cret-${"x".repeat(24)}`;
+  let serve: Serve;
+  before(async () => {
+    serve = await startServe([], undefined, { STALLWATCH_SERVE_TOKEN: token });
+  });
+  after(() => serve?.stop());
+
+  test("calls carry the token; a wrong one is an error, not failed open", async () => {
+    const client = new StallwatchClient({ baseUrl: serve.url, token });
+    const run = await client.startRun("client-token");
+    assert.equal((await run.propose("search", { q: "k" })).timedOut, false);
+    await run.end();
+    const wrong = new StallwatchClient({ baseUrl: serve.url, token: "wrong" });
+    await assert.rejects(wrong.startRun("client-wrong-token"), (error: unknown) => {
+      assert.ok(error instanceof StallwatchRequestError);
+      assert.equal(error.status, 401);
+      assert.ok(!error.message.includes(token), "the token is never in an error");
+      return true;
+    });
+  });
+});
+
 describe("failing open", () => {
   test("with the server away calls are allowed and one warning is given per outage", async () => {
     const warnings: string[] = [];

@@ -26,10 +26,11 @@ export async function freePort(): Promise<number> {
 }
 
 /** Start `stallwatch serve` and wait for its "listening" line (bounded). */
-export async function startServe(args: string[] = [], port?: number): Promise<Serve> {
+export async function startServe(args: string[] = [], port?: number, env: Record<string, string> = {}): Promise<Serve> {
   port ??= await freePort();
   const child = spawn(resolve(VENV, "bin/stallwatch"), ["serve", "--port", String(port), ...args], {
     stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, ...env },
   });
   const stderr: string[] = [];
   child.stderr?.on("data", (chunk: Buffer) => stderr.push(chunk.toString()));

@@ -1,10 +1,12 @@
 /** The OpenAI Agents JS adapter against a scripted `Model` and a real `stallwatch serve`. */
-import { Agent, type Model, type ModelRequest, type ModelResponse, Usage, tool } from "@openai/agents";
+import { Agent, type Model, type ModelRequest, type ModelResponse, Usage, setTracingDisabled, tool } from "@openai/agents";
 import { z } from "zod";
 
 import { stallwatch } from "../src/adapters/openai-agents.js";
 import { behaviourSuite } from "./behaviour.js";
 import * as s from "./scripts.js";
+
+setTracingDisabled(true); // offline: no traces to export
 
 /** A Model that plays a script: what it was given, what it answers. */
 export class ScriptedModel implements Model {
