@@ -1,10 +1,15 @@
 /** The AI SDK adapter against `ai`'s own MockLanguageModelV4 and a real `stallwatch serve`. */
-import { generateText, isStepCount, tool, type ToolSet } from "ai";
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+
+import { generateText, isStepCount, simulateReadableStream, streamText, tool, type ToolSet } from "ai";
 import { MockLanguageModelV4 } from "ai/test";
 import { z } from "zod";
 
 import { stallwatch } from "../src/adapters/ai.js";
+import { StallwatchClient } from "../src/client.js";
 import { behaviourSuite } from "./behaviour.js";
+import { engineWords, type Serve, startServe } from "./harness.js";
 import * as s from "./scripts.js";
 
 type GenerateOptions = Parameters<MockLanguageModelV4["doGenerate"]>[0];
@@ -49,6 +54,27 @@ export function scriptedModel(script: s.Script): MockLanguageModelV4 {
   });
 }
 
+/** The same scripted model, streaming: each response as the stream parts a provider sends. */
+function streamingModel(script: s.Script): MockLanguageModelV4 {
+  const whole = scriptedModel(script);
+  return new MockLanguageModelV4({
+    doStream: async (options) => {
+      const { content, finishReason } = await whole.doGenerate(options);
+      const parts = content.flatMap((part): unknown[] =>
+        part.type === "text"
+          ? [
+              { type: "text-start" as const, id: "t" },
+              { type: "text-delta" as const, id: "t", delta: part.text },
+              { type: "text-end" as const, id: "t" },
+            ]
+          : [part],
+      );
+      const chunks = [{ type: "stream-start", warnings: [] }, ...parts, { type: "finish", finishReason, usage }];
+      return { stream: simulateReadableStream({ chunks: chunks as never[] }) };
+    },
+  });
+}
+
 export function aiTools(tools: s.Tools): ToolSet {
   return {
     search: tool({ description: "Search", inputSchema: z.object({ q: z.string() }), execute: (a) => tools.search(a) }),
@@ -76,3 +102,30 @@ behaviourSuite(
   },
   false, // the AI SDK's loop ends at a stop; it has no last words to give
 );
+
+let serve: Serve;
+before(async () => {
+  serve = await startServe();
+});
+after(() => serve?.stop());
+
+test("AI SDK, streamText: a rewording model is stopped, then answers without tools; the run ends", async () => {
+  const words = engineWords();
+  const script = s.scripts.rewording();
+  const tools = new s.Tools();
+  const client = new StallwatchClient({ baseUrl: serve.url, verdictTimeoutMs: 30_000 });
+  const settings = stallwatch({ client, tools: s.DECLARED, stopWhen: isStepCount(40) });
+  const result = streamText({
+    model: streamingModel(script),
+    tools: aiTools(tools),
+    prompt: "How does Kafka compact a topic?",
+    ...settings,
+  });
+  const answer = await result.text;
+  s.assertStoppedThenAnswered(words, script, tools, answer);
+  assert.equal(settings.guard.stop?.code, "no_new_facts");
+  await result.consumeStream();
+  // onFinish ended the run: the server has forgotten it
+  const gone = await fetch(`${serve.url}/v1/runs/${settings.guard.runId}`);
+  assert.equal(gone.status, 404);
+});
