@@ -140,3 +140,24 @@ describe("failing open", () => {
     }
   });
 });
+
+describe("hostile sizes", () => {
+  let serve: Serve;
+  before(async () => {
+    serve = await startServe();
+  });
+  after(() => serve?.stop());
+
+  test("arguments and a result of 1 MiB are judged, not failed open", async () => {
+    const client = new StallwatchClient({ baseUrl: serve.url, verdictTimeoutMs: 30_000 });
+    const run = await client.startRun("client-big", { tools: [{ name: "search" }] });
+    const big = "x".repeat(1 << 20);
+    const decision = await run.propose("search", { q: big });
+    assert.deepEqual([decision.allowed, decision.timedOut], [true, false]);
+    await run.result(decision.callId, "search", { result: { text: big } });
+    const again = await run.propose("search", { q: big });
+    assert.equal(again.allowed, false);
+    await run.end();
+    assert.equal(client.failingOpen, false);
+  });
+});
