@@ -9,7 +9,7 @@ export STALLWATCH_BOOTSTRAP ?= 127.0.0.1:$(STALLWATCH_KAFKA_PORT)
 export STALLWATCH_REPLICATION_FACTOR ?= 1
 export STALLWATCH_MIN_INSYNC_REPLICAS ?= 1
 
-.PHONY: setup run test test-fast lint bench-cluster kafka-up kafka-down bench fuzz schemas docs dashboards clean prometheus
+.PHONY: setup run test test-ts test-fast lint bench-cluster kafka-up kafka-down bench fuzz schemas docs dashboards clean prometheus
 
 # Both distributions editable, in one resolution: stallwatch-streams' requirement of stallwatch is
 # met by the editable root. Re-run when either project's metadata (dependencies, entry points) changes.
@@ -55,6 +55,11 @@ test: setup prometheus
 	$(BIN)/mypy
 	@$(call with_kafka,$(BIN)/pytest -n 3 --dist loadgroup -q --durations=10 -m "not solo and not cluster" && \
 		$(BIN)/pytest -n 2 --dist loadgroup -q --durations=10 -m "solo or cluster")
+	$(MAKE) test-ts
+
+# The TypeScript package: installed from its lock file, built, tested against a real serve.
+test-ts: setup
+	cd typescript && npm ci --no-audit --no-fund --loglevel=error && npm test
 
 # The pure lane, no broker and no end-to-end process (make test runs these too): a minute or so.
 test-fast: setup
