@@ -110,6 +110,13 @@ class StallwatchMetrics:
             buckets=_RECOVERY_BUCKETS,
             registry=r,
         )
+        self.unreadable_states = Counter(
+            "stallwatch_unreadable_states_total",
+            "Run states restored in a format this worker does not read, by what became of them: "
+            "rebuilt from the events topic, or left to be quarantined (a state_format dead letter)",
+            ["outcome"],
+            registry=r,
+        )
         self.build = Info("stallwatch_build", "Version of the running worker", registry=r)
         try:
             self.build.info({"version": version("stallwatch")})

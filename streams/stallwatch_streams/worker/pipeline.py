@@ -31,7 +31,7 @@ from stallwatch.kafka.aiokafka_patch import (
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.settings import Settings
 from stallwatch_streams.metrics import StallwatchMetrics
-from stallwatch_streams.worker import producers, store
+from stallwatch_streams.worker import producers, rebuild, store
 from stallwatch_streams.worker.batch import LOG_APPEND_TIME, BatchApplier
 from stallwatch_streams.worker.commit import Applied, BatchCommitter, CommitTopics
 from stallwatch_streams.worker.membership import SESSION_TIMEOUT_MS, Membership
@@ -81,11 +81,25 @@ class Pipeline(ConsumerRebalanceListener):
         self.metrics = metrics
         self.progress = Progress()
         quota = RunQuota(settings.max_live_runs_per_tenant, settings.max_live_runs)
+        # The batch step without tallies, to rebuild runs from their events (their tallies were
+        # counted when the events were first applied).
+        rebuilder = BatchApplier(
+            detector,
+            settings.events_topic,
+            tenant=settings.tenant,
+            idle_timeout_s=settings.idle_timeout_s,
+            ended_retention_s=settings.ended_retention_s,
+        )
 
         async def restore_from_changelog(
             partitions: list[int], tick: Callable[[], None]
         ) -> dict[int, PartitionStates]:
-            return await store.restore(settings, partitions, tick, quota)
+            restored = await store.restore(settings, partitions, tick, quota)
+            outcome = await rebuild.rebuild_unreadable(settings, rebuilder, restored, tick)
+            for rebuilt, left in outcome.values():
+                metrics.unreadable_states.labels("rebuilt").inc(rebuilt)
+                metrics.unreadable_states.labels("quarantined").inc(left)
+            return restored
 
         self.committer = BatchCommitter(
             BatchApplier(
