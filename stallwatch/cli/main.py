@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     from stallwatch.settings import LogSettings, ServeSettings, Settings, reveal
 
     parser = argparse.ArgumentParser(prog="stallwatch", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_versions()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("replay", help="run a recorded event log (JSON lines) through the engine")
@@ -254,6 +255,21 @@ def main(argv: list[str] | None = None) -> int:
         return settings_main(False, None)
     parser.error(f"unknown command {args.command}")
     return 2
+
+
+def _versions() -> str:
+    """This installation's release, from the package metadata, and the stream jobs' when
+    installed (a worker and the CLI beside it may be of different releases)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        release = version("stallwatch")
+    except PackageNotFoundError:
+        release = "unknown (not installed as a package)"
+    try:
+        return f"{release} (stallwatch-streams {version('stallwatch-streams')})"
+    except PackageNotFoundError:
+        return release
 
 
 def _jobs(text: str) -> int:
