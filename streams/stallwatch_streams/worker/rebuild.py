@@ -20,6 +20,7 @@ from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from stallwatch.engine.expiry import PartitionClock
+from stallwatch.engine.state import READABLE_FORMATS
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.kafka.read import committed_reader, read_to_end
 from stallwatch.settings import Settings
@@ -37,12 +38,15 @@ async def rebuild_unreadable(
 ) -> dict[int, tuple[int, int]]:
     """Rebuild each partition's unreadable runs from the events topic, in place. Returns, per
     partition with any, (runs rebuilt, runs left unreadable)."""
+    formats = {
+        p: ", ".join(sorted({str(f) for f in states.unreadable.values()})) for p, states in restored.items()
+    }
     wanted = {
         p: states for p, states in restored.items() if states.unreadable and states.position is not None
     }
     outcome = {p: (0, len(states.unreadable)) for p, states in restored.items() if states.unreadable}
     if not wanted:
-        return _report(outcome, settings)
+        return _report(outcome, formats, settings)
     started = time.monotonic()
     events: dict[int, list[ConsumerRecord]] = {p: [] for p in wanted}
 
@@ -83,18 +87,23 @@ async def rebuild_unreadable(
                 rebuilt += 1
         outcome[partition] = (rebuilt, len(states.unreadable))
     log.info("read the events topic to rebuild runs in %.2f s", time.monotonic() - started)
-    return _report(outcome, settings)
+    return _report(outcome, formats, settings)
 
 
-def _report(outcome: dict[int, tuple[int, int]], settings: Settings) -> dict[int, tuple[int, int]]:
+def _report(
+    outcome: dict[int, tuple[int, int]], formats: dict[int, str], settings: Settings
+) -> dict[int, tuple[int, int]]:
     for partition, (rebuilt, left) in sorted(outcome.items()):
         log.warning(
-            "partition %d of %s: %d runs stored in a state format this version does not read; "
+            "partition %d of %s: %d runs stored in a state format this version does not read "
+            "(found: %s; this version reads %s); "
             "%d rebuilt from the events topic, %d quarantined at their next event "
             "(state_format dead letters)",
             partition,
             settings.events_topic,
             rebuilt + left,
+            formats[partition],
+            ", ".join(str(f) for f in sorted(READABLE_FORMATS)),
             rebuilt,
             left,
         )
