@@ -59,7 +59,9 @@ class StallwatchMetrics:
             buckets=_STREAK_BUCKETS,
             registry=r,
         )
-        self.active_runs = Gauge("stallwatch_active_runs", "Runs held in this worker's run store", registry=r)
+        self.active_runs = Gauge(
+            "stallwatch_active_runs", "Runs not ended held in this worker's run store", registry=r
+        )
         self.fingerprints = Gauge(
             "stallwatch_fingerprints_held",
             "Result fingerprints and fact digests held by this worker's runs",

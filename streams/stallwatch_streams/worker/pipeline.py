@@ -149,9 +149,9 @@ class Pipeline(ConsumerRebalanceListener):
             )
         )
         self.progress.batches_since = self.tasks.batches_since
-        # Runs and fingerprints held, counted on the event loop for the metrics' thread, which
+        # Live runs and fingerprints held, counted on the event loop for the metrics' thread, which
         # must not walk the states while a batch changes them.
-        self.runs_held = 0
+        self.live_runs = 0
         self.fingerprints = 0
         self._fetch_wait_ms = IDLE_FETCH_MAX_WAIT_MS
         self._busy_at = 0.0  # monotonic time of the last fetch that returned records
@@ -269,7 +269,7 @@ class Pipeline(ConsumerRebalanceListener):
             metrics.lag.labels(tp.topic, str(tp.partition)).set(max(0, highwater - batch.last_offset - 1))
 
     def _count(self) -> None:
-        self.runs_held = self.tasks.runs_held()
+        self.live_runs = self.tasks.live_runs()
         self.fingerprints = self.tasks.fingerprints()
 
     # -- partitions changing hands -----------------------------------------------------------

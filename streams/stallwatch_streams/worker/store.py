@@ -104,15 +104,19 @@ class PartitionStates:
         self.position = position
         # Its live runs by tenant, kept by the batch step (stallwatch/engine/quota.py).
         self.live: LiveRuns | None = None
+        # Fingerprints held by the restored runs, counted on the way: the gauge is right from
+        # the start, before the expiry scan counts them again.
+        self.restored_fingerprints = 0
         if quota is not None:
             live = self.live = LiveRuns(quota)
             for stored in self._raw.values():
                 try:
-                    tenant, ended = RunState.tenant_and_ended(stored)
+                    tenant, ended, fingerprints = RunState.summary(stored)
                 except (ValueError, TypeError, IndexError, KeyError):
                     # Unreadable here (another version's format): counted live, and left to the
                     # batch step, which meets it inside its fault boundary when its run is loaded.
-                    tenant, ended = None, False
+                    tenant, ended, fingerprints = None, False, 0
+                self.restored_fingerprints += fingerprints
                 if not ended:
                     live.add(tenant)
 

@@ -123,3 +123,20 @@ def test_the_fleet_table_reads_the_previous_releases_values_and_drops_a_later_fo
     assert readable(previous)
     assert not readable({**value, "format": WINDOW_FORMAT + 1})
     assert not readable(["not", "a", "window"]) and not readable({"format": 1})
+
+
+def test_a_restore_counts_the_fingerprints_held_and_the_live_runs_without_ended_ones():
+    live = RunState(mode="researcher", started_ts=1.0)
+    for i in range(5):
+        live.add_fingerprint(bytes([i]) * 16)
+    ended = RunState(mode="researcher", started_ts=1.0)
+    ended.add_fingerprint(b"x" * 16)
+    ended.release()
+    states = PartitionStates(
+        {"live": live.to_bytes(), "ended": ended.to_bytes(), "other": later_format(live)},
+        position=3,
+        quota=QUOTA,
+    )
+    assert states.restored_fingerprints == 5
+    assert states.live is not None and states.live.total == 2  # the ended run holds no place
+    assert RunState.summary(live.to_bytes()) == (None, False, 5)
