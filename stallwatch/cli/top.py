@@ -203,7 +203,8 @@ async def top(
             for tp, records in (await consumer.getmany(timeout_ms=500)).items():
                 count(tp, records)
             if time.monotonic() - shown >= every_s:
-                out.write("\x1b[2J\x1b[H")  # clear the terminal, like top
+                # Clear the terminal, like top; into a file or a pipe, a blank line between views.
+                out.write("\x1b[2J\x1b[H" if out.isatty() else "\n")
                 incidents.render(out)
                 tally.render(out)
                 out.flush()
