@@ -8,7 +8,7 @@ from pathlib import Path
 from faust.worker import Worker
 
 from stallwatch.kafka.topics import ensure_topics, fleet_app_topics
-from stallwatch.logs import tame_kafka_loggers
+from stallwatch.logs import faust_logging_config, tame_kafka_loggers
 from stallwatch.settings import Settings, SetupError
 from stallwatch_streams.fleet.service import FleetService, changelog_topic
 from stallwatch_streams.fleet.settings import FleetSettings
@@ -36,6 +36,6 @@ def main(settings: Settings) -> int:
     asyncio.run(ensure_topics(settings, only=[*fleet_app_topics(settings), changelog_topic(cfg)]))
     service = FleetService(cfg)
     _writable_datadir(Path(service.app.conf.datadir))
-    worker = Worker(service.app, loglevel="INFO")
+    worker = Worker(service.app, loglevel="INFO", logging_config=faust_logging_config())
     worker.execute_from_commandline()
     return 0
