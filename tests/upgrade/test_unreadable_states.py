@@ -9,7 +9,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 
+from stallwatch.kafka.read import committed_reader, read_to_end
 from stallwatch.settings import Settings
+from stallwatch_streams.worker.store import POSITION_KEY
 from tests.kafka_harness import (
     SETTLE_S,
     WorkerProcess,
@@ -120,3 +122,100 @@ def interleave_lines(logs: list[list[bytes]]) -> list[bytes]:
     for i in range(max(map(len, logs))):
         out.extend(log[i] for log in logs if i < len(log))
     return out
+
+
+async def changelog_positions(settings: Settings) -> dict[int, bytes]:
+    """Each partition's last position record, as the changelog holds it."""
+    consumer = committed_reader({"bootstrap_servers": settings.bootstrap})
+    await consumer.start()
+    positions: dict[int, bytes] = {}
+    try:
+        tps = [TopicPartition(settings.changelog_topic, p) for p in range(settings.partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+
+        def take(tp: TopicPartition, records: list) -> None:
+            for record in records:
+                if record.key == POSITION_KEY:
+                    positions[tp.partition] = record.value
+
+        await read_to_end(consumer, tps, take)
+    finally:
+        await consumer.stop()
+    return positions
+
+
+async def write_changelog(settings: Settings, records: list[tuple[int, bytes, bytes]]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, acks="all")
+    await producer.start()
+    try:
+        for partition, key, value in records:
+            await producer.send_and_wait(settings.changelog_topic, value, key=key, partition=partition)
+    finally:
+        await producer.stop()
+
+
+async def test_a_later_releases_additions_to_the_changelog_are_read_past():
+    settings = fresh_settings(partitions=2)
+    scripts = mixed_fleet(6)
+    first = interleave_lines([s.lines()[: len(s.lines()) // 2] for s in scripts])
+    second = interleave_lines([s.lines()[len(s.lines()) // 2 :] for s in scripts])
+    expected = by_run(replay_commands(first + second))
+    worker = WorkerProcess(settings, "before")
+    try:
+        await wait_until_serving(settings)
+        await produce(settings, first)
+        await collect(
+            settings,
+            settings.commands_topic,
+            sum(len(c) for c in by_run(replay_commands(first)).values()),
+            60,
+        )
+    finally:
+        worker.stop()
+    positions = await changelog_positions(settings)
+    assert set(positions) == {0, 1}
+    # A value appended after the clock, and a control record of a kind this release does not know.
+    await write_changelog(
+        settings,
+        [(p, POSITION_KEY, value[:-1] + b',7,{"more":true}]') for p, value in positions.items()]
+        + [(p, b"\xffa-later-kind", b"anything") for p in positions],
+    )
+    worker = WorkerProcess(settings, "after")
+    try:
+        await wait_until_serving(settings)
+        await produce(settings, second)
+        got = by_run(
+            await collect(
+                settings, settings.commands_topic, sum(map(len, expected.values())), 120, settle_s=SETTLE_S
+            )
+        )
+        assert worker.alive(), worker.log_tail()
+    finally:
+        worker.stop()
+    assert {r: got.get(r) for r in expected} == expected
+    assert worker.metric("stallwatch_events_skipped_total") == 0  # resumed at the positions read
+
+
+async def test_a_position_record_of_no_known_shape_refuses_the_partition_in_one_line():
+    settings = fresh_settings(partitions=2)
+    worker = WorkerProcess(settings, "before")
+    try:
+        await wait_until_serving(settings)
+    finally:
+        worker.stop()
+    await write_changelog(settings, [(0, POSITION_KEY, b'{"offset": 12}')])
+    worker = WorkerProcess(settings, "after")
+    try:
+        worker.proc.wait(90)
+    finally:
+        worker.stop()
+    assert worker.proc.returncode == 1
+    log = worker.log_path.read_text(errors="replace")
+    assert "Traceback" not in log, log
+    (line,) = [line for line in log.splitlines() if "position record" in line]
+    assert (
+        "partition 0's position record" in line
+        and "does not read" in line
+        and "Upgrading and rolling back" in line
+    )

@@ -291,6 +291,10 @@ class Pipeline(ConsumerRebalanceListener):
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         try:
             await self._take_over(assigned)
+        except store.UnreadablePosition as exc:
+            # The operator's to act on: the consume loop raises it and the worker says it in one
+            # line as it exits, without aiokafka's traceback of a failed listener first.
+            self.membership.rebalance_failed(exc)
         except Exception as exc:
             self.membership.rebalance_failed(exc)
             raise
