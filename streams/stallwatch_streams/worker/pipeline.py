@@ -180,7 +180,7 @@ class Pipeline(ConsumerRebalanceListener):
                 timeout_s / 2,
             )
         try:
-            await asyncio.wait_for(self._leave(), max(0.0, deadline - time.monotonic()))
+            await self._cancel_safe_leave(max(0.0, deadline - time.monotonic()))
         except (TimeoutError, KafkaError, OSError) as exc:
             log.warning(
                 "stopping: could not leave the group and close the producers in time "
@@ -189,6 +189,18 @@ class Pipeline(ConsumerRebalanceListener):
             )
             return False
         return not abandoned
+
+    async def _cancel_safe_leave(self, timeout_s: float) -> None:
+        """`_leave` within `timeout_s`. With the broker away, aiokafka's consumer re-raises the
+        cancellation of its own fetch task from `stop` (a traceback and exit 1 at a plain
+        SIGTERM): that is its close failing, not this task being cancelled, and is said as such."""
+        try:
+            await asyncio.wait_for(self._leave(), timeout_s)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            raise OSError("the consumer's fetcher was cancelled while the broker was away") from None
 
     async def _leave(self) -> None:
         await self.consumer.stop()  # leaves the group: the partitions move at once
