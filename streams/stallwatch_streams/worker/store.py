@@ -92,10 +92,6 @@ class PartitionStates:
         # format at all): rebuilt from the events topic or quarantined before the partition is
         # served (stallwatch_streams/worker/rebuild.py).
         self.unreadable: dict[str, int | None] = {}
-        for run_id, stored in self._raw.items():
-            found = stored_format(stored)
-            if found not in READABLE_FORMATS:
-                self.unreadable[run_id] = found
         self._decoded: dict[str, RunState] = {}
         self.clock = PartitionClock()  # the partition's broker time
         self.clock.newest = clock
@@ -107,18 +103,25 @@ class PartitionStates:
         # Fingerprints held by the restored runs, counted on the way: the gauge is right from
         # the start, before the expiry scan counts them again.
         self.restored_fingerprints = 0
-        if quota is not None:
-            live = self.live = LiveRuns(quota)
-            for stored in self._raw.values():
-                try:
-                    tenant, ended, fingerprints = RunState.summary(stored)
-                except (ValueError, TypeError, IndexError, KeyError):
-                    # Unreadable here (another version's format): counted live, and left to the
-                    # batch step, which meets it inside its fault boundary when its run is loaded.
-                    tenant, ended, fingerprints = None, False, 0
-                self.restored_fingerprints += fingerprints
-                if not ended:
-                    live.add(tenant)
+        live = self.live = LiveRuns(quota) if quota is not None else None
+        for run_id, stored in self._raw.items():  # one pass: a restore reads every run once
+            found = stored_format(stored)
+            if found not in READABLE_FORMATS:
+                self.unreadable[run_id] = found
+                if live is not None:
+                    live.add(None)  # counted live under no tenant, never a place freed unread
+                continue
+            if live is None:
+                continue
+            try:
+                tenant, ended, fingerprints = RunState.summary(stored)
+            except (ValueError, TypeError, IndexError, KeyError):
+                # Readable format, broken content: counted live, and left to the batch step,
+                # which meets it inside its fault boundary when its run is loaded.
+                tenant, ended, fingerprints = None, False, 0
+            self.restored_fingerprints += fingerprints
+            if not ended:
+                live.add(tenant)
 
     def load(self, run_id: str) -> RunState | None:
         state = self._decoded.get(run_id)
