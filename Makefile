@@ -14,9 +14,12 @@ export STALLWATCH_MIN_INSYNC_REPLICAS ?= 1
 # Both distributions editable, in one resolution: stallwatch-streams' requirement of stallwatch is
 # met by the editable root. Re-run when either project's metadata (dependencies, entry points) changes.
 $(BIN)/stallwatch: pyproject.toml streams/pyproject.toml
+	@echo "setup: creating $(VENV) (a few minutes on a fresh clone; pip's cache makes it quicker)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	@echo "setup: installing stallwatch and stallwatch-streams with their libraries"
 	$(BIN)/pip install --quiet -e '.[serve,dev,mcp,langchain,openai-agents,pydantic-ai]' -e ./streams
+	@echo "setup: done ($$($(BIN)/stallwatch --version))"
 	touch $@
 
 setup: $(BIN)/stallwatch

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import uuid
 
 from stallwatch.client import Client, EmbeddedClient, KafkaClient
@@ -28,14 +29,14 @@ def search(query: str) -> dict:
     }
 
 
-async def research(client: Client) -> None:
+async def research(client: Client) -> int:
     run = await client.start_run(f"example-{uuid.uuid4().hex[:8]}", "researcher", TOOLS)
     print("system prompt addendum:\n" + run.system_prompt() + "\n")
-    for wording in range(1, 22):
-        if run.stop is not None:
-            break
+    # As the README's loop: through Kafka the stop comes a moment after its round, at the latest
+    # with the next call's refusal.
+    while run.stop is None and run.round < 21:
         await run.start_round()
-        query = f"how does kafka store streams (wording {wording})"
+        query = f"how does kafka store streams (wording {run.round})"
         call_id, decision = await run.propose("search", {"query": query})
         if decision.allowed:
             await run.result(call_id, "search", "ok", search(query))  # only the fingerprint leaves
@@ -43,20 +44,23 @@ async def research(client: Client) -> None:
         else:
             print(f"round {run.round}: refused ({decision.code}): {decision.reason}")
         await run.end_round()
-        await asyncio.sleep(0)
-    if run.stop is None:
-        await asyncio.wait_for(run.stopped.wait(), 10)
-    print(f"\nstopped at round {run.stop.round} ({run.stop.code}, {run.stop.action}):\n{run.stop.reason}")
     await run.end("answered")
+    if run.stop is None:
+        print(f"no stop in {run.round} rounds: {client.health()['verdicts']}", file=sys.stderr)
+        return 1
+    print(f"\nstopped at round {run.stop.round} ({run.stop.code}, {run.stop.action}):\n{run.stop.reason}")
+    return 0
 
 
-async def main() -> None:
+async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kafka", action="store_true", help="use Kafka and a running worker")
     args = parser.parse_args()
     async with KafkaClient() if args.kafka else EmbeddedClient() as client:
-        await research(client)
+        if isinstance(client, KafkaClient) and not client.connected:
+            return 1  # the client said why, in one line: failing open, it would allow every call
+        return await research(client)
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(asyncio.run(main()))

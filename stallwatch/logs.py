@@ -20,6 +20,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
@@ -260,6 +261,22 @@ class JsonLines(logging.Formatter):
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return orjson.dumps(entry).decode()
+
+
+def faust_logging_config(default_level: str = "INFO") -> dict[str, Any] | None:
+    """The logging configuration for a Faust worker (the fleet app), which sets up logging itself:
+    with STALLWATCH_LOG_FORMAT=json, its lines are JSON like every other process's (None: Faust's
+    own text lines)."""
+    settings = LogSettings.from_env()
+    if settings.format != "json":
+        return None
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": JsonLines}},
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json", "stream": sys.stderr}},
+        "root": {"level": settings.level or default_level.upper(), "handlers": ["stderr"]},
+    }
 
 
 def configure(default_level: str = "INFO") -> None:

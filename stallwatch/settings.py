@@ -346,6 +346,19 @@ class Settings(Declared):
         None, description="OAUTHBEARER: `module:callable` returning an aiokafka AbstractTokenProvider"
     )
 
+    @field_validator("bootstrap")
+    @classmethod
+    def _every_broker_has_a_port(cls, bootstrap: str) -> str:
+        """A broker without its port would mean 9092 in silence: named instead."""
+        for broker in bootstrap.split(","):
+            host, _, port = broker.strip().rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise SetupError(
+                    f"STALLWATCH_BOOTSTRAP={bootstrap}: {broker.strip() or 'an empty entry'} has no "
+                    "port: give each broker as host:port, comma-separated (e.g. localhost:9092)"
+                )
+        return bootstrap
+
     @field_validator("fingerprint_key", "advisory_key")
     @classmethod
     def _long_enough(cls, key: SecretStr | None, info: ValidationInfo) -> SecretStr | None:

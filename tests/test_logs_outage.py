@@ -121,3 +121,22 @@ async def test_a_kafka_client_says_an_outage_in_a_few_lines(caplog: pytest.LogCa
     # A line when it goes and one when it is back, from the client itself.
     assert any("every call is allowed" in line for line in said), "\n".join(said)
     assert any("the broker answers again" in line for line in said), "\n".join(said)
+
+
+async def test_a_worker_stopped_during_an_outage_exits_without_a_traceback():
+    broker("up")
+    config = settings()
+    worker = WorkerProcess(config)
+    try:
+        await wait_until_serving(config, timeout_s=120)
+        broker("down")
+        await asyncio.sleep(4)  # into the outage: the consumer's fetches fail and are retried
+        assert worker.alive(), worker.log_tail()
+        worker.proc.terminate()
+        code = await asyncio.to_thread(worker.proc.wait, 30)
+    finally:
+        worker.stop()
+        broker("down")
+    log = worker.log_path.read_text(errors="replace")
+    assert "Traceback" not in log, worker.log_tail()
+    assert code in (0, 4), (code, worker.log_tail())  # 4: a stop cut short, its events read again

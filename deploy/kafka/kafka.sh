@@ -54,7 +54,8 @@ resolve_jars() {
   [ "$(cat "$libs/.complete" 2>/dev/null)" = "$stamp" ] && return
   echo "kafka: resolving the broker's jars from Maven Central into $libs" >&2
   rm -rf "$libs"
-  (cd "$here" && mvn -q -B dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$libs")
+  # No colour codes: this runs under make and CI, whose output is a file, not a terminal.
+  (cd "$here" && mvn -q -B -Dstyle.color=never dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$libs")
   echo "$stamp" > "$libs/.complete"
 }
 

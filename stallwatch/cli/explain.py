@@ -18,7 +18,7 @@ from aiokafka import TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.structs import ConsumerRecord
 
-from stallwatch.cli.top import partitions_of
+from stallwatch.cli.top import partitions_of, started
 from stallwatch.contract.advisories import advisory_key_of
 from stallwatch.contract.commands import Command, ConflictingCommand, FirstCopies, decode_command
 from stallwatch.contract.parse import InvalidEvent, parse_event
@@ -126,12 +126,12 @@ def write_command(command: Command, out: TextIO, calls: dict[str, str]) -> None:
 async def explain_from_topic(run_id: str, settings: Settings, out: TextIO) -> bool:
     """The run's commands from its partition of the commands topic, read up to the end."""
     options = aiokafka_options(settings)
-    partitions = sorted(await partitions_of(settings.commands_topic, options))
+    partitions = sorted(await partitions_of(settings, settings.commands_topic))
     tp = TopicPartition(
         settings.commands_topic, DefaultPartitioner()(run_id.encode(), partitions, partitions)
     )
     consumer = committed_reader(options)
-    await consumer.start()
+    await started(consumer, settings)
     seen = False
     round_no = None
     copies = FirstCopies()

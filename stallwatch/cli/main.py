@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     from stallwatch.settings import LogSettings, ServeSettings, Settings, reveal
 
     parser = argparse.ArgumentParser(prog="stallwatch", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_versions()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("replay", help="run a recorded event log (JSON lines) through the engine")
@@ -171,6 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write", metavar="FILE", help="rewrite the tables between FILE's marker comments")
 
     args = parser.parse_args(argv)
+    from stallwatch.cli.settings_table import unknown_variables
+
+    for warning in unknown_variables(os.environ):
+        print(f"stallwatch: warning: {warning}", file=sys.stderr)
     if args.command == "settings" and (args.markdown or args.write):
         from stallwatch.cli.settings_table import main as settings_main
 
@@ -256,6 +261,21 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def _versions() -> str:
+    """This installation's release, from the package metadata, and the stream jobs' when
+    installed (a worker and the CLI beside it may be of different releases)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        release = version("stallwatch")
+    except PackageNotFoundError:
+        release = "unknown (not installed as a package)"
+    try:
+        return f"{release} (stallwatch-streams {version('stallwatch-streams')})"
+    except PackageNotFoundError:
+        return release
+
+
 def _jobs(text: str) -> int:
     """`--jobs`: a whole number of processes from 1 to 256 (argparse names a bad one)."""
     import argparse
@@ -283,6 +303,15 @@ def entry() -> int:
     except (SetupError, MissingPlugin) as exc:  # a setting to change or a package to install: no traceback
         print(f"stallwatch: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # as the Python docs advise
+        return 1
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        # A file or program named on the command line or in a setting that cannot be opened or run.
+        print(f"stallwatch: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 2
     except ModuleNotFoundError as exc:
         module = (exc.name or "").split(".")[0]
         install = _INSTALLS["aiohttp"] if sys.argv[1:2] == ["serve"] else _INSTALLS.get(module)
@@ -293,9 +322,6 @@ def entry() -> int:
             file=sys.stderr,
         )
         return 2
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # as the Python docs advise
-        return 1
 
 
 if __name__ == "__main__":

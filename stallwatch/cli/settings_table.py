@@ -3,8 +3,10 @@ docs/operations.md (generated between marker comments, so the declarations stay 
 
 from __future__ import annotations
 
+import difflib
 import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,24 @@ _BLOCK = re.compile(r"(<!-- settings table: (\w+) -->\n).*?(<!-- end of settings
 def declared_names() -> dict[str, tuple[type[Declared], str]]:
     """Every declared environment variable: its class and field."""
     return {cls.env_name(field): (cls, field) for cls in DECLARED for field in cls.declared()}
+
+
+# Variables of the local broker's scripts (deploy/kafka/), not of stallwatch's processes.
+BROKER_SCRIPT_PREFIXES = ("STALLWATCH_KAFKA_", "STALLWATCH_CLUSTER_")
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """One warning per STALLWATCH_* variable no setting reads (a misspelt one is otherwise
+    ignored in silence), with the closest declared name."""
+    known = declared_names()
+    warnings = []
+    for name in sorted(environ):
+        if not name.startswith("STALLWATCH_") or name in known or name.startswith(BROKER_SCRIPT_PREFIXES):
+            continue
+        closest = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hint = f" (did you mean {closest[0]}?)" if closest else ""
+        warnings.append(f"{name} is not a setting of stallwatch's and is ignored{hint}")
+    return warnings
 
 
 def accepts(cls: type[Declared], field: str) -> str:

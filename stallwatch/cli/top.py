@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 import orjson
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaConnectionError
 from aiokafka.structs import ConsumerRecord
 
 from stallwatch.contract.commands import ConflictingCommand, FirstCopies
@@ -20,6 +21,7 @@ from stallwatch.contract.stop_codes import STOPS
 from stallwatch.engine.names import printable
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.kafka.read import committed_reader, read_to_end
+from stallwatch.kafka.topics import no_broker, no_topic, quiet_kafka_log
 from stallwatch.settings import Settings
 
 
@@ -160,8 +162,9 @@ async def top(
 ) -> Tally:
     """Read every commands partition; with `once`, read up to the current end, print, return."""
     options = aiokafka_options(settings)
+    partitions = await partitions_of(settings, settings.commands_topic)
     consumer = committed_reader(options)
-    await consumer.start()
+    await started(consumer, settings)
     tally, incidents = Tally(), OpenIncidents()
 
     def count(tp: TopicPartition, records: list[ConsumerRecord]) -> None:
@@ -172,14 +175,13 @@ async def top(
                 tally.add(record.value)
 
     try:
-        partitions = await partitions_of(settings.commands_topic, options)
         tps = [TopicPartition(settings.commands_topic, p) for p in sorted(partitions)]
         # The incidents topic is read whole (compacted: the current state of each incident); it
         # exists once a worker or fleet app has created the topics.
         incident_tps = (
             [
                 TopicPartition(settings.incidents_topic, p)
-                for p in sorted(await partitions_of(settings.incidents_topic, options))
+                for p in sorted(await partitions_of(settings, settings.incidents_topic))
             ]
             if settings.incidents_topic in await consumer.topics()
             else []
@@ -201,7 +203,8 @@ async def top(
             for tp, records in (await consumer.getmany(timeout_ms=500)).items():
                 count(tp, records)
             if time.monotonic() - shown >= every_s:
-                out.write("\x1b[2J\x1b[H")  # clear the terminal, like top
+                # Clear the terminal, like top; into a file or a pipe, a blank line between views.
+                out.write("\x1b[2J\x1b[H" if out.isatty() else "\n")
                 incidents.render(out)
                 tally.render(out)
                 out.flush()
@@ -210,15 +213,29 @@ async def top(
         await consumer.stop()
 
 
-async def partitions_of(topic: str, options: dict) -> set[int]:
-    """The topic's partitions, from a fresh metadata request (a consumer without a group has
-    no public way to ask)."""
-    producer = AIOKafkaProducer(**options)
-    await producer.start()
+async def started(client: AIOKafkaConsumer | AIOKafkaProducer, settings: Settings) -> None:
+    """`client` started, or closed and SetupError raised when no broker answers (in one line:
+    aiokafka's own complaint about the connection is held back while it starts)."""
     try:
-        return set(await producer.partitions_for(topic))
+        with quiet_kafka_log():
+            await client.start()
+    except KafkaConnectionError:
+        await client.stop()
+        raise no_broker(settings) from None
+
+
+async def partitions_of(settings: Settings, topic: str) -> set[int]:
+    """The topic's partitions, from a fresh metadata request (a consumer without a group has
+    no public way to ask); SetupError when there is no such topic."""
+    producer = AIOKafkaProducer(**aiokafka_options(settings))
+    await started(producer, settings)
+    try:
+        partitions = (await producer.client.fetch_all_metadata()).partitions_for_topic(topic)
     finally:
         await producer.stop()
+    if not partitions:
+        raise no_topic(settings, topic)
+    return set(partitions)
 
 
 def main(settings: Settings, once: bool, from_beginning: bool) -> int:

@@ -74,6 +74,28 @@ class KafkaClient(Client):
         self._failing_open = False  # set once per outage, so the log says so once
         self._why_not = "cannot reach the broker at start"  # the last failed connection's cause
 
+    def health(self) -> dict[str, Any]:
+        """Whether verdicts come: the broker reached, and the last call answered by a worker (a
+        call that timed out was allowed: no worker judges, or none keeps up)."""
+        coming = self.verdicts.coming
+        if not self.connected:
+            said = "failing open: no broker answers (every call is allowed)"
+        elif coming is False:
+            said = (
+                f"failing open: the last call got no verdict within {self.verdict_timeout_s:g} s "
+                "(no worker serves its partition, or none keeps up)"
+            )
+        elif coming is None:
+            said = "no call asked yet"
+        else:
+            said = "arriving"
+        return {
+            "broker": "connected" if self.connected else "unreachable",
+            "verdicts": said,
+            "answered": self.verdicts.answered,
+            "timed_out": self.verdicts.timed_out,
+        }
+
     async def start(self) -> None:
         """Connect; when the broker cannot be reached, fail open and keep trying in the background."""
         tame_kafka_loggers()  # aiokafka's retries in an outage: a few lines, not hundreds

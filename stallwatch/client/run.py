@@ -45,6 +45,34 @@ def _decision(verdict: Verdict) -> CallDecision:
     return CallDecision(verdict.decision == "allow", verdict.code, verdict.reason)
 
 
+@dataclass
+class VerdictHealth:
+    """Whether verdicts come: the client's calls answered and timed out, and when each last
+    happened (monotonic), for a health check to tell a judged fleet from one failing open."""
+
+    answered: int = 0
+    timed_out: int = 0
+    last_answered_at: float | None = None
+    last_timed_out_at: float | None = None
+
+    def record(self, timed_out: bool) -> None:
+        now = time.monotonic()
+        if timed_out:
+            self.timed_out += 1
+            self.last_timed_out_at = now
+        else:
+            self.answered += 1
+            self.last_answered_at = now
+
+    @property
+    def coming(self) -> bool | None:
+        """True when the last call asked was answered, False when it timed out (the client fails
+        open), None before any call."""
+        if self.last_timed_out_at is None:
+            return None if self.last_answered_at is None else True
+        return self.last_answered_at is not None and self.last_answered_at > self.last_timed_out_at
+
+
 class Run:
     """One agent run. Make one with a client's `start_run`. Calls may be proposed from several
     tasks at once (each awaits its own verdict); rounds are started and ended from one place."""
@@ -60,9 +88,12 @@ class Run:
         apply: Apply | None = None,
         secret: bytes | None = None,
         args_digest_only: bool = False,
+        verdicts: VerdictHealth | None = None,
     ) -> None:
         """`secret` keys the digests this run sends (shared with the workers); with
-        `args_digest_only`, a call's arguments leave the runtime only as a digest."""
+        `args_digest_only`, a call's arguments leave the runtime only as a digest. `verdicts`:
+        where the client counts its verdicts and timeouts (None: not counted)."""
+        self._verdicts = verdicts
         self.run_id = run_id
         self.mode = mode
         self.policy = policy
@@ -162,6 +193,8 @@ class Run:
                     self.deliver(command)
         else:
             awaited = await self._await_verdict(event)
+            if self._verdicts is not None:
+                self._verdicts.record(timed_out=not isinstance(awaited, Verdict))
             if isinstance(awaited, CallDecision):  # _UNREACHABLE, its only decision
                 return call_id, awaited
             verdict = awaited
@@ -278,6 +311,11 @@ class Client:
 
     def __init__(self) -> None:
         self.runs: dict[str, Run] = {}
+        self.verdicts = VerdictHealth()
+
+    def health(self) -> dict[str, Any]:
+        """What a health check says of the verdicts (a transport's client adds its own)."""
+        return {"verdicts": "in process"}
 
     async def __aenter__(self) -> Self:
         """Start the client (each client says how): `async with client:` serves any client."""
@@ -307,6 +345,7 @@ class Client:
             self._apply,
             self.fingerprint_secret,
             self.args_digest_only,
+            self.verdicts,
         )
         self.runs[run_id] = run
         await self._prepare(run_id)

@@ -8,6 +8,8 @@ say what each call and result means.
 
 from __future__ import annotations
 
+from typing import Literal, overload
+
 from xxhash import xxh3_64_intdigest
 
 from stallwatch.contract.commands import Command
@@ -106,15 +108,26 @@ class Detector:
         # A second run_started changes nothing.
         return state, out
 
-    def quarantine(self, state: RunState | None, event: RawEvent) -> RunState | None:
+    @overload
+    def quarantine(self, state: RunState | None, event: RawEvent, hold: Literal[True]) -> RunState: ...
+
+    @overload
+    def quarantine(self, state: RunState | None, event: RawEvent, hold: bool = False) -> RunState | None: ...
+
+    def quarantine(self, state: RunState | None, event: RawEvent, hold: bool = False) -> RunState | None:
         """The run after the engine failed on `event`: marked quarantined (its state may be half
         changed, so nothing of it is judged again), or, for a run_started, a new quarantined run
-        that holds its id. None for any other event of a run not seen."""
+        that holds its id. None for any other event of a run not seen, unless `hold` (a run whose
+        stored state cannot be read: a new quarantined run holds its id, so that its later calls
+        are allowed as quarantined, not as an unknown run's, with one dead letter only)."""
         if state is None:
-            if event["type"] != "run_started":
+            if event["type"] != "run_started" and not hold:
                 return None
             state = RunState(
-                mode=event["mode"], started_ts=event["ts"], last_ts=event["ts"], tenant=self.tenant_of(event)
+                mode=event.get("mode", "researcher"),
+                started_ts=event["ts"],
+                last_ts=event["ts"],
+                tenant=self.tenant_of(event),
             )
             state.seen_event(xxh3_64_intdigest(event["event_id"].encode()))
         state.quarantined = True

@@ -12,7 +12,7 @@ from stallwatch.contract.parse import MAX_EVENT_BYTES, InvalidEvent, parse_event
 from stallwatch.contract.tenancy import claim_for_tenant
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.quota import LiveRuns
-from stallwatch.engine.state import RunState
+from stallwatch.engine.state import RunState, UnreadableState
 
 Letter = TypeVar("Letter")
 # A record's value: bytes from a broker or a log, text from a caller of `EmbeddedEngine.handle_raw`.
@@ -40,6 +40,19 @@ class EngineFault(InvalidEvent):
         what = "parsing" if run_id is None else "applying"
         then = "" if run_id is None else ("; its run is quarantined: no longer judged, its calls are allowed")
         super().__init__(reason, f"stallwatch failed {what} this event ({fault(exc)}){then}")
+
+
+class UnreadableRun(InvalidEvent):
+    """A run whose stored state this version does not read, met at its first event since it was
+    restored: its events were no longer in the events topic to rebuild it from."""
+
+    def __init__(self, exc: UnreadableState) -> None:
+        super().__init__(
+            "state_format",
+            f"this run's stored state cannot be read here ({exc}) nor rebuilt from the events topic "
+            "(its run_started is gone from it); its run is quarantined: no longer judged, its calls "
+            'are allowed (docs/operations.md, "Upgrading and rolling back")',
+        )
 
 
 class RecordApplier:
@@ -190,6 +203,19 @@ class RecordApplier:
                 if applied is not None:
                     applied(index, event, after, commands)
                 yield commands
+            except UnreadableState as exc:
+                # Counted live already, as the store found it (stallwatch_streams/worker/store.py).
+                after = self.detector.quarantine(state, event, hold=True)
+                if event["type"] == "run_ended":
+                    after.release()
+                    if live is not None:
+                        live.remove(None)
+                states[run_id] = after
+                if offsets is not None:
+                    after.last_offset = offsets[index]
+                letter = rejected(index, value, UnreadableRun(exc))
+                if letter is not None:
+                    yield letter
             except Exception as exc:
                 # Any fault while applying one event stays with it: the event is dead-lettered,
                 # its run quarantined (no longer judged: its calls are allowed), and every other

@@ -17,7 +17,9 @@ from stallwatch.contract.policy import POLICY_FIELDS, V1_DEFAULTS
 _DIGEST_SETS = ("signatures", "fingerprints")
 # States are stored as a JSON array of field values, in declaration order, behind this format
 # number: a third of the size of an object with field names, so the changelog is smaller and
-# recovery faster. Bump it whenever a field is added, removed or reordered, or its meaning changes.
+# recovery faster. Bump it whenever a field is added, removed or reordered, or its meaning changes,
+# and only as docs/operations.md ("Upgrading and rolling back") says: a release writes a format
+# only once the release before it reads it, so that one release back is always a safe rollback.
 STATE_FORMAT = 5
 # The format before, without the run's tenant (read as none: the run's tallies count it under
 # no tenant), so that a worker upgraded in place keeps its runs.
@@ -30,6 +32,29 @@ _CLOCK_OFFSET_FORMAT = 3
 # failed (`zip() argument 2 is shorter`) and its run could not be restored.
 _FORMAT_3_POLICY_FIELDS = 10
 _FORMAT_3_FIELDS_AFTER_EVENT_IDS = 5
+# Every format this version reads.
+READABLE_FORMATS = frozenset({_CLOCK_OFFSET_FORMAT, _NO_TENANT_FORMAT, STATE_FORMAT})
+
+
+class UnreadableState(ValueError):
+    """A stored state in a format this version does not read (written by a later release, or by
+    one too old): its run is rebuilt from its events, or quarantined, never dropped in silence."""
+
+    def __init__(self, found: object) -> None:
+        self.found = found
+        known = ", ".join(str(f) for f in sorted(READABLE_FORMATS))
+        super().__init__(f"run state in format {found!r}, this version reads formats {known}")
+
+
+def stored_format(raw: bytes) -> int | None:
+    """A stored state's format number, read from its first bytes without decoding the rest
+    (None: not a state of any format)."""
+    if not raw.startswith(b"["):
+        return None
+    end = raw.find(b",", 1, 12)
+    digits = raw[1:end] if end > 0 else b""
+    return int(digits) if digits.isdigit() else None
+
 
 # What a run keeps is capped, so that a run of any length has a state far below the producer's
 # limit (a 96,000-event run's state passed 1 MB and crash-looped the workers). Past a cap the
@@ -162,12 +187,13 @@ class RunState:
     @classmethod
     def from_bytes(cls, raw: bytes) -> RunState:
         values = orjson.loads(raw)
+        found = values[0] if isinstance(values, list) and values else None
+        if type(found) is not int or found not in READABLE_FORMATS:
+            raise UnreadableState(found)
         if values[0] == _CLOCK_OFFSET_FORMAT:
             values = _from_clock_offset_format(values)
         if values[0] == _NO_TENANT_FORMAT:
             values = [STATE_FORMAT, *values[1:], None]
-        if values[0] != STATE_FORMAT:
-            raise ValueError(f"run state in format {values[0]}, this worker reads {STATE_FORMAT}")
         if len(values) == _STORED_WITHOUT_QUARANTINE:
             values.append(False)
         policy_end = _POLICY_AT + len(POLICY_FIELDS)
@@ -195,6 +221,18 @@ class RunState:
             state = cls.from_bytes(raw)
             return state.tenant, state.ended
         return values[_STORED_AT["tenant"]], values[_STORED_AT["ended"]]
+
+    @classmethod
+    def summary(cls, raw: bytes) -> tuple[str | None, bool, int]:
+        """A stored state's tenant, whether it has ended, and how many fingerprints it holds,
+        without building the state (a restore reads this of every run)."""
+        values = orjson.loads(raw)
+        if values[0] != STATE_FORMAT:
+            state = cls.from_bytes(raw)
+            return state.tenant, state.ended, len(state.fingerprints)
+        packed = values[_STORED_AT["fingerprints"]]
+        digest_bytes = len(packed) * 3 // 4 - packed.count("=", len(packed) - 2)
+        return values[_STORED_AT["tenant"]], values[_STORED_AT["ended"]], digest_bytes // 16
 
     def seen_event(self, key: int) -> bool:
         """True for an event applied already (a redelivery); otherwise remembers it."""

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
+import socket
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -122,6 +124,58 @@ def fleet_topics(settings: Settings) -> list[NewTopic]:
     ]
 
 
+@contextlib.contextmanager
+def quiet_kafka_log() -> Iterator[None]:
+    """aiokafka's complaints held back while a client connects, for a caller that says what
+    failed itself (one line, not aiokafka's line before it)."""
+    kafka_log = logging.getLogger("aiokafka")
+    level = kafka_log.level
+    kafka_log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        kafka_log.setLevel(level)
+
+
+def no_broker(settings: Settings) -> SetupError:
+    """What a command says when no broker answers at its bootstrap address; or, when one accepts
+    the connection all the same, that it speaks another protocol than the one set (SASL against
+    a plaintext listener, plaintext against TLS: the client sees the same failure)."""
+    listening = _accepting(settings.bootstrap)
+    if listening is not None:
+        return SetupError(
+            f"something listens at {listening} but does not answer as a Kafka broker over "
+            f"STALLWATCH_SECURITY_PROTOCOL={settings.security_protocol}: set it to the protocol of "
+            "that listener (PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL), or STALLWATCH_BOOTSTRAP "
+            "to the listener of your protocol"
+        )
+    return SetupError(
+        f"no Kafka broker answers at {settings.bootstrap}: set STALLWATCH_BOOTSTRAP "
+        "to your brokers (host:port, comma-separated), or start the local one "
+        "with `make kafka-up`"
+    )
+
+
+def _accepting(bootstrap: str) -> str | None:
+    """The first bootstrap address that accepts a TCP connection (None: none does)."""
+    for broker in bootstrap.split(","):
+        host, _, port = broker.strip().rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=2):
+                return broker.strip()
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def no_topic(settings: Settings, topic: str) -> SetupError:
+    """What a reader of the project's topics says when one does not exist (yet)."""
+    return SetupError(
+        f"there is no topic {topic} on {settings.bootstrap}: start a worker (it creates the "
+        "topics), or set STALLWATCH_TOPIC_PREFIX to the workers' prefix"
+    )
+
+
 async def ensure_topics(
     settings: Settings, extra: Sequence[NewTopic] = (), only: Sequence[NewTopic] | None = None
 ) -> None:
@@ -130,14 +184,11 @@ async def ensure_topics(
     are. A refusal raises SetupError naming the setting to change."""
     admin = AIOKafkaAdminClient(**aiokafka_options(settings))
     try:
-        await admin.start()
+        with quiet_kafka_log():  # its failure is said below, in one line
+            await admin.start()
     except KafkaConnectionError:
         await admin.close()
-        raise SetupError(
-            f"no Kafka broker answers at {settings.bootstrap}: set STALLWATCH_BOOTSTRAP "
-            "to your brokers (host:port, comma-separated), or start the local one "
-            "with `make kafka-up`"
-        ) from None
+        raise no_broker(settings) from None
     try:
         existing = set(await until_ready(settings, admin.list_topics))
         wanted = [*wanted_topics(settings), *extra] if only is None else list(only)

@@ -198,7 +198,13 @@ class Api:
             return reply(self.service.view(self.service.get(run_id), mark_read=False))
 
     async def health(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "runs": len(self.service.held)})
+        # Up whatever the verdicts do (a sidecar taken out of service would fail its agents open
+        # all the same); "status" says whether calls are judged.
+        said = self.service.client.health()
+        failing = str(said.get("verdicts", "")).startswith("failing open")
+        return web.json_response(
+            {"status": "failing open" if failing else "ok", "runs": len(self.service.held), **said}
+        )
 
     async def openapi(self, request: web.Request) -> web.Response:
         return web.json_response(openapi())

@@ -90,7 +90,11 @@ def openapi() -> dict[str, Any]:
         }
     }
     paths["/v1/health"] = {
-        "get": {"summary": "The server is up (no token needed)", "responses": {"200": {"description": "up"}}}
+        "get": {
+            "summary": "The server is up, and whether verdicts come (`status`: `ok`, or `failing open` "
+            "with `verdicts` saying why; no token needed)",
+            "responses": {"200": {"description": "up"}},
+        }
     }
     paths["/hooks/{agent}"] = {
         "post": {

@@ -59,7 +59,9 @@ class StallwatchMetrics:
             buckets=_STREAK_BUCKETS,
             registry=r,
         )
-        self.active_runs = Gauge("stallwatch_active_runs", "Runs held in this worker's run store", registry=r)
+        self.active_runs = Gauge(
+            "stallwatch_active_runs", "Runs not ended held in this worker's run store", registry=r
+        )
         self.fingerprints = Gauge(
             "stallwatch_fingerprints_held",
             "Result fingerprints and fact digests held by this worker's runs",
@@ -108,6 +110,13 @@ class StallwatchMetrics:
             "stallwatch_partition_restore_seconds",
             "Rebalance to ready: the hand-over and the replay of the run states' changelog",
             buckets=_RECOVERY_BUCKETS,
+            registry=r,
+        )
+        self.unreadable_states = Counter(
+            "stallwatch_unreadable_states_total",
+            "Run states restored in a format this worker does not read, by what became of them: "
+            "rebuilt from the events topic, or left to be quarantined (a state_format dead letter)",
+            ["outcome"],
             registry=r,
         )
         self.build = Info("stallwatch_build", "Version of the running worker", registry=r)

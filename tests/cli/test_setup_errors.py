@@ -18,26 +18,121 @@ from stallwatch.settings import Settings
 from tests.kafka_harness import BOOTSTRAP, free_port
 
 
-def stallwatch(args: list[str], env: dict[str, str], prelude: str = "") -> subprocess.CompletedProcess:
-    """The console script, as a user runs it (with `prelude` run first, to hide a module)."""
+def stallwatch(
+    args: list[str],
+    env: dict[str, str],
+    prelude: str = "",
+    cwd: Path | None = None,
+    wrap: list[str] | None = None,
+) -> subprocess.CompletedProcess:
+    """The console script, as a user runs it (with `prelude` run first, to hide a module; in
+    `cwd`; behind `wrap`, a command that runs it)."""
     code = (
         f"{prelude}\nimport sys\nfrom stallwatch.cli.main import entry\n"
         f"sys.argv = ['stallwatch', *{args!r}]\nsys.exit(entry())"
     )
     base = {k: v for k, v in os.environ.items() if not k.startswith("STALLWATCH_")}
     return subprocess.run(
-        [sys.executable, "-c", code],
+        [*(wrap or []), sys.executable, "-c", code],
         capture_output=True,
         text=True,
         timeout=120,
+        cwd=cwd,
         env={
             **base,
             "STALLWATCH_TOPIC_PREFIX": f"t{uuid.uuid4().hex[:10]}",
             "STALLWATCH_WEB_PORT": str(free_port()),
             "STALLWATCH_METRICS_PORT": str(free_port()),
+            "STALLWATCH_FLEET_WEB_PORT": str(free_port()),
+            "PYTHONPATH": str(ROOT),
             **env,
         },
     )
+
+
+ROOT = Path(__file__).resolve().parents[2]
+NO_BROKER = {"STALLWATCH_BOOTSTRAP": f"127.0.0.1:{free_port()}"}
+ON_THE_BROKER = {
+    "STALLWATCH_BOOTSTRAP": BOOTSTRAP,
+    "STALLWATCH_REPLICATION_FACTOR": "1",
+    "STALLWATCH_MIN_INSYNC_REPLICAS": "1",
+}
+# Root without its capabilities: a folder it may not write is one it cannot write.
+WITHOUT_CAPABILITIES = ["setpriv", "--inh-caps=-all", "--bounding-set=-all"]
+
+
+def one_line(result: subprocess.CompletedProcess, *words: str) -> None:
+    """Exit 2, one line on stderr naming what to change, nothing on stdout, no traceback."""
+    said_only(result, *words)
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.stdout == "", result.stdout
+
+
+# Every error a user can cause with no broker, no topics, a missing file, a folder, a bad setting:
+# (command, environment, words the line says). The commands that need a broker run in the kafka lane.
+ERRORS = [
+    (["top", "--once"], NO_BROKER, ("no Kafka broker answers", "STALLWATCH_BOOTSTRAP")),
+    (["explain", "r1"], NO_BROKER, ("no Kafka broker answers", "STALLWATCH_BOOTSTRAP")),
+    (["worker"], NO_BROKER, ("no Kafka broker answers", "STALLWATCH_BOOTSTRAP")),
+    (["fleet"], NO_BROKER, ("no Kafka broker answers", "STALLWATCH_BOOTSTRAP")),
+    (["tenants", "add", "acme"], NO_BROKER, ("no Kafka broker answers", "STALLWATCH_BOOTSTRAP")),
+    (["replay", "/nonexistent/events.jsonl"], {}, ("/nonexistent/events.jsonl", "No such file")),
+    (["replay", "--jobs", "2", "/nonexistent/events.jsonl"], {}, ("No such file",)),
+    (["replay", "/"], {}, ("/: Is a directory",)),
+    (["explain", "r1", "/nonexistent/events.jsonl"], {}, ("No such file",)),
+    (["explain", "r1", "/"], {}, ("Is a directory",)),
+    (["mcp-proxy", "--", "/nonexistent/server"], {}, ("/nonexistent/server", "No such file")),
+    (["replay", "-"], {"STALLWATCH_BOOTSTRAP": "localhost"}, ("STALLWATCH_BOOTSTRAP=localhost", "port")),
+    (["worker"], {"STALLWATCH_BOOTSTRAP": "k1:9092,k2"}, ("k2 has no port",)),
+    (["top"], {"STALLWATCH_PARTITIONS": "-1"}, ("STALLWATCH_PARTITIONS",)),
+    (["serve", "--host", "0.0.0.0"], {}, ("STALLWATCH_SERVE_TOKEN",)),
+]
+
+
+@pytest.mark.parametrize(
+    ("command", "env", "words"), ERRORS, ids=lambda v: " ".join(v) if isinstance(v, list) else ""
+)
+def test_every_error_a_user_can_cause_is_one_line_and_a_non_zero_exit(command, env, words):
+    one_line(stallwatch(command, env), *words)
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("command", [["top", "--once"], ["explain", "r1"]])
+def test_a_reader_of_topics_that_do_not_exist_says_so_in_one_line(command):
+    one_line(stallwatch(command, ON_THE_BROKER), "there is no topic", "STALLWATCH_TOPIC_PREFIX")
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("command", [["top", "--once"], ["worker"]])
+def test_sasl_against_a_plaintext_listener_is_named_as_a_protocol_mismatch(command):
+    env = {
+        **ON_THE_BROKER,
+        "STALLWATCH_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        "STALLWATCH_SASL_MECHANISM": "PLAIN",
+        "STALLWATCH_SASL_USERNAME": "user",
+        "STALLWATCH_SASL_PASSWORD": "password",
+    }
+    one_line(
+        stallwatch(command, env), "STALLWATCH_SECURITY_PROTOCOL=SASL_PLAINTEXT", "protocol of that listener"
+    )
+
+
+@pytest.mark.kafka
+def test_the_fleet_app_in_a_folder_it_cannot_write_says_so_in_one_line(tmp_path: Path):
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    result = stallwatch(["fleet"], ON_THE_BROKER, cwd=folder, wrap=WITHOUT_CAPABILITIES)
+    one_line(result, str(folder), "cannot write there", "writable working directory")
+
+
+def test_a_misspelt_variable_is_warned_by_name_with_the_closest_setting():
+    result = stallwatch(["replay", "-"], {"STALLWATCH_PARTITONS": "4", "STALLWATCH_KAFKA_PORT": "29092"})
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        "stallwatch: warning: STALLWATCH_PARTITONS is not a setting of stallwatch's and is ignored "
+        "(did you mean STALLWATCH_PARTITIONS?)"
+    ]
 
 
 def said_only(result: subprocess.CompletedProcess, *words: str) -> None:

@@ -35,6 +35,11 @@ class FleetMetrics:
             "(tenant, tool) keys evicted at STALLWATCH_FLEET_MAX_KEYS",
             registry=r,
         )
+        self.unreadable = Counter(
+            "stallwatch_fleet_unreadable_windows_total",
+            "Table values in a format this worker does not read (a later release's), dropped",
+            registry=r,
+        )
         self.evicted_open = Counter(
             "stallwatch_fleet_evicted_open_keys_total",
             "Evicted keys that had an open incident, closed by the eviction (every tracked key of "

@@ -29,7 +29,7 @@ from stallwatch_streams.fleet.rules import Judge, Outcome
 from stallwatch_streams.fleet.settings import FleetSettings
 from stallwatch_streams.fleet.tally import InvalidTally, Tally, merge, new_partial, parse_tally
 from stallwatch_streams.fleet.transport import committed_offsets, use_transport
-from stallwatch_streams.fleet.window import bucket_of, new_state
+from stallwatch_streams.fleet.window import WINDOW_FORMAT, bucket_of, new_state, readable
 
 log = logging.getLogger(__name__)
 
@@ -315,6 +315,9 @@ class FleetService:
     async def _apply(self, key: bytes, partition: int, partial: Tally) -> None:
         self.metrics.partials.inc()
         state, evicted = self.table.get(key), None
+        if state is not None and not readable(state):
+            self._drop_unreadable(key)
+            state = None
         if state is None:
             tenant = partial["tenant"]
             held = self.tenant_keys.get(tenant, 0)
@@ -419,12 +422,26 @@ class FleetService:
             if tp.topic == self.cfg.base.fleet_partials_topic
         }
 
+    def _drop_unreadable(self, key: bytes) -> None:
+        """A table value in a format this version does not read (a later release's): dropped
+        from memory, counted and logged, its key judged anew from its next partials."""
+        del self.table.data[key]
+        self.metrics.unreadable.inc()
+        log.warning(
+            "judge: a window in a table format this version does not read (this one reads %d) "
+            "dropped; its (tenant, tool) is judged anew from its next partials",
+            WINDOW_FORMAT,
+        )
+
     def _index(self) -> None:
         """After a recovery the table holds keys this worker has not touched yet: index them."""
         self.lru, self.open_keys, self.tenant_keys = {}, {}, {}
         mine = self._held_partitions()
         dropped = 0
         for key, state in list(self.table.data.items()):
+            if state is not None and not readable(state):
+                self._drop_unreadable(key)
+                continue
             partition = partition_of(key, self.cfg.base.partitions)
             if state is None or partition not in mine:
                 # Faust's memory store keeps a revoked partition's keys: dropped from memory only

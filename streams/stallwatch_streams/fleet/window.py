@@ -20,10 +20,23 @@ LATE_WINDOWS = 1
 
 State = dict[str, Any]
 
+# The table value's format, stored as its "format" key; a value without one is format 1. Bumped
+# only as docs/operations.md ("Upgrading and rolling back") says: a release writes a format once
+# the release before it reads it. A key added alongside the others is no new format: a reader
+# ignores the keys it does not know.
+WINDOW_FORMAT = 1
+
+
+def readable(state: object) -> bool:
+    """A table value this version reads: another format's is dropped, its windows counted again
+    from the next partials (the fleet's judgements are advisory; a window rebuilds in minutes)."""
+    return isinstance(state, dict) and state.get("format", 1) == WINDOW_FORMAT and "buckets" in state
+
 
 def new_state(tenant: str | None, tool: str) -> State:
     """JSON-shaped (it is the table value, written to the changelog as JSON)."""
     return {
+        "format": WINDOW_FORMAT,
         "tenant": tenant,
         "tool": tool,
         "newest": -1,

@@ -33,7 +33,7 @@ from stallwatch.kafka.aiokafka_patch import (
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.settings import Settings
 from stallwatch_streams.metrics import StallwatchMetrics
-from stallwatch_streams.worker import producers, store
+from stallwatch_streams.worker import producers, rebuild, store
 from stallwatch_streams.worker.attempts import Attempt, AttemptLog, key_of
 from stallwatch_streams.worker.batch import LOG_APPEND_TIME, BatchApplier
 from stallwatch_streams.worker.commit import Applied, BatchCommitter, CommitTopics
@@ -86,11 +86,25 @@ class Pipeline(ConsumerRebalanceListener):
         self.metrics = metrics
         self.progress = Progress()
         quota = RunQuota(settings.max_live_runs_per_tenant, settings.max_live_runs)
+        # The batch step without tallies, to rebuild runs from their events (their tallies were
+        # counted when the events were first applied).
+        rebuilder = BatchApplier(
+            detector,
+            settings.events_topic,
+            tenant=settings.tenant,
+            idle_timeout_s=settings.idle_timeout_s,
+            ended_retention_s=settings.ended_retention_s,
+        )
 
         async def restore_from_changelog(
             partitions: list[int], tick: Callable[[], None]
         ) -> dict[int, PartitionStates]:
-            return await store.restore(settings, partitions, tick, quota)
+            restored = await store.restore(settings, partitions, tick, quota)
+            outcome = await rebuild.rebuild_unreadable(settings, rebuilder, restored, tick)
+            for rebuilt, left in outcome.values():
+                metrics.unreadable_states.labels("rebuilt").inc(rebuilt)
+                metrics.unreadable_states.labels("quarantined").inc(left)
+            return restored
 
         self.committer = BatchCommitter(
             BatchApplier(
@@ -141,9 +155,9 @@ class Pipeline(ConsumerRebalanceListener):
             )
         )
         self.progress.batches_since = self.tasks.batches_since
-        # Runs and fingerprints held, counted on the event loop for the metrics' thread, which
+        # Live runs and fingerprints held, counted on the event loop for the metrics' thread, which
         # must not walk the states while a batch changes them.
-        self.runs_held = 0
+        self.live_runs = 0
         self.fingerprints = 0
         self._fetch_wait_ms = IDLE_FETCH_MAX_WAIT_MS
         self._busy_at = 0.0  # monotonic time of the last fetch that returned records
@@ -172,7 +186,7 @@ class Pipeline(ConsumerRebalanceListener):
                 timeout_s / 2,
             )
         try:
-            await asyncio.wait_for(self._leave(), max(0.0, deadline - time.monotonic()))
+            await self._cancel_safe_leave(max(0.0, deadline - time.monotonic()))
         except (TimeoutError, KafkaError, OSError) as exc:
             log.warning(
                 "stopping: could not leave the group and close the producers in time "
@@ -181,6 +195,18 @@ class Pipeline(ConsumerRebalanceListener):
             )
             return False
         return not abandoned
+
+    async def _cancel_safe_leave(self, timeout_s: float) -> None:
+        """`_leave` within `timeout_s`. With the broker away, aiokafka's consumer re-raises the
+        cancellation of its own fetch task from `stop` (a traceback and exit 1 at a plain
+        SIGTERM): that is its close failing, not this task being cancelled, and is said as such."""
+        try:
+            await asyncio.wait_for(self._leave(), timeout_s)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            raise OSError("the consumer's fetcher was cancelled while the broker was away") from None
 
     async def _leave(self) -> None:
         await self.consumer.stop()  # leaves the group: the partitions move at once
@@ -314,7 +340,7 @@ class Pipeline(ConsumerRebalanceListener):
             metrics.lag.labels(tp.topic, str(tp.partition)).set(max(0, highwater - batch.last_offset - 1))
 
     def _count(self) -> None:
-        self.runs_held = self.tasks.runs_held()
+        self.live_runs = self.tasks.live_runs()
         self.fingerprints = self.tasks.fingerprints()
 
     # -- partitions changing hands -----------------------------------------------------------
@@ -336,6 +362,10 @@ class Pipeline(ConsumerRebalanceListener):
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         try:
             await self._take_over(assigned)
+        except store.UnreadablePosition as exc:
+            # The operator's to act on: the consume loop raises it and the worker says it in one
+            # line as it exits, without aiokafka's traceback of a failed listener first.
+            self.membership.rebalance_failed(exc)
         except Exception as exc:
             self.membership.rebalance_failed(exc)
             raise

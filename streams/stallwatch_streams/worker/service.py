@@ -19,6 +19,7 @@ from stallwatch.logs import configure as configure_logging
 from stallwatch.settings import Settings, SetupError, reveal
 from stallwatch_streams.metrics import StallwatchMetrics
 from stallwatch_streams.worker.health import HealthServer, start_watchdog
+from stallwatch_streams.worker.store import UnreadablePosition
 from stallwatch_streams.worker.tenants import Tenants
 
 log = logging.getLogger("stallwatch_streams.worker")
@@ -99,9 +100,12 @@ async def serve(
     deadline.arm()
     code = 0
     if consuming.done():
-        log.critical(
-            "the pipeline failed; exiting so that the batch is read again", exc_info=consuming.exception()
-        )
+        failure = consuming.exception()
+        if isinstance(failure, UnreadablePosition):
+            # The operator's to act on (a rollback too far), not a fault: one line, no traceback.
+            log.critical("%s; exiting", failure)
+        else:
+            log.critical("the pipeline failed; exiting so that the batch is read again", exc_info=failure)
         code = 1
     else:
         consuming.cancel()

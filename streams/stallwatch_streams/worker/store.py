@@ -12,7 +12,7 @@ from aiokafka.structs import ConsumerRecord
 
 from stallwatch.engine.expiry import PartitionClock
 from stallwatch.engine.quota import LiveRuns, RunQuota
-from stallwatch.engine.state import RunState
+from stallwatch.engine.state import READABLE_FORMATS, RunState, stored_format
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.kafka.read import committed_reader, read_to_end
 from stallwatch.settings import Settings
@@ -27,20 +27,41 @@ RESTORE_FETCH_BYTES = 16 * 1024 * 1024
 # written by every batch's transaction. Not valid UTF-8, so no run id (a JSON string, stored
 # UTF-8) can ever have it as its key.
 POSITION_KEY = b"\xffposition"
+# Keys of the same kind (not UTF-8, so never a run's) that a later release may write: skipped,
+# so that this version reads the changelog of the release after it.
+CONTROL_KEY_PREFIX = b"\xff"
+
+
+class UnreadablePosition(ValueError):
+    """A partition's position record in a shape this version does not read: the partition is
+    refused before it is taken, since serving it from a guessed offset could apply events twice
+    or skip them."""
+
+    def __init__(self, partition: int) -> None:
+        super().__init__(
+            f"partition {partition}'s position record (changelog key \\xffposition) is in a format "
+            "this version does not read: run the release that wrote it, or the one after it "
+            '(docs/operations.md, "Upgrading and rolling back")'
+        )
 
 
 def encode_position(offset: int, clock: float | None = None) -> bytes:
     """The offset, then the partition clock after the batch (JSON `[offset, clock]`, the float
     exactly), so that a restore resumes the clock the commits had, not one rebuilt from whichever
-    states it decodes."""
+    states it decodes. Position format 1; the offset alone is format 0."""
     return str(offset).encode() if clock is None else orjson.dumps([offset, clock])
 
 
 def decode_position(value: bytes) -> tuple[int, float | None]:
-    """(offset, clock); the format before the clock (the offset alone) gives no clock."""
+    """(offset, clock); format 0 (the offset alone) gives no clock. Values after the clock are a
+    later release's additions, which leave these two as they are, and are ignored. Anything else
+    raises ValueError."""
     if value.startswith(b"["):
-        offset, clock = orjson.loads(value)
-        return int(offset), float(clock)
+        fields = orjson.loads(value)
+        offset, clock = fields[0], fields[1]
+        if type(offset) is not int or not isinstance(clock, int | float):
+            raise ValueError("not an offset and a clock")
+        return offset, float(clock)
     return int(value), None
 
 
@@ -67,6 +88,10 @@ class PartitionStates:
         written before the clock was; the states decoded move it). `quota`: the limits of the
         partition's live runs (None: none)."""
         self._raw = {} if raw is None else raw
+        # Runs whose stored state this version does not read, by the format found (None: no
+        # format at all): rebuilt from the events topic or quarantined before the partition is
+        # served (stallwatch_streams/worker/rebuild.py).
+        self.unreadable: dict[str, int | None] = {}
         self._decoded: dict[str, RunState] = {}
         self.clock = PartitionClock()  # the partition's broker time
         self.clock.newest = clock
@@ -75,29 +100,52 @@ class PartitionStates:
         self.position = position
         # Its live runs by tenant, kept by the batch step (stallwatch/engine/quota.py).
         self.live: LiveRuns | None = None
-        if quota is not None:
-            live = self.live = LiveRuns(quota)
-            for stored in self._raw.values():
-                try:
-                    tenant, ended = RunState.tenant_and_ended(stored)
-                except (ValueError, TypeError, IndexError, KeyError):
-                    # Unreadable here (another version's format): counted live, and left to the
-                    # batch step, which meets it inside its fault boundary when its run is loaded.
-                    tenant, ended = None, False
-                if not ended:
-                    live.add(tenant)
+        # Fingerprints held by the restored runs, counted on the way: the gauge is right from
+        # the start, before the expiry scan counts them again.
+        self.restored_fingerprints = 0
+        live = self.live = LiveRuns(quota) if quota is not None else None
+        for run_id, stored in self._raw.items():  # one pass: a restore reads every run once
+            found = stored_format(stored)
+            if found not in READABLE_FORMATS:
+                self.unreadable[run_id] = found
+                if live is not None:
+                    live.add(None)  # counted live under no tenant, never a place freed unread
+                continue
+            if live is None:
+                continue
+            try:
+                tenant, ended, fingerprints = RunState.summary(stored)
+            except (ValueError, TypeError, IndexError, KeyError):
+                # Readable format, broken content: counted live, and left to the batch step,
+                # which meets it inside its fault boundary when its run is loaded.
+                tenant, ended, fingerprints = None, False, 0
+            self.restored_fingerprints += fingerprints
+            if not ended:
+                live.add(tenant)
 
     def load(self, run_id: str) -> RunState | None:
         state = self._decoded.get(run_id)
         if state is None:
             raw = self._raw.pop(run_id, None)
             if raw is not None:
+                self.unreadable.pop(run_id, None)  # read now, or raises UnreadableState for its run
                 state = self._decoded[run_id] = RunState.from_bytes(raw)
                 self.clock.observe(state)
         return state
 
     def put(self, run_id: str, state: RunState) -> None:
         self._decoded[run_id] = state
+
+    def replace_unreadable(self, run_id: str, state: RunState) -> None:
+        """An unreadable stored state's run, rebuilt or quarantined: held as `state` from now on
+        (and written with the partition's next commit that touches the run)."""
+        if self._raw.pop(run_id, None) is not None and self.live is not None:
+            self.live.remove(None)  # counted under no tenant, unread
+            if not state.ended:
+                self.live.add(state.tenant)
+        self.unreadable.pop(run_id, None)
+        self._decoded[run_id] = state
+        self.clock.observe(state)
 
     def delete(self, run_id: str) -> None:
         state = self._decoded.pop(run_id, None)
@@ -114,9 +162,11 @@ class PartitionStates:
                 self.live.remove(tenant)
 
     def states(self) -> Iterator[tuple[str, RunState]]:
-        """Every run of the partition, decoding the ones not yet decoded."""
+        """Every run of the partition, decoding the ones not yet decoded; not those this version
+        cannot read, which wait for their run's next event (`RecordApplier.apply`)."""
         for run_id in list(self._raw):
-            self.load(run_id)
+            if run_id not in self.unreadable:
+                self.load(run_id)
         yield from list(self._decoded.items())
 
     def __len__(self) -> int:
@@ -145,7 +195,12 @@ async def restore(
         states = raw[tp.partition]
         for record in records:
             if record.key == POSITION_KEY:
-                positions[tp.partition] = decode_position(record.value)
+                try:
+                    positions[tp.partition] = decode_position(record.value)
+                except (ValueError, TypeError, IndexError, AttributeError) as exc:
+                    raise UnreadablePosition(tp.partition) from exc
+            elif record.key.startswith(CONTROL_KEY_PREFIX):
+                continue
             elif record.value is None:
                 states.pop(record.key.decode(), None)
             else:

@@ -129,6 +129,13 @@ class PartitionTask:
     def runs_held(self) -> int:
         return len(self._states) if self._states is not None else 0
 
+    def live_runs(self) -> int:
+        """Its runs not ended (ended ones are kept a while, for redeliveries): its live ledger's
+        count, else every run held."""
+        if self._states is not None and self._states.live is not None:
+            return self._states.live.total
+        return self.runs_held()
+
     # -- assignment --------------------------------------------------------------------------
 
     async def fence(self) -> None:
@@ -142,6 +149,7 @@ class PartitionTask:
     def restored(self, states: PartitionStates) -> None:
         """Serve from the states read from its changelog."""
         self._states = states
+        self.expiry.fingerprints = states.restored_fingerprints
         self.lifecycle.to(TaskState.SUSPENDED if self.context.membership.revoking else TaskState.RUNNING)
 
     def begin(self, attempt: Attempt) -> None:

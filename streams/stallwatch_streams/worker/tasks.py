@@ -47,6 +47,9 @@ class PartitionTasks:
     def runs_held(self) -> int:
         return sum(task.runs_held() for task in self)
 
+    def live_runs(self) -> int:
+        return sum(task.live_runs() for task in self)
+
     def fingerprints(self) -> int:
         return sum(task.expiry.fingerprints for task in self)
 

@@ -56,7 +56,7 @@ class Tenants:
         self._missing: set[str] = set()  # tenants whose events topic the last scan did not find
         self.progress = AllProgress(lambda: [p.progress for p in self.pipelines.values()])
         # Read from the metrics server's thread: counts the event loop keeps, never the stores.
-        metrics.active_runs.set_function(lambda: sum(p.runs_held for p in list(self.pipelines.values())))
+        metrics.active_runs.set_function(lambda: sum(p.live_runs for p in list(self.pipelines.values())))
         metrics.fingerprints.set_function(lambda: sum(p.fingerprints for p in list(self.pipelines.values())))
 
     async def start(self) -> None:

@@ -4,6 +4,7 @@ write then fails (PartitionsMismatch, "0 partitions") until the next metadata re
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from stallwatch.settings import Settings
@@ -32,3 +33,17 @@ async def test_the_changelog_exists_before_faust_starts():
     name = changelog_topic(FleetSettings(base=settings)).name
     assert f"Topic {name!r} created" not in log  # Faust found it, led, and did not create it
     assert "Ignoring missing topic" not in log
+
+
+@pytest.mark.kafka
+async def test_the_fleet_app_logs_json_lines_when_asked():
+    fleet = FleetProcess(fresh_settings(), env={"STALLWATCH_LOG_FORMAT": "json"})
+    try:
+        await fleet.serving()
+    finally:
+        fleet.stop()
+    lines = fleet.log_path.read_text(errors="replace").splitlines()
+    assert lines and all(line.startswith("{") for line in lines), [x for x in lines if not x.startswith("{")][
+        :3
+    ]
+    assert any(orjson.loads(line)["msg"].endswith("Ready") for line in lines)

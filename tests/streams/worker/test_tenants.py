@@ -37,7 +37,7 @@ class FakePipeline:
         self.settings = settings
         self.consumer = cluster
         self.progress = Progress(restoring=False)
-        self.runs_held = 0
+        self.live_runs = 0
         self.fingerprints = 0
         self.started = self.stopped = False
         self.fail = asyncio.Event()
@@ -131,7 +131,7 @@ async def test_the_gauges_add_up_every_pipelines_counts_kept_on_the_event_loop()
     worker = Tenants(Settings(topic_prefix="sw"), metrics, Detector(), pipeline)
     await worker.start()
     for held, fake in zip((3, 4), made, strict=True):
-        fake.runs_held, fake.fingerprints = held, 10 * held
+        fake.live_runs, fake.fingerprints = held, 10 * held
     assert metrics.registry.get_sample_value("stallwatch_active_runs") == 7
     assert metrics.registry.get_sample_value("stallwatch_fingerprints_held") == 70
     await worker.stop(1.0)
