@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 import orjson
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from stallwatch.contract.commands import ConflictingCommand, FirstCopies
 from stallwatch.contract.stop_codes import STOPS
 from stallwatch.engine.names import printable
+from stallwatch.kafka.aiokafka_patch import Producer
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.kafka.read import committed_reader, read_to_end
 from stallwatch.settings import Settings
@@ -213,7 +214,7 @@ async def top(
 async def partitions_of(topic: str, options: dict) -> set[int]:
     """The topic's partitions, from a fresh metadata request (a consumer without a group has
     no public way to ask)."""
-    producer = AIOKafkaProducer(**options)
+    producer = Producer(**options)
     await producer.start()
     try:
         return set(await producer.partitions_for(topic))
