@@ -118,7 +118,8 @@ class FleetService:
             web_router_enabled=False,
             web_tables_enabled=False,
         )
-        # read_committed and the fetch wait: the consumer Faust builds, adjusted (transport.py).
+        # read_committed, the fetch wait and the project's aiokafka clients, in the consumer and
+        # producer Faust builds (transport.py).
         use_transport(app, cfg.fetch_wait_ms)
         self.tallies = _raw_topic(app, base.tallies_topic)
         self.partials = _raw_topic(app, base.fleet_partials_topic)

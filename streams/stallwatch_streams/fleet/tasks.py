@@ -50,7 +50,7 @@ class JudgeTasks:
         this worker was not told it holds is judged as any other, by a task made for it then."""
         task = self._tasks.get(partition)
         if task is None:
-            task = self._tasks[partition] = JudgeTask(partition, self.context)
+            task = self._task(partition)
             task.index(())
         return task
 
@@ -58,14 +58,13 @@ class JudgeTasks:
 
     def assigned(self, held: set[int]) -> None:
         """The group's new assignment: tasks of partitions given away are closed (their keys leave
-        the view and the gauges now: the index is only rebuilt at the judge's next record, which
-        may come late, and the view meanwhile listed incidents another worker now owns); the
-        others wait to be read again, new ones made at that reading."""
+        the view and the gauges now: the keys are only read again at the judge's next record,
+        which may come late, and the view meanwhile listed incidents another worker now owns);
+        tasks of new partitions are made, and every task waits to be read at that record."""
         self.indexed = False
-        for partition in [p for p in self._tasks if p not in held]:
-            self._tasks.pop(partition).close()
-        for task in self._tasks.values():
-            task.suspend()
+        self._close_all_but(held)
+        for partition in held:
+            self._task(partition).suspend()
         self.metrics.keys.set(self.keys_held())
         self.count_open()
 
@@ -74,8 +73,7 @@ class JudgeTasks:
         partition's task reads its keys, in the table's order. Faust's memory store keeps a
         given-away partition's keys: dropped from memory only (no tombstone), their new owner
         restored them from the changelog."""
-        for partition in [p for p in self._tasks if p not in held]:
-            self._tasks.pop(partition).close()
+        self._close_all_but(held)
         found: dict[int, list[tuple[bytes, State]]] = {p: [] for p in held}
         dropped = 0
         for key, state in list(data.items()):
@@ -86,9 +84,7 @@ class JudgeTasks:
                 continue
             found[partition].append((key, state))
         for partition, keys in found.items():
-            task = self._tasks.get(partition)
-            if task is None:
-                task = self._tasks[partition] = JudgeTask(partition, self.context)
+            task = self._task(partition)
             task.suspend()  # a task read before is read again
             task.index(keys)
         self.indexed = True
@@ -101,6 +97,16 @@ class JudgeTasks:
             sorted(held),
             dropped,
         )
+
+    def _task(self, partition: int) -> JudgeTask:
+        task = self._tasks.get(partition)
+        if task is None:
+            task = self._tasks[partition] = JudgeTask(partition, self.context)
+        return task
+
+    def _close_all_but(self, held: set[int]) -> None:
+        for partition in [p for p in self._tasks if p not in held]:
+            self._tasks.pop(partition).close()
 
     # -- counts over every task --------------------------------------------------------------
 

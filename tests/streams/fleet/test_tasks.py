@@ -90,14 +90,14 @@ def test_a_kept_partition_is_suspended_by_a_rebalance_and_read_again_with_its_op
         worker.apply(open_tool, partial)
     worker.apply(quiet_tool, healthy(quiet_tool))
     worker.tasks.assigned({0, 1})
-    kept, new = worker.tasks.get(0), worker.tasks.get(1)
-    assert kept is not None and kept.state is JudgeTaskState.SUSPENDED and new is None
+    kept, made = worker.tasks.get(0), worker.tasks.get(1)
+    assert kept is not None and kept.state is JudgeTaskState.SUSPENDED
+    assert made is not None and made.state is JudgeTaskState.CREATED
     worker.tasks.index(worker.table, {0, 1}, PARTITIONS)
-    assert kept.state is JudgeTaskState.RUNNING
+    assert kept.state is JudgeTaskState.RUNNING and made.state is JudgeTaskState.RUNNING
     assert list(kept.keys) == [tally_key("acme", open_tool), tally_key("acme", quiet_tool)]
     assert kept.open_keys == {tally_key("acme", open_tool)} and kept.tenant_keys == {"acme": 2}
-    made = worker.tasks.get(1)
-    assert made is not None and made.state is JudgeTaskState.RUNNING and not made.keys
+    assert not made.keys
 
 
 def test_the_key_cap_counts_every_task_and_evicts_within_the_partition_sparing_open_incidents() -> None:
