@@ -73,9 +73,9 @@ def oauth_token_provider(settings: Settings) -> AbstractTokenProvider:
 
 def failover_options(settings: Settings) -> dict[str, Any]:
     """How soon a client gives up on a broker that does not answer and learns where the
-    partitions and coordinators moved (docs/operations.md, "A broker fails"); the clients of
-    stallwatch/kafka/aiokafka_patch.py also connect to the brokers one at a time each and ask the
-    connected ones for metadata first."""
+    partitions and coordinators moved (docs/operations.md, "A broker fails"). The project's
+    clients (stallwatch/kafka/aiokafka_patch.py) also take one connection lock per broker and
+    ask the brokers they are connected to for metadata first."""
     return {
         "request_timeout_ms": settings.kafka_request_timeout_ms,
         "metadata_max_age_ms": settings.kafka_metadata_max_age_ms,
