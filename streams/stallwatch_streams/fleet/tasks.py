@@ -31,7 +31,6 @@ class JudgeTasks:
         self, cfg: FleetSettings, table: MutableMapping[bytes, Any], judge: Judge, metrics: FleetMetrics
     ) -> None:
         self.metrics = metrics
-        self.table = table
         self.context = JudgeContext(
             cfg, table, judge, metrics, self.keys_held, self.tenant_keys_held, self.count_open
         )
