@@ -250,6 +250,14 @@ class Settings(Declared):
         description="publish a batch's commands as soon as it is "
         "applied, outside its transaction; false: inside it",
     )
+    # An event that kills its worker would crash-loop every worker its partition moves to:
+    # stallwatch_streams/worker/attempts.py. The price is an acknowledged write per fetched batch.
+    poison_guard: bool = Field(
+        True,
+        description="write each batch's offsets to the attempts topic before applying it, so that "
+        "an event that kills its worker is dead-lettered after two deaths; false saves that "
+        "round trip per batch",
+    )
     # One transaction per batch spent the broker's and the worker's CPU; Kafka Streams commits
     # every 100 ms under exactly-once too. A crash reads up to this much again.
     commit_interval_s: float = Field(
@@ -393,6 +401,12 @@ class Settings(Declared):
     def changelog_topic(self) -> str:
         """The run states, compacted: written in each partition batch's transaction with its position."""
         return f"{self.runs_prefix}.runs-changelog"
+
+    @property
+    def attempts_topic(self) -> str:
+        """Where each partition's owners started and what they applied when they died (every
+        tenant's, compacted, the workers' alone): stallwatch_streams/worker/attempts.py."""
+        return f"{self.topic_prefix}.worker-attempts"
 
     @property
     def tallies_topic(self) -> str:

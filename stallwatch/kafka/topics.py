@@ -82,6 +82,13 @@ def wanted_topics(settings: Settings) -> list[NewTopic]:
                 "min.cleanable.dirty.ratio": "0.1",
             },
         ),
+        # One partition: a record per partition of every tenant, written at takeovers.
+        NewTopic(
+            settings.attempts_topic,
+            1,
+            replicas,
+            topic_configs={**durable, "cleanup.policy": "compact", "segment.ms": "600000"},
+        ),
         *fleet_topics(settings),
     ]
 

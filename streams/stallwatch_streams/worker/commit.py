@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Generator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -43,6 +43,11 @@ log = logging.getLogger(__name__)
 # A partition whose batch failed this many times in a row (each time rebuilt from Kafka and read
 # again) ends the worker: a failure that repeats is not the broker coming back.
 MAX_BATCH_FAILURES = 5
+# How long one partition's apply holds the event loop before it lets the rest of the worker run:
+# every tenant's pipeline shares the loop, so a tenant's heavy batch delays another tenant's
+# verdicts, the group heartbeats and the health answers by about this much at a time (and by one
+# event's own bound, docs/contract.md), not by the whole batch.
+APPLY_SLICE_S = 0.005
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,6 +337,24 @@ class Fenced:
 CommitOutcome = Committed | Failed | Fenced
 
 
+async def apply_in_slices(
+    steps: Generator[None, None, BatchResult], current: Callable[[], bool]
+) -> BatchResult | None:
+    """Run a batch's steps, pausing every APPLY_SLICE_S; None when `current()` turns false at a pause."""
+    slice_began = time.perf_counter()
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+        if time.perf_counter() - slice_began >= APPLY_SLICE_S:
+            await asyncio.sleep(0)
+            if not current():
+                steps.close()
+                return None
+            slice_began = time.perf_counter()
+
+
 class BatchCommitter:
     """Partition batches from records to committed: `apply` (in memory, commands published ahead),
     then `commit` of one or more applied batches in one transaction once every ahead send is
@@ -360,13 +383,28 @@ class BatchCommitter:
         self.ahead: AheadProducer | None = None
         self.replace_ahead = replace_ahead
 
-    async def apply(self, partition: CommitPartition, records: Sequence[SourceRecord]) -> Applied:
+    async def apply(
+        self,
+        partition: CommitPartition,
+        records: Sequence[SourceRecord],
+        current: Callable[[], bool] = lambda: True,
+        poison: Collection[int] = (),
+    ) -> Applied | None:
         """Apply a batch to the partition's states in memory, the states taking its new runs and
         dropping its expired ones at once (the next batch reads them before this one commits),
-        and send its commands ahead. Nothing of it is in Kafka's transactional record yet."""
+        and send its commands ahead. Nothing of it is in Kafka's transactional record yet.
+
+        The apply lets the event loop run every APPLY_SLICE_S; `current()` says, after each such
+        pause, whether the partition still takes the batch. None when it no longer does (rebuilt
+        or dropped meanwhile): nothing of the batch is planned or sent, and the states it changed
+        are the ones the rebuild discarded. `poison`: offsets of events that killed a worker,
+        dead-lettered unread (`BatchApplier.steps`)."""
         tp, states, ledger = partition.tp, partition.states, partition.ledger
         started = time.perf_counter()
-        result = self.applier.apply(records, states.load, states.clock, time.time(), states.live)
+        steps = self.applier.steps(records, states.load, states.clock, time.time(), states.live, poison)
+        result = await apply_in_slices(steps, current)
+        if result is None:
+            return None
         for run_id, state in result.states.items():
             states.put(run_id, state)
         # Scanned once the batch's states are in: a run the batch started in an expired run's

@@ -19,8 +19,8 @@ STALLED_EXIT_CODE = 3
 
 class HealthServer:
     """`/health/live`: 200 while the loop completed an iteration within the stall timeout, else 503
-    (an open port alone proves nothing: a hung loop still answers). `/health/ready`: 200 once the
-    assigned partitions are restored."""
+    (an open port alone proves nothing: a hung loop still answers). `/health/ready`: 200 once every
+    tenant's first assignment is restored (`AllProgress.ready`), and from then on."""
 
     def __init__(self, progress: Signs, stall_timeout_s: float, host: str, port: int) -> None:
         self.progress = progress
@@ -48,7 +48,7 @@ class HealthServer:
         )
 
     async def _ready(self, request: web.Request) -> web.Response:
-        ready = not self.progress.restoring
+        ready = self.progress.ready
         return web.json_response({"ready": ready}, status=200 if ready else 503)
 
 

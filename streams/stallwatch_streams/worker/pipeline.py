@@ -17,9 +17,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
+from aiokafka.structs import ConsumerRecord
 
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.quota import RunQuota
@@ -28,13 +30,15 @@ from stallwatch.kafka.options import aiokafka_options
 from stallwatch.settings import Settings
 from stallwatch_streams.metrics import StallwatchMetrics
 from stallwatch_streams.worker import producers, store
+from stallwatch_streams.worker.attempts import Attempt, AttemptLog, key_of
 from stallwatch_streams.worker.batch import LOG_APPEND_TIME, BatchApplier
 from stallwatch_streams.worker.commit import Applied, BatchCommitter, CommitTopics
 from stallwatch_streams.worker.membership import SESSION_TIMEOUT_MS, Membership
 from stallwatch_streams.worker.progress import Progress
+from stallwatch_streams.worker.retry import until_done
 from stallwatch_streams.worker.store import PartitionStates
 from stallwatch_streams.worker.tallies import Tallies
-from stallwatch_streams.worker.task import ReadFrom
+from stallwatch_streams.worker.task import PartitionTask, ReadFrom
 from stallwatch_streams.worker.task_context import ProducerFactory, Restore, TaskContext
 from stallwatch_streams.worker.tasks import PartitionTasks
 
@@ -72,6 +76,7 @@ class Pipeline(ConsumerRebalanceListener):
         consumer: AIOKafkaConsumer | None = None,
         start_producer: ProducerFactory | None = None,
         restore: Restore | None = None,
+        attempts: AttemptLog | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics
@@ -127,6 +132,7 @@ class Pipeline(ConsumerRebalanceListener):
                 start_producer or (lambda partition: producers.start_producer(settings, partition)),
                 restore or restore_from_changelog,
                 self._observe,
+                attempts,
             )
         )
         self.progress.batches_since = self.tasks.batches_since
@@ -196,6 +202,7 @@ class Pipeline(ConsumerRebalanceListener):
                     for tp, records in batches.items()
                     if (task := tasks.get(tp.partition)) is not None and task.has_states
                 ]
+                admitted = []
                 for tp, records, task in served:
                     epoch = epochs.get(tp.partition)
                     admission = task.admission(
@@ -204,14 +211,66 @@ class Pipeline(ConsumerRebalanceListener):
                     if isinstance(admission, ReadFrom):
                         self.consumer.seek(tp, admission.offset)
                     elif admission == "apply":
-                        if records[0].timestamp_type == LOG_APPEND_TIME:
-                            self.metrics.fetch_delay.observe(
-                                max(0.0, time.time() - records[0].timestamp / 1000)
-                            )
-                        applied = await self.committer.apply(task, records)
-                        if task.takes(epoch):
-                            task.add(applied)
+                        admitted.append((task, records, epoch))
+                await self._mark([(task, records) for task, records, _ in admitted])
+                for task, records, epoch in admitted:
+                    if records[0].timestamp_type == LOG_APPEND_TIME:
+                        self.metrics.fetch_delay.observe(max(0.0, time.time() - records[0].timestamp / 1000))
+                    await self._apply(task, records, epoch)
             self.progress.tick()
+
+    async def _apply(self, task: PartitionTask, records: list[ConsumerRecord], epoch: int | None) -> None:
+        """The records applied and handed to the task's commit loop. Those its previous owner died
+        applying are applied one at a time, each one's offset written to the attempts first; the
+        rest at once, their first and last offsets written first unless `_mark` did
+        (stallwatch_streams/worker/attempts.py)."""
+        attempts, attempt = self.tasks.context.attempts, task.attempt
+        if attempts is None or attempt is None or not attempt.careful(records[0].offset):
+            await self._apply_batch(task, records, epoch)
+            return
+        key = key_of(task.tp.topic, task.tp.partition)
+        for index, record in enumerate(records):
+            if not attempt.careful(record.offset):
+                rest = records[index:]
+                await self._write(task, key, attempt.over(rest[0].offset, rest[-1].offset))
+                await self._apply_batch(task, rest, epoch)
+                return
+            await self._write(task, key, attempt.at(record.offset))
+            if not await self._apply_batch(task, [record], epoch):
+                return
+            self.progress.tick()  # a round trip a record: progress, not a hang
+
+    async def _mark(self, batches: list[tuple[PartitionTask, list[ConsumerRecord]]]) -> None:
+        """Each batch's first and last offsets written to the attempts, all at once, before any is
+        applied (those of a careful task are written one by one as it applies them)."""
+        attempts = self.tasks.context.attempts
+        if attempts is None:
+            return
+        writes = []
+        for task, records in batches:
+            attempt, first = task.attempt, records[0].offset
+            if attempt is not None and not attempt.careful(first):
+                key = key_of(task.tp.topic, task.tp.partition)
+                writes.append(self._write(task, key, attempt.over(first, records[-1].offset)))
+        await asyncio.gather(*writes)
+
+    async def _write(self, task: PartitionTask, key: str, attempt: Attempt) -> None:
+        attempts = self.tasks.context.attempts
+        if attempts is not None:
+            await until_done(partial(attempts.write, key, attempt))
+            task.attempt = attempt
+
+    async def _apply_batch(
+        self, task: PartitionTask, records: list[ConsumerRecord], epoch: int | None
+    ) -> bool:
+        """False when the task no longer takes what was fetched under `epoch`."""
+        if not task.takes(epoch):
+            return False
+        applied = await self.committer.apply(task, records, partial(task.takes, epoch), task.poison)
+        if applied is None or not task.takes(epoch):
+            return False
+        task.add(applied)
+        return True
 
     def _set_fetch_wait(self, fetched: bool) -> None:
         """Short fetches while busy, long ones once idle (IDLE_AFTER_S); set before the loop
@@ -289,6 +348,7 @@ class Pipeline(ConsumerRebalanceListener):
             membership.generation += 1
             self._count()
             self.progress.restoring = False
+            self.progress.served = True
             self.progress.tick()
             log.info(
                 "serving partitions %s of %s (restored %s)",

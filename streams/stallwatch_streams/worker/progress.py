@@ -19,12 +19,18 @@ class Progress:
 
     beat: float = 0.0
     restoring: bool = True
+    # Whether its first assignment is done: its partitions (perhaps none) restored once.
+    served: bool = False
     # When (monotonic) each partition's batch in flight began: its tasks', read from the health
     # checks' and the watchdog's threads.
     batches_since: Callable[[], Iterable[float]] = field(default=_none)
 
     def tick(self) -> None:
         self.beat = time.monotonic()
+
+    @property
+    def ready(self) -> bool:
+        return not self.restoring
 
     def stalled_for(self) -> float:
         """Seconds since the oldest sign of progress: a loop that goes round while one
@@ -37,17 +43,35 @@ class Signs(Protocol):
     """What the health checks and the watchdog read: one pipeline's progress, or all of them."""
 
     @property
-    def restoring(self) -> bool: ...
+    def ready(self) -> bool: ...
 
     def stalled_for(self) -> float: ...
 
 
 class AllProgress:
-    """The progress of every pipeline of a worker as one: as stalled as the most stalled, and
-    restoring while any is (a stalled tenant's partitions must move to a live worker too)."""
+    """The progress of every pipeline of a worker as one: as stalled as the most stalled (a
+    stalled tenant's partitions must move to a live worker too), and ready once the tenants found
+    at the start are all served, for good.
+
+    Ready for good: a rebalance of one tenant's group (a worker joins or leaves, a tenant is
+    added) moves some partitions while the others are served, and a worker that turned unready at
+    each one would stall every rolling update of a fleet with many tenants. A worker that stops
+    serving is not live, which the liveness check and the watchdog see."""
 
     def __init__(self, parts: Callable[[], Iterable[Progress]]) -> None:
         self._parts = parts
+        self.started = False  # the tenants found at the start have their pipelines
+        self._ready = False
+
+    @property
+    def ready(self) -> bool:
+        if not self._ready and self.started:
+            self._ready = all(part.served for part in self._parts())
+        return self._ready
+
+    def waiting(self) -> int:
+        """Pipelines whose first assignment is not done yet."""
+        return sum(not part.served for part in self._parts())
 
     @property
     def restoring(self) -> bool:

@@ -23,6 +23,7 @@ from typing import Literal
 from aiokafka import TopicPartition
 
 from stallwatch_streams.worker import producers
+from stallwatch_streams.worker.attempts import Attempt
 from stallwatch_streams.worker.commit import (
     Applied,
     CommitLedger,
@@ -83,6 +84,8 @@ class PartitionTask:
         self._full = False  # paused for pending records past the bound
         self._began = float("-inf")  # when (monotonic) its last transaction began
         self._loop: asyncio.Task[None] | None = None  # its commit loop
+        # What it is applying, as written to the attempts before it applies it (None: not kept).
+        self.attempt: Attempt | None = None
 
     def __repr__(self) -> str:
         return f"PartitionTask({self.tp.topic}-{self.tp.partition}, {self.state.name})"
@@ -113,6 +116,11 @@ class PartitionTask:
         """Its batches in flight, committing (None: nothing applied waits for a transaction)."""
         return self._loop
 
+    @property
+    def poison(self) -> tuple[int, ...]:
+        """Offsets of events that killed the worker applying them, not yet committed."""
+        return () if self.attempt is None else self.attempt.poison
+
     def position(self, otherwise: int) -> int:
         """Its committed position, else `otherwise`."""
         position = self._states.position if self._states is not None else None
@@ -135,6 +143,21 @@ class PartitionTask:
         """Serve from the states read from its changelog."""
         self._states = states
         self.lifecycle.to(TaskState.SUSPENDED if self.context.membership.revoking else TaskState.RUNNING)
+
+    def begin(self, attempt: Attempt) -> None:
+        """Its takeover, as found in the attempts: careful over the batch a dead owner had in hand."""
+        self.attempt = attempt
+        if attempt.careful_through is not None:
+            log.warning(
+                "partition %d of %s: the previous owner died applying records up to offset %d; "
+                "applying them one at a time%s",
+                self.tp.partition,
+                self.tp.topic,
+                attempt.careful_through,
+                f", the events at {list(attempt.poison)} that killed it dead-lettered"
+                if attempt.poison
+                else "",
+            )
 
     def suspend(self) -> None:
         """A rebalance began: its batches in flight still commit, and it is kept (producer and

@@ -10,6 +10,7 @@ from aiokafka import TopicPartition
 
 from stallwatch.settings import Settings
 from stallwatch_streams.metrics import StallwatchMetrics
+from stallwatch_streams.worker.attempts import AttemptLog
 from stallwatch_streams.worker.commit import Applied, BatchCommitter, TransactionalProducer
 from stallwatch_streams.worker.membership import Membership
 from stallwatch_streams.worker.progress import Progress
@@ -51,3 +52,5 @@ class TaskContext:
     start_producer: ProducerFactory
     restore: Restore
     observe: Callable[[TopicPartition, Applied], None]  # a batch committed: its metrics
+    # Where the partitions' owners started and died (None: not kept, nothing applied carefully).
+    attempts: AttemptLog | None = None

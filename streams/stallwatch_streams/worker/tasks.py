@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 from aiokafka import TopicPartition
 
+from stallwatch_streams.worker.attempts import key_of, takeover
 from stallwatch_streams.worker.retry import until_done
 from stallwatch_streams.worker.task import PartitionTask
 from stallwatch_streams.worker.task_context import TaskContext
@@ -77,12 +78,30 @@ class PartitionTasks:
             self.context.metrics.recovery_seconds.observe(time.monotonic() - started)
             for partition in new:
                 self._tasks[partition].restored(restored[partition])
+            await self._begin([self._tasks[partition] for partition in new])
         # Every partition with a committed position, kept ones too. Again at the end of the
         # callback the pipeline bumps its generation: a fetch that returned meanwhile (from the
         # group's offsets) is then read again from the position.
         for tp in assigned:
             self._tasks[tp.partition].assigned_again()
         return new
+
+    async def _begin(self, tasks: list[PartitionTask]) -> None:
+        """Each restored task's takeover read from the attempts and written back, acknowledged,
+        before it applies anything (stallwatch_streams/worker/attempts.py)."""
+        attempts = self.context.attempts
+        if attempts is None:
+            return
+        keys = {task.tp.partition: key_of(task.tp.topic, task.tp.partition) for task in tasks}
+        previous = await until_done(lambda: attempts.read(keys.values()))
+        begun = {task: takeover(previous.get(keys[task.tp.partition]), task.position(-1)) for task in tasks}
+
+        async def write_all() -> None:
+            await asyncio.gather(*(attempts.write(keys[t.tp.partition], a) for t, a in begun.items()))
+
+        await until_done(write_all)
+        for task, attempt in begun.items():
+            task.begin(attempt)
 
     async def lose(self, partition: int) -> None:
         """A partition the group gave away: its task closed, its lag no longer reported."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from aiokafka.errors import KafkaError
 
@@ -21,12 +21,17 @@ from stallwatch.engine.detector import Detector
 from stallwatch.kafka.topics import tenants_in
 from stallwatch.settings import Settings
 from stallwatch_streams.metrics import StallwatchMetrics
+from stallwatch_streams.worker.attempts import AttemptLog
 from stallwatch_streams.worker.pipeline import Pipeline
 from stallwatch_streams.worker.progress import AllProgress
 
 log = logging.getLogger(__name__)
 
 PipelineFactory = Callable[[Settings], Pipeline]
+# Pipelines started at once: each start is a few round trips to the broker and its group's
+# coordinator, so many overlap well; the bound keeps a worker with hundreds of tenants from
+# opening every connection in the same instant.
+TENANT_STARTS_AT_ONCE = 32
 
 
 class Tenants:
@@ -41,7 +46,11 @@ class Tenants:
         pipeline: PipelineFactory | None = None,
     ) -> None:
         self.settings = settings.for_tenant(None)
-        self._pipeline = pipeline or (lambda tenant_settings: Pipeline(tenant_settings, metrics, detector))
+        # Every pipeline's, on one producer (None: STALLWATCH_POISON_GUARD off).
+        self.attempts = AttemptLog(self.settings) if settings.poison_guard else None
+        self._pipeline = pipeline or (
+            lambda tenant_settings: Pipeline(tenant_settings, metrics, detector, attempts=self.attempts)
+        )
         self.pipelines: dict[str | None, Pipeline] = {}
         self._runs: dict[str | None, asyncio.Task[None]] = {}
         self._missing: set[str] = set()  # tenants whose events topic the last scan did not find
@@ -51,9 +60,11 @@ class Tenants:
         metrics.fingerprints.set_function(lambda: sum(p.fingerprints for p in list(self.pipelines.values())))
 
     async def start(self) -> None:
-        """The shared topics' pipeline, then every tenant's found now."""
+        """The shared topics' pipeline, then every tenant's found now, started together; the
+        worker is ready once each has served its first assignment (`AllProgress.ready`)."""
         await self._add(None)
         await self.scan()
+        self.progress.started = True
 
     async def run(self) -> None:
         """Until cancelled: the pipelines run, and new tenants are looked for every
@@ -73,15 +84,12 @@ class Tenants:
         broker that does not answer (restarting, cut off) leaves the pipelines as they are: the
         next scan looks again, and the pipelines ride out the outage on their own."""
         try:
-            topics = await asyncio.wait_for(
-                self.pipelines[None].consumer.topics(), self.settings.tenant_scan_interval_s
-            )
+            topics = await self._topics()
         except (TimeoutError, KafkaError, OSError) as exc:
             log.debug("the scan for tenants' topics failed (%s); looking again later", fault(exc))
             return
         found = tenants_in(self.settings, topics)
-        for tenant in sorted(found - self.pipelines.keys()):
-            await self._add(tenant)
+        await self._add_all(sorted(found - self.pipelines.keys()))
         missing = {t for t in self.pipelines.keys() - found if t is not None}
         # Gone at two scans in a row: one answer that misses a topic must not restart a tenant.
         for gone in sorted(missing & self._missing):
@@ -97,7 +105,27 @@ class Tenants:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         stopped = await asyncio.gather(*(p.stop(timeout_s) for p in self.pipelines.values()))
+        if self.attempts is not None:
+            with contextlib.suppress(Exception):  # acknowledged before each use: nothing is pending
+                await asyncio.wait_for(self.attempts.close(), timeout_s)
         return all(stopped)
+
+    async def _topics(self) -> set[str]:
+        return await asyncio.wait_for(
+            self.pipelines[None].consumer.topics(), self.settings.tenant_scan_interval_s
+        )
+
+    async def _add_all(self, tenants: Sequence[str | None]) -> None:
+        """Start these tenants' pipelines, up to TENANT_STARTS_AT_ONCE at a time: a pipeline's
+        start waits on its group's coordinator, so one at a time makes a worker's start (and a
+        second worker's join) as long as the sum of every tenant's."""
+        limit = asyncio.Semaphore(TENANT_STARTS_AT_ONCE)
+
+        async def add(tenant: str | None) -> None:
+            async with limit:
+                await self._add(tenant)
+
+        await asyncio.gather(*(add(tenant) for tenant in tenants))
 
     async def _add(self, tenant: str | None) -> None:
         pipeline = self._pipeline(self.settings.for_tenant(tenant))

@@ -135,3 +135,45 @@ async def test_the_gauges_add_up_every_pipelines_counts_kept_on_the_event_loop()
     assert metrics.registry.get_sample_value("stallwatch_active_runs") == 7
     assert metrics.registry.get_sample_value("stallwatch_fingerprints_held") == 70
     await worker.stop(1.0)
+
+
+async def test_ready_once_every_tenant_found_at_the_start_is_served_and_through_later_rebalances():
+    cluster = Topics({"sw.events", "sw.tenant.acme.events", "sw.tenant.globex.events"})
+    worker, made = tenants(cluster)
+    assert not worker.progress.ready  # nothing started: not one partition served
+    await worker.start()
+    assert not worker.progress.ready  # started, but no group has assigned anything yet
+    for pipeline in made[:-1]:
+        pipeline.progress.served = True
+    assert not worker.progress.ready and worker.progress.waiting() == 1
+    made[-1].progress.served = True
+    assert worker.progress.ready
+    made[1].progress.restoring = True  # one tenant's group rebalances: the rest are served
+    cluster.names.add("sw.tenant.initech.events")
+    await worker.scan()  # a tenant added later is restoring its first assignment
+    assert worker.progress.ready
+    await worker.stop(1.0)
+
+
+async def test_the_tenants_found_at_the_start_start_together(monkeypatch: pytest.MonkeyPatch):
+    names = {"sw.events"} | {f"sw.tenant.t{n}.events" for n in range(5)}
+    cluster = Topics(names)
+    worker, _ = tenants(cluster)
+    starting = 0
+    most = 0
+    release = asyncio.Event()
+
+    async def start(self: FakePipeline) -> None:
+        nonlocal starting, most
+        starting += 1
+        most = max(most, starting)
+        if most == 5:
+            release.set()
+        elif self.settings.tenant is not None:
+            await release.wait()  # each tenant's start waits on its group until all five have begun
+        starting -= 1
+
+    monkeypatch.setattr(FakePipeline, "start", start)
+    await asyncio.wait_for(worker.start(), 5)
+    assert most == 5 and len(worker.pipelines) == 6
+    await worker.stop(1.0)

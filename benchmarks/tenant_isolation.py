@@ -1,0 +1,210 @@
+"""One tenant's worst events against another tenant's verdicts, on one worker and a real broker.
+
+Tenant A's runtime proposes a call every 50 ms through the Kafka client; tenant B floods its own
+events topic with events near the broker's size limit (results of about 1 MB: one long string,
+deep objects, long lists, declared volatile fields and facts to work on). Printed side by side:
+A's verdict latency alone and during B's flood, the worker's longest silence on /health/live,
+its rebalances, and how B's events ended. `tests/streams/worker/test_tenant_isolation.py` runs
+the same scenario and asserts what must hold whatever the machine's load.
+
+    python benchmarks/tenant_isolation.py     # the local broker up (make kafka-up)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from stallwatch.client import KafkaClient
+from stallwatch.settings import Settings
+from tests.kafka_harness import (
+    PROBE_PREFIX,
+    WorkerProcess,
+    by_run,
+    collect,
+    fresh_settings,
+    replay_commands,
+    run_cli,
+    wait_until_serving,
+)
+from tests.script import RunScript
+
+ROOT = Path(__file__).resolve().parents[1]
+# Each of B's events stays under the producer's and the broker's 1 MB request limit.
+EVENT_BYTES = 900_000
+CALL_EVERY_S = 0.05
+
+
+def flood(runs: int) -> list[bytes]:
+    """B's worst events: each run declares what to work on, then reports results of ~1 MB."""
+    lines: list[bytes] = []
+    tools = [
+        {
+            "name": "search",
+            "volatile_fields": [f"items.*.meta.v{n}" for n in range(64)],
+            "facts": {"path": "items", "key": "doc.id"},
+        }
+    ]
+    results = [
+        {"text": "x" * EVENT_BYTES},
+        {"items": [{"doc": {"id": n}, "meta": {"v1": n}} for n in range(EVENT_BYTES // 44)]},
+        _deep(EVENT_BYTES),
+    ]
+    for n in range(runs):
+        script = RunScript(f"flood-{n}", tools=tools)
+        for result in results:
+            script.round_of(("search", {"q": n}, result))
+        lines += script.lines()
+    return lines
+
+
+def _deep(size: int) -> dict:
+    """An object of many nested keys, about `size` bytes as JSON."""
+    return {f"k{i}": {f"m{j}": {"v": j} for j in range(40)} for i in range(size // 640)}
+
+
+@dataclass
+class Figures:
+    alone_ms: list[float] = field(default_factory=list)
+    flooded_ms: list[float] = field(default_factory=list)
+    timed_out: int = 0
+    probes: int = 0
+    probes_failed: int = 0
+    longest_probe_s: float = 0.0
+    rebalances_during: int = 0
+    b_expected: dict[str, list[bytes]] = field(default_factory=dict)
+    b_got: dict[str, list[bytes]] = field(default_factory=dict)
+    worker_alive: bool = True
+    log_tail: str = ""
+
+
+async def produce_elsewhere(settings: Settings, lines: list[bytes]) -> None:
+    """B's runtime is another process: its producer's work must not delay A's client here."""
+    with tempfile.NamedTemporaryFile(suffix=".jsonl") as log:
+        log.write(b"\n".join(lines))
+        log.flush()
+        code = (
+            "import asyncio, sys; from pathlib import Path; from tests.kafka_harness import produce; "
+            "from stallwatch.settings import Settings; "
+            "settings = Settings(bootstrap=sys.argv[1], topic_prefix=sys.argv[2], tenant=sys.argv[3]); "
+            "asyncio.run(produce(settings, Path(sys.argv[4]).read_bytes().split(b'\\n')))"
+        )
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            code,
+            settings.bootstrap,
+            settings.topic_prefix,
+            str(settings.tenant),
+            log.name,
+            cwd=str(ROOT),
+        )
+        assert await process.wait() == 0
+
+
+def live_status(port: int) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health/live", timeout=5) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return 0
+
+
+async def tenant_calls(settings: Settings, calls: int, into: list[float], figures: Figures) -> None:
+    async with KafkaClient(settings, verdict_timeout_s=5.0) as client:
+        run = await client.start_run(f"steady-{time.monotonic_ns()}", "researcher")
+        for n in range(calls):
+            await run.start_round()
+            began = time.perf_counter()
+            call_id, decision = await run.propose("search", {"q": n})
+            into.append((time.perf_counter() - began) * 1000)
+            figures.timed_out += decision.timed_out
+            await run.result(call_id, "search", "ok", {"n": n})
+            await run.end_round()
+            await asyncio.sleep(CALL_EVERY_S)  # the runtime's own pace between calls
+        await run.end()
+
+
+async def probe_health(worker: WorkerProcess, figures: Figures, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        began = time.perf_counter()
+        status = await asyncio.to_thread(live_status, worker.web_port)
+        figures.longest_probe_s = max(figures.longest_probe_s, time.perf_counter() - began)
+        figures.probes += 1
+        figures.probes_failed += status != 200
+        await asyncio.sleep(0.25)  # a probe's period, as a kubelet's
+
+
+async def scenario(flood_runs: int = 20, calls: int = 60) -> Figures:
+    settings = fresh_settings(2)
+    a, b = settings.for_tenant("a"), settings.for_tenant("b")
+    figures = Figures()
+    worker = WorkerProcess(settings, env={"STALLWATCH_TENANT_SCAN_INTERVAL_S": "0.5"})
+    try:
+        await wait_until_serving(settings)
+        added = run_cli(settings, "tenants", "add", "a", "b")
+        assert added.returncode == 0, added.stderr
+        for tenant in (a, b):
+            await wait_until_serving(tenant)
+        await tenant_calls(a, calls // 2, figures.alone_ms, figures)
+        log = flood(flood_runs)
+        figures.b_expected = by_run(replay_commands(log, tenant="b"))
+        rebalances_before = worker.log_path.read_text().count("rebalance: revoking")
+        stop = asyncio.Event()
+        probing = asyncio.create_task(probe_health(worker, figures, stop))
+        flooding = asyncio.create_task(produce_elsewhere(b, log))
+        await tenant_calls(a, calls, figures.flooded_ms, figures)
+        await flooding
+        got = await collect(b, b.commands_topic, sum(map(len, figures.b_expected.values())), 180)
+        figures.b_got = {run: c for run, c in by_run(got).items() if not run.startswith(PROBE_PREFIX)}
+        stop.set()
+        await probing
+        figures.rebalances_during = (
+            worker.log_path.read_text().count("rebalance: revoking") - rebalances_before
+        )
+        figures.worker_alive = worker.alive()
+        figures.log_tail = worker.log_tail()
+    finally:
+        worker.stop()
+    return figures
+
+
+def percentile(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100)[int(q) - 1] if len(values) > 1 else values[0]
+
+
+def main() -> None:
+    figures = asyncio.run(scenario(flood_runs=40, calls=200))
+    b_bytes = sum(len(line) for line in flood(40))
+    print(
+        f"tenant B's flood: {b_bytes / 1e6:.0f} MB in {len(flood(40))} events of up to {EVENT_BYTES:,} bytes"
+    )
+    print("tenant A's verdict latency      p50       p99       max")
+    for name, values in (("alone", figures.alone_ms), ("during B's flood", figures.flooded_ms)):
+        print(
+            f"  {name:<28} {percentile(values, 50):6.1f} ms {percentile(values, 99):6.1f} ms "
+            f"{max(values):6.1f} ms"
+        )
+    print(f"A's calls without a verdict in 5 s: {figures.timed_out}")
+    print(
+        f"/health/live: {figures.probes - figures.probes_failed} of {figures.probes} probes answered 200, "
+        f"the slowest in {figures.longest_probe_s * 1000:.0f} ms"
+    )
+    print(f"rebalances during the flood: {figures.rebalances_during}; worker alive: {figures.worker_alive}")
+    same = figures.b_got == figures.b_expected
+    print(f"B's runs as replay decides them: {same} ({len(figures.b_expected)} runs)")
+
+
+if __name__ == "__main__":
+    main()

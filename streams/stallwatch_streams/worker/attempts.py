@@ -1,0 +1,179 @@
+"""What each partition's owner was applying when it died: a batch that killed its worker does
+not kill the next one, and the event that did it becomes a dead letter.
+
+Before it applies a batch, an owner writes the batch's first and last offsets, and waits for the
+write's acknowledgement; the records go to `{prefix}.worker-attempts` (compacted, one key per
+partition), outside any transaction: the transaction of a worker that dies is aborted, and this
+record must outlive it. An owner that dies leaves the batch it was applying; its successor, at
+its takeover, finds that batch above its committed position and applies those records carefully:
+one at a time, each one's offset written (and acknowledged) before it is applied. If it dies too,
+its successor finds the offset of the event it died on: that event is dead-lettered
+(`worker_crash`), its run quarantined (calls allowed, nothing judged), and the partition moves on.
+A poison event costs two deaths: the first finds the batch, the second the event.
+
+A careful successor follows every unclean handover (a worker killed, its node lost, its session
+expired), but only over the one batch its predecessor had in hand: a round trip per record of
+that batch. A clean handover (a rebalance, a stop) commits its batches first, so the record names
+nothing above the successor's position. A careful owner that dies for another reason while an
+event is applied, before the event commits, has that event taken for the cause: its run is
+quarantined, which leans to "keep going".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Collection
+from dataclasses import dataclass, replace
+
+import orjson
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.structs import ConsumerRecord
+
+from stallwatch.kafka.options import aiokafka_options
+from stallwatch.kafka.read import committed_reader, read_to_end
+from stallwatch.settings import Settings
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+# Events found to kill a worker that a record carries at most (the newest kept): past this, an
+# older one may be met again and cost two more deaths.
+MAX_POISON = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """What an owner of a partition is applying: a batch (`batch`, first and last offset), or,
+    while it is careful, one event (`applying`); through which offset it applies carefully
+    (`careful_through`: the batch its predecessor died on), and the events known to kill a worker
+    that are not committed yet (`poison`)."""
+
+    careful_through: int | None = None
+    poison: tuple[int, ...] = ()
+    batch: tuple[int, int] | None = None
+    applying: int | None = None
+
+    def careful(self, offset: int) -> bool:
+        return self.careful_through is not None and offset <= self.careful_through
+
+    def at(self, offset: int) -> Attempt:
+        """About to apply the event at `offset` alone."""
+        return replace(self, batch=None, applying=offset)
+
+    def over(self, first: int, last: int) -> Attempt:
+        """About to apply the batch from `first` to `last`."""
+        return replace(self, batch=(first, last), applying=None)
+
+    def encode(self) -> bytes:
+        return orjson.dumps(
+            {
+                "v": FORMAT_VERSION,
+                "careful_through": self.careful_through,
+                "poison": list(self.poison),
+                "batch": None if self.batch is None else list(self.batch),
+                "applying": self.applying,
+            }
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes | None) -> Attempt | None:
+        """None for a record of another format version, or one that does not parse: a takeover
+        then applies as if nothing had died, the "keep going" side."""
+        try:
+            data = orjson.loads(raw or b"")
+            if data.get("v") != FORMAT_VERSION:
+                return None
+            batch, applying, through = data["batch"], data["applying"], data["careful_through"]
+            return cls(
+                None if through is None else int(through),
+                tuple(int(p) for p in data["poison"][-MAX_POISON:]),
+                None if batch is None else (int(batch[0]), int(batch[1])),
+                None if applying is None else int(applying),
+            )
+        except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError, IndexError):
+            return None
+
+
+def takeover(previous: Attempt | None, position: int) -> Attempt:
+    """The attempt of an owner that starts at `position` (its committed position, -1 for none)
+    after `previous`, the last record of the partition's owners: careful through the batch the
+    previous owner had in hand, the event it died on (if careful) added to the poison, everything
+    at or below `position` committed and so forgotten."""
+    if previous is None:
+        return Attempt()
+    poison = {p for p in previous.poison if p >= position}
+    if previous.applying is not None and previous.applying >= position:
+        poison.add(previous.applying)
+    ends = [previous.careful_through, None if previous.batch is None else previous.batch[1]]
+    through = max((end for end in ends if end is not None and end >= position), default=None)
+    return Attempt(through, tuple(sorted(poison)[-MAX_POISON:]))
+
+
+def key_of(events_topic: str, partition: int) -> str:
+    return f"{events_topic}/{partition}"
+
+
+class AttemptLog:
+    """The worker's attempts topic: one producer for every pipeline (started at the first write,
+    idempotent, acknowledged by every in-sync replica), and a read of the whole topic at each
+    takeover (one key per partition of every tenant, compacted)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings.for_tenant(None)
+        self.topic = self.settings.attempts_topic
+        self._producer: AIOKafkaProducer | None = None
+        self._starting = asyncio.Lock()
+
+    async def read(self, keys: Collection[str]) -> dict[str, Attempt]:
+        """The latest attempt of each key in `keys` that has one."""
+        wanted = {key.encode(): key for key in keys}
+        found: dict[str, Attempt] = {}
+
+        def take(tp: TopicPartition, records: list[ConsumerRecord]) -> None:
+            for record in records:
+                key = wanted.get(record.key)
+                if key is None:
+                    continue
+                attempt = Attempt.decode(record.value)
+                if attempt is None:
+                    found.pop(key, None)
+                else:
+                    found[key] = attempt
+
+        consumer = committed_reader(aiokafka_options(self.settings))
+        try:
+            await consumer.start()
+            partitions = consumer.partitions_for_topic(self.topic) or {0}
+            tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
+            await read_to_end(consumer, tps, take)
+        finally:
+            await consumer.stop()
+        return found
+
+    async def write(self, key: str, attempt: Attempt) -> None:
+        """Written and acknowledged: the takeover (or the event) it names may now begin."""
+        producer = await self._started()
+        await producer.send_and_wait(self.topic, attempt.encode(), key=key.encode())
+
+    async def close(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            await producer.stop()
+
+    async def _started(self) -> AIOKafkaProducer:
+        async with self._starting:
+            if self._producer is None:
+                producer = AIOKafkaProducer(
+                    enable_idempotence=True, acks="all", linger_ms=0, **aiokafka_options(self.settings)
+                )
+                try:
+                    await producer.start()
+                except BaseException:
+                    await producer.stop()
+                    raise
+                producer.client.set_topics([self.topic])
+                self._producer = producer
+            return self._producer

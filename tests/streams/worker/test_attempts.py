@@ -1,0 +1,70 @@
+"""What a takeover makes of the record its predecessor left (no broker), and the batch step's
+treatment of an event that killed the worker applying it."""
+
+from __future__ import annotations
+
+import orjson
+
+from stallwatch.engine.detector import Detector
+from stallwatch.engine.expiry import PartitionClock
+from stallwatch_streams.worker.attempts import Attempt, takeover
+from stallwatch_streams.worker.batch import WORKER_CRASH, BatchApplier
+from tests.script import RunScript
+from tests.streams.worker.test_batch import messages
+
+
+def test_a_clean_handover_leaves_nothing_to_apply_carefully():
+    assert takeover(None, 10) == Attempt()
+    committed = Attempt().over(5, 9)  # the batch committed: the successor starts at 10
+    assert takeover(committed, 10) == Attempt()
+
+
+def test_an_owner_that_died_in_a_batch_makes_its_successor_careful_over_that_batch_alone():
+    died = Attempt().over(10, 40)
+    after = takeover(died, 10)
+    assert after.careful_through == 40 and after.poison == ()
+    assert after.careful(40) and not after.careful(41)
+
+
+def test_a_careful_owner_that_died_on_an_event_makes_it_poison_until_committed():
+    careful = takeover(Attempt().over(10, 40), 10).at(17)
+    after = takeover(careful, 15)  # it committed 10 to 14 before it died on 17
+    assert after.poison == (17,) and after.careful_through == 40
+    assert takeover(after.at(30), 17).poison == (17, 30)  # 17 not committed yet: kept
+    assert takeover(after.at(30), 31).poison == ()  # both committed
+
+
+def test_records_of_another_format_or_broken_are_a_first_takeover():
+    assert Attempt.decode(b'{"v": 2, "batch": [1, 2]}') is None
+    assert Attempt.decode(b"{") is None and Attempt.decode(None) is None
+    attempt = Attempt(40, (17,)).at(20)
+    assert Attempt.decode(attempt.encode()) == attempt
+
+
+def test_the_poison_event_is_dead_lettered_unread_and_its_run_quarantined():
+    script = RunScript("r1")
+    script.round_of(("search", {"q": 1}, {"n": 1}))
+    script.start_round()
+    script.call("search", {"q": 2})  # offset 6: killed the worker applying it
+    script.call("search", {"q": 2})  # a repeat, refused were the run still judged
+    batch = messages(script)
+    applier = BatchApplier(Detector(), "events")
+    result = applier.apply(batch, lambda run_id: None, PartitionClock(), 0.0)
+    assert result.commands[-1].decision == "refuse"
+    result = BatchApplier(Detector(), "events").steps(
+        batch, lambda run_id: None, PartitionClock(), 0.0, None, {6}
+    )
+    poisoned = _drain(result)
+    assert [(key, reason) for key, _, reason in poisoned.letters] == [(b"r1", "worker_crash")]
+    letter = orjson.loads(poisoned.letters[0][1])
+    assert letter["error"] == WORKER_CRASH and letter["offset"] == 6 and letter["raw"] == ""
+    assert poisoned.states["r1"].quarantined and poisoned.states["r1"].last_offset == 7
+    assert poisoned.commands[-1].decision == "allow"  # quarantined: its calls are allowed
+
+
+def _drain(steps):
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
