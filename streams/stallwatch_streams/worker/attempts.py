@@ -30,6 +30,7 @@ import orjson
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
+from stallwatch.kafka.aiokafka_patch import Producer
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.kafka.read import committed_reader, read_to_end
 from stallwatch.settings import Settings
@@ -166,7 +167,7 @@ class AttemptLog:
     async def _started(self) -> AIOKafkaProducer:
         async with self._starting:
             if self._producer is None:
-                producer = AIOKafkaProducer(
+                producer = Producer(
                     enable_idempotence=True, acks="all", linger_ms=0, **aiokafka_options(self.settings)
                 )
                 try:
