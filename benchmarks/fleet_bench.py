@@ -39,8 +39,8 @@ from benchmarks.fleet_log import fleet_events
 from stallwatch.contract.envelope import envelope
 from stallwatch.kafka.topics import ensure_topics
 from stallwatch.logs import configure as configure_logging
-from stallwatch_streams.fleet.service import partition_of
 from stallwatch_streams.fleet.tally import tally_key
+from stallwatch_streams.fleet.tasks import partition_of
 from tests.kafka_harness import WorkerProcess, fresh_settings, kafka, wait_until_serving
 from tests.streams.fleet.harness import FleetProcess, tally
 

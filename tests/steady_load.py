@@ -9,10 +9,10 @@ import itertools
 import time
 from collections.abc import Iterator
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaTimeoutError
 from aiokafka.partitioner import murmur2
 
+from stallwatch.kafka.aiokafka_patch import Consumer, Producer
 from stallwatch.kafka.options import failover_options
 from stallwatch.settings import Settings
 from tests.script import RunScript
@@ -46,7 +46,7 @@ async def load(settings: Settings, rate: float, stop: asyncio.Event, prefix: str
     partition whose leader is away stalls its own runs only, as in a fleet of separate agents.
     Every run started is ended. Returns the number of runs sent; a send that fails is left out
     of the log (a reference replays the log as the broker holds it)."""
-    producer = AIOKafkaProducer(
+    producer = Producer(
         bootstrap_servers=settings.bootstrap, acks="all", linger_ms=5, **failover_options(settings)
     )
     await producer.start()
@@ -84,7 +84,7 @@ async def arrivals(
 ) -> None:
     """Until `stop`: when (monotonic) each record of `topic` reaches a read-committed reader
     with the clients' options, per partition, and the records' values."""
-    consumer = AIOKafkaConsumer(
+    consumer = Consumer(
         topic,
         bootstrap_servers=settings.bootstrap,
         isolation_level="read_committed",

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer
 
 from stallwatch.client import KafkaClient, Run
+from stallwatch.kafka.aiokafka_patch import Consumer
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.settings import Settings
 
@@ -141,7 +141,7 @@ def say(run: Run, text: str) -> None:
 
 async def watch_incidents(settings: Settings, scene: Scene, started: asyncio.Event) -> None:
     """Print the scene's incidents as the fleet app writes them (its tenant only)."""
-    consumer = AIOKafkaConsumer(
+    consumer = Consumer(
         settings.incidents_topic,
         auto_offset_reset="latest",
         enable_auto_commit=False,

@@ -12,13 +12,14 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import TopicPartition
 from aiokafka.errors import KafkaConnectionError
 from aiokafka.structs import ConsumerRecord
 
 from stallwatch.contract.commands import ConflictingCommand, FirstCopies
 from stallwatch.contract.stop_codes import STOPS
 from stallwatch.engine.names import printable
+from stallwatch.kafka.aiokafka_patch import Consumer, Producer
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.kafka.read import committed_reader, read_to_end
 from stallwatch.kafka.topics import no_broker, no_topic, quiet_kafka_log
@@ -213,7 +214,7 @@ async def top(
         await consumer.stop()
 
 
-async def started(client: AIOKafkaConsumer | AIOKafkaProducer, settings: Settings) -> None:
+async def started(client: Consumer | Producer, settings: Settings) -> None:
     """`client` started, or closed and SetupError raised when no broker answers (in one line:
     aiokafka's own complaint about the connection is held back while it starts)."""
     try:
@@ -227,7 +228,7 @@ async def started(client: AIOKafkaConsumer | AIOKafkaProducer, settings: Setting
 async def partitions_of(settings: Settings, topic: str) -> set[int]:
     """The topic's partitions, from a fresh metadata request (a consumer without a group has
     no public way to ask); SetupError when there is no such topic."""
-    producer = AIOKafkaProducer(**aiokafka_options(settings))
+    producer = Producer(**aiokafka_options(settings))
     await started(producer, settings)
     try:
         partitions = (await producer.client.fetch_all_metadata()).partitions_for_topic(topic)

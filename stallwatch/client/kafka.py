@@ -19,6 +19,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from stallwatch.client.run import Client
 from stallwatch.contract.commands import decode_command
 from stallwatch.engine.canonical import secret_from_key
+from stallwatch.kafka.aiokafka_patch import Consumer, Producer
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.logs import tame_kafka_loggers
 from stallwatch.settings import Settings, reveal
@@ -131,14 +132,12 @@ class KafkaClient(Client):
             return False
         options = aiokafka_options(self.settings)
         timeout_ms = max(int(self.verdict_timeout_s * 1000), 1000)
-        self._producer = AIOKafkaProducer(
-            acks="all", linger_ms=0, **{**options, "request_timeout_ms": timeout_ms}
-        )
+        self._producer = Producer(acks="all", linger_ms=0, **{**options, "request_timeout_ms": timeout_ms})
         # read_committed: commands published ahead of their batch's transaction are in none and
         # seen at once; the others (CreateTime topics, STALLWATCH_PUBLISH_AHEAD=false) are in
         # their batch's, and an aborted batch's are never seen. Copies of one id are dropped
         # (`Run.deliver`): a batch read again publishes its commands again.
-        self._consumer = AIOKafkaConsumer(
+        self._consumer = Consumer(
             enable_auto_commit=False,
             auto_offset_reset="latest",
             isolation_level="read_committed",

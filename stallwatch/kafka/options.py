@@ -9,10 +9,6 @@ from typing import Any
 
 from aiokafka.abc import AbstractTokenProvider
 
-from stallwatch.kafka.aiokafka_patch import (
-    metadata_from_connected_brokers_first,
-    one_connection_lock_per_broker,
-)
 from stallwatch.settings import Settings, SetupError, reveal
 
 
@@ -77,9 +73,9 @@ def oauth_token_provider(settings: Settings) -> AbstractTokenProvider:
 
 def failover_options(settings: Settings) -> dict[str, Any]:
     """How soon a client gives up on a broker that does not answer and learns where the
-    partitions and coordinators moved (docs/operations.md, "A broker fails")."""
-    one_connection_lock_per_broker()
-    metadata_from_connected_brokers_first()
+    partitions and coordinators moved (docs/operations.md, "A broker fails"). The project's
+    clients (stallwatch/kafka/aiokafka_patch.py) also take one connection lock per broker and
+    ask the brokers they are connected to for metadata first."""
     return {
         "request_timeout_ms": settings.kafka_request_timeout_ms,
         "metadata_max_age_ms": settings.kafka_metadata_max_age_ms,
@@ -87,8 +83,8 @@ def failover_options(settings: Settings) -> dict[str, Any]:
 
 
 def aiokafka_options(settings: Settings) -> dict[str, Any]:
-    """Connection keyword arguments for aiokafka's producer, consumer and admin client, with
-    the failover options."""
+    """Connection keyword arguments for the project's producer, consumer and admin client
+    (stallwatch/kafka/aiokafka_patch.py), with the failover options."""
     options: dict[str, Any] = {
         "bootstrap_servers": settings.bootstrap,
         "security_protocol": settings.security_protocol,

@@ -8,6 +8,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
+from stallwatch.kafka.aiokafka_patch import Consumer
+
 # How long one fetch waits for records before the positions are checked against the ends again.
 FETCH_TIMEOUT_MS = 500
 
@@ -15,7 +17,7 @@ FETCH_TIMEOUT_MS = 500
 def committed_reader(options: dict[str, Any], **extra: Any) -> AIOKafkaConsumer:
     """A consumer in no group that sees only committed records: an aborted transaction (its
     worker died mid-batch, or was fenced) is never read."""
-    return AIOKafkaConsumer(enable_auto_commit=False, isolation_level="read_committed", **options, **extra)
+    return Consumer(enable_auto_commit=False, isolation_level="read_committed", **options, **extra)
 
 
 async def read_to_end(

@@ -14,6 +14,7 @@ from typing import TypeVar
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, NodeNotReadyError
 
+from stallwatch.kafka.aiokafka_patch import AdminClient
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.settings import TENANT_NAME, Settings, SetupError, tenant_of_events_topic
 
@@ -182,7 +183,7 @@ async def ensure_topics(
     """Create the missing topics (the project's, and `extra`; or `only` these: a principal allowed
     to see only the topics it uses takes every other for missing); existing ones are left as they
     are. A refusal raises SetupError naming the setting to change."""
-    admin = AIOKafkaAdminClient(**aiokafka_options(settings))
+    admin = AdminClient(**aiokafka_options(settings))
     try:
         with quiet_kafka_log():  # its failure is said below, in one line
             await admin.start()
@@ -213,7 +214,7 @@ async def ensure_topics(
 
 async def list_topic_names(settings: Settings) -> list[str]:
     """Every topic of the cluster, by a short-lived admin client."""
-    admin = AIOKafkaAdminClient(**aiokafka_options(settings))
+    admin = AdminClient(**aiokafka_options(settings))
     try:
         await admin.start()
         return await admin.list_topics()

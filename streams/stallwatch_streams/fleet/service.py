@@ -5,14 +5,12 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections import OrderedDict
 from typing import Any
 
 import faust
 import orjson
 from aiokafka.admin import NewTopic
 from aiokafka.errors import KafkaError
-from aiokafka.partitioner import murmur2
 from faust.exceptions import PartitionsMismatch
 from prometheus_client import generate_latest
 
@@ -20,7 +18,6 @@ from stallwatch.contract.advisories import advisory_key_of, signed
 from stallwatch.contract.commands import DeadLetter
 from stallwatch.contract.digests import secret_from_key
 from stallwatch.contract.faults import fault
-from stallwatch.contract.incidents import INCIDENT_KINDS
 from stallwatch.kafka.options import oauth_token_provider, ssl_context
 from stallwatch.kafka.topics import list_topic_names, tenants_in
 from stallwatch.settings import Settings, reveal
@@ -28,8 +25,10 @@ from stallwatch_streams.fleet.metrics import FleetMetrics
 from stallwatch_streams.fleet.rules import Judge, Outcome
 from stallwatch_streams.fleet.settings import FleetSettings
 from stallwatch_streams.fleet.tally import InvalidTally, Tally, merge, new_partial, parse_tally
+from stallwatch_streams.fleet.task import JudgeTask, KeyQuota
+from stallwatch_streams.fleet.tasks import JudgeTasks
 from stallwatch_streams.fleet.transport import committed_offsets, use_transport
-from stallwatch_streams.fleet.window import WINDOW_FORMAT, bucket_of, new_state, readable
+from stallwatch_streams.fleet.window import bucket_of
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +64,6 @@ def _raw_topic(app: faust.App, name: str) -> faust.TopicT:
     return app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
 
 
-def partition_of(key: bytes, partitions: int) -> int:
-    """The partition the producer's default partitioner gives a key (murmur2, as Kafka's)."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
-
-
 def faust_credentials(settings: Settings) -> faust.types.auth.CredentialsT | None:
     """The worker's and the client's Kafka security settings, in Faust's terms (SASL over plaintext
     or TLS, or TLS alone), so that the fleet app reaches the brokers the workers reach."""
@@ -86,10 +80,6 @@ def faust_credentials(settings: Settings) -> faust.types.auth.CredentialsT | Non
     if context is not None:
         return faust.SSLCredentials(context)
     return None
-
-
-class KeyQuota(Exception):
-    """A tally of a new (tenant, tool) key past its tenant's quota: dead-lettered."""
 
 
 class FleetService:
@@ -128,7 +118,8 @@ class FleetService:
             web_router_enabled=False,
             web_tables_enabled=False,
         )
-        # read_committed and the fetch wait: the consumer Faust builds, adjusted (transport.py).
+        # read_committed, the fetch wait and the project's aiokafka clients, in the consumer and
+        # producer Faust builds (transport.py).
         use_transport(app, cfg.fetch_wait_ms)
         self.tallies = _raw_topic(app, base.tallies_topic)
         self.partials = _raw_topic(app, base.fleet_partials_topic)
@@ -142,13 +133,8 @@ class FleetService:
         # Tables take no serializer arguments (faust-streaming #556): Faust derives json from the
         # types; keys are raw bytes, set before the changelog topic is first built.
         self.table.key_serializer = "raw"  # type: ignore[attr-defined]  # on Table, not TableT
-        # This worker's view of its keys: least recently updated first, per partition (an evicted
-        # key's tombstone must go to its own changelog partition), and the keys with open incidents.
-        self.lru: dict[int, OrderedDict[bytes, None]] = {}
-        self.open_keys: dict[int, set[bytes]] = {}
-        # Keys held per tenant on this worker (STALLWATCH_FLEET_MAX_KEYS_PER_TENANT).
-        self.tenant_keys: dict[str | None, int] = {}
-        self.indexed = False
+        # This worker's view of its keys, a task per partials partition it judges (fleet/task.py).
+        self.tasks = JudgeTasks(cfg, self.table, self.judge, self.metrics)
         self.clock = 0.0  # event time: the newest tick this worker's judge has seen
         self.watermark = 0.0  # event time: the newest tally this worker's merge has seen
         app.agent(self.tallies, name="merge")(self._merge)
@@ -270,15 +256,17 @@ class FleetService:
     async def _judge(self, stream: faust.StreamT) -> Any:
         async for event in stream.events():
             message = event.message
-            if not self.indexed:
-                self._index()
+            if not self.tasks.indexed:
+                self.tasks.index(self.table.data, self._held_partitions(), self.cfg.base.partitions)
             try:
                 record = orjson.loads(message.value)
                 if "tick" in record:
                     self.clock = max(self.clock, record["tick"])
-                    self._close_quiet(message.partition)
+                    task = self.tasks.get(message.partition)
+                    if task is not None:
+                        self._close_quiet(task)
                 else:
-                    await self._apply(message.key, message.partition, record)
+                    await self._apply(self.tasks.for_record(message.partition), message.key, record)
             except PartitionsMismatch as error:
                 self._exit_unwritable(message, error)
             except KeyQuota as error:
@@ -312,92 +300,15 @@ class FleetService:
         logging.shutdown()
         os._exit(EXIT_TABLE_UNWRITABLE)
 
-    async def _apply(self, key: bytes, partition: int, partial: Tally) -> None:
-        self.metrics.partials.inc()
-        state, evicted = self.table.get(key), None
-        if state is not None and not readable(state):
-            self._drop_unreadable(key)
-            state = None
-        if state is None:
-            tenant = partial["tenant"]
-            held = self.tenant_keys.get(tenant, 0)
-            if held >= self.cfg.max_keys_per_tenant:
-                raise KeyQuota(
-                    f"its tenant already has {held:,} (tenant, tool) keys on this fleet "
-                    "worker, the quota (STALLWATCH_FLEET_MAX_KEYS_PER_TENANT)"
-                )
-            state = new_state(tenant, partial["tool"])
-            evicted = self._evict_for(partition, key)
-            self.tenant_keys[tenant] = self.tenant_keys.get(tenant, 0) + 1
-        dropped, late = state["dropped"], state["late"]
-        outcome = self.judge.apply(state, partial, self.clock)
-        self.metrics.dropped.labels("cap").inc(state["dropped"] - dropped)
-        self.metrics.dropped.labels("late").inc(state["late"] - late)
-        self.table[key] = state
-        lru = self.lru.setdefault(partition, OrderedDict())
-        lru[key] = None
-        lru.move_to_end(key)
-        self._track_open(partition, key, state)
+    async def _apply(self, task: JudgeTask, key: bytes, partial: Tally) -> None:
+        evicted, outcome = task.apply(key, partial, self.clock)
         if evicted is not None:
             await self._publish(evicted, self.clock)
         await self._publish(outcome, partial["ts"])
 
-    def _close_quiet(self, partition: int) -> None:
-        for key in list(self.open_keys.get(partition, ())):
-            state = self.table.get(key)
-            if state is None:
-                continue
-            outcome = Outcome()
-            self.judge.close_quiet(state, self.clock, outcome)
-            if outcome.closed:
-                self.table[key] = state
-                self._track_open(partition, key, state)
-                self.app.loop.create_task(self._publish(outcome, self.clock))
-
-    def _evict_for(self, partition: int, key: bytes) -> Outcome:
-        """Make room for a new key: the least recently updated key of this partition without an
-        open incident goes, or, when every one has one, the least recently updated, its
-        incidents closed (what to publish is returned). So a flood of made-up tool names cannot
-        close another tenant's incident while quieter keys are left to evict."""
-        lru = self.lru.setdefault(partition, OrderedDict())
-        open_here = self.open_keys.get(partition, set())
-        closed = Outcome()
-        while sum(len(keys) for keys in self.lru.values()) >= self.cfg.max_keys and lru:
-            old = next((k for k in lru if k not in open_here), None)
-            if old is None:
-                old = next(iter(lru))
-            del lru[old]
-            open_here.discard(old)
-            evicted = self.table.get(old)
-            del self.table[old]
-            if evicted is not None:
-                self._forget_tenant_key(evicted.get("tenant"))
-            if evicted is not None and evicted["open"]:
-                self.judge.close_evicted(evicted, self.clock, closed)
-                self.metrics.evicted_open.inc()
-            self.metrics.evicted.inc()
-        self.metrics.keys.set(sum(len(keys) for keys in self.lru.values()) + 1)
-        return closed
-
-    def _forget_tenant_key(self, tenant: str | None) -> None:
-        held = self.tenant_keys.get(tenant, 0) - 1
-        if held > 0:
-            self.tenant_keys[tenant] = held
-        else:
-            self.tenant_keys.pop(tenant, None)
-
-    def _track_open(self, partition: int, key: bytes, state: dict[str, Any]) -> None:
-        keys = self.open_keys.setdefault(partition, set())
-        if state["open"]:
-            keys.add(key)
-        else:
-            keys.discard(key)
-        self._count_open()
-
-    def _count_open(self) -> None:
-        held = [(self.table.get(k) or {}).get("open", {}) for ks in self.open_keys.values() for k in ks]
-        for kind in INCIDENT_KINDS:
-            self.metrics.open.labels(kind).set(sum(kind in incidents for incidents in held))
+    def _close_quiet(self, task: JudgeTask) -> None:
+        for outcome in task.close_quiet(self.clock):
+            self.app.loop.create_task(self._publish(outcome, self.clock))
 
     async def _publish(self, outcome: Outcome, ts: float) -> None:
         for incident_id, record in outcome.incidents.items():
@@ -422,72 +333,18 @@ class FleetService:
             if tp.topic == self.cfg.base.fleet_partials_topic
         }
 
-    def _drop_unreadable(self, key: bytes) -> None:
-        """A table value in a format this version does not read (a later release's): dropped
-        from memory, counted and logged, its key judged anew from its next partials."""
-        del self.table.data[key]
-        self.metrics.unreadable.inc()
-        log.warning(
-            "judge: a window in a table format this version does not read (this one reads %d) "
-            "dropped; its (tenant, tool) is judged anew from its next partials",
-            WINDOW_FORMAT,
-        )
-
-    def _index(self) -> None:
-        """After a recovery the table holds keys this worker has not touched yet: index them."""
-        self.lru, self.open_keys, self.tenant_keys = {}, {}, {}
-        mine = self._held_partitions()
-        dropped = 0
-        for key, state in list(self.table.data.items()):
-            if state is not None and not readable(state):
-                self._drop_unreadable(key)
-                continue
-            partition = partition_of(key, self.cfg.base.partitions)
-            if state is None or partition not in mine:
-                # Faust's memory store keeps a revoked partition's keys: dropped from memory only
-                # (no tombstone), their new owner restored them from the changelog.
-                del self.table.data[key]
-                dropped += 1
-                continue
-            self.lru.setdefault(partition, OrderedDict())[key] = None
-            tenant = state.get("tenant")
-            self.tenant_keys[tenant] = self.tenant_keys.get(tenant, 0) + 1
-            if state.get("open"):
-                self.open_keys.setdefault(partition, set()).add(key)
-        self.indexed = True
-        kept = sum(len(keys) for keys in self.lru.values())
-        self.metrics.keys.set(kept)
-        # Once per rebalance: a lost window after a restart reads here as kept 0 or as dropped.
-        log.info(
-            "judge: %d keys held on partitions %s after the rebalance, %d dropped",
-            kept,
-            sorted(mine),
-            dropped,
-        )
-
     async def _on_assigned(self, app: faust.App, assigned: Any, **kwargs: Any) -> None:
-        """The keys of partitions given away leave the view and the gauges now: the index is only
-        rebuilt at the judge's next record, which may come late (no tick, a slow recovery), and
-        the view meanwhile listed incidents another worker now owns."""
-        self.indexed = False
-        mine = self._held_partitions()
-        for partition in [p for p in self.open_keys if p not in mine]:
-            del self.open_keys[partition]
-        for partition in [p for p in self.lru if p not in mine]:
-            del self.lru[partition]
-        self.metrics.keys.set(sum(len(keys) for keys in self.lru.values()))
-        self._count_open()
+        """Tasks of partitions given away are closed now, the others read again at the judge's
+        next record (fleet/tasks.py)."""
+        self.tasks.assigned(self._held_partitions())
 
     # The web view.
 
     def open_incidents(self) -> list[dict[str, Any]]:
         """The open incidents of the partitions this worker holds."""
         found = []
-        for keys in self.open_keys.values():
-            for key in keys:
-                state = self.table.get(key)
-                if state is None:
-                    continue
+        for task in self.tasks:
+            for state in task.open_states():
                 for kind, incident in state.get("open", {}).items():
                     found.append(self.judge.record(state, kind, incident, None))
         return sorted(found, key=lambda r: (r["opened_at"], r["incident_id"]))

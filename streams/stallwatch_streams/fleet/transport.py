@@ -18,7 +18,12 @@ from aiokafka.errors import IllegalStateError
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
-from stallwatch.kafka.aiokafka_patch import read_committed_before_start, set_fetch_max_wait
+from stallwatch.kafka.aiokafka_patch import (
+    Producer,
+    on_project_client,
+    read_committed_before_start,
+    set_fetch_max_wait,
+)
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +37,8 @@ TOPIC_KNOWN_WAIT_S = 30.0
 class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     """read_committed (Faust sets it only in its exactly_once mode, which has open defects:
     docs/decisions.md) and the fetch wait (Faust hard-codes 1,500 ms). Both are read by aiokafka
-    at start(), after construction, so setting them on the built consumer is enough."""
+    at start(), after construction, so setting them on the built consumer is enough; so is the
+    project's client (stallwatch/kafka/aiokafka_patch.py), which connects at start()."""
 
     fetch_wait_ms = 10
 
@@ -40,6 +46,7 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         consumer = super()._create_worker_consumer(transport)
         read_committed_before_start(consumer)
         set_fetch_max_wait(consumer, self.fetch_wait_ms)
+        on_project_client(consumer)
         return consumer
 
     async def _fetch_records(
@@ -110,8 +117,17 @@ class _Consumer(faust_aiokafka.Consumer):
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
 
+class _Producer(faust_aiokafka.Producer):
+    """Faust's producer, building the project's aiokafka producer (Faust's own hook for it)."""
+
+    @property
+    def _producer_type(self) -> type[Producer]:
+        return Producer
+
+
 class Transport(faust_aiokafka.Transport):
     Consumer = _Consumer
+    Producer = _Producer
 
     async def _really_create_topic(
         self,

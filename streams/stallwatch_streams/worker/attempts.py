@@ -31,6 +31,7 @@ import orjson
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
+from stallwatch.kafka.aiokafka_patch import Producer
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.kafka.read import committed_reader, read_to_end
 from stallwatch.settings import Settings
@@ -179,7 +180,7 @@ class AttemptLog:
                 # Not idempotent: each write is awaited before the next of its partition, so a
                 # retried duplicate is the same record again, and an idempotent producer that
                 # lost a send refuses every later one (it has no epoch bump in aiokafka).
-                producer = AIOKafkaProducer(acks="all", linger_ms=0, **aiokafka_options(self.settings))
+                producer = Producer(acks="all", linger_ms=0, **aiokafka_options(self.settings))
                 try:
                     await producer.start()
                 except BaseException:

@@ -25,11 +25,7 @@ from aiokafka.structs import ConsumerRecord
 
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.quota import RunQuota
-from stallwatch.kafka.aiokafka_patch import (
-    join_group_waits_for_the_rebalance,
-    request_rejoin,
-    set_fetch_max_wait,
-)
+from stallwatch.kafka.aiokafka_patch import Consumer, request_rejoin, set_fetch_max_wait
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.settings import Settings
 from stallwatch_streams.metrics import StallwatchMetrics
@@ -125,8 +121,7 @@ class Pipeline(ConsumerRebalanceListener):
             else None,
         )
         self.membership = Membership(rejoin=lambda: request_rejoin(self.consumer))
-        join_group_waits_for_the_rebalance()
-        self.consumer = consumer or AIOKafkaConsumer(
+        self.consumer = consumer or Consumer(
             group_id=settings.group_id,
             group_instance_id=settings.instance_id,
             enable_auto_commit=False,

@@ -7,10 +7,7 @@ import contextlib
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError
 
-from stallwatch.kafka.aiokafka_patch import (
-    batches_wait_for_a_leader,
-    shorten_concurrent_transactions_backoff,
-)
+from stallwatch.kafka.aiokafka_patch import Producer, batches_wait_for_a_leader
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.settings import Settings
 from stallwatch_streams.worker.commit import AheadProducer, CommitTopics, TransactionalProducer
@@ -33,8 +30,7 @@ def transactional_id(settings: Settings, partition: int) -> str:
 
 
 async def start_producer(settings: Settings, partition: int) -> TransactionalProducer:
-    shorten_concurrent_transactions_backoff()
-    producer = AIOKafkaProducer(
+    producer = Producer(
         transactional_id=transactional_id(settings, partition),
         transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
         linger_ms=0,
@@ -49,7 +45,7 @@ async def start_ahead_producer(settings: Settings) -> AIOKafkaProducer:
     idempotent (a retried send is written once, in order), acknowledged by every in-sync
     replica, never part of a transaction (so the commands topic holds no open transaction and
     read-committed readers see a command as soon as it is acknowledged)."""
-    producer = AIOKafkaProducer(
+    producer = Producer(
         enable_idempotence=True,
         acks="all",
         linger_ms=0,

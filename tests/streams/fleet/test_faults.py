@@ -14,9 +14,10 @@ from stallwatch.contract.commands import DeadLetter
 from stallwatch.contract.digests import digest, secret_from_key
 from stallwatch.kafka.topics import ensure_topics
 from stallwatch.settings import Settings
-from stallwatch_streams.fleet.service import EXIT_TABLE_UNWRITABLE, changelog_topic, partition_of
+from stallwatch_streams.fleet.service import EXIT_TABLE_UNWRITABLE, changelog_topic
 from stallwatch_streams.fleet.settings import FleetSettings
 from stallwatch_streams.fleet.tally import tally_key
+from stallwatch_streams.fleet.tasks import partition_of
 from tests.kafka_harness import fresh_settings
 from tests.streams.fleet.harness import FleetProcess, Reader, Tallies, fleet_evidence, tally
 

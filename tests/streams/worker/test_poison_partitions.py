@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from stallwatch.engine.rules.researcher import ResearcherRules
-from stallwatch_streams.fleet.service import partition_of
+from stallwatch_streams.fleet.tasks import partition_of
 from tests.kafka_harness import (
     SETTLE_S,
     WorkerProcess,

@@ -22,14 +22,14 @@ async def test_an_idle_workers_producers_ask_for_their_own_topics_only(monkeypat
     settings = fresh_settings(partitions=1).model_copy(update={"kafka_metadata_max_age_ms": 500})
     await ensure_topics(settings)
     asked: list[frozenset[str] | None] = []
-    # Beneath the project's own wrapper of it, which every client's options put back in place.
-    renew = aiokafka_patch._update_metadata_from_any
+    # The producers' client is the project's (stallwatch/kafka/aiokafka_patch.py).
+    renew = aiokafka_patch.Client._metadata_update
 
     async def spying(self: AIOKafkaClient, cluster_metadata: object, topics: object) -> bool:
         asked.append(frozenset(topics) if topics else None)  # type: ignore[arg-type]
         return await renew(self, cluster_metadata, topics)
 
-    monkeypatch.setattr(aiokafka_patch, "_update_metadata_from_any", spying)
+    monkeypatch.setattr(aiokafka_patch.Client, "_metadata_update", spying)
     partition = await producers.start_producer(settings, 0)
     ahead = await producers.start_ahead_producer(settings)
     try:
