@@ -26,6 +26,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     SettingsError,
@@ -195,6 +196,16 @@ class Settings(Declared):
         "group.instance.id, e.g. the pod name): a restarted worker gets "
         "its partitions back without a rebalance",
     )
+    # Observe-only: decisions computed, published, counted and explained, never acted on.
+    observe_only: bool = Field(
+        False,
+        description="every run is observe-only: refusals, stops and nudges are recorded as "
+        "what would have happened (`would_code`, `would_stop`, `would_nudge`) and the agent runs on",
+    )
+    observe_only_tenants: Annotated[tuple[Tenant, ...], NoDecode] = Field(
+        (),
+        description="tenants, comma-separated, whose runs are observe-only (as STALLWATCH_OBSERVE_ONLY)",
+    )
     policy_file: str | None = Field(
         None,
         description="TOML file of the administrator's tool policy "
@@ -337,6 +348,13 @@ class Settings(Declared):
     sasl_oauth_token_provider: str | None = Field(
         None, description="OAUTHBEARER: `module:callable` returning an aiokafka AbstractTokenProvider"
     )
+
+    @field_validator("observe_only_tenants", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(name.strip() for name in value.split(",") if name.strip())
+        return value
 
     @field_validator("fingerprint_key", "advisory_key")
     @classmethod

@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         return replay_main(
             args.file,
             ReplayEngine(
-                AdminPolicy.from_file(settings.policy_file),
+                AdminPolicy.of(settings),
                 secret_from_key(reveal(settings.fingerprint_key)),
                 settings.deadletter_raw,
                 advisory_key_of(reveal(settings.advisory_key)),

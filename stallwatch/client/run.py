@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Self, get_args
 
-from stallwatch.contract.commands import Command, Nudge, Stop, Verdict
+from stallwatch.contract.commands import Command, Nudge, Stop, Verdict, WouldStop
 from stallwatch.contract.envelope import envelope
 from stallwatch.contract.events import Effect, Policy, Status
 from stallwatch.contract.limits import bounded_id
@@ -33,6 +33,9 @@ class CallDecision:
     code: str | None
     reason: str  # text for the model when refused
     timed_out: bool = False  # no verdict in time: allowed, failing open
+    # Observe-only: the refusal this call would have had (it is allowed all the same).
+    would_code: str | None = None
+    would_reason: str | None = None
 
 
 _ALLOWED = CallDecision(True, None, words.ALLOWED)  # most calls: made once, not once per call
@@ -40,6 +43,10 @@ _UNREACHABLE = CallDecision(True, None, "stallwatch cannot be reached; the call 
 
 
 def _decision(verdict: Verdict) -> CallDecision:
+    if verdict.would_code is not None:
+        return CallDecision(
+            True, None, verdict.reason, would_code=verdict.would_code, would_reason=verdict.would_reason
+        )
     if verdict.decision == "allow" and verdict.code is None and verdict.reason == words.ALLOWED:
         return _ALLOWED
     return CallDecision(verdict.decision == "allow", verdict.code, verdict.reason)
@@ -76,6 +83,8 @@ class Run:
         self.round = 0
         self.stop: Stop | None = None
         self.nudges: list[Nudge] = []  # words for the model before a stop: pass them on
+        # Observe-only: the stop the run would have had, for operators; never acted on.
+        self.would_stop: WouldStop | None = None
         self.stopped = asyncio.Event()
         self._send = send
         # In-process, events are applied without awaiting a transport: each await of a
@@ -253,9 +262,13 @@ class Run:
                 future.set_result(command)
         elif command.type == "nudge":
             self.nudges.append(command)
-        elif self.stop is None:
-            self.stop = command
-            self.stopped.set()
+        elif command.type == "stop":
+            if self.stop is None:
+                self.stop = command
+                self.stopped.set()
+        elif command.type == "would_stop" and self.would_stop is None:
+            self.would_stop = command
+        # A would_nudge is for operators only: never shown to the model.
 
     def _take(self, commands: list[Command]) -> None:
         for command in commands:

@@ -49,6 +49,10 @@ class Verdict(_Command):
     code: RefusalCode | None
     reason: str
     tool: str | None = None  # addition to v1: the proposed call's tool, for operators' views
+    # Addition to v1, observe-only runs: the refusal the run would have had. The decision is then
+    # `allow` (a runtime that ignores these fields runs the call, as observe-only means).
+    would_code: RefusalCode | None = None
+    would_reason: str | None = None
 
 
 @dataclass(kw_only=True)
@@ -71,9 +75,30 @@ class Nudge(_Command):
     detail: dict[str, Any]
 
 
-Command = Verdict | Stop | Nudge
+@dataclass(kw_only=True)
+class WouldStop(_Command):
+    """Addition to v1: the stop an observe-only run would have had, for operators; a runtime
+    never acts on it (a v1 runtime ignores a type it does not know)."""
+
+    type: Literal["would_stop"] = "would_stop"
+    code: StopCode
+    action: StopAction
+    reason: str
+    detail: dict[str, Any]
+
+
+@dataclass(kw_only=True)
+class WouldNudge(_Command):
+    """Addition to v1: the nudge an observe-only run would have had; never shown to the model."""
+
+    type: Literal["would_nudge"] = "would_nudge"
+    reason: str
+    detail: dict[str, Any]
+
+
+Command = Verdict | Stop | Nudge | WouldStop | WouldNudge
 COMMAND_ADAPTER: TypeAdapter[Command] = TypeAdapter(
-    Annotated[Verdict | Stop | Nudge, Field(discriminator="type")]
+    Annotated[Verdict | Stop | Nudge | WouldStop | WouldNudge, Field(discriminator="type")]
 )
 
 

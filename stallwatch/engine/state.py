@@ -18,10 +18,14 @@ _DIGEST_SETS = ("signatures", "fingerprints")
 # States are stored as a JSON array of field values, in declaration order, behind this format
 # number: a third of the size of an object with field names, so the changelog is smaller and
 # recovery faster. Bump it whenever a field is added, removed or reordered, or its meaning changes.
-STATE_FORMAT = 5
+STATE_FORMAT = 6
+# The format before, whose policy had no `observe_only` (read as false), so that a worker
+# upgraded in place keeps its runs.
+_NO_OBSERVE_ONLY_FORMAT = 5
 # The format before, without the run's tenant (read as none: the run's tallies count it under
 # no tenant), so that a worker upgraded in place keeps its runs.
 _NO_TENANT_FORMAT = 4
+# (a format 4 state is read as format 5, then as format 6)
 # The format before, whose last field (a clock offset, now `seen_at`) is read as unknown, so that
 # a worker upgraded in place keeps its runs (they count as seen at the first scan).
 _CLOCK_OFFSET_FORMAT = 3
@@ -67,6 +71,7 @@ class RunPolicy(NamedTuple):
     stall_nudge_at: int | None = V1_DEFAULTS["stall_nudge_at"]
     stall_stop_at: int | None = V1_DEFAULTS["stall_stop_at"]
     fleet_breaker: bool = V1_DEFAULTS["fleet_breaker"]
+    observe_only: bool = V1_DEFAULTS["observe_only"]
 
 
 # Contract v1's, for a state built without a policy (tests, tools): immutable, so shared.
@@ -165,7 +170,10 @@ class RunState:
         if values[0] == _CLOCK_OFFSET_FORMAT:
             values = _from_clock_offset_format(values)
         if values[0] == _NO_TENANT_FORMAT:
-            values = [STATE_FORMAT, *values[1:], None]
+            values = [_NO_OBSERVE_ONLY_FORMAT, *values[1:], None]
+        if values[0] == _NO_OBSERVE_ONLY_FORMAT:
+            before = _POLICY_AT + len(POLICY_FIELDS) - 1  # its policy's end: observe_only goes there
+            values = [STATE_FORMAT, *values[1:before], False, *values[before:]]
         if values[0] != STATE_FORMAT:
             raise ValueError(f"run state in format {values[0]}, this worker reads {STATE_FORMAT}")
         if len(values) == _STORED_WITHOUT_QUARANTINE:

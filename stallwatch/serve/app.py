@@ -160,6 +160,8 @@ class Api:
                 reason=decision.reason,
                 timed_out=decision.timed_out,
                 stop=stop_view(run.stop),
+                would_code=decision.would_code,
+                would_reason=decision.would_reason,
             )
         )
 

@@ -71,9 +71,7 @@ def read_policy(path: str | None) -> dict[str, Any] | None:
 def make_client(options: ServeOptions, settings: Settings) -> Client:
     if options.use_kafka:
         return KafkaClient(settings)
-    return EmbeddedClient(
-        AdminPolicy.from_file(settings.policy_file), fingerprint_key=reveal(settings.fingerprint_key)
-    )
+    return EmbeddedClient(AdminPolicy.of(settings), fingerprint_key=reveal(settings.fingerprint_key))
 
 
 async def serve(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import orjson
 import pytest
 
@@ -87,8 +89,24 @@ def test_a_state_of_the_clock_offset_format_is_read_with_no_broker_time():
     assert RunState.from_bytes(read.to_bytes()) == read
 
 
+def _without_observe_only(stored: bytes) -> list:
+    """What a format 5 worker wrote: the same fields but the policy's last, `observe_only`."""
+    values = orjson.loads(stored)
+    del values[1 + [f.name for f in fields(RunState)].index("policy") + len(POLICY_FIELDS) - 1]
+    values[0] = 5
+    return values
+
+
+def test_a_state_of_the_format_before_observe_only_is_read_as_not_observing():
+    state = RunState.from_bytes(FORMAT_3_STATE)
+    read = RunState.from_bytes(orjson.dumps(_without_observe_only(state.to_bytes())))
+    assert read.policy.observe_only is False and read == state
+    observing = RunState(mode="researcher", started_ts=1.0, policy=RunPolicy(observe_only=True))
+    assert RunState.from_bytes(observing.to_bytes()).policy.observe_only is True
+
+
 def test_a_state_of_the_format_before_tenants_is_read_with_no_tenant():
-    format_4 = orjson.loads(RunState.from_bytes(FORMAT_3_STATE).to_bytes())[:-1]
+    format_4 = _without_observe_only(RunState.from_bytes(FORMAT_3_STATE).to_bytes())[:-1]
     format_4[0] = 4  # what the format 4 worker wrote: the same fields but the tenant
     read = RunState.from_bytes(orjson.dumps(format_4))
     assert read.tenant is None and read.last_offset == 41 and read.policy.max_rounds == 9
