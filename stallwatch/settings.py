@@ -206,6 +206,28 @@ class Settings(Declared):
         (),
         description="tenants, comma-separated, whose runs are observe-only (as STALLWATCH_OBSERVE_ONLY)",
     )
+    # OpenTelemetry in (`stallwatch serve`'s /v1/traces and /v1/logs, `stallwatch otlp-kafka`):
+    # always observe-only. A round's decisions come when the next model call's span arrives, or
+    # after this quiet gap (docs/otlp.md, "Rounds from spans").
+    otlp_round_quiet_s: float = Field(
+        30.0,
+        ge=0.1,
+        description="OTLP: a run's open round is closed after this long with no span of the run",
+    )
+    otlp_run_idle_s: float = Field(
+        600.0,
+        ge=1.0,
+        description="OTLP: a run with no span for this long is ended (a run keyed by its trace "
+        "also ends with its root span)",
+    )
+    otlp_mode: Literal["researcher", "chat", "coder"] = Field(
+        "researcher", description="OTLP: the mode whose rules judge the runs read from spans"
+    )
+    otlp_topic: str = Field(
+        "otlp_spans",
+        description="`stallwatch otlp-kafka`: the topic the OpenTelemetry Collector's Kafka "
+        "exporter writes (`otlp_proto` encoding)",
+    )
     policy_file: str | None = Field(
         None,
         description="TOML file of the administrator's tool policy "

@@ -336,6 +336,15 @@ class Client:
         )
         return run
 
+    async def submit(self, event: dict[str, Any]) -> list[Command]:
+        """An event built outside a run's handle (the OTLP receiver's, validated already):
+        applied in process, its commands returned; or published to the events topic, where the
+        workers answer on the commands topic (none returned here)."""
+        if self._apply is not None:
+            return self._apply(event)
+        await self._send(event)
+        return []
+
     def forget(self, run_id: str) -> None:
         """Stop routing commands to a finished run."""
         self.runs.pop(run_id, None)
