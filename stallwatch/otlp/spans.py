@@ -220,11 +220,38 @@ def _fill(
             break
     else:
         counts["tool_without_result"] += 1
+    if item.has_result and isinstance(item.result, str) and item.result.startswith(_TOOL_MESSAGE_START):
+        _unwrap_tool_message(item, counts)
     for value in (item.args, item.result):
         if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
             item.oversized = True
             counts["oversized_value"] += 1
     counts["tool"] += 1
+
+
+# OpenInference's LangChain instrumentation records a tool's output as LangChain's serialised
+# ToolMessage, whose `tool_call_id` and `id` differ on every call: compared whole, no two results
+# would ever be the same. Its `content` is the tool's result, and its `tool_call_id` the call's id.
+_TOOL_MESSAGE_START = '{"type": "tool", "data": {'
+
+
+def _unwrap_tool_message(item: Observed, counts: Counter) -> None:
+    if len(item.result) > MAX_VALUE_CHARS:
+        return  # digested whole, not parsed
+    try:
+        message = orjson.loads(item.result)
+    except orjson.JSONDecodeError:
+        return
+    data = message.get("data") if isinstance(message, dict) else None
+    if not isinstance(data, dict) or "content" not in data:
+        return
+    item.result = data["content"]
+    call_id = data.get("tool_call_id")
+    if isinstance(call_id, str) and call_id and item.call_id == item.ident:
+        item.call_id = call_id
+    if data.get("status") == "error":
+        item.failed = True
+    counts["langchain_tool_message"] += 1
 
 
 def _run_of(attrs: dict[str, Any]) -> tuple[str | None, bool]:

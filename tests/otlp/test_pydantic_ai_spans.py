@@ -91,3 +91,14 @@ async def test_a_wait_is_a_repeat_from_spans_unless_the_administrator_declares_i
         )
         (declared,) = (await server.runs()).values()
     assert would_have(declared) == decided(await in_process(scripts.waiting())) == []
+
+
+async def test_a_failing_tool_would_have_stopped_the_run_at_the_adapters_round():
+    async with otlp_server() as server:
+        tools = scripts.Tools()
+        await asyncio.to_thread(run_instrumented, scripts.failing(), tools, server.tracer_provider())
+        (commands,) = (await server.runs()).values()
+    assert tools.ran["fetch"] == 10
+    expected = decided(await in_process(scripts.failing()))
+    assert expected == [("stop", 5, "tool_failures")]
+    assert would_have(commands)[:1] == expected
