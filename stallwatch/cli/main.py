@@ -153,6 +153,11 @@ def main(argv: list[str] | None = None) -> int:
         "fleet",
         help="start a fleet app worker: incidents across runs per tool (Faust; needs stallwatch-streams)",
     )
+    sub.add_parser(
+        "otlp-kafka",
+        help="map the OpenTelemetry Collector's Kafka topic of spans (otlp_proto) to observe-only "
+        "events for the workers (needs stallwatch-streams)",
+    )
     sub.add_parser("demo", help="drive a simulated fleet through a local broker and a worker")
 
     p = sub.add_parser(
@@ -236,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         from stallwatch.hooks.install import main as hooks_main
 
         return hooks_main(args.action, args.agent, args.scope, args.http, args.url)
-    if args.command in ("worker", "fleet"):
+    if args.command in ("worker", "fleet", "otlp-kafka"):
         from stallwatch.cli.plugins import command
 
         return command(args.command)(settings)

@@ -45,7 +45,6 @@ class _Run:
     closed_until: int = 0  # start (ns) of the first model call not yet emitted: before it, late
     pending: list[Observed] = field(default_factory=list)
     seen: OrderedDict[str, None] = field(default_factory=OrderedDict)
-    events: int = 0
 
 
 class RoundAssembler:
@@ -123,7 +122,7 @@ class RoundAssembler:
             started: dict[str, Any] = {"mode": self.mode, "tools": [], "policy": {"observe_only": True}}
             if self.tenant is not None:
                 started["tenant"] = self.tenant
-            self._emit(run, "run_started", item.at, **started)
+            self._emit(run, "run_started", "start", item.at, **started)
         run.received = self.clock()
         return run
 
@@ -170,12 +169,13 @@ class RoundAssembler:
         run.rounds += 1
         number = run.rounds
         start = model.at if model is not None else tools[0].at
-        self._emit(run, "round_started", start, round=number)
+        opener = model.ident if model is not None else tools[0].ident
+        self._emit(run, "round_started", f"{opener}/round", start, round=number)
         end = model.until if model is not None else start
         for tool in tools:
             self._call(run, number, tool)
             end = max(end, tool.until)
-        self._emit(run, "round_ended", end, round=number)
+        self._emit(run, "round_ended", f"{opener}/round-end", end, round=number)
 
     def _call(self, run: _Run, number: int, item: Observed) -> None:
         tool = bounded_id(item.tool, self.secret)
@@ -193,7 +193,7 @@ class RoundAssembler:
                 if signature is not None
                 else digest(f"unhashable:{item.ident}".encode(), self.secret).hex()
             )
-        self._emit(run, "call_proposed", item.at, **proposed)
+        self._emit(run, "call_proposed", f"{item.ident}/call", item.at, **proposed)
         result: dict[str, Any] = {
             "round": number,
             "call_id": call_id,
@@ -206,7 +206,7 @@ class RoundAssembler:
                 result["fingerprint"], result["empty"] = digest(raw, self.secret).hex(), False
             else:
                 result["fingerprint"], result["empty"] = self._fingerprint(item)
-        self._emit(run, "call_result", item.until, **result)
+        self._emit(run, "call_result", f"{item.ident}/result", item.until, **result)
 
     def _fingerprint(self, item: Observed) -> tuple[str, bool]:
         """The result's fingerprint as a runtime's client makes it; a result that has no
@@ -223,15 +223,16 @@ class RoundAssembler:
     def _end(self, run: _Run, reason: str) -> None:
         if run.pending:
             self._close(run, everything=True)
-        self._emit(run, "run_ended", run.closed_until, reason=reason)
+        self._emit(run, "run_ended", "end", run.closed_until, reason=reason)
         del self.runs[run.run_id]
         self.ended[run.run_id] = None
         if len(self.ended) > MAX_ENDED:
             self.ended.popitem(last=False)
 
-    def _emit(self, run: _Run, kind: str, at_ns: int, **fields: Any) -> None:
-        run.events += 1
-        event = envelope(kind, run.run_id, f"otlp/{run.run_id}/{run.events}", at_ns / 1e9, **fields)
+    def _emit(self, run: _Run, kind: str, what: str, at_ns: int, **fields: Any) -> None:
+        """Event ids come from the spans (`what`): the same span read again after a restart, or
+        sent again by an exporter, makes the same id, which the engine recognises."""
+        event = envelope(kind, run.run_id, f"otlp/{run.run_id}/{what}", at_ns / 1e9, **fields)
         try:
             checked = validate_event(event, self.secret)
         except InvalidEvent as exc:  # never expected: the fields are built above; counted

@@ -72,7 +72,7 @@ def would_have(commands: list[dict[str, Any]]) -> list[tuple[str, int, str]]:
     """(what, round, code) of each would-have decision, in order."""
     out = []
     for c in commands:
-        if c["type"] == "verdict":
+        if c["type"] == "verdict" and c.get("would_code") is not None:
             out.append(("refuse", c["round"], c["would_code"]))
         elif c["type"] == "would_stop":
             out.append(("stop", c["round"], c["code"]))
