@@ -48,6 +48,10 @@ class OtlpIngest:
         """The events of rounds closed by a quiet gap and runs ended by idleness."""
         return self._events(self.assembler.sweep)
 
+    def sweep_all(self) -> list[dict[str, Any]]:
+        """Every open round closed, as if each run had been quiet long enough (a shutdown, a test)."""
+        return self._events(self.assembler.close_all)
+
     def _events(self, work: Callable[[], None]) -> list[dict[str, Any]]:
         work()
         out, self._out[:] = list(self._out), []

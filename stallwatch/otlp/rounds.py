@@ -108,6 +108,12 @@ class RoundAssembler:
             if now - run.received >= self.idle_s:
                 self._end(run, "idle")
 
+    def close_all(self) -> None:
+        """Close every open round now."""
+        for run in self.runs.values():
+            if run.pending:
+                self._close(run, everything=True)
+
     def _run(self, item: Observed) -> _Run | None:
         run_id = bounded_id(item.run, self.secret)
         run = self.runs.get(run_id)
