@@ -67,3 +67,16 @@ async def test_a_stop_that_ends_the_turn_calls_the_model_no_more(framework: str)
     # refused, and the turn ends all the same)
     assert len(script.seen) == 1 and tools.ran["search"] <= 1
     assert answer == scripts.TIME_WORDS  # the stop's words are the run's last message
+
+
+async def test_an_observe_only_run_of_a_looping_model_runs_to_its_end_untouched(run_agent: Runner):
+    """Every adapter gets observe-only from the engine: no refusal, nudge or stop reaches the model."""
+    script = scripts.rewording()
+    tools, answer = await run_agent(script, None, {"observe_only": True})
+    scripts.assert_untouched(script, tools, "search", 20, answer)
+
+
+async def test_an_observe_only_repeat_runs_untouched(run_agent: Runner):
+    script = scripts.repeating()
+    tools, answer = await run_agent(script, None, {"observe_only": True})
+    scripts.assert_untouched(script, tools, "search", 2, answer)
