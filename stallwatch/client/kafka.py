@@ -74,6 +74,11 @@ class KafkaClient(Client):
         self._failing_open = False  # set once per outage, so the log says so once
         self._why_not = "cannot reach the broker at start"  # the last failed connection's cause
 
+    def observes(self, tenant: str | None) -> bool:
+        settings = self.settings
+        tenant = tenant or settings.tenant
+        return settings.observe_only or (tenant is not None and tenant in settings.observe_only_tenants)
+
     async def start(self) -> None:
         """Connect; when the broker cannot be reached, fail open and keep trying in the background."""
         tame_kafka_loggers()  # aiokafka's retries in an outage: a few lines, not hundreds

@@ -106,7 +106,10 @@ class Run:
         self._envelope = envelope("", run_id, "", 0.0)
 
     def system_prompt(self) -> str:
-        """Text to append to the model's system prompt: which calls will be refused, and why."""
+        """Text to append to the model's system prompt: which calls will be refused, and why.
+        Nothing for an observe-only run: the model is told nothing, as it is refused nothing."""
+        if self.policy.observe_only:
+            return ""
         return words.system_prompt(self.mode, self.policy, self.exempt_tools)
 
     async def start_round(self) -> int:
@@ -310,10 +313,13 @@ class Client:
     ) -> Run:
         """Publish run_started and return the run's handle. `tools` as in the contract."""
         tools = tools or []
+        effective = Policy.for_mode(mode, policy)
+        if self.observes(tenant) and not effective.observe_only:  # the administrator's switch
+            effective = effective.model_copy(update={"observe_only": True})
         run = Run(
             run_id,
             mode,
-            Policy.for_mode(mode, policy),
+            effective,
             tools,
             self._send,
             self.verdict_timeout_s,
@@ -335,6 +341,11 @@ class Client:
             )
         )
         return run
+
+    def observes(self, tenant: str | None) -> bool:
+        """Whether the administrator made runs of `tenant` observe-only, as far as this client
+        knows (its engine's policy in process; the same settings as the workers' on Kafka)."""
+        return False
 
     async def submit(self, event: dict[str, Any]) -> list[Command]:
         """An event built outside a run's handle (the OTLP receiver's, validated already):
