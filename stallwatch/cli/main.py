@@ -103,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser(
         "serve",
-        help="a local HTTP service over the client's calls, and the hooks "
-        "of Claude Code, Codex and Gemini CLI (needs the [serve] extra)",
+        help="a local HTTP service over the client's calls, the hooks of Claude Code, Codex and "
+        "Gemini CLI, and OTLP/HTTP in, judged observe-only (needs the [serve] extra)",
     )
     p.add_argument(
         "--host",
