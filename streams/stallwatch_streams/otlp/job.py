@@ -19,6 +19,8 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from prometheus_client import CollectorRegistry
+from prometheus_client import Counter as PromCounter
 
 from stallwatch.engine.canonical import secret_from_key
 from stallwatch.kafka.options import aiokafka_options
@@ -46,6 +48,17 @@ class OtlpKafkaJob:
         )
         self.counts: Counter = self.ingest.counts
         self.published = 0
+        self.registry = CollectorRegistry()
+        self._items = PromCounter(
+            "stallwatch_otlp_items_total",
+            "OTLP spans read from the Collector's topic, by outcome (docs/otlp.md)",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self._events_published = PromCounter(
+            "stallwatch_otlp_events_published_total", "Events published from spans", registry=self.registry
+        )
+        self._reported: Counter = Counter()
 
     async def run(self, stop: asyncio.Event, sweep_interval_s: float = 1.0) -> None:
         options = aiokafka_options(self.settings)
@@ -76,9 +89,17 @@ class OtlpKafkaJob:
                     await self._publish(producer, events)
                 if batches:
                     await consumer.commit()
+                self._report()
         finally:
             await consumer.stop()
             await producer.stop()
+
+    def _report(self) -> None:
+        """The counts since the last report into the Prometheus counters."""
+        for outcome, count in self.counts.items():
+            if count > self._reported[outcome]:
+                self._items.labels(outcome).inc(count - self._reported[outcome])
+                self._reported[outcome] = count
 
     def _events(self, value: bytes | None) -> list[dict[str, Any]]:
         if value is None:
@@ -102,3 +123,4 @@ class OtlpKafkaJob:
         ]
         await asyncio.gather(*deliveries)
         self.published += len(events)
+        self._events_published.inc(len(events))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import signal
 
+from prometheus_client import start_http_server
+
 from stallwatch.kafka.topics import ensure_topics
 from stallwatch.logs import configure as configure_logging
 from stallwatch.settings import Settings
@@ -22,5 +24,8 @@ async def _serve(settings: Settings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await OtlpKafkaJob(settings).run(stop)
+    job = OtlpKafkaJob(settings)
+    # Its counts on the workers' metrics port setting (give this process a port of its own).
+    start_http_server(settings.metrics_port, addr=settings.metrics_bind, registry=job.registry)
+    await job.run(stop)
     return 0

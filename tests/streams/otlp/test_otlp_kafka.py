@@ -5,7 +5,6 @@ Kafka exporter writes them (`encoding: otlp_proto`, each value one ExportTraceSe
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import orjson
 import pytest
@@ -15,6 +14,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import generate_latest
 from pydantic_ai.capabilities.instrumentation import Instrumentation
 from pydantic_ai.models.instrumented import InstrumentationSettings
 
@@ -80,13 +80,15 @@ async def test_the_collectors_records_become_an_observed_run_that_would_have_sto
         # 20 calls answered, the nudge and the stop: the worker's commands for the run
         published = await collect(settings, settings.commands_topic, 22, 60)
     finally:
-        stop.set()
-        with contextlib.suppress(asyncio.CancelledError):
-            await running
         worker.stop()
+        stop.set()
+        await running
     runs = {r: c for r, c in by_run(published).items() if not r.startswith(PROBE_PREFIX)}
     (commands,) = runs.values()
     observed = would_have([orjson.loads(c) for c in commands])
     assert observed[:2] == [("nudge", 4, ""), ("stop", 6, "no_new_facts")]  # as the adapter decides
     assert observed[2:] == [("refuse", n, "run_stopped") for n in range(7, 21)]
     assert job.counts["tool"] == 20 and job.counts["model"] == 21 and job.counts["not_otlp_proto"] == 1
+    text = generate_latest(job.registry).decode()
+    assert 'stallwatch_otlp_items_total{outcome="not_otlp_proto"} 1.0' in text
+    assert 'stallwatch_otlp_items_total{outcome="tool"} 20.0' in text

@@ -43,10 +43,10 @@ async def scrape_until(port: int, wanted: list[str], timeout_s: float = 30.0) ->
 
 async def test_an_observed_tenants_runs_go_on_with_their_would_have_stops_published_and_counted():
     settings = fresh_settings(partitions=2)
-    worker = WorkerProcess(settings, env={"STALLWATCH_OBSERVE_ONLY_TENANTS": "acme"})
     log = interleave([looping_run("watched", tenant="acme"), looping_run("guarded", tenant="globex")])
     reference = EmbeddedEngine(AdminPolicy(observe_only_tenants=frozenset({"acme"})))
     expected = [orjson.dumps(c) for r in reference.replay(log) if isinstance(r, list) for c in r]
+    worker = WorkerProcess(settings, env={"STALLWATCH_OBSERVE_ONLY_TENANTS": "acme"})
     try:
         await wait_until_serving(settings)
         await produce(settings, log)
