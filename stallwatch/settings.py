@@ -26,6 +26,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     SettingsError,
@@ -195,6 +196,38 @@ class Settings(Declared):
         "group.instance.id, e.g. the pod name): a restarted worker gets "
         "its partitions back without a rebalance",
     )
+    # Observe-only: decisions computed, published, counted and explained, never acted on.
+    observe_only: bool = Field(
+        False,
+        description="every run is observe-only: refusals, stops and nudges are recorded as "
+        "what would have happened (`would_code`, `would_stop`, `would_nudge`) and the agent runs on",
+    )
+    observe_only_tenants: Annotated[tuple[Tenant, ...], NoDecode] = Field(
+        (),
+        description="tenants, comma-separated, whose runs are observe-only (as STALLWATCH_OBSERVE_ONLY)",
+    )
+    # OpenTelemetry in (`stallwatch serve`'s /v1/traces and /v1/logs, `stallwatch otlp-kafka`):
+    # always observe-only. A round's decisions come when the next model call's span arrives, or
+    # after this quiet gap (docs/otlp.md, "Rounds from spans").
+    otlp_round_quiet_s: float = Field(
+        30.0,
+        ge=0.1,
+        description="OTLP: a run's open round is closed after this long with no span of the run",
+    )
+    otlp_run_idle_s: float = Field(
+        600.0,
+        ge=1.0,
+        description="OTLP: a run with no span for this long is ended (a run keyed by its trace "
+        "also ends with its root span)",
+    )
+    otlp_mode: Literal["researcher", "chat", "coder"] = Field(
+        "researcher", description="OTLP: the mode whose rules judge the runs read from spans"
+    )
+    otlp_topic: str = Field(
+        "otlp_spans",
+        description="`stallwatch otlp-kafka`: the topic the OpenTelemetry Collector's Kafka "
+        "exporter writes (`otlp_proto` encoding)",
+    )
     policy_file: str | None = Field(
         None,
         description="TOML file of the administrator's tool policy "
@@ -358,6 +391,13 @@ class Settings(Declared):
                     "port: give each broker as host:port, comma-separated (e.g. localhost:9092)"
                 )
         return bootstrap
+
+    @field_validator("observe_only_tenants", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(name.strip() for name in value.split(",") if name.strip())
+        return value
 
     @field_validator("fingerprint_key", "advisory_key")
     @classmethod

@@ -86,6 +86,20 @@ def fleet_overview() -> dashboard.Dashboard:
         )
         .with_panel(
             series(
+                "Observe-only: would-have refusals and stops per tenant and tool (/min)",
+                "short",
+                query(
+                    "sum by (tenant, tool) (rate(stallwatch_would_refusals_total[5m])) * 60",
+                    "refusals {{tenant}} {{tool}}",
+                ),
+                query(
+                    "sum by (tenant, tool, code) (rate(stallwatch_would_stops_total[5m])) * 60",
+                    "stops {{tenant}} {{tool}} {{code}}",
+                ),
+            )
+        )
+        .with_panel(
+            series(
                 "Decision latency (event time to command acked)",
                 "s",
                 *[

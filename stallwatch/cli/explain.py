@@ -107,18 +107,26 @@ def write_command(command: Command, out: TextIO, calls: dict[str, str]) -> None:
     if command.type == "verdict" and command.decision == "refuse":
         call = calls.get(command.call_id) or printable(command.tool or command.call_id)
         out.write(f"  refused {call} [{command.code}]: {reason}\n")
-    elif command.type == "nudge":
+    elif command.type == "verdict" and command.would_code is not None:
+        call = calls.get(command.call_id) or printable(command.tool or command.call_id)
+        would = printable(command.would_reason or "")
+        out.write(f"  would have refused {call} [{command.would_code}] (observe-only, allowed): {would}\n")
+    elif command.type in ("nudge", "would_nudge"):
         kind = "stall nudge" if "same_result_runs" in command.detail else "nudge"
-        out.write(f"  {kind}: {reason}\n")
-    elif command.type == "stop":
+        prefix = "would have sent a " if command.type == "would_nudge" else ""
+        out.write(f"  {prefix}{kind}: {reason}\n")
+    elif command.type in ("stop", "would_stop"):
         stop_kind = STOPS.get(command.code)
         fired = (
             ""
             if stop_kind is None
             else printable(f"{stop_kind.fired} {command.detail.get(stop_kind.fired)}; ")
         )
+        head = (
+            "WOULD HAVE STOPPED (observe-only, the run went on)" if command.type == "would_stop" else "STOP"
+        )
         out.write(
-            f"  STOP at round {command.round} [{command.code}, {command.action}] "
+            f"  {head} at round {command.round} [{command.code}, {command.action}] "
             f"{fired}{printable(command.detail)}: {reason}\n"
         )
 
@@ -148,7 +156,7 @@ async def explain_from_topic(run_id: str, settings: Settings, out: TextIO) -> bo
             if command.round != round_no:
                 round_no = command.round
                 out.write(f"round {round_no}\n")
-            if command.type == "verdict" and command.decision == "allow":
+            if command.type == "verdict" and command.decision == "allow" and command.would_code is None:
                 out.write(f"  allowed {printable(command.tool or command.call_id)}\n")
             write_command(command, out, {})
 
@@ -173,7 +181,7 @@ def main(run_id: str, path: str | None, settings: Settings) -> int:
     return explain_file(
         run_id,
         path,
-        AdminPolicy.from_file(settings.policy_file),
+        AdminPolicy.of(settings),
         secret_from_key(reveal(settings.fingerprint_key)),
         advisory_key_of(reveal(settings.advisory_key)),
     )

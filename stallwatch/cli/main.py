@@ -104,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser(
         "serve",
-        help="a local HTTP service over the client's calls, and the hooks "
-        "of Claude Code, Codex and Gemini CLI (needs the [serve] extra)",
+        help="a local HTTP service over the client's calls, the hooks of Claude Code, Codex and "
+        "Gemini CLI, and OTLP/HTTP in, judged observe-only (needs the [serve] extra)",
     )
     p.add_argument(
         "--host",
@@ -154,6 +154,11 @@ def main(argv: list[str] | None = None) -> int:
         "fleet",
         help="start a fleet app worker: incidents across runs per tool (Faust; needs stallwatch-streams)",
     )
+    sub.add_parser(
+        "otlp-kafka",
+        help="map the OpenTelemetry Collector's Kafka topic of spans (otlp_proto) to observe-only "
+        "events for the workers (needs stallwatch-streams)",
+    )
     sub.add_parser("demo", help="drive a simulated fleet through a local broker and a worker")
 
     p = sub.add_parser(
@@ -192,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         return replay_main(
             args.file,
             ReplayEngine(
-                AdminPolicy.from_file(settings.policy_file),
+                AdminPolicy.of(settings),
                 secret_from_key(reveal(settings.fingerprint_key)),
                 settings.deadletter_raw,
                 advisory_key_of(reveal(settings.advisory_key)),
@@ -241,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         from stallwatch.hooks.install import main as hooks_main
 
         return hooks_main(args.action, args.agent, args.scope, args.http, args.url)
-    if args.command in ("worker", "fleet"):
+    if args.command in ("worker", "fleet", "otlp-kafka"):
         from stallwatch.cli.plugins import command
 
         return command(args.command)(settings)

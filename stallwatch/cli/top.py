@@ -29,6 +29,7 @@ from stallwatch.settings import Settings
 @dataclass
 class Tally:
     stops: Counter = field(default_factory=Counter)  # code -> stops
+    would_stops: Counter = field(default_factory=Counter)  # observe-only runs: code -> would-have stops
     verdicts: Counter = field(default_factory=Counter)  # (tool, decision or code) -> verdicts
     nudges: int = 0
     stall_nudges: int = 0  # coder mode: a call's same result across changes
@@ -58,8 +59,15 @@ class Tally:
             version = detail.get("workspace_version")
             if type(version) is int:
                 self.workspace_versions[version] += 1
+        elif kind == "would_stop":
+            self.would_stops[_label(command.get("code"))] += 1
         elif kind == "verdict":
-            self.verdicts[(_label(command.get("tool") or "?"), _label(command.get("code") or "allow"))] += 1
+            tool = _label(command.get("tool") or "?")
+            would = command.get("would_code")
+            if would is not None:  # observe-only: its own column, apart from the real refusals
+                self.verdicts[(tool, "would " + _label(would))] += 1
+            else:
+                self.verdicts[(tool, _label(command.get("code") or "allow"))] += 1
         elif kind == "nudge":
             self.nudges += 1
             if "same_result_runs" in detail:
@@ -70,6 +78,10 @@ class Tally:
         out.write(f"stops: {sum(self.stops.values())}   nudges: {self.nudges}\n")
         for code, count in self.stops.most_common():
             out.write(f"  {printable(code):<16} {count:>8}\n")
+        if self.would_stops:
+            out.write(f"would have stopped (observe-only): {sum(self.would_stops.values())}\n")
+            for code, count in self.would_stops.most_common():
+                out.write(f"  {printable(code):<16} {count:>8}\n")
         tools = sorted({tool for tool, _ in self.verdicts})
         codes = sorted({code for _, code in self.verdicts}, key=lambda c: (c != "allow", c))
         out.write(

@@ -39,6 +39,9 @@ class EmbeddedClient(Client):
         # through `_send` and is validated there.
         self._apply: Callable[[dict[str, Any]], list[Command]] = self.fleet.handle
 
+    def observes(self, tenant: str | None) -> bool:
+        return self.fleet.detector.admin_policy.observes(tenant)
+
     async def __aenter__(self) -> EmbeddedClient:
         return self
 

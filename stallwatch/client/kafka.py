@@ -97,6 +97,11 @@ class KafkaClient(Client):
             "timed_out": self.verdicts.timed_out,
         }
 
+    def observes(self, tenant: str | None) -> bool:
+        settings = self.settings
+        tenant = tenant or settings.tenant
+        return settings.observe_only or (tenant is not None and tenant in settings.observe_only_tenants)
+
     async def start(self) -> None:
         """Connect; when the broker cannot be reached, fail open and keep trying in the background."""
         tame_kafka_loggers()  # aiokafka's retries in an outage: a few lines, not hundreds

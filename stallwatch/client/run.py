@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Self, get_args
 
-from stallwatch.contract.commands import Command, Nudge, Stop, Verdict
+from stallwatch.contract.commands import Command, Nudge, Stop, Verdict, WouldStop
 from stallwatch.contract.envelope import envelope
 from stallwatch.contract.events import Effect, Policy, Status
 from stallwatch.contract.limits import bounded_id
@@ -33,6 +33,9 @@ class CallDecision:
     code: str | None
     reason: str  # text for the model when refused
     timed_out: bool = False  # no verdict in time: allowed, failing open
+    # Observe-only: the refusal this call would have had (it is allowed all the same).
+    would_code: str | None = None
+    would_reason: str | None = None
 
 
 _ALLOWED = CallDecision(True, None, words.ALLOWED)  # most calls: made once, not once per call
@@ -40,6 +43,10 @@ _UNREACHABLE = CallDecision(True, None, "stallwatch cannot be reached; the call 
 
 
 def _decision(verdict: Verdict) -> CallDecision:
+    if verdict.would_code is not None:
+        return CallDecision(
+            True, None, verdict.reason, would_code=verdict.would_code, would_reason=verdict.would_reason
+        )
     if verdict.decision == "allow" and verdict.code is None and verdict.reason == words.ALLOWED:
         return _ALLOWED
     return CallDecision(verdict.decision == "allow", verdict.code, verdict.reason)
@@ -107,6 +114,8 @@ class Run:
         self.round = 0
         self.stop: Stop | None = None
         self.nudges: list[Nudge] = []  # words for the model before a stop: pass them on
+        # Observe-only: the stop the run would have had, for operators; never acted on.
+        self.would_stop: WouldStop | None = None
         self.stopped = asyncio.Event()
         self._send = send
         # In-process, events are applied without awaiting a transport: each await of a
@@ -128,7 +137,10 @@ class Run:
         self._envelope = envelope("", run_id, "", 0.0)
 
     def system_prompt(self) -> str:
-        """Text to append to the model's system prompt: which calls will be refused, and why."""
+        """Text to append to the model's system prompt: which calls will be refused, and why.
+        Nothing for an observe-only run: the model is told nothing, as it is refused nothing."""
+        if self.policy.observe_only:
+            return ""
         return words.system_prompt(self.mode, self.policy, self.exempt_tools)
 
     async def start_round(self) -> int:
@@ -286,9 +298,13 @@ class Run:
                 future.set_result(command)
         elif command.type == "nudge":
             self.nudges.append(command)
-        elif self.stop is None:
-            self.stop = command
-            self.stopped.set()
+        elif command.type == "stop":
+            if self.stop is None:
+                self.stop = command
+                self.stopped.set()
+        elif command.type == "would_stop" and self.would_stop is None:
+            self.would_stop = command
+        # A would_nudge is for operators only: never shown to the model.
 
     def _take(self, commands: list[Command]) -> None:
         for command in commands:
@@ -335,10 +351,13 @@ class Client:
     ) -> Run:
         """Publish run_started and return the run's handle. `tools` as in the contract."""
         tools = tools or []
+        effective = Policy.for_mode(mode, policy)
+        if self.observes(tenant) and not effective.observe_only:  # the administrator's switch
+            effective = effective.model_copy(update={"observe_only": True})
         run = Run(
             run_id,
             mode,
-            Policy.for_mode(mode, policy),
+            effective,
             tools,
             self._send,
             self.verdict_timeout_s,
@@ -361,6 +380,20 @@ class Client:
             )
         )
         return run
+
+    def observes(self, tenant: str | None) -> bool:
+        """Whether the administrator made runs of `tenant` observe-only, as far as this client
+        knows (its engine's policy in process; the same settings as the workers' on Kafka)."""
+        return False
+
+    async def submit(self, event: dict[str, Any]) -> list[Command]:
+        """An event built outside a run's handle (the OTLP receiver's, validated already):
+        applied in process, its commands returned; or published to the events topic, where the
+        workers answer on the commands topic (none returned here)."""
+        if self._apply is not None:
+            return self._apply(event)
+        await self._send(event)
+        return []
 
     def forget(self, run_id: str) -> None:
         """Stop routing commands to a finished run."""

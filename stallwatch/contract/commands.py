@@ -7,7 +7,7 @@ them several times slower, measured). orjson writes them natively; pydantic vali
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -49,6 +49,10 @@ class Verdict(_Command):
     code: RefusalCode | None
     reason: str
     tool: str | None = None  # addition to v1: the proposed call's tool, for operators' views
+    # Addition to v1, observe-only runs: the refusal the run would have had. The decision is then
+    # `allow` (a runtime that ignores these fields runs the call, as observe-only means).
+    would_code: RefusalCode | None = None
+    would_reason: str | None = None
 
 
 @dataclass(kw_only=True)
@@ -71,15 +75,48 @@ class Nudge(_Command):
     detail: dict[str, Any]
 
 
-Command = Verdict | Stop | Nudge
+@dataclass(kw_only=True)
+class WouldStop(_Command):
+    """Addition to v1: the stop an observe-only run would have had, for operators; a runtime
+    never acts on it (a v1 runtime ignores a type it does not know)."""
+
+    type: Literal["would_stop"] = "would_stop"
+    code: StopCode
+    action: StopAction
+    reason: str
+    detail: dict[str, Any]
+
+
+@dataclass(kw_only=True)
+class WouldNudge(_Command):
+    """Addition to v1: the nudge an observe-only run would have had; never shown to the model."""
+
+    type: Literal["would_nudge"] = "would_nudge"
+    reason: str
+    detail: dict[str, Any]
+
+
+Command = Verdict | Stop | Nudge | WouldStop | WouldNudge
 COMMAND_ADAPTER: TypeAdapter[Command] = TypeAdapter(
-    Annotated[Verdict | Stop | Nudge, Field(discriminator="type")]
+    Annotated[Verdict | Stop | Nudge | WouldStop | WouldNudge, Field(discriminator="type")]
 )
+
+
+# A verdict's fields but an observe-only run's `would_code` and `would_reason`, which are written
+# only when set: every other verdict keeps the bytes and id the release before gives it, since a
+# rolling update mixes releases on one commands topic, and readers keep one content per id.
+_PLAIN_VERDICT_FIELDS = tuple(f.name for f in fields(Verdict) if f.name not in ("would_code", "would_reason"))
+
+
+def _wire(command: Command) -> Any:
+    if type(command) is Verdict and command.would_code is None and command.would_reason is None:
+        return {name: getattr(command, name) for name in _PLAIN_VERDICT_FIELDS}
+    return command
 
 
 def encode_command(command: Command) -> bytes:
     """The wire form of a command: one JSON object, fields in declaration order."""
-    return orjson.dumps(command)
+    return orjson.dumps(_wire(command))
 
 
 def content_id(command: Command) -> str:
@@ -87,7 +124,7 @@ def content_id(command: Command) -> str:
     (run, event, index) in `command_id` and everything it says. A redelivered event answered
     again gets the same id only when the answer is the same, so a reader keyed by command id
     never holds two contents under one id."""
-    return xxh3_128_hexdigest(orjson.dumps(command))[:24]
+    return xxh3_128_hexdigest(orjson.dumps(_wire(command)))[:24]
 
 
 def decode_command(raw: bytes | str) -> Command:

@@ -40,6 +40,11 @@ class Policy(BaseModel):
     # Addition to v1: refuse calls to a tool with an open `tool_failing` fleet
     # incident (verdict code `fleet_incident`) until the fleet reports it closed; off by default.
     fleet_breaker: bool = False
+    # Addition to v1: decisions are computed, recorded and counted, but the run is never refused,
+    # stopped or nudged: each refusal goes out as an allowing verdict carrying `would_code`, each
+    # stop and nudge as a `would_stop` / `would_nudge` command. The administrator can set it for
+    # a tenant or a whole deployment; a run cannot unset it then.
+    observe_only: bool = False
 
     @classmethod
     def for_mode(cls, mode: str, overrides: dict[str, Any] | None = None) -> Policy:

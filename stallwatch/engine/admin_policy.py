@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 from functools import lru_cache
 from pathlib import Path
 
-from stallwatch.settings import SetupError
+from stallwatch.settings import Settings, SetupError
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,19 @@ class AdminPolicy:
 
     approval_patterns: tuple[str, ...] = ()
     exempt_patterns: tuple[str, ...] = ()
+    # Observe-only (the policy's `observe_only`) for every run of the deployment, or of these
+    # tenants (STALLWATCH_OBSERVE_ONLY, STALLWATCH_OBSERVE_ONLY_TENANTS).
+    observe_only: bool = False
+    observe_only_tenants: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, settings: Settings) -> AdminPolicy:
+        """The policy file's tool declarations and the settings' observe-only."""
+        return replace(
+            cls.from_file(settings.policy_file),
+            observe_only=settings.observe_only,
+            observe_only_tenants=frozenset(settings.observe_only_tenants),
+        )
 
     @classmethod
     def from_file(cls, path: str | Path | None) -> AdminPolicy:
@@ -51,6 +64,10 @@ class AdminPolicy:
             approval_patterns=_patterns(tools, "requires_approval", path),
             exempt_patterns=_patterns(tools, "repeat_exempt", path),
         )
+
+    def observes(self, tenant: str | None) -> bool:
+        """Whether a run of `tenant` is observe-only whatever its own policy says."""
+        return self.observe_only or (tenant is not None and tenant in self.observe_only_tenants)
 
     def requires_approval(self, tool: str) -> bool:
         return bool(self.approval_patterns) and _matches(tool, self.approval_patterns)

@@ -20,6 +20,7 @@ from stallwatch.engine import words
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.canonical import call_signature
 from stallwatch.engine.digests import fingerprint_digest, tool_spec
+from stallwatch.engine.observe import would_have
 from stallwatch.engine.rules import RULES_BY_MODE
 from stallwatch.engine.rules.base import Rules, nudge, verdict
 from stallwatch.engine.state import EVENT_WINDOW, RunPolicy, RunState
@@ -60,6 +61,12 @@ class Detector:
         event redelivered after its run's state expired, or beyond the window of recent ids, is
         either recognised or answered under an id of its own (docs/contract.md,
         "Command ids")."""
+        state, out = self._apply(state, event)
+        if out and state is not None and state.policy.observe_only:
+            out = [would_have(command) for command in out]
+        return state, out
+
+    def _apply(self, state: RunState | None, event: RawEvent) -> tuple[RunState | None, list[Command]]:
         out: list[Command] = []
         kind = event["type"]
         if state is None:
@@ -154,8 +161,9 @@ class Detector:
             started_ts=event["ts"],
             last_ts=event["ts"],
             tenant=self.tenant_of(event),
-            # The mode's defaults, then the run's own (validated by the parser).
-            policy=RunPolicy(**{**policy_defaults(mode), **(event.get("policy") or {})}),
+            # The mode's defaults, then the run's own (validated by the parser), then the
+            # administrator's observe-only, which a run cannot unset.
+            policy=self._policy(mode, event),
             exempt_tools=[t["name"] for t in tools if t.get("repeat_exempt")],
             approval_tools=[t["name"] for t in tools if t.get("requires_approval")],
             tool_specs={
@@ -167,6 +175,12 @@ class Detector:
         self.rules[mode].start(state, tools)
         state.seen_event(xxh3_64_intdigest(event["event_id"].encode()))
         return state
+
+    def _policy(self, mode: str, event: RawEvent) -> RunPolicy:
+        fields = {**policy_defaults(mode), **(event.get("policy") or {})}
+        if self.admin_policy.observes(event.get("tenant")):
+            fields["observe_only"] = True
+        return RunPolicy(**fields)
 
     def _enter_round(
         self, rules: Rules, state: RunState, event: RawEvent, number: int, out: list[Command]

@@ -21,6 +21,7 @@ class Counters(Protocol):
 
     def count_event(self, kind: str) -> None: ...
     def count_commands(self, commands: list[Command]) -> None: ...
+    def count_observed(self, tenant: str | None, commands: list[Command]) -> None: ...
     def count_dead_letter(self, reason: str) -> None: ...
 
 
@@ -112,6 +113,8 @@ class EmbeddedEngine:
         if (metrics := self.metrics) is not None:  # always, as passed only when metrics are set
             metrics.count_event(event["type"])
             metrics.count_commands(commands)
+            if commands and state is not None and state.policy.observe_only:
+                metrics.count_observed(state.tenant, commands)
 
     def _reject_line(self, line: bytes, error: InvalidEvent, source: str, offset: int) -> Rejected | None:
         """A log's bad line as a dead letter; a blank line (it fails to parse too: tested only

@@ -20,10 +20,17 @@ _DIGEST_SETS = ("signatures", "fingerprints")
 # recovery faster. Bump it whenever a field is added, removed or reordered, or its meaning changes,
 # and only as docs/operations.md ("Upgrading and rolling back") says: a release writes a format
 # only once the release before it reads it, so that one release back is always a safe rollback.
-STATE_FORMAT = 5
+# The newest format read; a state is written in format 5 unless its run is observe-only (6, which
+# adds `observe_only` to the policy): the release before reads 5, and an observe-only run it
+# cannot read it quarantines, whose calls it allows, as observe-only does.
+STATE_FORMAT = 6
+# The format before, whose policy had no `observe_only` (read as false): still what every run
+# that is not observe-only is written in.
+_NO_OBSERVE_ONLY_FORMAT = 5
 # The format before, without the run's tenant (read as none: the run's tallies count it under
 # no tenant), so that a worker upgraded in place keeps its runs.
 _NO_TENANT_FORMAT = 4
+# (a format 4 state is read as format 5, then as format 6)
 # The format before, whose last field (a clock offset, now `seen_at`) is read as unknown, so that
 # a worker upgraded in place keeps its runs (they count as seen at the first scan).
 _CLOCK_OFFSET_FORMAT = 3
@@ -33,7 +40,7 @@ _CLOCK_OFFSET_FORMAT = 3
 _FORMAT_3_POLICY_FIELDS = 10
 _FORMAT_3_FIELDS_AFTER_EVENT_IDS = 5
 # Every format this version reads.
-READABLE_FORMATS = frozenset({_CLOCK_OFFSET_FORMAT, _NO_TENANT_FORMAT, STATE_FORMAT})
+READABLE_FORMATS = frozenset({_CLOCK_OFFSET_FORMAT, _NO_TENANT_FORMAT, _NO_OBSERVE_ONLY_FORMAT, STATE_FORMAT})
 
 
 class UnreadableState(ValueError):
@@ -92,6 +99,7 @@ class RunPolicy(NamedTuple):
     stall_nudge_at: int | None = V1_DEFAULTS["stall_nudge_at"]
     stall_stop_at: int | None = V1_DEFAULTS["stall_stop_at"]
     fleet_breaker: bool = V1_DEFAULTS["fleet_breaker"]
+    observe_only: bool = V1_DEFAULTS["observe_only"]
 
 
 # Contract v1's, for a state built without a policy (tests, tools): immutable, so shared.
@@ -167,7 +175,8 @@ class RunState:
     quarantined: bool = False
 
     def to_bytes(self) -> bytes:
-        values: list[Any] = [STATE_FORMAT]
+        observing = self.policy.observe_only
+        values: list[Any] = [STATE_FORMAT if observing else _NO_OBSERVE_ONLY_FORMAT]
         for name in _FIELD_NAMES:
             value = getattr(self, name)
             if name in _DIGEST_SETS:
@@ -177,7 +186,7 @@ class RunState:
             elif name == "last_signature" and value is not None:
                 value = value.hex()
             elif name == "policy":  # its fields in line, as when each was a field of the state
-                values.extend(value)
+                values.extend(value if observing else value[:-1])
                 continue
             values.append(value)
         if not self.quarantined:
@@ -193,7 +202,10 @@ class RunState:
         if values[0] == _CLOCK_OFFSET_FORMAT:
             values = _from_clock_offset_format(values)
         if values[0] == _NO_TENANT_FORMAT:
-            values = [STATE_FORMAT, *values[1:], None]
+            values = [_NO_OBSERVE_ONLY_FORMAT, *values[1:], None]
+        if values[0] == _NO_OBSERVE_ONLY_FORMAT:
+            before = _POLICY_AT + len(POLICY_FIELDS) - 1  # its policy's end: observe_only goes there
+            values = [STATE_FORMAT, *values[1:before], False, *values[before:]]
         if len(values) == _STORED_WITHOUT_QUARANTINE:
             values.append(False)
         policy_end = _POLICY_AT + len(POLICY_FIELDS)
@@ -217,22 +229,24 @@ class RunState:
     def tenant_and_ended(cls, raw: bytes) -> tuple[str | None, bool]:
         """A stored state's tenant and whether it has ended, without building the state."""
         values = orjson.loads(raw)
-        if values[0] != STATE_FORMAT:
+        if values[0] not in _WRITTEN_FORMATS:
             state = cls.from_bytes(raw)
             return state.tenant, state.ended
-        return values[_STORED_AT["tenant"]], values[_STORED_AT["ended"]]
+        at = _stored_at(values[0])
+        return values[at["tenant"]], values[at["ended"]]
 
     @classmethod
     def summary(cls, raw: bytes) -> tuple[str | None, bool, int]:
         """A stored state's tenant, whether it has ended, and how many fingerprints it holds,
         without building the state (a restore reads this of every run)."""
         values = orjson.loads(raw)
-        if values[0] != STATE_FORMAT:
+        if values[0] not in _WRITTEN_FORMATS:
             state = cls.from_bytes(raw)
             return state.tenant, state.ended, len(state.fingerprints)
-        packed = values[_STORED_AT["fingerprints"]]
+        at = _stored_at(values[0])
+        packed = values[at["fingerprints"]]
         digest_bytes = len(packed) * 3 // 4 - packed.count("=", len(packed) - 2)
-        return values[_STORED_AT["tenant"]], values[_STORED_AT["ended"]], digest_bytes // 16
+        return values[at["tenant"]], values[at["ended"]], digest_bytes // 16
 
     def seen_event(self, key: int) -> bool:
         """True for an event applied already (a redelivery); otherwise remembers it."""
@@ -338,3 +352,11 @@ _STORED_AT = {
 }
 # A stored state's length without its optional trailing `quarantined`.
 _STORED_WITHOUT_QUARANTINE = len(_FIELD_NAMES) + len(POLICY_FIELDS) - 1
+# The formats this release writes (see STATE_FORMAT), read without building the state.
+_WRITTEN_FORMATS = frozenset({_NO_OBSERVE_ONLY_FORMAT, STATE_FORMAT})
+# Where a field after the policy stands in a stored state of format 5, one policy field shorter.
+_STORED_AT_FORMAT_5 = {name: at - 1 for name, at in _STORED_AT.items()}
+
+
+def _stored_at(found: int) -> dict[str, int]:
+    return _STORED_AT if found == STATE_FORMAT else _STORED_AT_FORMAT_5

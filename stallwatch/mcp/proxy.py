@@ -368,9 +368,7 @@ async def serve_stdio(
 async def _run(
     command: list[str], options: ProxyOptions, use_kafka: bool, settings: Settings, env: dict[str, str]
 ) -> None:
-    client: Client = (
-        KafkaClient(settings) if use_kafka else EmbeddedClient(AdminPolicy.from_file(settings.policy_file))
-    )
+    client: Client = KafkaClient(settings) if use_kafka else EmbeddedClient(AdminPolicy.of(settings))
     async with client:
         await serve_stdio(command, client, options, env)
 

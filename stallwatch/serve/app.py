@@ -21,6 +21,7 @@ from stallwatch.serve.models import (
     StartRun,
 )
 from stallwatch.serve.openapi import openapi
+from stallwatch.serve.otlp import OtlpReceiver
 from stallwatch.serve.service import RunExists, Service, UnknownRun, stop_view
 from stallwatch.settings import ServeSettings
 
@@ -73,6 +74,13 @@ def _host_name(host: str) -> str:
     return host.lower()
 
 
+# The body types a POST may have: JSON, and OTLP's protobuf on its two paths. Neither is a type a
+# page may send without the browser asking first (text/plain, a form), as no Origin is ever let in.
+_JSON = frozenset({"application/json"})
+_OTLP = frozenset({"application/json", "application/x-protobuf"})
+_BODY_TYPES = {"/v1/traces": _OTLP, "/v1/logs": _OTLP}
+
+
 def browser_refusal(request: web.Request, token: str | None) -> web.Response | None:
     """Web pages must not drive the server: a page can send a text/plain POST to any address
     without asking, and a rebound DNS name makes the server its own origin. Browsers send Origin
@@ -89,7 +97,11 @@ def browser_refusal(request: web.Request, token: str | None) -> web.Response | N
             403,
             f"Host {host!r} is not loopback: use http://127.0.0.1, or set {TOKEN_ENV} to answer other names",
         )
-    if request.method == "POST" and request.can_read_body and request.content_type != "application/json":
+    if (
+        request.method == "POST"
+        and request.can_read_body
+        and request.content_type not in _BODY_TYPES.get(request.path, _JSON)
+    ):
         return problem(415, "send the body with `Content-Type: application/json`")
     return None
 
@@ -160,6 +172,8 @@ class Api:
                 reason=decision.reason,
                 timed_out=decision.timed_out,
                 stop=stop_view(run.stop),
+                would_code=decision.would_code,
+                would_reason=decision.would_reason,
             )
         )
 
@@ -214,11 +228,17 @@ def _one_line(exc: Exception) -> str:
     return " ".join(str(exc).split())
 
 
-def make_app(service: Service, token: str | None, hook_settings: HookSettings) -> web.Application:
+def make_app(
+    service: Service, token: str | None, hook_settings: HookSettings, otlp: OtlpReceiver | None = None
+) -> web.Application:
     api = Api(service)
     hooks = Hooks(service, hook_settings)
     app = web.Application(middlewares=[auth_middleware(token)], client_max_size=MAX_BODY_BYTES)
     app[HOOKS] = hooks
+    if otlp is not None:  # OTLP/HTTP in, observe-only
+        app.add_routes(otlp.routes())
+        app.on_startup.append(otlp.start)
+        app.on_cleanup.append(otlp.stop)
     app.add_routes(
         [
             web.get("/v1/health", api.health),

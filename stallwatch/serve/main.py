@@ -18,8 +18,10 @@ from aiohttp import web
 from stallwatch.client import EmbeddedClient, KafkaClient
 from stallwatch.client.run import Client
 from stallwatch.engine.admin_policy import AdminPolicy
+from stallwatch.otlp.ingest import OtlpIngest
 from stallwatch.serve.app import TOKEN_ENV, make_app
 from stallwatch.serve.hooks import HookSettings
+from stallwatch.serve.otlp import OtlpReceiver
 from stallwatch.serve.service import Service
 from stallwatch.settings import ServeSettings, Settings, SetupError, reveal
 
@@ -71,9 +73,7 @@ def read_policy(path: str | None) -> dict[str, Any] | None:
 def make_client(options: ServeOptions, settings: Settings) -> Client:
     if options.use_kafka:
         return KafkaClient(settings)
-    return EmbeddedClient(
-        AdminPolicy.from_file(settings.policy_file), fingerprint_key=reveal(settings.fingerprint_key)
-    )
+    return EmbeddedClient(AdminPolicy.of(settings), fingerprint_key=reveal(settings.fingerprint_key))
 
 
 async def serve(
@@ -87,7 +87,17 @@ async def serve(
     )
     client = make_client(options, settings)
     async with client:
-        runner = web.AppRunner(make_app(Service(client), token, hook_settings), access_log=None)
+        otlp = OtlpReceiver(
+            client,
+            OtlpIngest(
+                tenant=hook_settings.tenant,
+                mode=settings.otlp_mode,
+                secret=client.fingerprint_secret,
+                quiet_s=settings.otlp_round_quiet_s,
+                idle_s=settings.otlp_run_idle_s,
+            ),
+        )
+        runner = web.AppRunner(make_app(Service(client), token, hook_settings, otlp), access_log=None)
         await runner.setup()
         try:
             site = web.TCPSite(runner, options.host, options.port)

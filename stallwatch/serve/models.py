@@ -56,6 +56,9 @@ class CallVerdict(BaseModel):
     # No verdict in time: allowed, failing open.
     timed_out: bool = False
     stop: StopView | None = None
+    # Observe-only runs: the refusal this call would have had (it is allowed all the same).
+    would_code: str | None = None
+    would_reason: str | None = None
 
 
 class ReportResult(BaseModel):
@@ -82,6 +85,8 @@ class RunView(BaseModel):
     stop: StopView | None = None
     # Words for the model before a stop, each returned once.
     nudges: list[str] = []
+    # Observe-only runs: the stop the run would have had (it is never acted on).
+    would_stop: StopView | None = None
 
 
 class Problem(BaseModel):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stallwatch.client.run import Client, Run
-from stallwatch.contract.commands import Stop
+from stallwatch.contract.commands import Stop, WouldStop
 from stallwatch.serve.models import RunView, StopView
 
 # A run untouched this long is ended and forgotten: an agent that died without ending its
@@ -44,7 +44,7 @@ class Held:
         return [n.reason for n in fresh]
 
 
-def stop_view(stop: Stop | None) -> StopView | None:
+def stop_view(stop: Stop | WouldStop | None) -> StopView | None:
     return None if stop is None else StopView(code=stop.code, action=stop.action, reason=stop.reason)
 
 
@@ -106,7 +106,11 @@ class Service:
         """The run as the API answers it; `mark_read=False` for a GET, which changes nothing."""
         run = held.run
         return RunView(
-            run_id=run.run_id, round=run.round, stop=stop_view(run.stop), nudges=held.unread_nudges(mark_read)
+            run_id=run.run_id,
+            round=run.round,
+            stop=stop_view(run.stop),
+            nudges=held.unread_nudges(mark_read),
+            would_stop=stop_view(run.would_stop),
         )
 
     async def sweep(self) -> bool:

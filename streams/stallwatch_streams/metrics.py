@@ -17,6 +17,10 @@ _STREAK_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 40)
 # Changes a coding agent made before its stop: a handful to a few hundred.
 _VERSION_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500)
 _RECOVERY_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
+# Tenant and tool names come from events: past this many (tenant, tool) label pairs, a new
+# pair's tool is counted as `_other`, so a flood of made-up tool names cannot grow the registry.
+MAX_OBSERVED_LABELS = 2_000
+OTHER_TOOL = "_other"
 
 
 class StallwatchMetrics:
@@ -38,6 +42,27 @@ class StallwatchMetrics:
             "stallwatch_verdicts_total", "Verdicts, by decision and code", ["decision", "code"], registry=r
         )
         self.stops = Counter("stallwatch_stops_total", "Stops, by code", ["code"], registry=r)
+        # Observe-only runs: what would have happened. A stop's tool is the one it names
+        # (tool_failures, no_effect), else empty.
+        self.would_refusals = Counter(
+            "stallwatch_would_refusals_total",
+            "Observe-only runs: calls that would have been refused (they ran), by tenant, tool and code",
+            ["tenant", "tool", "code"],
+            registry=r,
+        )
+        self.would_stops = Counter(
+            "stallwatch_would_stops_total",
+            "Observe-only runs: stops that would have happened (the runs went on), by tenant, tool and code",
+            ["tenant", "tool", "code"],
+            registry=r,
+        )
+        self.would_nudges = Counter(
+            "stallwatch_would_nudges_total",
+            "Observe-only runs: nudges that would have been sent (the model never saw them), by tenant",
+            ["tenant"],
+            registry=r,
+        )
+        self._observed_labels: set[tuple[str, str]] = set()
         self.nudges = Counter("stallwatch_nudges_total", "Nudges sent before a stop", registry=r)
         self.stall_nudges = Counter(
             "stallwatch_stall_nudges_total",
@@ -143,7 +168,7 @@ class StallwatchMetrics:
                 self.nudges.inc()
                 if "same_result_runs" in command.detail:
                     self.stall_nudges.inc()
-            else:
+            elif command.type == "stop":
                 self.stops.labels(command.code).inc()
                 fired = command.detail.get(STOPS[command.code].fired)
                 if fired is not None:
@@ -151,3 +176,26 @@ class StallwatchMetrics:
                 version = command.detail.get("workspace_version")
                 if version is not None:
                     self.workspace_version_at_stop.labels(command.code).observe(version)
+
+    def count_observed(self, tenant: str | None, commands: list[Command]) -> None:
+        """An observe-only run's commands: its would-have refusals, stops and nudges."""
+        who = tenant or ""
+        for command in commands:
+            if command.type == "verdict" and command.would_code is not None:
+                tool = self._tool_label(who, command.tool or "")
+                self.would_refusals.labels(who, tool, command.would_code).inc()
+            elif command.type == "would_stop":
+                named = command.detail.get("tool")
+                tool = self._tool_label(who, named if isinstance(named, str) else "")
+                self.would_stops.labels(who, tool, command.code).inc()
+            elif command.type == "would_nudge":
+                self.would_nudges.labels(who).inc()
+
+    def _tool_label(self, tenant: str, tool: str) -> str:
+        pair = (tenant, tool)
+        if pair in self._observed_labels:
+            return tool
+        if len(self._observed_labels) >= MAX_OBSERVED_LABELS:
+            return OTHER_TOOL
+        self._observed_labels.add(pair)
+        return tool

@@ -6,6 +6,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from stallwatch.client import EmbeddedClient
+from stallwatch.engine.admin_policy import AdminPolicy
 from tests.adapters import langchain_model, openai_agents_model, pydantic_ai_model, scripts
 
 Runner = Callable[..., Awaitable[tuple[scripts.Tools, str]]]
@@ -67,3 +69,27 @@ async def test_a_stop_that_ends_the_turn_calls_the_model_no_more(framework: str)
     # refused, and the turn ends all the same)
     assert len(script.seen) == 1 and tools.ran["search"] <= 1
     assert answer == scripts.TIME_WORDS  # the stop's words are the run's last message
+
+
+async def test_an_observe_only_run_of_a_looping_model_runs_to_its_end_untouched(run_agent: Runner):
+    """Every adapter gets observe-only from the engine: no refusal, nudge or stop reaches the model."""
+    script = scripts.rewording()
+    tools, answer = await run_agent(script, None, {"observe_only": True})
+    scripts.assert_untouched(script, tools, "search", 20, answer)
+    assert not any("refused" in s.instructions for s in script.seen)  # no rules told either
+
+
+async def test_an_observe_only_repeat_runs_untouched(run_agent: Runner):
+    script = scripts.repeating()
+    tools, answer = await run_agent(script, None, {"observe_only": True})
+    scripts.assert_untouched(script, tools, "search", 2, answer)
+
+
+async def test_an_observe_only_run_tells_the_model_no_rules():
+    async with EmbeddedClient(AdminPolicy(observe_only_tenants=frozenset({"acme"}))) as client:
+        watched = await client.start_run("watched", tenant="acme")
+        guarded = await client.start_run("guarded", tenant="globex")
+        own = await client.start_run("own", policy={"observe_only": True})
+    assert watched.system_prompt() == own.system_prompt() == ""
+    assert "refused" in guarded.system_prompt()
+    assert watched.policy.observe_only and not guarded.policy.observe_only

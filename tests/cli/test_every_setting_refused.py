@@ -26,11 +26,13 @@ TEXT_REFUSED = {
     "STALLWATCH_FINGERPRINT_KEY": "too-short",
     "STALLWATCH_ADVISORY_KEY": "too-short",
     "STALLWATCH_TENANT": "acme.eu",
+    "STALLWATCH_OBSERVE_ONLY_TENANTS": "acme,acme.eu",
 }
 # Free text: any value is one a deployment may choose (an address, a name, a user, a token).
 ANY_TEXT = {
     "STALLWATCH_BOOTSTRAP",
     "STALLWATCH_TOPIC_PREFIX",
+    "STALLWATCH_OTLP_TOPIC",
     "STALLWATCH_WEB_BIND",
     "STALLWATCH_METRICS_BIND",
     "STALLWATCH_INSTANCE_ID",

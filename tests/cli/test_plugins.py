@@ -59,7 +59,7 @@ def test_the_light_site_has_stallwatch_and_not_the_stream_jobs(light_site: Path,
     assert done.stdout.strip() == "None"
 
 
-@pytest.mark.parametrize("name", ["worker", "fleet"])
+@pytest.mark.parametrize("name", ["worker", "fleet", "otlp-kafka"])
 def test_without_the_stream_jobs_their_command_names_what_to_install(
     light_site: Path, tmp_path: Path, name: str
 ):

@@ -31,6 +31,6 @@ def test_the_changelog_has_the_release_and_the_formats_it_writes_and_reads():
     assert row is not None, "the formats table has no row for this release"
     state, position, table = (cell.strip() for cell in row.group(1).split("|")[:3])
     readable = ", ".join(str(f) for f in sorted(READABLE_FORMATS))
-    assert state == f"writes {STATE_FORMAT}; reads {readable}"
+    assert state == f"writes {STATE_FORMAT - 1}, {STATE_FORMAT} for observe-only runs; reads {readable}"
     assert position.startswith("writes 1;")
     assert table.startswith(f"writes {WINDOW_FORMAT} ")

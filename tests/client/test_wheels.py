@@ -110,7 +110,14 @@ def test_the_streams_wheel_holds_its_package_and_the_command_lines_entry_points(
     names = archive.namelist()
     outside = [n for n in names if not n.startswith("stallwatch_streams/") and ".dist-info/" not in n]
     assert outside == []
-    for module in ("worker/service.py", "fleet/main.py", "fleet/settings.py", "metrics.py", "py.typed"):
+    for module in (
+        "worker/service.py",
+        "fleet/main.py",
+        "otlp/job.py",
+        "fleet/settings.py",
+        "metrics.py",
+        "py.typed",
+    ):
         assert f"stallwatch_streams/{module}" in names, module
     (points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     parsed = configparser.ConfigParser()
@@ -118,6 +125,7 @@ def test_the_streams_wheel_holds_its_package_and_the_command_lines_entry_points(
     assert dict(parsed["stallwatch.commands"]) == {
         "worker": "stallwatch_streams.worker.service:main",
         "fleet": "stallwatch_streams.fleet.main:main",
+        "otlp-kafka": "stallwatch_streams.otlp.main:main",
     }
     assert dict(parsed["stallwatch.settings"]) == {"fleet": "stallwatch_streams.fleet.settings:FleetSettings"}
     (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]

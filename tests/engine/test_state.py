@@ -87,6 +87,17 @@ def test_a_state_of_the_clock_offset_format_is_read_with_no_broker_time():
     assert RunState.from_bytes(read.to_bytes()) == read
 
 
+def test_a_run_not_observe_only_is_written_in_the_format_before_and_read_as_not_observing():
+    state = RunState.from_bytes(FORMAT_3_STATE)
+    written = orjson.loads(state.to_bytes())
+    assert written[0] == 5  # what the release before reads: a rollback keeps the run
+    read = RunState.from_bytes(state.to_bytes())
+    assert read.policy.observe_only is False and read == state
+    observing = RunState(mode="researcher", started_ts=1.0, policy=RunPolicy(observe_only=True))
+    assert orjson.loads(observing.to_bytes())[0] == STATE_FORMAT == 6
+    assert RunState.from_bytes(observing.to_bytes()).policy.observe_only is True
+
+
 def test_a_state_of_the_format_before_tenants_is_read_with_no_tenant():
     format_4 = orjson.loads(RunState.from_bytes(FORMAT_3_STATE).to_bytes())[:-1]
     format_4[0] = 4  # what the format 4 worker wrote: the same fields but the tenant

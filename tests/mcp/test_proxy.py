@@ -123,3 +123,15 @@ async def test_a_tool_that_keeps_failing_is_reported_as_errors_and_stopped():
     assert after.is_error and text(after) == words.stop_reason(
         "tool_failures", {"tool": "fail", "consecutive_failures": 5}
     )
+
+
+async def test_an_observe_only_deployment_lets_the_loop_run_untouched():
+    async with proxy_session(env={"STALLWATCH_OBSERVE_ONLY": "true"}) as session:
+        results = []
+        for i in range(8):
+            results.append(await session.call_tool("search", {"query": f"kafka storage, wording {i}"}))
+            await next_round()
+        again = await session.call_tool("search", {"query": "kafka storage, wording 0"})
+    assert not any(r.is_error for r in [*results, again])  # no refusal, no stop
+    assert not any("[stallwatch]" in text(r) for r in results)  # no nudge either
+    assert all("kafka-docs" in text(r) for r in [*results, again])

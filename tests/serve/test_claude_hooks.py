@@ -387,3 +387,15 @@ async def test_a_new_response_lets_go_of_the_last_ones_calls_without_results(ser
     await s.run("Bash", bash("echo 3"), shell_out("3"))
     (held,) = server.service.held.values()
     assert held.extra["rounds"].calls == {} and s.run_state().round == 2
+
+
+async def test_an_observe_only_session_is_never_denied_or_stopped_and_its_would_stop_is_held(
+    make_server, tmp_path
+):
+    async with make_server(hooks=HookSettings(policy={"observe_only": True})) as server:
+        s = Session(server, tmp_path)
+        await s.run("Bash", bash("grep -rn foo ."), shell_out("a.py:1:foo"))
+        answers = [await s.run("Bash", bash("grep -rn foo ."), shell_out("a.py:1:foo")) for _ in range(8)]
+        assert answers == [{}] * 8  # every call allowed, no stop, no nudge context
+        run = s.run_state()
+        assert run.stop is None and run.would_stop is not None and run.nudges == []

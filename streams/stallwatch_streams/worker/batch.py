@@ -62,6 +62,8 @@ class BatchResult:
     # Per-(tenant, tool) partial counts for the fleet app: (key, value) records of the tallies topic
     tallies: list[tuple[bytes, bytes]] = field(default_factory=list)
     published_at: float | None = None  # when its commands were acknowledged, if published ahead
+    # Observe-only runs' commands, with their run's tenant, for the would-have counters.
+    observed: list[tuple[str | None, list[Command]]] = field(default_factory=list)
 
 
 class BatchApplier:
@@ -175,6 +177,8 @@ class BatchApplier:
                 result.commands.extend(commands)
                 result.caused_at.extend([event["ts"]] * len(commands))
                 if state is not None:
+                    if commands and state.policy.observe_only:
+                        result.observed.append((state.tenant, commands))
                     clock.touch(state, kind, seen_at[index])
                     if tallies is not None:
                         tallies.observe(event, state, commands)

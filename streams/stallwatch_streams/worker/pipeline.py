@@ -322,6 +322,8 @@ class Pipeline(ConsumerRebalanceListener):
             metrics.dead_letters.labels(reason).inc()
         metrics.skipped.inc(result.skipped)
         metrics.count_commands(result.commands)
+        for tenant, observed in result.observed:
+            metrics.count_observed(tenant, observed)
         published = result.published_at or committed  # the commands' acks, or the commit's
         for caused_at in result.caused_at:
             metrics.decision_latency.observe(max(0.0, published - caused_at))

@@ -59,7 +59,7 @@ async def serve(
 ) -> int:
     """Run one worker until SIGTERM/SIGINT (exit 0) or a failure (exit 1)."""
     settings = settings.for_tenant(None)  # a worker serves every tenant; STALLWATCH_TENANT is a runtime's
-    policy = AdminPolicy.from_file(settings.policy_file)  # a bad file stops the worker before Kafka
+    policy = AdminPolicy.of(settings)  # a bad file stops the worker before Kafka
     await ensure_topics(settings)
     metrics = metrics or StallwatchMetrics()
     with _port_setting("STALLWATCH_METRICS_PORT", settings.metrics_bind, settings.metrics_port):

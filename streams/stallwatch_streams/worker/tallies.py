@@ -170,13 +170,16 @@ class Tallies:
         run_id = event["run_id"]
         for command in commands:
             if command.type == "verdict":
-                if command.code in _REPEAT_REFUSALS and command.tool is not None:
+                # An observe-only run's would-have refusal counts as the refusal would have.
+                code = command.code if command.would_code is None else command.would_code
+                if code in _REPEAT_REFUSALS and command.tool is not None:
                     refused = self._refused
                     refused.pop(run_id, None)  # re-inserted last: the oldest go first past the cap
                     refused[run_id] = command.tool
                     if len(refused) > MAX_REFUSING_RUNS:
                         del refused[next(iter(refused))]
-            elif command.type == "stop":
+            elif command.type in ("stop", "would_stop"):
+                # A would-have stop counts as a stop: the fleet's incidents open all the same.
                 tool = (
                     command.detail.get("tool")
                     if command.code == "tool_failures"

@@ -41,14 +41,14 @@ def test_a_position_of_any_other_shape_is_refused(value):
 
 def test_a_states_format_is_read_from_its_first_bytes():
     state = RunState(mode="researcher", started_ts=1.0)
-    assert stored_format(state.to_bytes()) == STATE_FORMAT
+    assert stored_format(state.to_bytes()) == STATE_FORMAT - 1  # a run not observe-only: format 5
     assert stored_format(later_format(state)) == STATE_FORMAT + 1
     assert stored_format(b'{"mode":"researcher"}') is None and stored_format(b"[") is None
 
 
 @pytest.mark.parametrize("raw", [b"[99,1,2]", b'["5",1]', b"[[5],1]", b"{}", b"[]"])
 def test_a_state_in_no_format_this_version_reads_raises_unreadable_state(raw):
-    with pytest.raises(UnreadableState, match="this version reads formats 3, 4, 5"):
+    with pytest.raises(UnreadableState, match="this version reads formats 3, 4, 5, 6"):
         RunState.from_bytes(raw)
 
 

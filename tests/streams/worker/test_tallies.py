@@ -202,3 +202,20 @@ def test_without_tallies_the_batch_has_none():
     s.call("search", {"q": 1}, status="ok", result=STALE)
     result = BatchApplier(Detector(), "events").apply(batch(s), lambda run_id: None, PartitionClock(), 0.0)
     assert result.tallies == []
+
+
+def test_an_observed_runs_would_have_stops_are_tallied_as_stops():
+    """The fleet layer's incidents open from observe-only runs as from enforced ones."""
+    failing = script("failing", policy={"no_progress_threshold": 2, "observe_only": True})
+    failing.start_round()
+    failing.call("search", {"q": 1}, status="error", result={"e": 1})
+    failing.call("search", {"q": 2}, status="error", result={"e": 1})
+    refusing = script("refusing", policy={"no_progress_threshold": 2, "observe_only": True})
+    refusing.round_of(("fetch", {"u": 1}, {"page": 1}))
+    for _ in range(2):
+        refusing.start_round()
+        refusing.call("fetch", {"u": 1}, status="ok", result={"page": 1})  # would be refused: it ran
+        refusing.end_round()
+    records = apply(batch(failing, refusing))
+    assert records[tally_key("acme", "search")]["stops"] == ["failing"]
+    assert records[tally_key("acme", "fetch")]["stops"] == ["refusing"]

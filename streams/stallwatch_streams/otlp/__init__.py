@@ -1,0 +1,1 @@
+"""`stallwatch otlp-kafka`: the Collector's Kafka topic of spans mapped to observe-only events."""

@@ -1,0 +1,75 @@
+"""Observe-only on a real broker: a worker serving an observed tenant publishes would-have
+refusals and stops, counts them, and never refuses or stops that tenant's runs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import urllib.request
+
+import orjson
+import pytest
+
+from stallwatch.engine.admin_policy import AdminPolicy
+from stallwatch.engine.embedded import EmbeddedEngine
+from tests.engine.test_observe_only import looping_run
+from tests.kafka_harness import (
+    PROBE_PREFIX,
+    SETTLE_S,
+    WorkerProcess,
+    by_run,
+    collect,
+    fresh_settings,
+    produce,
+    wait_until_serving,
+)
+from tests.streams.worker.fleet_logs import interleave
+
+pytestmark = pytest.mark.kafka
+
+
+async def scrape_until(port: int, wanted: list[str], timeout_s: float = 30.0) -> str:
+    """The worker's /metrics once every `wanted` line is in it (a batch is counted after its commit)."""
+    deadline = time.monotonic() + timeout_s
+    text = ""
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        if all(line in text for line in wanted):
+            return text
+        await asyncio.sleep(0.2)  # a bounded poll for the counters, not a wait for time to pass
+    raise AssertionError(f"never counted {wanted}:\n{text}")
+
+
+async def test_an_observed_tenants_runs_go_on_with_their_would_have_stops_published_and_counted():
+    settings = fresh_settings(partitions=2)
+    log = interleave([looping_run("watched", tenant="acme"), looping_run("guarded", tenant="globex")])
+    reference = EmbeddedEngine(AdminPolicy(observe_only_tenants=frozenset({"acme"})))
+    expected = [orjson.dumps(c) for r in reference.replay(log) if isinstance(r, list) for c in r]
+    worker = WorkerProcess(settings, env={"STALLWATCH_OBSERVE_ONLY_TENANTS": "acme"})
+    try:
+        await wait_until_serving(settings)
+        await produce(settings, log)
+        published = by_run(
+            await collect(settings, settings.commands_topic, len(expected), 60, settle_s=SETTLE_S)
+        )
+        text = await scrape_until(
+            worker.metrics_port,
+            [
+                'stallwatch_would_stops_total{code="no_new_facts",tenant="acme",tool=""} 1.0',
+                'stallwatch_would_refusals_total{code="duplicate_call",tenant="acme",tool="search"} 1.0',
+                'stallwatch_stops_total{code="no_new_facts"} 1.0',
+            ],
+        )
+    finally:
+        worker.stop()
+    published = {run: commands for run, commands in published.items() if not run.startswith(PROBE_PREFIX)}
+    assert published == by_run(expected)  # the worker decides as the embedded engine does
+    watched = [orjson.loads(c) for c in published["watched"]]
+    assert [c["code"] for c in watched if c["type"] == "would_stop"] == ["no_new_facts"]
+    assert {c["type"] for c in watched} == {"verdict", "would_nudge", "would_stop"}
+    assert all(c["decision"] == "allow" for c in watched if c["type"] == "verdict")
+    guarded = [orjson.loads(c) for c in published["guarded"]]
+    assert [c["code"] for c in guarded if c["type"] == "stop"] == ["no_new_facts"]
+    observed = [line for line in text.splitlines() if line.startswith("stallwatch_would_")]
+    assert observed and not [line for line in observed if 'tenant="globex"' in line]
