@@ -9,7 +9,7 @@ from stallwatch.contract.commands import Command
 from stallwatch.contract.events import RawEvent
 from stallwatch.contract.faults import fault
 from stallwatch.contract.parse import MAX_EVENT_BYTES, InvalidEvent, parse_event, parse_record
-from stallwatch.contract.tenancy import claim_for_tenant
+from stallwatch.contract.tenancy import claim_for_shared_topic, claim_for_tenant
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.quota import LiveRuns
 from stallwatch.engine.state import RunState
@@ -48,13 +48,20 @@ class RecordApplier:
     it (the worker: record keys, offsets, its partition's clock, tallies, dead letters with keys)."""
 
     def __init__(
-        self, detector: Detector, max_event_bytes: int = MAX_EVENT_BYTES, tenant: str | None = None
+        self,
+        detector: Detector,
+        max_event_bytes: int = MAX_EVENT_BYTES,
+        tenant: str | None = None,
+        shared_topic: bool = False,
     ) -> None:
         """`tenant`: the records come from that tenant's events topic, whose tenant every run and
-        advisory gets (None: the shared topic, where an event names its own)."""
+        advisory gets. `shared_topic` (with no tenant): they come from the shared events topic,
+        where an event naming a tenant is refused (stallwatch/contract/tenancy.py). Neither: an
+        event names its own tenant, as in one process with no topics (the embedded engine)."""
         self.detector = detector
         self.max_event_bytes = max_event_bytes
         self.tenant = tenant
+        self.shared_topic = shared_topic and tenant is None
 
     # Without offsets nothing is SKIPPED: replay's results are commands or letters alone.
     @overload
@@ -120,7 +127,7 @@ class RecordApplier:
         did not ask for."""
         detect = self.detector.apply
         max_bytes, secret = self.max_event_bytes, self.detector.secret
-        advisory_key, tenant = self.detector.advisory_key, self.tenant
+        advisory_key, tenant, shared = self.detector.advisory_key, self.tenant, self.shared_topic
         for index, value in enumerate(values):
             try:
                 if keys is None:
@@ -129,6 +136,8 @@ class RecordApplier:
                     event = parse_record(keys[index], value, max_bytes, secret, advisory_key)
                 if tenant is not None:
                     claim_for_tenant(event, tenant)
+                elif shared:
+                    claim_for_shared_topic(event)
             except InvalidEvent as exc:
                 letter = rejected(index, value, exc)
                 if letter is not None:

@@ -27,6 +27,7 @@ from stallwatch.settings import Settings, reveal
 from stallwatch_streams.fleet.metrics import FleetMetrics
 from stallwatch_streams.fleet.rules import Judge, Outcome
 from stallwatch_streams.fleet.settings import FleetSettings
+from stallwatch_streams.fleet.signing import warn_if_unsigned
 from stallwatch_streams.fleet.tally import InvalidTally, Tally, merge, new_partial, parse_tally
 from stallwatch_streams.fleet.transport import committed_offsets, use_transport
 from stallwatch_streams.fleet.window import bucket_of, new_state
@@ -137,6 +138,7 @@ class FleetService:
         # Each tenant's events topic, as the last scan found them: a tenant's runs are there, so
         # its advisories go there too (the shared topic's runs name their tenant themselves).
         self.tenant_events: dict[str, faust.TopicT] = {}
+        self.unsigned_warned: set[str] = set()  # tenants named in the unsigned-advisories error
         self.deadletter = _raw_topic(app, base.deadletter_topic)
         self.table = app.Table(TABLE_NAME, default=None, partitions=base.partitions, key_type=bytes)
         # Tables take no serializer arguments (faust-streaming #556): Faust derives json from the
@@ -229,6 +231,7 @@ class FleetService:
         except (KafkaError, OSError) as exc:
             log.debug("the scan for tenants' topics failed (%s); trying again", fault(exc))
             return
+        self.unsigned_warned = warn_if_unsigned(found, self.advisory_key, self.unsigned_warned)
         for tenant in found - self.tenant_events.keys():
             self.tenant_events[tenant] = _raw_topic(self.app, base.for_tenant(tenant).events_topic)
         for gone in self.tenant_events.keys() - found:
