@@ -169,9 +169,9 @@ class Settings(Declared):
     web_bind: str = Field(
         "127.0.0.1", description="address the health endpoints (and the fleet app's web view) listen on"
     )
-    # All interfaces, so that Prometheus can scrape it: the metrics hold counts only, no run ids
-    # and no content.
-    metrics_bind: str = Field("0.0.0.0", description="address `/metrics` listens on")
+    # Loopback, as the health endpoints: the metrics hold counts only, but per tenant, and a
+    # deployment opens them to its Prometheus on purpose (the manifests and compose set 0.0.0.0).
+    metrics_bind: str = Field("127.0.0.1", description="address `/metrics` listens on")
     # Right for a 3-broker cluster (one broker may be lost with no write refused); the local
     # single broker of `make` sets 1 and 1.
     replication_factor: int = Field(3, ge=1, description="replicas of every topic the worker creates")
