@@ -230,6 +230,14 @@ class Settings(Declared):
         ge=1,
         description="live runs one partition keeps in all; a new run past it is a dead letter (`run_quota`)",
     )
+    # One tenant's flood on every partition of a worker (8 in the manifests) holds 8 x this at
+    # most: 1 GiB of the 2 GiB limit, so the process serving the others stays up.
+    max_state_bytes_per_tenant: int = Field(
+        128 << 20,
+        ge=1 << 20,
+        description="estimated bytes in memory of one tenant's live runs on one partition; a new "
+        "run past it is a dead letter (`memory_quota`)",
+    )
     expiry_interval_s: float = Field(
         60.0, ge=0.1, description="how often (wall clock) a worker scans a partition for expired runs"
     )

@@ -5,13 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar, overload
 
+import orjson
+
 from stallwatch.contract.commands import Command
 from stallwatch.contract.events import RawEvent
 from stallwatch.contract.faults import fault
 from stallwatch.contract.parse import MAX_EVENT_BYTES, InvalidEvent, parse_event, parse_record
 from stallwatch.contract.tenancy import claim_for_shared_topic, claim_for_tenant
 from stallwatch.engine.detector import Detector
-from stallwatch.engine.quota import LiveRuns
+from stallwatch.engine.quota import DECLARED_BYTES_FACTOR, LiveRuns
 from stallwatch.engine.state import RunState
 
 Letter = TypeVar("Letter")
@@ -189,6 +191,7 @@ class RecordApplier:
                 after, commands = detect(state, event)
                 if live is not None:
                     _count_live(live, state, after, ended)
+                    charge(live, run_id, event, after)
                     counted = True
                 # None only for an unknown run's call (a state in hand is never dropped)
                 if after is not None:
@@ -206,6 +209,7 @@ class RecordApplier:
                 after = self.detector.quarantine(state, event)
                 if live is not None and after is not None and not counted:
                     _count_live(live, state, after, ended)
+                    charge(live, run_id, event, after)
                 if after is not None:
                     states[run_id] = after
                     if offsets is not None:
@@ -213,6 +217,20 @@ class RecordApplier:
                 letter = rejected(index, value, EngineFault("engine_fault", exc, run_id))
                 if letter is not None:
                     yield letter
+
+
+def charge(live: LiveRuns, run_id: str, event: RawEvent, after: RunState | None) -> None:
+    """Charge a live run its state's estimated bytes after an event (its declarations at its
+    start); an ended run's bytes are free (its tombstone is small and expires)."""
+    if after is None:
+        return
+    if after.ended:
+        live.discharge(run_id)
+        return
+    declared = None
+    if event["type"] == "run_started":
+        declared = DECLARED_BYTES_FACTOR * len(orjson.dumps(event.get("tools") or []))
+    live.charge(run_id, after.tenant, after.approx_bytes(), declared)
 
 
 def _count_live(live: LiveRuns, before: RunState | None, after: RunState | None, was_ended: bool) -> None:

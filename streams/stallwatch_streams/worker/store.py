@@ -11,7 +11,7 @@ from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from stallwatch.engine.expiry import PartitionClock
-from stallwatch.engine.quota import LiveRuns, RunQuota
+from stallwatch.engine.quota import STORED_BYTES_FACTOR, LiveRuns, RunQuota
 from stallwatch.engine.state import RunState
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.kafka.read import committed_reader, read_to_end
@@ -77,7 +77,7 @@ class PartitionStates:
         self.live: LiveRuns | None = None
         if quota is not None:
             live = self.live = LiveRuns(quota)
-            for stored in self._raw.values():
+            for run_id, stored in self._raw.items():
                 try:
                     tenant, ended = RunState.tenant_and_ended(stored)
                 except (ValueError, TypeError, IndexError, KeyError):
@@ -86,6 +86,7 @@ class PartitionStates:
                     tenant, ended = None, False
                 if not ended:
                     live.add(tenant)
+                    live.charge(run_id, tenant, int(len(stored) * STORED_BYTES_FACTOR))
 
     def load(self, run_id: str) -> RunState | None:
         state = self._decoded.get(run_id)
@@ -112,6 +113,7 @@ class PartitionStates:
             )
             if not ended:
                 self.live.remove(tenant)
+            self.live.discharge(run_id)
 
     def states(self) -> Iterator[tuple[str, RunState]]:
         """Every run of the partition, decoding the ones not yet decoded."""

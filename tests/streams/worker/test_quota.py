@@ -146,3 +146,71 @@ def test_a_state_the_ledger_cannot_read_is_counted_and_left_to_the_batch_step():
         {"a": readable, "b": orjson.dumps([99, "a format of another version"])}, quota=QUOTA
     )
     assert store.live is not None and store.live.by_tenant == {"t": 1, None: 1}
+
+
+# -- bytes --------------------------------------------------------------------------------------
+
+
+def wide_run(tenant: str, n: int, results: int = 40) -> RunScript:
+    """A run that holds many digests: `results` distinct results of 10 items each."""
+    s = RunScript(f"{tenant}-wide-{n}")
+    for r in range(results):
+        s.round_of(("search", {"q": r}, {"items": [f"{n}-{r}-{i}" for i in range(10)]}))
+    return s
+
+
+def test_a_tenant_whose_runs_hold_its_bytes_is_refused_new_runs_and_its_calls_still_run():
+    budget = 24_000
+    partition = Partition(RunQuota(per_tenant=1_000, total=1_000, bytes_per_tenant=budget), tenant="a")
+    for n in range(8):  # one after another: each run's bytes are held before the next starts
+        partition.feed(interleaved(wide_run("a", n)))
+    live = partition.store.live
+    assert live is not None
+    refused = [key for key, reason, _ in partition.letters if reason == "memory_quota"]
+    assert refused, "runs past the tenant's bytes are refused"
+    assert "STALLWATCH_MAX_STATE_BYTES_PER_TENANT" in partition.letters[0][2]
+    held = [run for run, _ in partition.store.states()]
+    # The ledger charges each live run its state's estimate, and the refusals began at the budget.
+    assert live.bytes_by_tenant["a"] == sum(
+        state.approx_bytes() + live.charged[run][2] for run, state in partition.store.states()
+    )
+    assert live.bytes_by_tenant["a"] - max(s.approx_bytes() for _, s in partition.store.states()) < budget
+    verdicts = [c for c in partition.commands if c["type"] == "verdict" and c["run_id"].encode() in refused]
+    assert verdicts and all(v["decision"] == "allow" for v in verdicts)
+    assert len(held) == 8 - len(refused)
+
+
+def test_an_ended_run_frees_its_bytes_and_a_successor_charges_the_stored_states():
+    partition = Partition(RunQuota(per_tenant=1_000, total=1_000, bytes_per_tenant=10_000_000), tenant="a")
+    runs = [wide_run("a", n, results=5) for n in range(3)]
+    partition.feed(interleaved(*runs))
+    live = partition.store.live
+    assert live is not None
+    before = live.bytes_by_tenant["a"]
+    runs[0].end()
+    partition.feed([orjson.dumps(runs[0].events[-1])])
+    assert 0 < live.bytes_by_tenant["a"] < before and "a-wide-0" not in live.charged
+    successor = PartitionStates(
+        {run: state.to_bytes() for run, state in partition.store.states()}, quota=QUOTA
+    )
+    assert successor.live is not None and set(successor.live.charged) == {"a-wide-1", "a-wide-2"}
+    successor.delete("a-wide-1")
+    assert set(successor.live.charged) == {"a-wide-2"} and successor.live.bytes_by_tenant["a"] > 0
+
+
+def test_a_state_at_every_cap_is_estimated_near_what_it_holds():
+    from stallwatch.engine.coder import MAX_CALL_HISTORY
+    from stallwatch.engine.state import MAX_FINGERPRINTS, MAX_SIGNATURES
+
+    state = RunState(mode="coder", started_ts=1.0)
+    state.signatures = dict.fromkeys(n.to_bytes(16, "big") for n in range(MAX_SIGNATURES))
+    state.fingerprints = dict.fromkeys(n.to_bytes(16, "big") for n in range(MAX_FINGERPRINTS))
+    state.call_history = {f"{n:032x}": [f"{n:032x}", 1, 2, 0] for n in range(MAX_CALL_HISTORY)}
+    # docs/operations.md: a run at every cap holds about 0.66 MB (tracemalloc).
+    assert 500_000 < state.approx_bytes() < 800_000
+
+
+def test_the_byte_quota_defaults_to_the_settings_default():
+    from stallwatch.settings import Settings
+
+    assert RunQuota(1, 1).bytes_per_tenant == Settings.model_fields["max_state_bytes_per_tenant"].default
