@@ -526,7 +526,8 @@ class ServeSettings(Declared):
         None,
         description="the token every request but `/v1/health` "
         "must carry (`Authorization: Bearer …`); required to bind "
-        "anything but loopback",
+        "anything but loopback; unset on loopback, `serve` makes its own, which only this user's "
+        "hooks read (`--open`: none)",
     )
     url: str = Field("http://127.0.0.1:8737", description="where `stallwatch hook <agent>` finds the server")
 
