@@ -466,13 +466,14 @@ class FleetService:
 
     # The web view.
 
-    def open_incidents(self) -> list[dict[str, Any]]:
-        """The open incidents of the partitions this worker holds."""
+    def open_incidents(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        """The open incidents of one tenant (None: the shared topic's runs, which name none) on
+        the partitions this worker holds: a view lists no other tenant's."""
         found = []
         for keys in self.open_keys.values():
             for key in keys:
                 state = self.table.get(key)
-                if state is None:
+                if state is None or state.get("tenant") != tenant:
                     continue
                 for kind, incident in state.get("open", {}).items():
                     found.append(self.judge.record(state, kind, incident, None))
@@ -485,6 +486,10 @@ class FleetService:
             async def get(self, request: Any) -> Any:
                 return self.json({"open": service.open_incidents()})
 
+        class TenantIncidents(faust.web.View):
+            async def get(self, request: Any, tenant: str) -> Any:
+                return self.json({"open": service.open_incidents(tenant)})
+
         class Metrics(faust.web.View):
             async def get(self, request: Any) -> Any:
                 return self.bytes(
@@ -492,4 +497,5 @@ class FleetService:
                 )
 
         self.app.page("/incidents/")(Incidents)
+        self.app.page("/incidents/{tenant}/")(TenantIncidents)
         self.app.page("/metrics")(Metrics)
