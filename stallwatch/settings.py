@@ -170,9 +170,9 @@ class Settings(Declared):
     web_bind: str = Field(
         "127.0.0.1", description="address the health endpoints (and the fleet app's web view) listen on"
     )
-    # All interfaces, so that Prometheus can scrape it: the metrics hold counts only, no run ids
-    # and no content.
-    metrics_bind: str = Field("0.0.0.0", description="address `/metrics` listens on")
+    # Loopback, as the health endpoints: the metrics hold counts only, but per tenant, and a
+    # deployment opens them to its Prometheus on purpose (the manifests and compose set 0.0.0.0).
+    metrics_bind: str = Field("127.0.0.1", description="address `/metrics` listens on")
     # Right for a 3-broker cluster (one broker may be lost with no write refused); the local
     # single broker of `make` sets 1 and 1.
     replication_factor: int = Field(3, ge=1, description="replicas of every topic the worker creates")
@@ -262,6 +262,14 @@ class Settings(Declared):
         4_000,
         ge=1,
         description="live runs one partition keeps in all; a new run past it is a dead letter (`run_quota`)",
+    )
+    # One tenant's flood on every partition of a worker (8 in the manifests) holds 8 x this at
+    # most: 1 GiB of the 2 GiB limit, so the process serving the others stays up.
+    max_state_bytes_per_tenant: int = Field(
+        128 << 20,
+        ge=1 << 20,
+        description="estimated bytes in memory of one tenant's live runs on one partition; a new "
+        "run past it is a dead letter (`memory_quota`)",
     )
     expiry_interval_s: float = Field(
         60.0, ge=0.1, description="how often (wall clock) a worker scans a partition for expired runs"
@@ -585,7 +593,8 @@ class ServeSettings(Declared):
         None,
         description="the token every request but `/v1/health` "
         "must carry (`Authorization: Bearer …`); required to bind "
-        "anything but loopback",
+        "anything but loopback; unset on loopback, `serve` makes its own, which only this user's "
+        "hooks read (`--open`: none)",
     )
     url: str = Field("http://127.0.0.1:8737", description="where `stallwatch hook <agent>` finds the server")
 

@@ -12,7 +12,7 @@ from stallwatch.settings import Settings
 from stallwatch_streams.metrics import StallwatchMetrics
 
 
-def test_defaults_bind_the_web_to_loopback_and_replicate_for_three_brokers(monkeypatch):
+def test_defaults_bind_the_web_and_metrics_to_loopback_and_replicate_for_three_brokers(monkeypatch):
     for name in (
         "STALLWATCH_WEB_BIND",
         "STALLWATCH_METRICS_BIND",
@@ -21,7 +21,7 @@ def test_defaults_bind_the_web_to_loopback_and_replicate_for_three_brokers(monke
     ):
         monkeypatch.delenv(name, raising=False)
     settings = Settings.from_env()
-    assert (settings.web_bind, settings.metrics_bind) == ("127.0.0.1", "0.0.0.0")
+    assert (settings.web_bind, settings.metrics_bind) == ("127.0.0.1", "127.0.0.1")
     assert (settings.replication_factor, settings.min_insync_replicas) == (3, 2)
 
 

@@ -11,10 +11,14 @@
 #   acls.sh [--print] tenant NAME PRINCIPAL [FLEET_PRINCIPAL]
 #                                                  a tenant's runtimes: write its events, read its
 #                                                  commands and dead letters; the fleet app may
-#                                                  write its events (advisories)
+#                                                  write its events (advisories); and the
+#                                                  principal's quotas (below)
 #
-# --print writes the grants, one a line (principal resource name pattern operation), and applies
-# nothing. Environment: STALLWATCH_TOPIC_PREFIX (stallwatch), STALLWATCH_BOOTSTRAP
+# --print writes the grants, one a line (principal resource name pattern operation), then a
+# tenant's quotas (principal quota name value), and applies nothing. A tenant's principal gets
+# Kafka quotas, so that one team's flood of events or reads slows that team alone:
+# STALLWATCH_TENANT_PRODUCER_BYTE_RATE (bytes/s, 1048576), STALLWATCH_TENANT_CONSUMER_BYTE_RATE
+# (bytes/s, 2097152), STALLWATCH_TENANT_REQUEST_PERCENTAGE (% of one broker thread, 25). Environment: STALLWATCH_TOPIC_PREFIX (stallwatch), STALLWATCH_BOOTSTRAP
 # (127.0.0.1:$STALLWATCH_KAFKA_PORT), KAFKA_ADMIN_CONFIG (the admin's client properties; by default
 # the local secure broker's), KAFKA_ACLS (the AclCommand to run; by default kafka-acls.sh on the
 # PATH, else the project's jars).
@@ -30,7 +34,11 @@ libs="${STALLWATCH_KAFKA_CACHE:-$root/.cache/kafka}/libs"
 print=0
 if [ "${1:-}" = "--print" ]; then print=1; shift; fi
 
-usage() { sed -n '4,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '4,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+
+producer_rate="${STALLWATCH_TENANT_PRODUCER_BYTE_RATE:-1048576}"
+consumer_rate="${STALLWATCH_TENANT_CONSUMER_BYTE_RATE:-2097152}"
+request_percentage="${STALLWATCH_TENANT_REQUEST_PERCENTAGE:-25}"
 
 # grant PRINCIPAL RESOURCE NAME PATTERN OPERATION...   (RESOURCE: topic, group, transactional-id)
 grant() {
@@ -43,6 +51,29 @@ grant() {
   if [ "$print" = 0 ]; then
     acl_command --add --allow-principal "$principal" "${operations[@]}" \
       "--$resource" "$name" --resource-pattern-type "$pattern" >/dev/null
+  fi
+}
+
+# quota PRINCIPAL: the tenant quotas on the principal (User:NAME), through Kafka's ConfigCommand.
+quota() {
+  local principal=$1 user=${1#User:}
+  local configs="producer_byte_rate=$producer_rate,consumer_byte_rate=$consumer_rate"
+  configs="$configs,request_percentage=$request_percentage"
+  if [ "$print" = 1 ]; then
+    echo "$principal quota producer_byte_rate $producer_rate"
+    echo "$principal quota consumer_byte_rate $consumer_rate"
+    echo "$principal quota request_percentage $request_percentage"
+    return
+  fi
+  local command=${KAFKA_CONFIGS:-}
+  if [ -z "$command" ] && command -v kafka-configs.sh >/dev/null; then command=kafka-configs.sh; fi
+  if [ -n "$command" ]; then
+    $command --bootstrap-server "$bootstrap" --command-config "$config" \
+      --alter --entity-type users --entity-name "$user" --add-config "$configs" >/dev/null
+  else
+    java -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Dlog4j2.level=WARN -cp "$libs/*" \
+      kafka.admin.ConfigCommand --bootstrap-server "$bootstrap" --command-config "$config" \
+      --alter --entity-type users --entity-name "$user" --add-config "$configs" >/dev/null
   fi
 }
 
@@ -98,6 +129,7 @@ tenant() {
   if [ -n "$fleet_principal" ]; then
     grant "$fleet_principal" topic "$topics.events" literal Write Describe
   fi
+  quota "$principal"
 }
 
 case "${1:-}" in

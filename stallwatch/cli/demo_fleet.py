@@ -1,6 +1,7 @@
 """`stallwatch demo`'s fleet scene: a tool breaks for every run at once.
 
-The fleet app (`stallwatch fleet`) runs beside the worker. Six runs of one tenant call `search`;
+The fleet app (`stallwatch fleet`) runs beside the worker. Six runs on the shared topic (the
+deployment's own, which names no tenant) call `search`;
 it starts failing for all of them; the fleet app opens a `tool_failing` incident from the
 worker's tallies, the runs get the words through the nudge path and turn to another tool long
 before their own failure rule (10 in a row here) would stop them; `search` recovers and the
@@ -121,7 +122,7 @@ def _free_port() -> int:
 
 @dataclass
 class Scene:
-    tenant: str
+    tenant: str | None = None  # the shared topic's runs: an event there cannot name a tenant
     broken: bool = True
     done: bool = False
     opened: asyncio.Event = field(default_factory=asyncio.Event)
@@ -140,7 +141,7 @@ def say(run: Run, text: str) -> None:
 
 
 async def watch_incidents(settings: Settings, scene: Scene, started: asyncio.Event) -> None:
-    """Print the scene's incidents as the fleet app writes them (its tenant only)."""
+    """Print the scene's incidents as the fleet app writes them (the shared topic's only)."""
     consumer = Consumer(
         settings.incidents_topic,
         auto_offset_reset="latest",
@@ -215,7 +216,7 @@ async def crowd_member(member: CrowdRun, scene: Scene) -> None:
 
 async def broken_tool_scene(settings: Settings, tag: str) -> list[CrowdRun]:
     """The scene; returns the runs with what each did."""
-    scene = Scene(tenant=f"demo-{tag}")
+    scene = Scene()
     watching = asyncio.Event()
     watcher = asyncio.create_task(watch_incidents(settings, scene, watching))
     await asyncio.wait_for(watching.wait(), 30)
@@ -226,13 +227,12 @@ async def broken_tool_scene(settings: Settings, tag: str) -> list[CrowdRun]:
                     f"crowd-{i}-{tag}",
                     "researcher",
                     TOOLS,
-                    tenant=scene.tenant,
                     policy={"no_progress_threshold": OWN_FAILURE_LIMIT},
                 )
             )
             for i in range(CROWD)
         ]
-        print(f"`search` breaks for every run of tenant {scene.tenant} at once:\n", flush=True)
+        print("`search` breaks for every run at once:\n", flush=True)
         members = [asyncio.create_task(crowd_member(m, scene)) for m in crowd]
         try:
             await asyncio.wait_for(scene.opened.wait(), OPEN_TIMEOUT_S)

@@ -123,6 +123,12 @@ def main(argv: list[str] | None = None) -> int:
         help="a JSON object of policy overrides for the coding "
         'agents\' runs (coder mode), e.g. {"stall_stop_at": 5}',
     )
+    p.add_argument(
+        "--open",
+        action="store_true",
+        help="on loopback without STALLWATCH_SERVE_TOKEN, answer any local process (by default "
+        "the server makes a token that only this user's hooks and clients read)",
+    )
 
     p = sub.add_parser(
         "hook",
@@ -237,7 +243,9 @@ def main(argv: list[str] | None = None) -> int:
         from stallwatch.serve.main import ServeOptions
         from stallwatch.serve.main import main as serve_main
 
-        return serve_main(ServeOptions(args.host, args.port, args.kafka, args.tenant, args.policy), settings)
+        return serve_main(
+            ServeOptions(args.host, args.port, args.kafka, args.tenant, args.policy, args.open), settings
+        )
     if args.command == "hook":
         from stallwatch.hooks.command import main as hook_main
 

@@ -16,7 +16,8 @@ class ReplayEngine:
     fingerprint key the log's runtimes and workers used. `deadletter_raw`: the dead letters keep
     the start of each bad line (STALLWATCH_DEADLETTER_RAW). `advisory_key`: advisories count
     only when the fleet app signed them. `tenant`: the log is that tenant's events topic
-    (STALLWATCH_TENANT), whose tenant every run gets, as its workers give it."""
+    (STALLWATCH_TENANT), whose tenant every run gets, as its workers give it; without one, the
+    log is the shared events topic, where an event naming a tenant is refused, as there."""
 
     admin_policy: AdminPolicy | None = None
     secret: bytes | None = None
@@ -31,6 +32,7 @@ class ReplayEngine:
             deadletter_raw=self.deadletter_raw,
             advisory_key=self.advisory_key,
             tenant=self.tenant,
+            shared_topic=True,
         )
 
 

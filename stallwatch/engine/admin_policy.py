@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, replace
-from fnmatch import fnmatchcase
 from functools import lru_cache
 from pathlib import Path
 
+from stallwatch.contract.globs import glob_matches
 from stallwatch.settings import Settings, SetupError
 
 
@@ -88,4 +88,4 @@ def _patterns(tools: dict, key: str, path: str | Path) -> tuple[str, ...]:
 # Bounded, since tool names come from untrusted events; names repeat, so hits are the rule.
 @lru_cache(maxsize=4096)
 def _matches(tool: str, patterns: tuple[str, ...]) -> bool:
-    return any(fnmatchcase(tool, p) for p in patterns)
+    return any(glob_matches(tool, p) for p in patterns)

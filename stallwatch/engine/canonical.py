@@ -210,10 +210,16 @@ def _at_path(value: Any, path: str) -> Any:
     return value
 
 
+# Items of a declared facts list digested one by one: each costs Python work, so a longer list
+# counts as one fact, the whole result (a changed list then looks new, never a false repeat).
+MAX_FACT_ITEMS = 2048
+
+
 def fact_items(value: Any, path: str) -> list | None:
-    """The list at a dotted path (no wildcards), or None when the path is missing or no list."""
+    """The list at a dotted path (no wildcards), or None when the path is missing, no list, or
+    longer than MAX_FACT_ITEMS."""
     value = _at_path(value, path)
-    return value if type(value) is list else None
+    return value if type(value) is list and len(value) <= MAX_FACT_ITEMS else None
 
 
 def fact_digests(tool: str, items: list, key: str | None, secret: bytes | None = None) -> list[bytes]:

@@ -5,10 +5,10 @@ Pure functions over a RunState; the detector turns their answers into verdicts, 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
+import re2
 from xxhash import xxh3_128_digest, xxh3_128_hexdigest
 
 from stallwatch.contract.events import FAILED_STATUSES, RawEvent
@@ -25,6 +25,10 @@ MAX_CALL_HISTORY = 512
 MAX_OPEN_CALLS = 64
 # Characters of a call's label in words for the model: enough to recognise a command.
 LABEL_CHARS = 80
+# What of a command is read to make its label: spaces collapsed within the first _SPACED_CHARS,
+# secrets masked within the first _MASKED_CHARS of that.
+_SPACED_CHARS = 4096
+_MASKED_CHARS = 4 * LABEL_CHARS
 # Argument names that hold the command itself, so the model reads `pytest -x` rather than JSON.
 _COMMAND_KEYS = ("command", "cmd", "code", "script", "query")
 
@@ -156,35 +160,49 @@ def call_label(tool: str, args: Any) -> str:
                 text = tool
     else:
         text = tool
-    text = without_secrets(" ".join(text.split()))
+    # Cut before matching: the label shows LABEL_CHARS, and a secret that starts within them is
+    # masked whole within _MASKED_CHARS, so no command's length sets the cost.
+    text = without_secrets(" ".join(text[:_SPACED_CHARS].split())[:_MASKED_CHARS])
     return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 3] + "..."
 
 
 # What in a command line is likely a secret: a label goes to the commands topic (which every
 # runtime of the deployment reads), the changelog and operators' terminals, so it keeps the
-# command's shape and drops these (`mysql -uroot -psecret` stays `mysql -uroot -p***`).
-_SECRETS = (
-    # credentials in a header or a URL
-    (re.compile(r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 ***"),
-    (re.compile(r"://[^/\s:@]+:[^/\s@]+@"), "://***@"),
-    (re.compile(r"(?<=\s)(-u|--user)\s+[^\s:]+:\S+"), r"\1 ***"),
-    # a password glued to its short option, as mysql and others take it
-    (re.compile(r"(?<=\s)-p(?=[^\s-])\S+"), "-p***"),
-    # key=value and key: value of a secret-named key (password=, --token=, api_key:, PGPASSWORD=)
-    (
-        re.compile(
+# command's shape and drops these (`mysql -uroot -psecret` stays `mysql -uroot -p***`). RE2, so
+# matching is linear; the captured context (a preceding space, an option) is written back.
+_SECRETS = tuple(
+    (re2.compile(pattern), replacement)
+    for pattern, replacement in (
+        # credentials in a header or a URL
+        (r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}", r"\1 ***"),
+        (r"://[^/\s:@]+:[^/\s@]+@", "://***@"),
+        (r"(\s)(-u|--user)\s+[^\s:]+:\S+", r"\1\2 ***"),
+        # cookies, in a header or curl's own options
+        (r"(?i)\b((?:set-)?cookie:\s*)[^\s\"';]+(?:;\s*[^\s\"';]+)*;?", r"\1***"),
+        (r"(\s)(-b|--cookie)\s+\S+", r"\1\2 ***"),
+        # a password given to a program's own option with a space: sshpass, docker login, redis-cli
+        (r"(\bsshpass(?:\s+-[a-oq-z]\S*)*\s+-p)\s*\S+", r"\1 ***"),
+        (r"(?i)(\blogin\b[^|;&\n]*\s(?:-p|--password))\s+[^\s-]\S*", r"\1 ***"),
+        (r"(\bredis-cli\b[^|;&\n]*\s-a)\s+\S+", r"\1 ***"),
+        (r"(?i)(\baws\s+configure\s+set\s+\S*(?:secret|key|token)\S*)\s+\S+", r"\1 ***"),
+        # a password glued to its short option, as mysql and others take it
+        (r"(\s)-p[^\s-]\S*", r"\1-p***"),
+        # key=value and key: value of a secret-named key (password=, --token=, api_key:, PGPASSWORD=)
+        (
             r"(?i)((?:pass(?:word|wd)?|pwd|token|secret|api[-_]?key|access[-_]?key|auth)\w*"
-            r"(?:=|:\s*))[^\s&]+"
+            r"(?:=|:\s*))[^\s&]+",
+            r"\1***",
         ),
-        r"\1***",
-    ),
-    # an option naming a secret, then its value (`--password hunter2`, `--token abc`)
-    (re.compile(r"(?i)(--?(?:pass(?:word)?|token|secret|api[-_]?key)\s+)(?!-)\S+"), r"\1***"),
-    # well-known key shapes (OpenAI, GitHub, Slack, AWS, Anthropic, Google)
-    (
-        re.compile(r"\b(?:sk-(?:ant-)?|ghp_|gho_|ghs_|github_pat_|xox[abpr]-|AKIA|AIza)[A-Za-z0-9_-]{8,}"),
-        "***",
-    ),
+        # an option naming a secret, then its value (`--password hunter2`, `--token abc`)
+        (r"(?i)(--?(?:pass(?:word)?|token|secret|api[-_]?key)\s+)[^-\s]\S*", r"\1***"),
+        # well-known key shapes (OpenAI, Anthropic, GitHub, GitLab, Slack, AWS, Google, Hugging
+        # Face, npm, Stripe)
+        (
+            r"\b(?:sk-(?:ant-)?|ghp_|gho_|ghs_|ghu_|github_pat_|glpat-|xox[abpr]-|AKIA|AIza|hf_|npm_"
+            r"|sk_live_|rk_live_)[A-Za-z0-9_-]{8,}",
+            "***",
+        ),
+    )
 )
 
 

@@ -45,15 +45,17 @@ class EmbeddedEngine:
         deadletter_raw: bool = False,
         advisory_key: bytes | None = None,
         tenant: str | None = None,
+        shared_topic: bool = False,
     ) -> None:
         """`secret`: the key of every digest, shared with the runtimes (Settings.fingerprint_secret).
         `deadletter_raw`: dead letters keep the start of the raw input (off: digest and size).
         `advisory_key`: advisories read from a log count only when the fleet app signed them
         (Settings.advisory_secret). `tenant`: the events are that tenant's, read from its events
-        topic (None: each event names its own, as on the shared topic)."""
+        topic. `shared_topic` (with no tenant): the events are read from the shared events topic,
+        where one that names a tenant is refused. Neither: each event names its own tenant."""
         self.detector = Detector(admin_policy, secret, advisory_key)
         self.deadletter_raw = deadletter_raw
-        self.records = RecordApplier(self.detector, max_event_bytes, tenant)
+        self.records = RecordApplier(self.detector, max_event_bytes, tenant, shared_topic)
         self.runs: dict[str, RunState] = {}
         # The workers' counters, kept only when asked for (prometheus-client installed).
         self.metrics = metrics

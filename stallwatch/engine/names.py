@@ -9,8 +9,9 @@ and start an instruction of its own, reorder what follows (bidi overrides), hide
 
 from __future__ import annotations
 
-import re
 import unicodedata
+
+import re2
 
 # Characters of a name in words for the model: real tool names are far shorter; a long one is
 # cut, so no name can make a refusal a page of someone else's text.
@@ -25,12 +26,13 @@ UNPRINTABLE = "?"
 # control strings (OSC, DCS, SOS, PM, APC) up to their terminator or the end of the text, then
 # CSI with its parameters, then the two-character escapes. Removing only the ESC would leave
 # `[31m` or `]8;;http://...` behind.
-_ESCAPES = re.compile(
-    r"(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f]).*?(?:\x07|\x1b\\|\x9c|\Z)"
-    r"|(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?"
-    r"|\x1b[ -/]*[0-~]?",
-    re.DOTALL,
+_ESCAPES = re2.compile(
+    r"(?s)(?:\x1b[\]PX^_]|[\x{90}\x{98}\x{9d}\x{9e}\x{9f}]).*?(?:\x07|\x1b\\|\x{9c}|\z)"
+    r"|(?:\x1b\[|\x{9b})[0-?]*[ -/]*[@-~]?"
+    r"|\x1b[ -/]*[0-~]?"
 )
+# What of a name is read at all: far more than any limit shows, so the work per name is bounded.
+_READ_CHARS = 4096
 # Unicode categories never shown: controls (newlines, tabs, ESC, C1), format characters (bidi
 # overrides and isolates, zero-width characters, tag characters), lone surrogates, and the line
 # and paragraph separators.
@@ -51,7 +53,7 @@ def plain(name: str, limit: int = NAME_CHARS) -> str:
         and name
     ):
         return name  # the common case: a plain identifier
-    text = _ESCAPES.sub("", name)
+    text = _ESCAPES.sub("", name[:_READ_CHARS])
     shown = []
     for char in text:
         category = unicodedata.category(char)

@@ -5,13 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar, overload
 
+import orjson
+
 from stallwatch.contract.commands import Command
 from stallwatch.contract.events import RawEvent
 from stallwatch.contract.faults import fault
 from stallwatch.contract.parse import MAX_EVENT_BYTES, InvalidEvent, parse_event, parse_record
-from stallwatch.contract.tenancy import claim_for_tenant
+from stallwatch.contract.tenancy import claim_for_shared_topic, claim_for_tenant
 from stallwatch.engine.detector import Detector
-from stallwatch.engine.quota import LiveRuns
+from stallwatch.engine.quota import DECLARED_BYTES_FACTOR, LiveRuns
 from stallwatch.engine.state import RunState, UnreadableState
 
 Letter = TypeVar("Letter")
@@ -61,13 +63,20 @@ class RecordApplier:
     it (the worker: record keys, offsets, its partition's clock, tallies, dead letters with keys)."""
 
     def __init__(
-        self, detector: Detector, max_event_bytes: int = MAX_EVENT_BYTES, tenant: str | None = None
+        self,
+        detector: Detector,
+        max_event_bytes: int = MAX_EVENT_BYTES,
+        tenant: str | None = None,
+        shared_topic: bool = False,
     ) -> None:
         """`tenant`: the records come from that tenant's events topic, whose tenant every run and
-        advisory gets (None: the shared topic, where an event names its own)."""
+        advisory gets. `shared_topic` (with no tenant): they come from the shared events topic,
+        where an event naming a tenant is refused (stallwatch/contract/tenancy.py). Neither: an
+        event names its own tenant, as in one process with no topics (the embedded engine)."""
         self.detector = detector
         self.max_event_bytes = max_event_bytes
         self.tenant = tenant
+        self.shared_topic = shared_topic and tenant is None
 
     # Without offsets nothing is SKIPPED: replay's results are commands or letters alone.
     @overload
@@ -133,7 +142,7 @@ class RecordApplier:
         did not ask for."""
         detect = self.detector.apply
         max_bytes, secret = self.max_event_bytes, self.detector.secret
-        advisory_key, tenant = self.detector.advisory_key, self.tenant
+        advisory_key, tenant, shared = self.detector.advisory_key, self.tenant, self.shared_topic
         for index, value in enumerate(values):
             try:
                 if keys is None:
@@ -142,6 +151,8 @@ class RecordApplier:
                     event = parse_record(keys[index], value, max_bytes, secret, advisory_key)
                 if tenant is not None:
                     claim_for_tenant(event, tenant)
+                elif shared:
+                    claim_for_shared_topic(event)
             except InvalidEvent as exc:
                 letter = rejected(index, value, exc)
                 if letter is not None:
@@ -193,6 +204,7 @@ class RecordApplier:
                 after, commands = detect(state, event)
                 if live is not None:
                     _count_live(live, state, after, ended)
+                    charge(live, run_id, event, after)
                     counted = True
                 # None only for an unknown run's call (a state in hand is never dropped)
                 if after is not None:
@@ -223,6 +235,7 @@ class RecordApplier:
                 after = self.detector.quarantine(state, event)
                 if live is not None and after is not None and not counted:
                     _count_live(live, state, after, ended)
+                    charge(live, run_id, event, after)
                 if after is not None:
                     states[run_id] = after
                     if offsets is not None:
@@ -230,6 +243,20 @@ class RecordApplier:
                 letter = rejected(index, value, EngineFault("engine_fault", exc, run_id))
                 if letter is not None:
                     yield letter
+
+
+def charge(live: LiveRuns, run_id: str, event: RawEvent, after: RunState | None) -> None:
+    """Charge a live run its state's estimated bytes after an event (its declarations at its
+    start); an ended run's bytes are free (its tombstone is small and expires)."""
+    if after is None:
+        return
+    if after.ended:
+        live.discharge(run_id)
+        return
+    declared = None
+    if event["type"] == "run_started":
+        declared = DECLARED_BYTES_FACTOR * len(orjson.dumps(event.get("tools") or []))
+    live.charge(run_id, after.tenant, after.approx_bytes(), declared)
 
 
 def _count_live(live: LiveRuns, before: RunState | None, after: RunState | None, was_ended: bool) -> None:

@@ -13,7 +13,6 @@ agents' hooks, the trajectories benchmark's converters)."""
 
 from __future__ import annotations
 
-import re
 import shlex
 
 from stallwatch.contract.events import Effect
@@ -81,11 +80,12 @@ _WRITING_LETTERS = {"sed": "i", "sort": "o", "tree": "o"}
 # A sed script that only prints: line addresses with p, q, = or l (`10,20p`, `$p`, `5q`), a
 # regular expression address with one of them (`/error/p`), or a substitution without the
 # flags that write or run (`w`, `e`); anything else (`w file`, `e cmd`, `r`) is `unknown`.
-_SED_PRINTS = re.compile(
-    r"(?:\s*(?:\d+|\$)?(?:,(?:\d+|\$))?\s*[pq=l]?\s*;?)+"
-    r"|/[^/]*/\s*[pq=l]"
-    r"|s(?P<d>[^\w\s\\])(?:(?!(?P=d)).)*(?P=d)(?:(?!(?P=d)).)*(?P=d)[gIp0-9]*"
-)
+# Read by a scanner, one pass over the script (see _sed_prints).
+_SED_COMMANDS = frozenset("pq=l")
+_SED_FLAGS = frozenset("gIp0123456789")
+# Longer commands are `unknown` unread: the lexer costs about a microsecond a character, and a
+# reading command is a line, not a page.
+MAX_COMMAND_CHARS = 8 * 1024
 # git subcommands that only read the repository.
 _GIT_READS = frozenset(
     {
@@ -111,7 +111,7 @@ _HARMLESS_TARGETS = frozenset({"/dev/null", "&1", "&2", "1", "2"})
 def shell_effect(command: str, persistent: bool = False) -> Effect:
     """`read` when the whole command only reads (see the module docstring), else `unknown`.
     `persistent`: the shell session outlives the command, so a `cd` changes the session."""
-    if "$(" in command or "`" in command or "<<" in command:
+    if len(command) > MAX_COMMAND_CHARS or "$(" in command or "`" in command or "<<" in command:
         return "unknown"
     try:
         lexer = shlex.shlex(command.replace("\n", " ; "), posix=True, punctuation_chars=True)
@@ -168,4 +168,56 @@ def _sed_prints(args: list[str]) -> bool:
     if not scripts:
         operands = [a for a in args if not a.startswith("-")]
         scripts = operands[:1]
-    return all(_SED_PRINTS.fullmatch(script) for script in scripts)
+    return all(_prints_only(script) for script in scripts)
+
+
+def _prints_only(script: str) -> bool:
+    """One sed script that only prints (see _SED_COMMANDS), read left to right once."""
+    if script[:1] == "/":
+        end = script.find("/", 1)
+        return end > 0 and script[end + 1 :].lstrip() in _SED_COMMANDS
+    if script[:1] == "s" and len(script) > 1:
+        delimiter = script[1]
+        if delimiter.isalnum() or delimiter == "_" or delimiter.isspace() or delimiter == "\\":
+            return False
+        parts = script[2:].split(delimiter)
+        return (
+            len(parts) == 3
+            and "\n" not in parts[0]
+            and "\n" not in parts[1]
+            and all(flag in _SED_FLAGS for flag in parts[2])
+        )
+    return _addresses_only(script)
+
+
+def _addresses_only(script: str) -> bool:
+    """Line addresses and print commands: `[N|$][,N|$] [p|q|=|l] [;]`, any number of times,
+    spaces between."""
+    at, end = 0, len(script)
+
+    def spaces(i: int) -> int:
+        while i < end and script[i].isspace():
+            i += 1
+        return i
+
+    def address(i: int) -> int:
+        if i < end and script[i] == "$":
+            return i + 1
+        while i < end and script[i].isdecimal():
+            i += 1
+        return i
+
+    while at < end:
+        start = at
+        at = address(spaces(at))
+        if at < end and script[at] == ",":
+            after = address(at + 1)
+            at = after if after > at + 1 else at
+        at = spaces(at)
+        if at < end and script[at] in _SED_COMMANDS:
+            at = spaces(at + 1)
+        if at < end and script[at] == ";":
+            at += 1
+        if at == start:
+            return False
+    return True

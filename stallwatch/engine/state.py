@@ -106,6 +106,18 @@ class RunPolicy(NamedTuple):
 V1_POLICY = RunPolicy()
 
 
+# What each entry of a state's collections holds in memory, measured with tracemalloc on this
+# engine (a digest in an ordered set, an event id, a coder call's history and open call, a chat
+# call), and a new state's own: `RunState.approx_bytes` sums them in constant time.
+_BYTES_BASE = 1_200
+_BYTES_DIGEST = 86
+_BYTES_EVENT_ID = 73
+_BYTES_CALL_HISTORY = 275
+_BYTES_OPEN_CALL = 340
+_BYTES_CHAT_CALL = 270
+_BYTES_NAME = 120  # a tool name in a list or a small dict
+
+
 @dataclass(slots=True)
 class RunState:
     mode: str
@@ -173,6 +185,20 @@ class RunState:
     # longer judged, and its calls are allowed. Stored only when true, as one trailing value, so
     # that every other state keeps format 5's bytes.
     quarantined: bool = False
+
+    def approx_bytes(self) -> int:
+        """The state's bytes in memory, estimated in constant time from its collections' sizes
+        (declarations excepted: the run's ledger charges them once, at its start)."""
+        return (
+            _BYTES_BASE
+            + _BYTES_DIGEST * (len(self.signatures) + len(self.fingerprints))
+            + _BYTES_EVENT_ID * len(self.event_ids)
+            + _BYTES_CALL_HISTORY * len(self.call_history)
+            + _BYTES_OPEN_CALL * len(self.open_calls)
+            + _BYTES_CHAT_CALL * len(self.chat_history)
+            + _BYTES_NAME
+            * (len(self.failures) + len(self.advised) + len(self.fleet_incidents) + len(self.tool_effects))
+        )
 
     def to_bytes(self) -> bytes:
         observing = self.policy.observe_only

@@ -14,7 +14,6 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 from typing import Any
 
 import anyio
@@ -30,6 +29,7 @@ from stallwatch.client.run import Client, Run
 from stallwatch.contract.envelope import envelope
 from stallwatch.contract.events import Policy
 from stallwatch.contract.faults import fault
+from stallwatch.contract.globs import glob_matches
 from stallwatch.contract.limits import MAX_DECLARATIONS_BYTES, bounded_id
 from stallwatch.contract.parse import InvalidEvent, validate_event
 from stallwatch.engine import words
@@ -264,7 +264,7 @@ class Proxy:
 
     def is_exempt(self, tool: str) -> bool:
         """Declared `repeat_exempt` by `--exempt`; the policy file is the engine's to apply."""
-        return any(fnmatchcase(tool, pattern) for pattern in self.options.exempt)
+        return any(glob_matches(tool, pattern) for pattern in self.options.exempt)
 
     def _with_nudges(self, run: Run, result: types.CallToolResult) -> types.CallToolResult:
         """MCP's only way to the model is a result: a nudge rides on the next one, once."""

@@ -5,8 +5,9 @@ agent here says what its fields mean and how a refusal, a stop and a nudge are w
 
 from __future__ import annotations
 
-import re
 from typing import Any
+
+import re2
 
 from stallwatch.engine.shell import shell_effect
 
@@ -158,12 +159,12 @@ class Codex(Agent):
 # any of these words (a CI log, a test printing "Exit Code: 0"). The whole is wrapped in
 # `<untrusted_context>` lines, and the output cannot close that tag (Gemini CLI escapes it).
 _GEMINI_SHELL = "run_shell_command"
-_GEMINI_END = r"\s*(?:</untrusted_context>\s*)?\Z"
-_GEMINI_PGID = re.compile(r"^Process Group PGID: \d+(?=" + _GEMINI_END + ")", re.M)
-_GEMINI_EXIT = re.compile(
-    r"^Exit Code: (-?\d+)(?:\n|\Z)"
-    r"(?:(?:Signal|Background PIDs|Process Group PGID): .*(?:\n|\Z))*" + _GEMINI_END,
-    re.M,
+# RE2 (linear; no lookahead, so the process group's line keeps its tail through a group).
+_GEMINI_END = r"\s*(?:</untrusted_context>\s*)?\z"
+_GEMINI_PGID = re2.compile(r"(?m)^Process Group PGID: \d+(" + _GEMINI_END + ")")
+_GEMINI_EXIT = re2.compile(
+    r"(?m)^Exit Code: (-?\d+)(?:\n|\z)"
+    r"(?:(?:Signal|Background PIDs|Process Group PGID): .*(?:\n|\z))*" + _GEMINI_END
 )
 
 
@@ -196,7 +197,7 @@ class Gemini(Agent):
         response = payload.get("tool_response")
         text = _shell_text(payload)
         if isinstance(response, dict) and text is not None:
-            return {**response, "llmContent": _GEMINI_PGID.sub("", text)}
+            return {**response, "llmContent": _GEMINI_PGID.sub(r"\1", text)}
         return response
 
     def failed(self, payload: dict[str, Any]) -> bool:
@@ -241,4 +242,4 @@ def _polls_a_background_task(tool: str, args: Any) -> bool:
     return isinstance(target, str) and _TASK_OUTPUT.search(target) is not None
 
 
-_TASK_OUTPUT = re.compile(r"/tasks/[\w-]+\.output\b")
+_TASK_OUTPUT = re2.compile(r"/tasks/[\w-]+\.output\b")

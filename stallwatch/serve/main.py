@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import ipaddress
 import json
+import secrets
 import signal
 import sys
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from aiohttp import web
 
 from stallwatch.client import EmbeddedClient, KafkaClient
 from stallwatch.client.run import Client
+from stallwatch.contract import serve_token
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.otlp.ingest import OtlpIngest
 from stallwatch.serve.app import TOKEN_ENV, make_app
@@ -35,6 +37,7 @@ class ServeOptions:
     use_kafka: bool = False
     tenant: str | None = None
     policy_file: str | None = None
+    open: bool = False  # no token on loopback: any local process may call
 
 
 def is_loopback(host: str) -> bool:
@@ -47,7 +50,8 @@ def is_loopback(host: str) -> bool:
 
 
 def token_for(host: str) -> str | None:
-    """The token requests must carry: required to bind anything but loopback."""
+    """The token set for requests (STALLWATCH_SERVE_TOKEN): required to bind anything but
+    loopback; on loopback without one, `serve` provisions its own (stallwatch.contract.serve_token)."""
     token = reveal(ServeSettings.from_env().token)
     if token is None and not is_loopback(host):
         raise SetupError(
@@ -82,10 +86,16 @@ async def serve(
     """Serve until SIGINT or SIGTERM; `listening` is told the port once it is bound (--port 0:
     the kernel's choice)."""
     token = token_for(options.host)
+    # Without a token of the operator's, a loopback server makes its own, shared with this user's
+    # hooks through a file only this user reads: no other local account can end or start runs.
+    provisioned: str | None = None
+    if token is None and not options.open:
+        token = provisioned = secrets.token_urlsafe(32)
     hook_settings = HookSettings(
         tenant=options.tenant or settings.tenant, policy=read_policy(options.policy_file)
     )
     client = make_client(options, settings)
+    port: int | None = None
     async with client:
         otlp = OtlpReceiver(
             client,
@@ -103,9 +113,12 @@ async def serve(
             site = web.TCPSite(runner, options.host, options.port)
             await site.start()
             port = int(runner.addresses[0][1])
+            if provisioned is not None:
+                serve_token.provision(port, provisioned)
             print(
                 f"stallwatch serve: listening on http://{options.host}:{port}"
-                f"{' (token required)' if token else ''}",
+                f"{' (token required)' if token else ''}"
+                f"{f'; its hooks read the token from {serve_token.token_path(port)}' if provisioned else ''}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -119,6 +132,8 @@ async def serve(
             await stop.wait()
         finally:
             await runner.cleanup()
+            if provisioned is not None and port is not None:
+                serve_token.forget(port)
 
 
 def main(options: ServeOptions, settings: Settings) -> int:

@@ -23,9 +23,12 @@ from tests.script import RunScript
 KEY = advisory_key("the fleet app's own advisory key")
 
 
-def replayed(lines: list[bytes], key: bytes | None = KEY) -> tuple[list[dict], list[dict]]:
+def replayed(
+    lines: list[bytes], key: bytes | None = KEY, tenant: str | None = None
+) -> tuple[list[dict], list[dict]]:
     out, err = io.BytesIO(), io.BytesIO()
-    replay(io.BytesIO(b"\n".join(lines) + b"\n"), out, err, engine=ReplayEngine(advisory_key=key))
+    engine = ReplayEngine(advisory_key=key, tenant=tenant)
+    replay(io.BytesIO(b"\n".join(lines) + b"\n"), out, err, engine=engine)
     return (
         [orjson.loads(x) for x in out.getvalue().splitlines()],
         [orjson.loads(x) for x in err.getvalue().splitlines()],
@@ -105,14 +108,16 @@ def test_the_batch_step_checks_the_mac_as_replay_does():
 
 
 def test_an_advisory_of_another_tenants_incident_touches_no_run():
-    run = RunScript("mine", policy={"fleet_breaker": True})
-    run.events[0]["tenant"] = "acme"
+    run = RunScript("mine", policy={"fleet_breaker": True})  # on acme's topic
     run.round_of(("search", {"q": 1}, {"docs": [1]}))
     theirs = signed({**advisory("mine"), "tenant": "globex"}, KEY)
     ours = signed({**advisory("mine", incident_id="inc-2"), "tenant": "acme"}, KEY)
-    commands, _ = replayed([*run.lines(), orjson.dumps(theirs)])
+    commands, letters = replayed([*run.lines(), orjson.dumps(theirs)], tenant="acme")
     assert not [c for c in commands if c["type"] == "nudge"]
-    commands, _ = replayed([*run.lines(), orjson.dumps(ours)])
+    assert [letter["error"].split(" (")[0] for letter in letters] == [
+        "the event names another tenant than its topic's"
+    ]
+    commands, _ = replayed([*run.lines(), orjson.dumps(ours)], tenant="acme")
     assert [c["detail"]["incident_id"] for c in commands if c["type"] == "nudge"] == ["inc-2"]
 
 

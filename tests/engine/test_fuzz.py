@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import time
 
 import orjson
@@ -19,20 +20,28 @@ from hypothesis import strategies as st
 
 from stallwatch.contract.commands import encode_command
 from stallwatch.contract.events import EVENT_TYPES
+from stallwatch.contract.parse import MAX_EVENT_BYTES
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.embedded import EmbeddedEngine, Rejected
 from stallwatch.engine.expiry import PartitionClock
+from stallwatch.engine.names import LABEL_CHARS, plain
+from stallwatch.engine.shell import shell_effect
 from stallwatch.engine.state import RunState
 from stallwatch_streams.worker.batch import BatchApplier, SourceMessage
 
 settings.register_profile("ci", max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
 settings.register_profile("fuzz", max_examples=5_000, deadline=None, suppress_health_check=list(HealthCheck))
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+settings.load_profile(PROFILE)
+# Adversarial logs are up to 1 MiB an event: fewer of them at a fixed budget.
+ADVERSARIAL_EXAMPLES = 12 if PROFILE == "ci" else 1_000
 
-# The bound per event, in CPU seconds: a fixed part and a part per byte of the event. Measured
-# worst cases (benchmarks/hostile_bench.py) stay far below it; the margin absorbs a loaded CI.
-FIXED_S = 0.5
-PER_BYTE_S = 3e-6
+# The bound per event, in CPU seconds: a fixed part and a part per byte of the event. docs/contract.md
+# states 10 ms + 0.1 µs a byte; this allows 0.25 s fixed (the collector's pauses on a test
+# process's heap) and four times the part per byte (a loaded machine), still far below the
+# seconds to minutes the attacks it excludes took. Measured worst cases: benchmarks/hostile_bench.py.
+FIXED_S = 0.25
+PER_BYTE_S = 4 * 0.1e-6
 
 RUNS = ["r1", "r2", "r3"]
 TOOLS = ["search", "fetch", "bash", "wait", "t" * 200]
@@ -162,7 +171,7 @@ def logs(draw: st.DrawFn) -> list[bytes]:
 def costed_replay(lines: list[bytes]) -> list[bytes]:
     """Replay's commands (dead letters as their errors), each line's CPU time within the bound."""
     out: list[bytes] = []
-    results = EmbeddedEngine().replay(lines)
+    results = EmbeddedEngine(shared_topic=True).replay(lines)  # read as the worker reads the shared topic
     for line in lines:
         started = time.process_time()
         result = next(results, None) if line.strip() else None
@@ -197,6 +206,114 @@ def test_the_batch_step_never_raises_and_answers_as_replay_does(lines, batch_siz
         }  # as the changelog keeps them
         got += [encode_command(c) for c in result.commands]
     assert got == expected
+
+
+# -- adversarial inputs, one generator per step -------------------------------------------------
+
+SIZES = [1024, 64 * 1024, MAX_EVENT_BYTES - 2_000]
+# The largest accepted pattern set whose automaton outgrows RE2's memory on text of a and b.
+SLOW_PATH = [f"a[ab]{{{10 + i}}}b[ab]{{1,{12 + i}}}c" for i in range(16)]
+STAR_PATHS = [".".join("*" if (n >> i) & 1 else "a" for i in range(6)) for n in range(64)]
+
+
+def text_of(alphabet: bytes, size: int, seed: int) -> str:
+    """`size` characters drawn from `alphabet` (at most 256), fast at any size."""
+    table = bytes(alphabet[i % len(alphabet)] for i in range(256))
+    return random.Random(seed).randbytes(size).translate(table).decode()
+
+
+def nested(keys: list[str], leaf: object, size: int) -> object:
+    value = leaf
+    while len(orjson.dumps(value)) * len(keys) < size:
+        value = {k: value for k in keys}
+    return value
+
+
+@st.composite
+def adversarial_log(draw: st.DrawFn) -> list[bytes]:
+    """One run: a declaration built for one step, one call, and that step's worst result."""
+    step = draw(
+        st.sampled_from(["patterns", "strings", "defaults", "label", "paths", "facts", "canonical", "names"])
+    )
+    size = draw(st.sampled_from(SIZES))
+    seed = draw(st.integers(0, 2**16))
+    tool: dict = {"name": "hostile"}
+    mode, args, result = "researcher", {"q": 1}, None
+    if step == "patterns":  # one long string against the slow path
+        tool["volatile_patterns"] = SLOW_PATH
+        result = text_of(b"ab", size, seed)
+    elif step == "strings":  # many short strings, each a call into RE2
+        tool["volatile_patterns"] = draw(st.sampled_from([SLOW_PATH, ["\\d+ms"], ["x*"]]))
+        result = [text_of(b"ab1ms", draw(st.integers(1, 200)), seed)] * (size // 100)
+    elif step == "defaults":  # coder's default set against digits and units
+        mode = "coder"
+        result = text_of(b"0123456789 .msx:-T", size, seed)
+    elif step == "label":  # a one-word command that secrets masking once scanned whole
+        mode = "coder"
+        word = draw(st.sampled_from(["pass", "-p", "token=", "Cookie: a=b;", "sshpass -e ", " "]))
+        args = {"command": word * (size // len(word))}
+        result = "ok"
+    elif step == "paths":
+        tool["volatile_fields"] = STAR_PATHS
+        result = nested(["a", "b"], {"a": 1, "b": "x"}, size)
+    elif step == "facts":
+        tool["facts"] = {"path": "hits", "key": "doc.id"}
+        result = {"hits": [{"doc": {"id": n}, "t": "x"} for n in range(size // 30)]}
+    elif step == "canonical":  # wide and deep values, long keys
+        result = draw(
+            st.sampled_from(
+                [
+                    {text_of(b"abc", 40, n): n for n in range(size // 50)},
+                    [[[[[n]]]] for n in range(size // 14)],
+                    "[" * min(size // 2, 250) + "]" * min(size // 2, 250),
+                ]
+            )
+        )
+    else:  # names: escape sequences and hidden characters in the tool's name and the command
+        mode = "coder"
+        args = {"command": ("\x1b]8;;" + "\u202e" * 3) * (size // 12)}
+        result = "ok"
+    tool_name = tool["name"]
+    lines = [
+        event("run_started", "adv", 0, {"mode": mode, "tools": [tool]}),
+        event("call_proposed", "adv", 1, {"round": 1, "call_id": "c1", "tool": tool_name, "args": args}),
+        event(
+            "call_result",
+            "adv",
+            2,
+            {"round": 1, "call_id": "c1", "tool": tool_name, "status": "ok", "result": result},
+        ),
+    ]
+    return [orjson.dumps(line)[:MAX_EVENT_BYTES] for line in lines]
+
+
+@settings(max_examples=ADVERSARIAL_EXAMPLES)
+@given(adversarial_log())
+def test_each_steps_worst_input_stays_within_the_bound(lines):
+    costed_replay(lines)
+
+
+@settings(max_examples=ADVERSARIAL_EXAMPLES)
+@given(
+    st.sampled_from(["sed -n '{}x' f", "cat {}", "grep {} | head", "{}"]),
+    st.sampled_from(["1", "a b ", "'", "$(", ";", "-i"]),
+    st.sampled_from(SIZES),
+)
+def test_the_shell_rule_reads_any_command_within_the_bound(template, unit, size):
+    command = template.format(unit * (size // len(unit)))
+    started = time.process_time()
+    shell_effect(command)
+    shell_effect(command, persistent=True)
+    assert time.process_time() - started < FIXED_S + PER_BYTE_S * len(command)
+
+
+@settings(max_examples=ADVERSARIAL_EXAMPLES)
+@given(st.sampled_from(["\x1b]", "\x1b[", "\x9b1;", "\u202e", "`", " \n", "é"]), st.sampled_from(SIZES))
+def test_names_are_made_safe_within_the_bound(unit, size):
+    name = unit * (size // len(unit))
+    started = time.process_time()
+    plain(name, LABEL_CHARS)
+    assert time.process_time() - started < FIXED_S + PER_BYTE_S * len(name)
 
 
 def _dumps(value: object) -> bytes:

@@ -1,8 +1,12 @@
 """The shell read-only rule: plain reads read; anything that may write is unknown."""
 
-import pytest
+import re
 
-from stallwatch.engine.shell import shell_effect
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stallwatch.engine.shell import _prints_only, shell_effect
 
 
 @pytest.mark.parametrize(
@@ -63,3 +67,18 @@ def test_cd_changes_a_persistent_session():
     assert shell_effect("cd src && ls") == "read"  # a fresh shell per command: cd stays inside
     assert shell_effect("cd src && ls", persistent=True) == "unknown"
     assert shell_effect("ls src", persistent=True) == "read"
+
+
+# The sed rule as a regular expression, for reference only: on short scripts the scanner accepts
+# exactly what it does (the expression backtracks for minutes on a line of digits).
+_SED_PRINTS_REFERENCE = re.compile(
+    r"(?:\s*(?:\d+|\$)?(?:,(?:\d+|\$))?\s*[pq=l]?\s*;?)+"
+    r"|/[^/]*/\s*[pq=l]"
+    r"|s(?P<d>[^\w\s\\])(?:(?!(?P=d)).)*(?P=d)(?:(?!(?P=d)).)*(?P=d)[gIp0-9]*"
+)
+
+
+@settings(max_examples=2_000, deadline=None)
+@given(st.text(st.sampled_from(list("12$,;pq=lx /s|\\\ngIw\t٣_")), max_size=10))
+def test_the_sed_scanner_reads_scripts_as_the_reference_expression_does(script):
+    assert _prints_only(script) == bool(_SED_PRINTS_REFERENCE.fullmatch(script))

@@ -151,7 +151,8 @@ async def test_a_tenant_writes_only_its_events_and_reads_only_its_commands(tenan
 
 
 def test_the_grants_are_least_privilege_and_printed_as_applied(secure_broker, prefix):
-    """What acls.sh grants a tenant: its three topics, literal names, nothing prefixed."""
+    """What acls.sh grants a tenant: its three topics, literal names, nothing prefixed; and its
+    principal's quotas."""
     printed = subprocess.run(
         [str(ROOT / "deploy/kafka/acls.sh"), "--print", "tenant", "acme", "User:t"],
         env={**os.environ, "STALLWATCH_TOPIC_PREFIX": prefix},
@@ -159,7 +160,10 @@ def test_the_grants_are_least_privilege_and_printed_as_applied(secure_broker, pr
         capture_output=True,
         check=True,
     ).stdout.split("\n")
-    grants = {tuple(line.split()) for line in printed if line}
+    quotas = {tuple(line.split()) for line in printed if " quota " in line}
+    grants = {tuple(line.split()) for line in printed if line and " quota " not in line}
+    assert {q[2] for q in quotas} == {"producer_byte_rate", "consumer_byte_rate", "request_percentage"}
+    assert {q[0] for q in quotas} == {"User:t"}
     allowed = {
         "events": ("Write", "Describe"),
         "commands": ("Read", "Describe"),

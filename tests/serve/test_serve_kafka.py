@@ -117,7 +117,16 @@ async def test_serve_kafka_gives_the_hooks_the_same_answers_as_in_process():
             "serve",
             "serve",
             {},
-            argv=[sys.executable, "-m", "stallwatch.cli.main", "serve", "--kafka", "--port", str(port)],
+            argv=[
+                sys.executable,
+                "-m",
+                "stallwatch.cli.main",
+                "serve",
+                "--kafka",
+                "--open",
+                "--port",
+                str(port),
+            ],
         )
         try:
             await until_healthy(f"http://127.0.0.1:{port}", serve)

@@ -24,6 +24,7 @@ from stallwatch.settings import Settings, reveal
 from stallwatch_streams.fleet.metrics import FleetMetrics
 from stallwatch_streams.fleet.rules import Judge, Outcome
 from stallwatch_streams.fleet.settings import FleetSettings
+from stallwatch_streams.fleet.signing import warn_if_unsigned
 from stallwatch_streams.fleet.tally import InvalidTally, Tally, merge, new_partial, parse_tally
 from stallwatch_streams.fleet.task import JudgeTask, KeyQuota
 from stallwatch_streams.fleet.tasks import JudgeTasks
@@ -128,6 +129,7 @@ class FleetService:
         # Each tenant's events topic, as the last scan found them: a tenant's runs are there, so
         # its advisories go there too (the shared topic's runs name their tenant themselves).
         self.tenant_events: dict[str, faust.TopicT] = {}
+        self.unsigned_warned: set[str] = set()  # tenants named in the unsigned-advisories error
         self.deadletter = _raw_topic(app, base.deadletter_topic)
         self.table = app.Table(TABLE_NAME, default=None, partitions=base.partitions, key_type=bytes)
         # Tables take no serializer arguments (faust-streaming #556): Faust derives json from the
@@ -215,6 +217,7 @@ class FleetService:
         except (KafkaError, OSError) as exc:
             log.debug("the scan for tenants' topics failed (%s); trying again", fault(exc))
             return
+        self.unsigned_warned = warn_if_unsigned(found, self.advisory_key, self.unsigned_warned)
         for tenant in found - self.tenant_events.keys():
             self.tenant_events[tenant] = _raw_topic(self.app, base.for_tenant(tenant).events_topic)
         for gone in self.tenant_events.keys() - found:
@@ -340,11 +343,14 @@ class FleetService:
 
     # The web view.
 
-    def open_incidents(self) -> list[dict[str, Any]]:
-        """The open incidents of the partitions this worker holds."""
+    def open_incidents(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        """The open incidents of one tenant (None: the shared topic's runs, which name none) on
+        the partitions this worker holds: a view lists no other tenant's."""
         found = []
         for task in self.tasks:
             for state in task.open_states():
+                if state.get("tenant") != tenant:
+                    continue
                 for kind, incident in state.get("open", {}).items():
                     found.append(self.judge.record(state, kind, incident, None))
         return sorted(found, key=lambda r: (r["opened_at"], r["incident_id"]))
@@ -356,6 +362,10 @@ class FleetService:
             async def get(self, request: Any) -> Any:
                 return self.json({"open": service.open_incidents()})
 
+        class TenantIncidents(faust.web.View):
+            async def get(self, request: Any, tenant: str) -> Any:
+                return self.json({"open": service.open_incidents(tenant)})
+
         class Metrics(faust.web.View):
             async def get(self, request: Any) -> Any:
                 return self.bytes(
@@ -363,4 +373,5 @@ class FleetService:
                 )
 
         self.app.page("/incidents/")(Incidents)
+        self.app.page("/incidents/{tenant}/")(TenantIncidents)
         self.app.page("/metrics")(Metrics)

@@ -81,7 +81,7 @@ class BatchApplier:
         tenant: str | None = None,
     ) -> None:
         """`tenant`: `topic` is that tenant's events topic, whose tenant every run gets (None: the
-        shared topic, where each run names its own). `tallies`: counts the batch for the fleet
+        shared topic, where an event naming a tenant is refused). `tallies`: counts the batch for the fleet
         app (None: no tallies). A run idle past `idle_timeout_s` (ended: past
         `ended_retention_s`) on the partition clock at one of its records is met as absent
         (stallwatch/engine/expiry.py). `deadletter_raw`: dead letters keep the start of the raw
@@ -90,7 +90,7 @@ class BatchApplier:
         self.detector = detector
         self.idle_timeout_s = idle_timeout_s
         self.ended_retention_s = ended_retention_s
-        self.records = RecordApplier(detector, max_event_bytes, tenant)
+        self.records = RecordApplier(detector, max_event_bytes, tenant, shared_topic=True)
         self.topic = topic
         self.tallies = tallies
 

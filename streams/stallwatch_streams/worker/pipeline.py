@@ -81,7 +81,9 @@ class Pipeline(ConsumerRebalanceListener):
         self.settings = settings
         self.metrics = metrics
         self.progress = Progress()
-        quota = RunQuota(settings.max_live_runs_per_tenant, settings.max_live_runs)
+        quota = RunQuota(
+            settings.max_live_runs_per_tenant, settings.max_live_runs, settings.max_state_bytes_per_tenant
+        )
         # The batch step without tallies, to rebuild runs from their events (their tallies were
         # counted when the events were first applied).
         rebuilder = BatchApplier(

@@ -11,7 +11,7 @@ from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from stallwatch.engine.expiry import PartitionClock
-from stallwatch.engine.quota import LiveRuns, RunQuota
+from stallwatch.engine.quota import STORED_BYTES_FACTOR, LiveRuns, RunQuota
 from stallwatch.engine.state import READABLE_FORMATS, RunState, stored_format
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.kafka.read import committed_reader, read_to_end
@@ -110,6 +110,7 @@ class PartitionStates:
                 self.unreadable[run_id] = found
                 if live is not None:
                     live.add(None)  # counted live under no tenant, never a place freed unread
+                    live.charge(run_id, None, int(len(stored) * STORED_BYTES_FACTOR))
                 continue
             if live is None:
                 continue
@@ -122,6 +123,7 @@ class PartitionStates:
             self.restored_fingerprints += fingerprints
             if not ended:
                 live.add(tenant)
+                live.charge(run_id, tenant, int(len(stored) * STORED_BYTES_FACTOR))
 
     def load(self, run_id: str) -> RunState | None:
         state = self._decoded.get(run_id)
@@ -160,6 +162,7 @@ class PartitionStates:
             )
             if not ended:
                 self.live.remove(tenant)
+            self.live.discharge(run_id)
 
     def states(self) -> Iterator[tuple[str, RunState]]:
         """Every run of the partition, decoding the ones not yet decoded; not those this version

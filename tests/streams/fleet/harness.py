@@ -65,8 +65,9 @@ class FleetProcess(StallwatchProcess):
         except OSError:
             return None
 
-    def open_incidents(self) -> list[dict[str, Any]]:
-        body = self.get("/incidents/")
+    def open_incidents(self, tenant: str | None = "acme") -> list[dict[str, Any]]:
+        """One tenant's open incidents (None: the shared topic's), as its view lists them."""
+        body = self.get("/incidents/" if tenant is None else f"/incidents/{tenant}/")
         return [] if body is None else orjson.loads(body)["open"]
 
     def has_metric(self, name: str) -> bool:

@@ -151,6 +151,7 @@ async def test_one_tenants_flood_of_tool_names_stops_at_its_quota_and_spares_the
             "(STALLWATCH_FLEET_MAX_KEYS_PER_TENANT)"
         }
         assert fleet.metric("stallwatch_fleet_evicted_keys_total") == 0
-        assert [(i["tenant"], i["tool"]) for i in fleet.open_incidents()] == [("victim", "search")]
+        assert [(i["tenant"], i["tool"]) for i in fleet.open_incidents("victim")] == [("victim", "search")]
+        assert fleet.open_incidents("flooder") == [] and fleet.open_incidents(None) == []
     finally:
         fleet.stop()

@@ -47,10 +47,14 @@ def forged_advisory(run_id: str, ts: float) -> dict:
     }
 
 
-def _run(run_id: str, tool: str, status: str, ts: float, end: bool = False) -> list[dict]:
+def _run(
+    run_id: str, tool: str, status: str, ts: float, end: bool = False, tenant: str | None = None
+) -> list[dict]:
+    """A run's events; `tenant`: named in its run_started, as a runtime on that tenant's topic may
+    (on the shared topic an event naming a tenant is refused)."""
     result = {"error": "upstream timeout"} if status == "error" else {"n": 1}
     events = [
-        envelope("run_started", run_id, f"{run_id}:0", ts, mode="researcher", tools=TOOLS, tenant="acme"),
+        envelope("run_started", run_id, f"{run_id}:0", ts, mode="researcher", tools=TOOLS, tenant=tenant),
         envelope("round_started", run_id, f"{run_id}:1", ts, round=1),
         envelope(
             "call_proposed", run_id, f"{run_id}:2", ts, round=1, call_id="c1", tool=tool, args={"q": run_id}
@@ -94,9 +98,9 @@ async def test_a_tool_failing_for_many_runs_reaches_exactly_the_live_runs_that_u
     failing = [f"live-{i}" for i in range(5)]
     try:
         await asyncio.gather(wait_until_serving(runs), fleet.serving())
-        events = [e for run in failing for e in _run(run, "search", "error", now)]
-        events += _run("ended", "search", "error", now, end=True)  # used it, then finished
-        events += _run("bystander", "fetch", "ok", now)  # never used it
+        events = [e for run in failing for e in _run(run, "search", "error", now, tenant=tenant)]
+        events += _run("ended", "search", "error", now, end=True, tenant=tenant)  # used it, then finished
+        events += _run("bystander", "fetch", "ok", now, tenant=tenant)  # never used it
         if keyed:
             events.append(forged_advisory("bystander", now))
         await produce(runs, [orjson.dumps(e) for e in events])

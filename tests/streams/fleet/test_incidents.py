@@ -59,6 +59,8 @@ async def test_an_incident_opens_once_is_updated_then_closes_and_tells_the_live_
             assert (opened.kind, opened.tool, opened.tenant) == (kind, "search", "acme")
             assert opened.incident_id == incident_id("acme", "search", kind, opened.opened_window_start)
             assert [o["incident_id"] for o in fleet.open_incidents()] == [opened.incident_id]
+            # Listed per tenant only: no other tenant's view, nor the shared topic's, shows it.
+            assert fleet.open_incidents("globex") == [] and fleet.open_incidents(None) == []
             # More of the same a little later: the same incident, updated.
             await tallies.send([crossing(i, now + 2.5) for i in range(6)])
             later = opened.last_held_at

@@ -1,4 +1,6 @@
-"""The worker's per-batch tallies per (tenant, tool), computed without a broker."""
+"""The worker's per-batch tallies per (tenant, tool), computed without a broker. A tenant's runs
+are read from its own events topic (acme's here, unless a test says otherwise), which gives
+them their tenant."""
 
 from __future__ import annotations
 
@@ -16,11 +18,11 @@ from tests.script import RunScript
 STALE = {"docs": ["the fallback page"]}
 
 
-def script(run_id: str, tenant: str | None = "acme", **kwargs) -> RunScript:
-    s = RunScript(run_id, **kwargs)
-    if tenant is not None:
-        s.events[0]["tenant"] = tenant
-    return s
+ACME_EVENTS = "stallwatch.tenant.acme.events"
+
+
+def script(run_id: str, **kwargs) -> RunScript:
+    return RunScript(run_id, **kwargs)
 
 
 def batch(*scripts: RunScript) -> list[SourceMessage]:
@@ -35,9 +37,11 @@ def apply(
     tallies: Tallies | None = None,
     detector: Detector | None = None,
     states: dict[str, RunState] | None = None,
+    tenant: str | None = "acme",
 ) -> dict[bytes, dict]:
     tallies = tallies or Tallies()
-    applier = BatchApplier(detector or Detector(), "events", tallies=tallies)
+    topic = "stallwatch.events" if tenant is None else f"stallwatch.tenant.{tenant}.events"
+    applier = BatchApplier(detector or Detector(), topic, tallies=tallies, tenant=tenant)
     result = applier.apply(messages, lambda run_id: (states or {}).get(run_id), PartitionClock(), 0.0)
     if states is not None:
         states.update(result.states)
@@ -47,12 +51,12 @@ def apply(
 
 
 def test_calls_failures_and_runs_per_tenant_and_tool():
-    a, b, c = script("a"), script("b"), script("c", tenant=None)
+    a, b, c = script("a"), script("b"), script("c")
     for s, status in ((a, "error"), (b, "ok"), (c, "overloaded")):
         s.start_round()
         s.call("search", {"q": s.run_id}, status=status, result={"docs": [s.run_id]})
         s.call("fetch", {"u": 1})  # proposed, no result yet
-    records = apply(batch(a, b, c))
+    records = apply(batch(a, b)) | apply(batch(c), tenant=None)  # c on the shared topic
     assert set(records) == {b"acme\x1fsearch", b"acme\x1ffetch", b"\x1fsearch", b"\x1ffetch"}
     search = records[tally_key("acme", "search")]
     assert (search["v"], search["tenant"], search["tool"]) == (1, "acme", "search")
@@ -80,7 +84,7 @@ def test_digests_are_keyed_with_the_fleets_key_and_no_content_leaves():
     s.call("search", {"q": "my pin is 4821"}, status="ok", result={"pin": "4821"})
     secret = derive_secret("a fleet key of enough length")
     raw = (
-        BatchApplier(Detector(secret=secret), "events", tallies=Tallies(secret))
+        BatchApplier(Detector(secret=secret), ACME_EVENTS, tallies=Tallies(secret), tenant="acme")
         .apply(batch(s), lambda run_id: None, PartitionClock(), 0.0)
         .tallies
     )
