@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import orjson
 
+from stallwatch.contract.commands import encode_command
 from stallwatch.engine.embedded import EmbeddedEngine
 from tests.cli.test_replay_command import replay
 from tests.engine.test_fleet_advisory import advisory
@@ -42,6 +43,6 @@ def test_replay_reproduces_the_advisories_decisions():
     codes = [(c["run_id"], c["code"]) for c in commands if c["type"] == "verdict"][-3:]
     assert codes == [("told", None), ("breaker", "fleet_incident"), ("breaker", None)]
     fleet = EmbeddedEngine()  # the in-process engine, event by event, agrees with the replay
-    in_process = [orjson.loads(orjson.dumps(c)) for line in lines for c in fleet.handle_raw(line)]
+    in_process = [orjson.loads(encode_command(c)) for line in lines for c in fleet.handle_raw(line)]
     assert in_process == commands
     assert replay(b"\n".join(lines) + b"\n", "-").stdout == done.stdout

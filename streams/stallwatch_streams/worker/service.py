@@ -60,12 +60,12 @@ async def serve(
     """Run one worker until SIGTERM/SIGINT (exit 0) or a failure (exit 1)."""
     settings = settings.for_tenant(None)  # a worker serves every tenant; STALLWATCH_TENANT is a runtime's
     policy = AdminPolicy.of(settings)  # a bad file stops the worker before Kafka
+    await ensure_topics(settings)
     if settings.advisory_key is None:
         log.warning(
             "STALLWATCH_ADVISORY_KEY is not set: every fleet_advisory on an events topic counts, "
             "whoever wrote it; with tenants, set the fleet app's key on every worker"
         )
-    await ensure_topics(settings)
     metrics = metrics or StallwatchMetrics()
     with _port_setting("STALLWATCH_METRICS_PORT", settings.metrics_bind, settings.metrics_port):
         metrics.serve(settings.metrics_port, settings.metrics_bind)

@@ -10,6 +10,7 @@ import urllib.request
 import orjson
 import pytest
 
+from stallwatch.contract.commands import encode_command
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.embedded import EmbeddedEngine
 from tests.engine.test_observe_only import looping_run
@@ -21,9 +22,9 @@ from tests.kafka_harness import (
     collect,
     fresh_settings,
     produce,
+    run_cli,
     wait_until_serving,
 )
-from tests.streams.worker.fleet_logs import interleave
 
 pytestmark = pytest.mark.kafka
 
@@ -43,16 +44,37 @@ async def scrape_until(port: int, wanted: list[str], timeout_s: float = 30.0) ->
 
 async def test_an_observed_tenants_runs_go_on_with_their_would_have_stops_published_and_counted():
     settings = fresh_settings(partitions=2)
-    log = interleave([looping_run("watched", tenant="acme"), looping_run("guarded", tenant="globex")])
-    reference = EmbeddedEngine(AdminPolicy(observe_only_tenants=frozenset({"acme"})))
-    expected = [orjson.dumps(c) for r in reference.replay(log) if isinstance(r, list) for c in r]
-    worker = WorkerProcess(settings, env={"STALLWATCH_OBSERVE_ONLY_TENANTS": "acme"})
+    acme, globex = settings.for_tenant("acme"), settings.for_tenant("globex")
+    watched, guarded = looping_run("watched").lines(), looping_run("guarded").lines()
+    observing = EmbeddedEngine(AdminPolicy(observe_only_tenants=frozenset({"acme"})), tenant="acme")
+    expected = {
+        "acme": [encode_command(c) for r in observing.replay(watched) if isinstance(r, list) for c in r],
+        "globex": [
+            encode_command(c)
+            for r in EmbeddedEngine(tenant="globex").replay(guarded)
+            if isinstance(r, list)
+            for c in r
+        ],
+    }
+    worker = WorkerProcess(
+        settings, env={"STALLWATCH_OBSERVE_ONLY_TENANTS": "acme", "STALLWATCH_TENANT_SCAN_INTERVAL_S": "0.5"}
+    )
     try:
         await wait_until_serving(settings)
-        await produce(settings, log)
-        published = by_run(
-            await collect(settings, settings.commands_topic, len(expected), 60, settle_s=SETTLE_S)
-        )
+        added = run_cli(settings, "tenants", "add", "acme", "globex")
+        assert added.returncode == 0, added.stderr
+        for tenant in (acme, globex):
+            await wait_until_serving(tenant)
+        await produce(acme, watched)
+        await produce(globex, guarded)
+        published = {}
+        for tenant in (acme, globex):
+            got = await collect(
+                tenant, tenant.commands_topic, len(expected[str(tenant.tenant)]), 60, settle_s=SETTLE_S
+            )
+            published[tenant.tenant] = {
+                run: commands for run, commands in by_run(got).items() if not run.startswith(PROBE_PREFIX)
+            }
         text = await scrape_until(
             worker.metrics_port,
             [
@@ -63,13 +85,13 @@ async def test_an_observed_tenants_runs_go_on_with_their_would_have_stops_publis
         )
     finally:
         worker.stop()
-    published = {run: commands for run, commands in published.items() if not run.startswith(PROBE_PREFIX)}
-    assert published == by_run(expected)  # the worker decides as the embedded engine does
-    watched = [orjson.loads(c) for c in published["watched"]]
-    assert [c["code"] for c in watched if c["type"] == "would_stop"] == ["no_new_facts"]
-    assert {c["type"] for c in watched} == {"verdict", "would_nudge", "would_stop"}
-    assert all(c["decision"] == "allow" for c in watched if c["type"] == "verdict")
-    guarded = [orjson.loads(c) for c in published["guarded"]]
-    assert [c["code"] for c in guarded if c["type"] == "stop"] == ["no_new_facts"]
+    # The worker decides as the embedded engine does, each tenant on its own topic.
+    assert published == {tenant: by_run(commands) for tenant, commands in expected.items()}
+    observed_run = [orjson.loads(c) for c in published["acme"]["watched"]]
+    assert [c["code"] for c in observed_run if c["type"] == "would_stop"] == ["no_new_facts"]
+    assert {c["type"] for c in observed_run} == {"verdict", "would_nudge", "would_stop"}
+    assert all(c["decision"] == "allow" for c in observed_run if c["type"] == "verdict")
+    guarded_run = [orjson.loads(c) for c in published["globex"]["guarded"]]
+    assert [c["code"] for c in guarded_run if c["type"] == "stop"] == ["no_new_facts"]
     observed = [line for line in text.splitlines() if line.startswith("stallwatch_would_")]
     assert observed and not [line for line in observed if 'tenant="globex"' in line]
