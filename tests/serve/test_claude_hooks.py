@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 
 from stallwatch.serve.hooks import TRANSCRIPT_READ_BYTES, HookSettings
@@ -258,7 +259,8 @@ async def test_a_session_idle_for_too_long_is_ended_at_the_next_hook(server, tmp
     old, new = Session(server, tmp_path, "old"), Session(server, tmp_path, "new")
     await old.run("Bash", bash("ls"), shell_out("a"))
     server.service.idle_s = 0.0
-    server.service._last_sweep = -1e9  # the once-a-minute sweep is due
+    later = time.monotonic() + 61.0
+    server.service.clock = lambda: later  # a minute on: the once-a-minute sweep is due
     await new.run("Bash", bash("ls"), shell_out("a"))
     assert {session_of(r) for r in server.service.held} == {"new"}
 
