@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from stallwatch.settings import SetupError
 
@@ -59,7 +60,7 @@ class AdminPolicy:
         return bool(self.exempt_patterns) and _matches(tool, self.exempt_patterns)
 
 
-def _patterns(tools: dict, key: str, path: str | Path) -> tuple[str, ...]:
+def _patterns(tools: dict[str, Any], key: str, path: str | Path) -> tuple[str, ...]:
     value = tools.get(key, [])
     if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
         raise SetupError(

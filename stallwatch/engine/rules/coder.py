@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from stallwatch.contract.commands import Command, RefusalCode
 from stallwatch.contract.events import RawEvent
 from stallwatch.engine import coder, words
@@ -15,7 +17,7 @@ class CoderRules(Rules):
     """Researcher's round rules over a workspace that changes: the bookkeeping is
     `stallwatch.engine.coder`'s; this turns its answers into verdicts, nudges and stops."""
 
-    def start(self, state: RunState, tools: list[dict]) -> None:
+    def start(self, state: RunState, tools: list[dict[str, Any]]) -> None:
         state.tool_effects = {t["name"]: t["effect"] for t in tools if t.get("effect") in ("read", "write")}
 
     def refusal(
@@ -28,7 +30,7 @@ class CoderRules(Rules):
     def allow(self, state: RunState, event: RawEvent, signature: bytes | None) -> None:
         coder.allow(state, event, signature, coder.effect_of(state, event))
 
-    def annotate_stop(self, state: RunState, detail: dict) -> None:
+    def annotate_stop(self, state: RunState, detail: dict[str, Any]) -> None:
         detail["workspace_version"] = state.workspace_version  # for explain, top and metrics
 
     def duplicate_read(self, state: RunState, event: RawEvent, signature: bytes | None, exempt: bool) -> bool:
