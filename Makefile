@@ -56,9 +56,10 @@ test: setup prometheus
 	@$(call with_kafka,$(BIN)/pytest -n 3 --dist loadgroup -q --durations=10 -m "not solo and not cluster" && \
 		$(BIN)/pytest -n 2 --dist loadgroup -q --durations=10 -m "solo or cluster")
 
-# The pure lane, no broker and no end-to-end process (make test runs these too): a minute or so.
+# The pure lane, no broker and no end-to-end process (make test runs these too): what `pytest`
+# alone runs (pyproject.toml's addopts), over two workers, since pure tests share nothing.
 test-fast: setup
-	$(BIN)/pytest -q -m "not kafka and not e2e"
+	$(BIN)/pytest -q -n 2
 
 # Replay against parse-only (no broker), the adapters against their frameworks alone, then the
 # worker against a bare echo on the broker, then the fleet app at the worker's throughput, then a

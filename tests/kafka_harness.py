@@ -9,7 +9,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -31,9 +30,10 @@ from stallwatch.contract.commands import encode_command
 from stallwatch.engine.embedded import EmbeddedEngine, Rejected
 from stallwatch.kafka.read import committed_reader, read_to_end
 from stallwatch.settings import Settings
+from tests.addresses import BOOTSTRAP as BOOTSTRAP
+from tests.addresses import free_port as free_port
 
 ROOT = Path(__file__).resolve().parents[1]
-BOOTSTRAP = os.environ.get("STALLWATCH_BOOTSTRAP", "127.0.0.1:9092")
 
 
 def kafka(command: str) -> None:
@@ -221,14 +221,6 @@ def fresh_settings(partitions: int = 4) -> Settings:
         replication_factor=1,
         min_insync_replicas=1,
     )
-
-
-def free_port() -> int:
-    """A port nothing listens on now: tests on one machine (or several suites at once) never
-    hand two workers the same web or metrics port."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class StallwatchProcess:

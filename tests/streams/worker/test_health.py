@@ -9,7 +9,7 @@ import urllib.request
 
 from stallwatch_streams.worker.health import HealthServer
 from stallwatch_streams.worker.progress import Progress
-from tests.kafka_harness import free_port
+from tests.addresses import free_port
 
 
 def get(port: int, path: str) -> tuple[int, dict]:
