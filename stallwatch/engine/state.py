@@ -36,7 +36,7 @@ _FORMAT_3_FIELDS_AFTER_EVENT_IDS = 5
 # oldest entries go (the oldest quarter of the digests, the oldest failing tool): an old call
 # may then run once more, an old result count as new again, an old tool's failure streak start
 # over: all on the "keep going" side. Worst case, every cap reached with the longest names:
-# tests/engine/test_state.py. (Coder mode's own caps are in stallwatch/engine/coder.py.)
+# tests/engine/test_state.py. (Coder mode's own caps are in stallwatch/engine/rules/workspace.py.)
 MAX_SIGNATURES = 2048  # calls allowed to run (researcher); a run of 40 rounds makes ~400
 MAX_FINGERPRINTS = 4096  # results and fact digests seen; 40 rounds of 20 new items make ~800
 MAX_FAILING_TOOLS = 32  # tools with a failure streak at once

@@ -53,7 +53,7 @@ async def test_calls_one_after_another_within_the_gap_are_one_round_that_ends_af
     client, rounds, gap = await started()
     for i in range(4):
         await call(rounds, {"q": i})
-    state = client.fleet.runs["r"]
+    state = client.engine.runs["r"]
     assert (state.round, state.round_open, state.round_proposed) == (1, True, 4)
     await gap.run_out(rounds)
     assert not state.round_open and not rounds.open
@@ -74,7 +74,7 @@ async def test_overlapping_calls_are_one_round_even_when_longer_than_the_gap():
     assert rounds.open  # the first is still in flight
     first.set()
     await asyncio.gather(*calls)
-    state = client.fleet.runs["r"]
+    state = client.engine.runs["r"]
     assert (state.round, state.round_proposed) == (1, 3)
 
 
@@ -83,7 +83,7 @@ async def test_a_quiet_gap_separates_rounds_and_streaks_count_per_round():
     for i in range(3):
         await call(rounds, {"q": i})
         await gap.run_out(rounds)
-    state = client.fleet.runs["r"]
+    state = client.engine.runs["r"]
     assert (state.round, state.round_open, state.already_seen_streak) == (3, False, 2)
 
 
@@ -94,8 +94,8 @@ async def test_a_call_in_flight_keeps_the_round_open_past_the_gap():
     await until(lambda: rounds.in_flight, 10, "the slow call started")
     await call(rounds, {"q": "quick"})
     await gap.run_out(rounds)  # past the gap after the quick call, the slow one still runs
-    assert rounds.open and client.fleet.runs["r"].round_open
+    assert rounds.open and client.engine.runs["r"].round_open
     running.set()
     await slow
     await rounds.close()
-    assert client.fleet.runs["r"].round == 1 and not client.fleet.runs["r"].round_open
+    assert client.engine.runs["r"].round == 1 and not client.engine.runs["r"].round_open
