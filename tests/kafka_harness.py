@@ -32,6 +32,7 @@ from stallwatch.kafka.read import committed_reader, read_to_end
 from stallwatch.settings import Settings
 from tests.addresses import BOOTSTRAP as BOOTSTRAP
 from tests.addresses import free_port as free_port
+from tests.waiting import until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -331,14 +332,17 @@ class WorkerProcess(StallwatchProcess):
 
     async def ready(self, timeout_s: float = 60.0) -> None:
         """Wait until the worker says it is ready: joined the group, its partitions restored."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if await asyncio.to_thread(self.health) == 200:
-                return
-            if not self.alive():
-                break
-            await asyncio.sleep(0.2)
-        raise AssertionError(f"worker not ready after {timeout_s} s:\n{self.log_tail()}")
+
+        async def ready() -> bool:
+            return await asyncio.to_thread(self.health) == 200
+
+        async def ready_or_ended() -> bool:
+            return not self.alive() or await ready()
+
+        with contextlib.suppress(AssertionError):
+            await until(ready_or_ended, timeout_s, "the worker ready or ended", interval_s=0.2)
+        if not self.alive() or not await ready():
+            raise AssertionError(f"worker not ready after {timeout_s} s:\n{self.log_tail()}")
 
     def assignments(self) -> list[list[int]]:
         """Every assignment the worker's log reports serving, in order."""
@@ -351,13 +355,15 @@ class WorkerProcess(StallwatchProcess):
 
     async def serving(self, count: int, timeout_s: float) -> bool:
         """Until the worker's latest assignment has `count` partitions (False if it never does)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            served = self.assignments()
-            if served and len(served[-1]) == count:
-                return True
-            await asyncio.sleep(0.05)
-        return False
+        try:
+            await until(
+                lambda: (served := self.assignments()) and len(served[-1]) == count,
+                timeout_s,
+                f"the worker serving {count} partitions",
+            )
+        except AssertionError:
+            return False
+        return True
 
 
 @contextlib.asynccontextmanager
@@ -387,7 +393,7 @@ async def produce(
             await producer.send(settings.events_topic, line, key=key)
             if pause_every and i % pause_every == pause_every - 1:
                 await producer.flush()
-                await asyncio.sleep(pause_s)
+                await asyncio.sleep(pause_s)  # the thing asked for: the events spread over time
         await producer.flush()
     finally:
         await producer.stop()

@@ -14,17 +14,20 @@ T = TypeVar("T")
 POLL_S = 0.01
 
 
-def wait_until(condition: Callable[[], T], timeout_s: float, what: str) -> T:
-    """The condition's first true value; AssertionError naming `what` at the deadline."""
+def wait_until(condition: Callable[[], T], timeout_s: float, what: str, interval_s: float = POLL_S) -> T:
+    """The condition's first true value, looked at every `interval_s`; AssertionError naming
+    `what` at the deadline."""
     deadline = time.monotonic() + timeout_s
     while not (value := condition()):
         if time.monotonic() >= deadline:
             raise AssertionError(f"not within {timeout_s:g} s: {what}")
-        time.sleep(POLL_S)
+        time.sleep(interval_s)
     return value
 
 
-async def until(condition: Callable[[], T | Awaitable[T]], timeout_s: float, what: str) -> T:
+async def until(
+    condition: Callable[[], T | Awaitable[T]], timeout_s: float, what: str, interval_s: float = POLL_S
+) -> T:
     """`wait_until` on the event loop: the loop's other tasks run between looks. `condition`
     may be a coroutine function."""
     deadline = time.monotonic() + timeout_s
@@ -36,4 +39,4 @@ async def until(condition: Callable[[], T | Awaitable[T]], timeout_s: float, wha
             return value  # type: ignore[return-value]
         if time.monotonic() >= deadline:
             raise AssertionError(f"not within {timeout_s:g} s: {what}")
-        await asyncio.sleep(POLL_S)
+        await asyncio.sleep(interval_s)
