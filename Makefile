@@ -81,9 +81,10 @@ bench-cluster: setup
 	$(BIN)/python benchmarks/cluster_bench.py --fault rolling
 	deploy/kafka/cluster.sh down
 
-# The fuzz harness at length (make test runs a fixed number of its examples): no broker needed.
+# The fuzz harness and the parser's quick check at length (make test runs a fixed number of their
+# examples): no broker needed.
 fuzz: setup
-	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q tests/engine/test_fuzz.py
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q tests/engine/test_fuzz.py tests/contract/test_quick_check.py
 
 schemas: setup
 	$(BIN)/stallwatch schemas --write schemas/
