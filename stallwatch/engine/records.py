@@ -178,10 +178,12 @@ class _RecordPass(Generic[Value, Letter]):
         counted = False  # the ledger of live runs has seen this event
         ended = False  # the run had ended before this event
         try:
-            in_hand = self.in_hand(run_id, index, state)
-            if isinstance(in_hand, Skipped):
-                return in_hand
-            held = state = in_hand  # the state the store holds for the run, expired or not
+            if state is None or self.offsets is not None:  # else the state in hand is the run's
+                in_hand = self.in_hand(run_id, index, state)
+                if isinstance(in_hand, Skipped):
+                    return in_hand
+                state = in_hand
+            held = state  # the state the store holds for the run, expired or not
             if self.expired is not None and state is not None and self.expired(state):
                 state = None
             if self.live is not None and state is None and event["type"] == "run_started":
