@@ -64,9 +64,10 @@ test: setup prometheus
 test-ts: setup
 	cd typescript && npm ci --no-audit --no-fund --loglevel=error && npm test
 
-# The pure lane, no broker and no end-to-end process (make test runs these too): a minute or so.
+# The pure lane, no broker and no end-to-end process (make test runs these too): what `pytest`
+# alone runs (pyproject.toml's addopts), over two workers, since pure tests share nothing.
 test-fast: setup
-	$(BIN)/pytest -q -m "not kafka and not e2e"
+	$(BIN)/pytest -q -n 2
 
 # Replay against parse-only (no broker), the adapters against their frameworks alone, then the
 # worker against a bare echo on the broker, then the fleet app at the worker's throughput, then a
@@ -88,9 +89,10 @@ bench-cluster: setup
 	$(BIN)/python benchmarks/cluster_bench.py --fault rolling
 	deploy/kafka/cluster.sh down
 
-# The fuzz harness at length (make test runs a fixed number of its examples): no broker needed.
+# The fuzz harness and the parser's quick check at length (make test runs a fixed number of their
+# examples): no broker needed.
 fuzz: setup
-	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q tests/engine/test_fuzz.py
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q tests/engine/test_fuzz.py tests/contract/test_quick_check.py
 
 schemas: setup
 	$(BIN)/stallwatch schemas --write schemas/

@@ -26,6 +26,8 @@ import sys
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 
 import orjson
@@ -39,6 +41,7 @@ from benchmarks.fleet_log import fleet_events
 from stallwatch.contract.envelope import envelope
 from stallwatch.kafka.topics import ensure_topics
 from stallwatch.logs import configure as configure_logging
+from stallwatch.settings import Settings
 from stallwatch_streams.fleet.tally import tally_key
 from stallwatch_streams.fleet.tasks import partition_of
 from tests.kafka_harness import WorkerProcess, fresh_settings, kafka, wait_until_serving
@@ -174,6 +177,110 @@ def percentiles(name: str, delays: list[float], of: int) -> str:
     )
 
 
+# The fleet app's windows as the figures need them: long enough to hold every crossing.
+FLEET_ENV = {
+    "STALLWATCH_FLEET_WINDOW_S": "300",
+    "STALLWATCH_FLEET_STEP_S": "60",
+    "STALLWATCH_FLEET_QUIET_S": "300",
+    "STALLWATCH_FLEET_TICK_INTERVAL_S": "1",
+}
+
+
+def delays(seen: dict[str, float], crossed: dict[str, float]) -> list[float]:
+    """From each broken tool's crossing to its advisory, for the tools whose advisory came."""
+    return [seen[t] - crossed[t] for t in crossed if t in seen]
+
+
+async def break_two_tools(
+    settings: Settings,
+    producer: AIOKafkaProducer,
+    crossed: dict[str, float],
+    crossed_by_event: dict[str, float],
+) -> None:
+    """A tool broken by tallies and one broken by events, each noted when its crossing one is sent."""
+    tool = f"broken-{uuid.uuid4().hex[:8]}"
+    now = time.time()
+    for run in range(5):
+        bad = tally(tool, now, tenant="bench", runs=[f"b-{tool}-{run}"], calls=1, failures=1)
+        await producer.send(
+            settings.tallies_topic,
+            orjson.dumps(bad),
+            key=tally_key("bench", tool),
+            partition=run % PARTITIONS,
+        )
+    await producer.flush()
+    crossed[tool] = time.perf_counter()
+    tool = f"broken-by-events-{uuid.uuid4().hex[:8]}"
+    for event in breaking_events(tool):
+        await producer.send(settings.events_topic, orjson.dumps(event), key=event["run_id"].encode())
+    await producer.flush()
+    crossed_by_event[tool] = time.perf_counter()
+
+
+async def memory(settings: Settings, fleet: FleetProcess, producer: AIOKafkaProducer, keys: int) -> str:
+    """(c): the fleet app's memory before and after `keys` new (tenant, tool) keys."""
+    before = fleet.rss()
+    keys_before = fleet.metric("stallwatch_fleet_tracked_keys")
+    for k in range(keys):
+        record = tally(f"tool-{k}", time.time(), tenant="mem", runs=[f"run-{k}"], calls=1)
+        await producer.send(
+            settings.tallies_topic,
+            orjson.dumps(record),
+            key=tally_key("mem", f"tool-{k}"),
+            partition=k % PARTITIONS,
+        )
+    await producer.flush()
+    deadline = time.monotonic() + 300
+    while (
+        fleet.metric("stallwatch_fleet_tracked_keys") < keys_before + keys * 0.99
+        and time.monotonic() < deadline
+    ):
+        await asyncio.sleep(1.0)
+    await asyncio.sleep(2.0)
+    added = fleet.metric("stallwatch_fleet_tracked_keys") - keys_before
+    after = fleet.rss()
+    return (
+        f"(c) memory: {before / 1e6:.0f} MB -> {after / 1e6:.0f} MB for {added:,.0f} more keys: "
+        f"{(after - before) / max(added, 1):,.0f} bytes per tracked (tenant, tool)"
+    )
+
+
+async def send_load(
+    args: argparse.Namespace,
+    settings: Settings,
+    records: list[tuple[int, int, dict]],
+    producer: AIOKafkaProducer,
+    group_lag: Callable[[], Awaitable[int]],
+    crossed: dict[str, float],
+    crossed_by_event: dict[str, float],
+) -> tuple[int, int, list[tuple[float, int]]]:
+    """(a): the tallies at the rate for the time asked, two tools broken every 2 s, the fleet
+    group's lag every 5 s. The events their tallies stand for, the records sent, the lags."""
+    start, sent_events, i, next_sample, next_break = time.perf_counter(), 0, 0, 0.0, 2.0
+    samples: list[tuple[float, int]] = []
+    while (elapsed := time.perf_counter() - start) < args.seconds:
+        due = args.rate * elapsed
+        while sent_events < due:
+            partition, n, record = records[i % len(records)]
+            record = {**record, "ts": time.time()}
+            await producer.send(
+                settings.tallies_topic,
+                orjson.dumps(record),
+                key=tally_key(record["tenant"], record["tool"]),
+                partition=partition,
+            )
+            sent_events += n
+            i += 1
+        if elapsed >= next_break:
+            await break_two_tools(settings, producer, crossed, crossed_by_event)
+            next_break += 2.0
+        if elapsed >= next_sample:
+            samples.append((elapsed, await group_lag()))
+            next_sample += 5.0
+        await asyncio.sleep(0.005)
+    return sent_events, i, samples
+
+
 async def run(args: argparse.Namespace) -> None:
     settings = fresh_settings(PARTITIONS)
     await ensure_topics(settings)
@@ -184,16 +291,7 @@ async def run(args: argparse.Namespace) -> None:
         f"({args.batch} events per partition batch), at {args.rate:,} events/s "
         f"= {len(records) * args.rate / events_total:,.0f} tallies/s"
     )
-    fleet = FleetProcess(
-        settings,
-        "bench",
-        env={
-            "STALLWATCH_FLEET_WINDOW_S": "300",
-            "STALLWATCH_FLEET_STEP_S": "60",
-            "STALLWATCH_FLEET_QUIET_S": "300",
-            "STALLWATCH_FLEET_TICK_INTERVAL_S": "1",
-        },
-    )
+    fleet = FleetProcess(settings, "bench", env=FLEET_ENV)
     producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, linger_ms=5)
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
     probe = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap)
@@ -209,49 +307,13 @@ async def run(args: argparse.Namespace) -> None:
         await probe.start()
         reader = asyncio.create_task(advisories(settings, seen, stop))
         await asyncio.sleep(1.0)
-        start, sent_events, i, next_sample, next_break = time.perf_counter(), 0, 0, 0.0, 2.0
-        samples: list[tuple[float, int]] = []
-        group = f"{settings.topic_prefix}-fleet"
-        while (elapsed := time.perf_counter() - start) < args.seconds:
-            due = args.rate * elapsed
-            while sent_events < due:
-                partition, n, record = records[i % len(records)]
-                record = {**record, "ts": time.time()}
-                await producer.send(
-                    settings.tallies_topic,
-                    orjson.dumps(record),
-                    key=tally_key(record["tenant"], record["tool"]),
-                    partition=partition,
-                )
-                sent_events += n
-                i += 1
-            if elapsed >= next_break:
-                tool = f"broken-{uuid.uuid4().hex[:8]}"
-                now = time.time()
-                for run in range(5):
-                    bad = tally(tool, now, tenant="bench", runs=[f"b-{tool}-{run}"], calls=1, failures=1)
-                    await producer.send(
-                        settings.tallies_topic,
-                        orjson.dumps(bad),
-                        key=tally_key("bench", tool),
-                        partition=run % PARTITIONS,
-                    )
-                await producer.flush()
-                crossed[tool] = time.perf_counter()
-                tool = f"broken-by-events-{uuid.uuid4().hex[:8]}"
-                for event in breaking_events(tool):
-                    await producer.send(
-                        settings.events_topic, orjson.dumps(event), key=event["run_id"].encode()
-                    )
-                await producer.flush()
-                crossed_by_event[tool] = time.perf_counter()
-                next_break += 2.0
-            if elapsed >= next_sample:
-                samples.append((elapsed, await lag(admin, probe, group, settings.tallies_topic)))
-                next_sample += 5.0
-            await asyncio.sleep(0.005)
+        group_lag = partial(lag, admin, probe, f"{settings.topic_prefix}-fleet", settings.tallies_topic)
+        start = time.perf_counter()
+        sent_events, i, samples = await send_load(
+            args, settings, records, producer, group_lag, crossed, crossed_by_event
+        )
         await producer.flush()
-        samples.append((time.perf_counter() - start, await lag(admin, probe, group, settings.tallies_topic)))
+        samples.append((time.perf_counter() - start, await group_lag()))
         await asyncio.sleep(5.0)
         stop.set()
         await reader
@@ -261,43 +323,16 @@ async def run(args: argparse.Namespace) -> None:
             + ", ".join(f"{t:.0f}s:{n}" for t, n in samples)
         )
         print(
-            percentiles(
-                "(b) crossing tally to advisory (the fleet app)",
-                [seen[t] - crossed[t] for t in crossed if t in seen],
-                len(crossed),
-            )
+            percentiles("(b) crossing tally to advisory (the fleet app)", delays(seen, crossed), len(crossed))
         )
         print(
             percentiles(
                 "    crossing event to advisory (the worker and the fleet app)",
-                [seen[t] - crossed_by_event[t] for t in crossed_by_event if t in seen],
+                delays(seen, crossed_by_event),
                 len(crossed_by_event),
             )
         )
-        before = fleet.rss()
-        keys_before = fleet.metric("stallwatch_fleet_tracked_keys")
-        for k in range(args.keys):
-            record = tally(f"tool-{k}", time.time(), tenant="mem", runs=[f"run-{k}"], calls=1)
-            await producer.send(
-                settings.tallies_topic,
-                orjson.dumps(record),
-                key=tally_key("mem", f"tool-{k}"),
-                partition=k % PARTITIONS,
-            )
-        await producer.flush()
-        deadline = time.monotonic() + 300
-        while (
-            fleet.metric("stallwatch_fleet_tracked_keys") < keys_before + args.keys * 0.99
-            and time.monotonic() < deadline
-        ):
-            await asyncio.sleep(1.0)
-        await asyncio.sleep(2.0)
-        added = fleet.metric("stallwatch_fleet_tracked_keys") - keys_before
-        after = fleet.rss()
-        print(
-            f"(c) memory: {before / 1e6:.0f} MB -> {after / 1e6:.0f} MB for {added:,.0f} more keys: "
-            f"{(after - before) / max(added, 1):,.0f} bytes per tracked (tenant, tool)"
-        )
+        print(await memory(settings, fleet, producer, args.keys))
     finally:
         stop.set()
         fleet.stop()

@@ -210,55 +210,67 @@ def _mixed_run(rng: random.Random, index: int) -> list[bytes]:
             call += 1
             tool = rng.choice(_TOOLS)
             call_id = f"c{call}" if rng.random() > 0.02 else "c" * 200
-            args = (
-                {"q": 1}
-                if loopy and rng.random() < 0.8
-                else rng.choice(({"q": rng.randint(0, 3)}, {"q": 1}, '{"q": 1}', "plain", None))
-            )
-            proposed: dict = {"round": number, "call_id": call_id, "tool": tool, "args": args}
-            if rng.random() < 0.1:
-                proposed = {
-                    "round": number,
-                    "call_id": call_id,
-                    "tool": tool,
-                    "args_digest": rng.choice(("ab" * 16, "not hex")),
-                }
-            if tool in ("edit", "bash") and rng.random() < 0.2:
-                proposed["effect"] = rng.choice(("read", "write", "unknown"))
-            add("call_proposed", **proposed)
+            add("call_proposed", **_proposed(rng, loopy, number, call_id, tool))
             if rng.random() < 0.15:
                 continue  # no result (refused, or lost)
-            status = rng.choice(("ok", "ok", "ok", "error", "overloaded"))
-            result = _result(random.Random(tool) if loopy else rng, tool)
-            if rng.random() < 0.15:
-                hexed, empty = fingerprint(result)
-                fields: dict = {"fingerprint": hexed, "empty": empty}
-                if tool == "search" and rng.random() < 0.5:
-                    fields["fact_fingerprints"] = [str(rng.randint(0, 5)) for _ in range(2)]
-                add("call_result", round=number, call_id=call_id, tool=tool, status=status, **fields)
-            else:
-                add("call_result", round=number, call_id=call_id, tool=tool, status=status, result=result)
+            add("call_result", round=number, call_id=call_id, tool=tool, **_result_fields(rng, loopy, tool))
         if rng.random() < 0.05:
-            incident = f"inc-{rng.randint(0, 9)}"
-            state = rng.choice(("open", "open", "closed"))
-            advisory = envelope(
-                "fleet_advisory",
-                run_id,
-                advisory_event_id(incident, run_id, state),
-                ts,
-                incident_id=incident,
-                incident=state,
-                tool=rng.choice(_TOOLS),
-                window_s=60.0,
-                evidence={"calls": 40, "failures": 30, "runs": 5},
-            )
-            advisory["kind"] = rng.choice(("tool_failing", "tool_same_answer"))
-            events.append(advisory)
+            events.append(_advisory(rng, run_id, ts))
         if rng.random() > 0.1:
             add("round_ended", round=number)
     if rng.random() < 0.8:
         add("run_ended", reason="done")
     return [orjson.dumps(e) for e in events]
+
+
+def _proposed(rng: random.Random, loopy: bool, number: int, call_id: str, tool: str) -> dict:
+    args = (
+        {"q": 1}
+        if loopy and rng.random() < 0.8
+        else rng.choice(({"q": rng.randint(0, 3)}, {"q": 1}, '{"q": 1}', "plain", None))
+    )
+    proposed: dict = {"round": number, "call_id": call_id, "tool": tool, "args": args}
+    if rng.random() < 0.1:
+        proposed = {
+            "round": number,
+            "call_id": call_id,
+            "tool": tool,
+            "args_digest": rng.choice(("ab" * 16, "not hex")),
+        }
+    if tool in ("edit", "bash") and rng.random() < 0.2:
+        proposed["effect"] = rng.choice(("read", "write", "unknown"))
+    return proposed
+
+
+def _result_fields(rng: random.Random, loopy: bool, tool: str) -> dict:
+    """A call_result's status, and its result or the result's fingerprints."""
+    status = rng.choice(("ok", "ok", "ok", "error", "overloaded"))
+    result = _result(random.Random(tool) if loopy else rng, tool)
+    if rng.random() < 0.15:
+        hexed, empty = fingerprint(result)
+        fields: dict = {"status": status, "fingerprint": hexed, "empty": empty}
+        if tool == "search" and rng.random() < 0.5:
+            fields["fact_fingerprints"] = [str(rng.randint(0, 5)) for _ in range(2)]
+        return fields
+    return {"status": status, "result": result}
+
+
+def _advisory(rng: random.Random, run_id: str, ts: float) -> dict:
+    incident = f"inc-{rng.randint(0, 9)}"
+    state = rng.choice(("open", "open", "closed"))
+    advisory = envelope(
+        "fleet_advisory",
+        run_id,
+        advisory_event_id(incident, run_id, state),
+        ts,
+        incident_id=incident,
+        incident=state,
+        tool=rng.choice(_TOOLS),
+        window_s=60.0,
+        evidence={"calls": 40, "failures": 30, "runs": 5},
+    )
+    advisory["kind"] = rng.choice(("tool_failing", "tool_same_answer"))
+    return advisory
 
 
 def _result(rng: random.Random, tool: str) -> object:
@@ -278,49 +290,49 @@ def _result(rng: random.Random, tool: str) -> object:
 def _bad_line(rng: random.Random, good: bytes) -> bytes:
     """Input the parser refuses, or a shape only pydantic decides: one of each kind it names."""
     event = orjson.loads(good)
-    kind = rng.randrange(16)
-    if kind == 0:
-        return good[: len(good) // 2]  # malformed
-    if kind == 1:
-        return b"[1, 2]"
-    if kind == 2:
-        return b"   "  # blank: skipped
-    if kind == 3:
-        event["v"] = rng.choice((2, True, "1", 1.0))
-    elif kind == 4:
-        event["type"] = rng.choice(("call_made", 3))
-    elif kind == 5:
-        event.pop(rng.choice([k for k in event if k not in ("v", "type")] or ["v"]))
-    elif kind == 6:
-        event["ts"] = rng.choice((int(event["ts"]), "soon", None))
-    elif kind == 7:
-        event["round"] = rng.choice((-1, 1.5, "2"))
-    elif kind == 8:
-        event["extra_field"] = {"nested": [1, 2]}
-    elif kind == 9:
-        event["run_id"] = "x" * 200
-    elif kind == 10:
-        return b"[" * 2000 + b"]" * 2000  # too deep
-    elif kind == 11:
-        return b'{"v": 1, "type": "run_started", "pad": "' + b"p" * 1_100_000 + b'"}'  # too large
-    elif kind == 12:
-        event["status"] = rng.choice(("fine", None))
-    elif kind == 13:
-        return b"\xff\xfe not utf-8"
-    elif kind == 14:
-        event = {
-            "v": 1,
-            "type": "run_started",
-            "event_id": "s",
-            "run_id": event["run_id"],
-            "ts": 5,
-            "mode": rng.choice(("coder", "pirate")),
-            "tools": [{"name": "t" * rng.choice((3, 200))}],
-            "policy": {"max_rounds": "3"},
-        }
-    else:
-        return good + b"\r\n"  # a Windows line end
-    return orjson.dumps(event)
+    spoiled = _SPOILERS[rng.randrange(len(_SPOILERS))](rng, good, event)
+    return spoiled if isinstance(spoiled, bytes) else orjson.dumps(spoiled)
+
+
+def _pop_field(rng: random.Random, event: dict) -> dict:
+    event.pop(rng.choice([k for k in event if k not in ("v", "type")] or ["v"]))
+    return event
+
+
+def _bad_run_started(rng: random.Random, event: dict) -> dict:
+    return {
+        "v": 1,
+        "type": "run_started",
+        "event_id": "s",
+        "run_id": event["run_id"],
+        "ts": 5,
+        "mode": rng.choice(("coder", "pirate")),
+        "tools": [{"name": "t" * rng.choice((3, 200))}],
+        "policy": {"max_rounds": "3"},
+    }
+
+
+# Each kind of bad line from a good one: bytes as they are, or the event changed and encoded.
+_SPOILERS: tuple[Callable[[random.Random, bytes, dict], bytes | dict], ...] = (
+    lambda rng, good, event: good[: len(good) // 2],  # malformed
+    lambda rng, good, event: b"[1, 2]",
+    lambda rng, good, event: b"   ",  # blank: skipped
+    lambda rng, good, event: {**event, "v": rng.choice((2, True, "1", 1.0))},
+    lambda rng, good, event: {**event, "type": rng.choice(("call_made", 3))},
+    lambda rng, good, event: _pop_field(rng, event),
+    lambda rng, good, event: {**event, "ts": rng.choice((int(event["ts"]), "soon", None))},
+    lambda rng, good, event: {**event, "round": rng.choice((-1, 1.5, "2"))},
+    lambda rng, good, event: {**event, "extra_field": {"nested": [1, 2]}},
+    lambda rng, good, event: {**event, "run_id": "x" * 200},
+    lambda rng, good, event: b"[" * 2000 + b"]" * 2000,  # too deep
+    lambda rng, good, event: (
+        b'{"v": 1, "type": "run_started", "pad": "' + b"p" * 1_100_000 + b'"}'
+    ),  # too large
+    lambda rng, good, event: {**event, "status": rng.choice(("fine", None))},
+    lambda rng, good, event: b"\xff\xfe not utf-8",
+    lambda rng, good, event: _bad_run_started(rng, event),
+    lambda rng, good, event: good + b"\r\n",  # a Windows line end
+)
 
 
 def main() -> None:

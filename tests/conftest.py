@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 
 import pytest
-
-from tests.kafka_harness import StallwatchProcess
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the groups
@@ -42,10 +41,16 @@ CALL_FAILED = pytest.StashKey[bool]()
 @pytest.fixture(autouse=True)
 def process_logs_on_failure(request: pytest.FixtureRequest) -> Iterator[None]:
     """The tail of each child process's log, attached to the failure's report: a fault that
-    shows once in many runs (and in CI) can then be read, not guessed."""
-    before = len(StallwatchProcess.started)
+    shows once in many runs (and in CI) can then be read, not guessed. Only a test whose module
+    loaded the broker harness can start one: the pure lane never loads it."""
+    harness = sys.modules.get("tests.kafka_harness")
+    if harness is None:
+        yield
+        return
+    started = harness.StallwatchProcess.started
+    before = len(started)
     yield
     if request.node.stash.get(CALL_FAILED, False):
-        for process in StallwatchProcess.started[before:]:
+        for process in started[before:]:
             request.node.add_report_section("teardown", f"log {process.log_path}", process.log_tail(80))
-    del StallwatchProcess.started[before:]
+    del started[before:]

@@ -9,7 +9,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -31,9 +30,11 @@ from stallwatch.contract.commands import encode_command
 from stallwatch.engine.embedded import EmbeddedEngine, Rejected
 from stallwatch.kafka.read import committed_reader, read_to_end
 from stallwatch.settings import Settings
+from tests.addresses import BOOTSTRAP as BOOTSTRAP
+from tests.addresses import free_port as free_port
+from tests.waiting import until
 
 ROOT = Path(__file__).resolve().parents[1]
-BOOTSTRAP = os.environ.get("STALLWATCH_BOOTSTRAP", "127.0.0.1:9092")
 
 
 def kafka(command: str) -> None:
@@ -223,14 +224,6 @@ def fresh_settings(partitions: int = 4) -> Settings:
     )
 
 
-def free_port() -> int:
-    """A port nothing listens on now: tests on one machine (or several suites at once) never
-    hand two workers the same web or metrics port."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 class StallwatchProcess:
     """A `stallwatch` command as a child process on the test's topics, as an operator would run
     it: its output in a log file, stopped with SIGTERM (or SIGKILL, as a fault)."""
@@ -339,14 +332,17 @@ class WorkerProcess(StallwatchProcess):
 
     async def ready(self, timeout_s: float = 60.0) -> None:
         """Wait until the worker says it is ready: joined the group, its partitions restored."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if await asyncio.to_thread(self.health) == 200:
-                return
-            if not self.alive():
-                break
-            await asyncio.sleep(0.2)
-        raise AssertionError(f"worker not ready after {timeout_s} s:\n{self.log_tail()}")
+
+        async def ready() -> bool:
+            return await asyncio.to_thread(self.health) == 200
+
+        async def ready_or_ended() -> bool:
+            return not self.alive() or await ready()
+
+        with contextlib.suppress(AssertionError):
+            await until(ready_or_ended, timeout_s, "the worker ready or ended", interval_s=0.2)
+        if not self.alive() or not await ready():
+            raise AssertionError(f"worker not ready after {timeout_s} s:\n{self.log_tail()}")
 
     def assignments(self) -> list[list[int]]:
         """Every assignment the worker's log reports serving, in order."""
@@ -359,13 +355,15 @@ class WorkerProcess(StallwatchProcess):
 
     async def serving(self, count: int, timeout_s: float) -> bool:
         """Until the worker's latest assignment has `count` partitions (False if it never does)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            served = self.assignments()
-            if served and len(served[-1]) == count:
-                return True
-            await asyncio.sleep(0.05)
-        return False
+        try:
+            await until(
+                lambda: (served := self.assignments()) and len(served[-1]) == count,
+                timeout_s,
+                f"the worker serving {count} partitions",
+            )
+        except AssertionError:
+            return False
+        return True
 
 
 @contextlib.asynccontextmanager
@@ -395,7 +393,7 @@ async def produce(
             await producer.send(settings.events_topic, line, key=key)
             if pause_every and i % pause_every == pause_every - 1:
                 await producer.flush()
-                await asyncio.sleep(pause_s)
+                await asyncio.sleep(pause_s)  # the thing asked for: the events spread over time
         await producer.flush()
     finally:
         await producer.stop()

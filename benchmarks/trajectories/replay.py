@@ -87,18 +87,18 @@ class Outcome:
 
 
 def replay(
-    traj: Trajectory, mode: str, fleet: EmbeddedEngine | None = None, policy: dict[str, Any] | None = None
+    traj: Trajectory, mode: str, engine: EmbeddedEngine | None = None, policy: dict[str, Any] | None = None
 ) -> Outcome:
-    """Feeds the run to `fleet` (a fresh one by default), with `policy` overriding the mode's
+    """Feeds the run to `engine` (a fresh one by default), with `policy` overriding the mode's
     defaults, and collects what the engine decided."""
-    fleet = fleet or EmbeddedEngine()
+    engine = engine or EmbeddedEngine()
     out = Outcome(traj, loops=find_loops(traj))
     seq = 0
 
     def send(event: dict, call: Call | None = None) -> list:
         nonlocal seq
         seq += 1
-        commands = fleet.handle_raw(orjson.dumps(event))
+        commands = engine.handle_raw(orjson.dumps(event))
         if isinstance(commands, Rejected):
             raise ValueError(f"{traj.run_id}: event rejected: {commands.letter.error}")
         for command in commands:
@@ -132,7 +132,7 @@ def replay(
             send(call_result(traj.run_id, seq, number, call_id, call), call)
         send(envelope(traj.run_id, seq, "round_ended", round=number))
     send(envelope(traj.run_id, seq, "run_ended", reason="replayed"))
-    fleet.runs.pop(traj.run_id, None)  # one run at a time: keep the fleet small
+    engine.runs.pop(traj.run_id, None)  # one run at a time: keep the engine small
     return out
 
 

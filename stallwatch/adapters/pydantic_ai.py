@@ -74,9 +74,10 @@ class Stallwatch(AbstractCapability[Any]):
     async def for_run(self, ctx: RunContext[Any]) -> Stallwatch:
         """A fresh copy per run: rounds and the stop belong to one run."""
         run = Stallwatch.__new__(Stallwatch)
-        run.bridge, run.spec, run._turn = self.bridge, self.spec, ModelTurn(None)
+        # Its own class's attributes, on the copy it makes of itself.
+        run.bridge, run.spec, run._turn = self.bridge, self.spec, ModelTurn(None)  # noqa: SLF001
         run.guard = Guard(self.bridge.async_client, self.spec)
-        run._warned = set()
+        run._warned = set()  # noqa: SLF001
         return run
 
     def get_instructions(self) -> Any:
@@ -168,4 +169,4 @@ def _put_stop(result: AgentRunResult[Any], stop: dict[str, Any]) -> None:
     if result.metadata is not None:
         result.metadata["stallwatch_stop"] = stop
     else:  # no metadata was given to the run: PydanticAI keeps it in the run's state
-        result._state.metadata = {"stallwatch_stop": stop}
+        result._state.metadata = {"stallwatch_stop": stop}  # noqa: SLF001

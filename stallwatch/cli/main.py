@@ -5,6 +5,16 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import argparse
+    from argparse import Namespace, _SubParsersAction
+
+    from stallwatch.settings import Settings
+
+    Subparsers = _SubParsersAction[argparse.ArgumentParser]
 
 # The module a command needs, and what installs it: a missing one is named in one line.
 _INSTALLS = {
@@ -20,14 +30,28 @@ _MAX_JOBS = 256
 
 
 def main(argv: list[str] | None = None) -> int:
+    from stallwatch.settings import LogSettings, ServeSettings, Settings
+
+    args = _parser().parse_args(argv)
+    from stallwatch.cli.settings_table import unknown_variables
+
+    for warning in unknown_variables(os.environ):
+        print(f"stallwatch: warning: {warning}", file=sys.stderr)
+    if args.command == "settings" and (args.markdown or args.write):
+        from stallwatch.cli.settings_table import main as settings_main
+
+        return settings_main(args.markdown, args.write)
+    # Read by every command, so that a bad value is one line and exit 2 before anything starts;
+    # the fleet app's own are read by `stallwatch fleet` alone.
+    settings = Settings.from_env()
+    LogSettings.from_env()
+    ServeSettings.from_env()
+    return _COMMANDS[args.command](args, settings)
+
+
+def _parser() -> argparse.ArgumentParser:
     # Imported here, not at the top: `stallwatch hook` runs on every tool call and needs none.
     import argparse
-
-    from stallwatch.contract.advisories import advisory_key_of
-    from stallwatch.engine.admin_policy import AdminPolicy
-    from stallwatch.engine.canonical import secret_from_key
-    from stallwatch.mcp.rounds import DEFAULT_NEW_RUN_AFTER_S, DEFAULT_ROUND_GAP_S
-    from stallwatch.settings import LogSettings, ServeSettings, Settings, reveal
 
     parser = argparse.ArgumentParser(prog="stallwatch", description=__doc__)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_versions()}")
@@ -60,6 +84,45 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("top", help="live counts from the commands topic: stops, refusals per tool")
     p.add_argument("--once", action="store_true", help="read up to the end, print once, exit")
     p.add_argument("--from-beginning", action="store_true", help="count the whole topic")
+
+    _add_mcp_proxy(sub)
+    _add_serve(sub)
+    _add_hooks(sub)
+    sub.add_parser("worker", help="start a stream worker (needs stallwatch-streams)")
+    sub.add_parser(
+        "fleet",
+        help="start a fleet app worker: incidents across runs per tool (Faust; needs stallwatch-streams)",
+    )
+    sub.add_parser(
+        "otlp-kafka",
+        help="map the OpenTelemetry Collector's Kafka topic of spans (otlp_proto) to observe-only "
+        "events for the workers (needs stallwatch-streams)",
+    )
+    sub.add_parser("demo", help="drive a simulated fleet through a local broker and a worker")
+
+    p = sub.add_parser(
+        "tenants",
+        help="create a tenant's topics; every worker serves them within STALLWATCH_TENANT_SCAN_INTERVAL_S",
+    )
+    p.add_argument("action", choices=["add"])
+    p.add_argument("tenant", nargs="+", help="tenant names: letters, digits, _ and -, 64 at most")
+
+    p = sub.add_parser(
+        "settings",
+        help="every STALLWATCH_* variable and the value read from the "
+        "environment, or the tables of docs/operations.md",
+    )
+    p.add_argument("--markdown", action="store_true", help="print the settings tables (Markdown)")
+    p.add_argument("--write", metavar="FILE", help="rewrite the tables between FILE's marker comments")
+
+    return parser
+
+
+def _add_mcp_proxy(sub: Subparsers) -> None:
+    """`stallwatch mcp-proxy`: its options, then the server's command after --."""
+    import argparse
+
+    from stallwatch.mcp.rounds import DEFAULT_NEW_RUN_AFTER_S, DEFAULT_ROUND_GAP_S
 
     p = sub.add_parser(
         "mcp-proxy",
@@ -102,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("server", nargs=argparse.REMAINDER, help="the MCP server's command, after --")
 
+
+def _add_serve(sub: Subparsers) -> None:
+    """`stallwatch serve`: where it listens and whose runs it judges."""
     p = sub.add_parser(
         "serve",
         help="a local HTTP service over the client's calls, the hooks of Claude Code, Codex and "
@@ -130,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         "the server makes a token that only this user's hooks and clients read)",
     )
 
+
+def _add_hooks(sub: Subparsers) -> None:
+    """`stallwatch hook` (the command form of a hook) and `stallwatch hooks` (install, uninstall)."""
     p = sub.add_parser(
         "hook",
         help="the command form of a coding agent's hook: forwards the payload on stdin to `stallwatch serve`",
@@ -155,123 +224,123 @@ def main(argv: list[str] | None = None) -> int:
         "--url", help="the server's address (default $STALLWATCH_SERVE_URL or http://127.0.0.1:8737)"
     )
 
-    sub.add_parser("worker", help="start a stream worker (needs stallwatch-streams)")
-    sub.add_parser(
-        "fleet",
-        help="start a fleet app worker: incidents across runs per tool (Faust; needs stallwatch-streams)",
+
+def _replay(args: Namespace, settings: Settings) -> int:
+    from stallwatch.cli.replay import main as replay_main
+    from stallwatch.cli.replay_engine import ReplayEngine
+    from stallwatch.contract.advisories import advisory_key_of
+    from stallwatch.engine.admin_policy import AdminPolicy
+    from stallwatch.engine.canonical import secret_from_key
+    from stallwatch.settings import reveal
+
+    engine = ReplayEngine(
+        AdminPolicy.of(settings),
+        secret_from_key(reveal(settings.fingerprint_key)),
+        settings.deadletter_raw,
+        advisory_key_of(reveal(settings.advisory_key)),
+        settings.tenant,
     )
-    sub.add_parser(
-        "otlp-kafka",
-        help="map the OpenTelemetry Collector's Kafka topic of spans (otlp_proto) to observe-only "
-        "events for the workers (needs stallwatch-streams)",
+    return replay_main(args.file, engine, args.jobs)
+
+
+def _explain(args: Namespace, settings: Settings) -> int:
+    from stallwatch.cli.explain import main as explain_main
+
+    return explain_main(args.run_id, args.file, settings)
+
+
+def _schemas(args: Namespace, settings: Settings) -> int:
+    from stallwatch.contract.schema import main as schema_main
+
+    code = schema_main(args.write)
+    from stallwatch.serve.openapi import main as openapi_main
+
+    return code or openapi_main(args.write)
+
+
+def _top(args: Namespace, settings: Settings) -> int:
+    from stallwatch.cli.top import main as top_main
+
+    return top_main(settings, args.once, args.from_beginning)
+
+
+def _mcp_proxy(args: Namespace, settings: Settings) -> int:
+    from stallwatch.mcp.proxy import ProxyOptions
+    from stallwatch.mcp.proxy import main as proxy_main
+
+    command = args.server[1:] if args.server[:1] == ["--"] else args.server
+    given = {"round_gap_s": args.round_gap, "new_run_after_s": args.new_run_after}
+    options = ProxyOptions(
+        mode=args.mode,
+        exempt=tuple(args.exempt),
+        env=tuple(args.env),
+        **{k: v for k, v in given.items() if v is not None},
     )
-    sub.add_parser("demo", help="drive a simulated fleet through a local broker and a worker")
+    return proxy_main(command, options, args.kafka, settings)
 
-    p = sub.add_parser(
-        "tenants",
-        help="create a tenant's topics; every worker serves them within STALLWATCH_TENANT_SCAN_INTERVAL_S",
+
+def _serve(args: Namespace, settings: Settings) -> int:
+    from stallwatch.serve.main import ServeOptions
+    from stallwatch.serve.main import main as serve_main
+
+    return serve_main(
+        ServeOptions(args.host, args.port, args.kafka, args.tenant, args.policy, args.open), settings
     )
-    p.add_argument("action", choices=["add"])
-    p.add_argument("tenant", nargs="+", help="tenant names: letters, digits, _ and -, 64 at most")
 
-    p = sub.add_parser(
-        "settings",
-        help="every STALLWATCH_* variable and the value read from the "
-        "environment, or the tables of docs/operations.md",
-    )
-    p.add_argument("--markdown", action="store_true", help="print the settings tables (Markdown)")
-    p.add_argument("--write", metavar="FILE", help="rewrite the tables between FILE's marker comments")
 
-    args = parser.parse_args(argv)
-    from stallwatch.cli.settings_table import unknown_variables
+def _hook(args: Namespace, settings: Settings) -> int:
+    from stallwatch.hooks.command import main as hook_main
 
-    for warning in unknown_variables(os.environ):
-        print(f"stallwatch: warning: {warning}", file=sys.stderr)
-    if args.command == "settings" and (args.markdown or args.write):
-        from stallwatch.cli.settings_table import main as settings_main
+    return hook_main([args.agent])
 
-        return settings_main(args.markdown, args.write)
-    # Read by every command, so that a bad value is one line and exit 2 before anything starts;
-    # the fleet app's own are read by `stallwatch fleet` alone.
-    settings = Settings.from_env()
-    LogSettings.from_env()
-    ServeSettings.from_env()
-    if args.command == "replay":
-        from stallwatch.cli.replay import main as replay_main
-        from stallwatch.cli.replay_engine import ReplayEngine
 
-        return replay_main(
-            args.file,
-            ReplayEngine(
-                AdminPolicy.of(settings),
-                secret_from_key(reveal(settings.fingerprint_key)),
-                settings.deadletter_raw,
-                advisory_key_of(reveal(settings.advisory_key)),
-                settings.tenant,
-            ),
-            args.jobs,
-        )
-    if args.command == "explain":
-        from stallwatch.cli.explain import main as explain_main
+def _hooks(args: Namespace, settings: Settings) -> int:
+    from stallwatch.hooks.install import main as hooks_main
 
-        return explain_main(args.run_id, args.file, settings)
-    if args.command == "schemas":
-        from stallwatch.contract.schema import main as schema_main
+    return hooks_main(args.action, args.agent, args.scope, args.http, args.url)
 
-        code = schema_main(args.write)
-        from stallwatch.serve.openapi import main as openapi_main
 
-        return code or openapi_main(args.write)
-    if args.command == "top":
-        from stallwatch.cli.top import main as top_main
+def _stream_job(args: Namespace, settings: Settings) -> int:
+    from stallwatch.cli.plugins import command
 
-        return top_main(settings, args.once, args.from_beginning)
-    if args.command == "mcp-proxy":
-        from stallwatch.mcp.proxy import ProxyOptions
-        from stallwatch.mcp.proxy import main as proxy_main
+    return command(args.command)(settings)
 
-        command = args.server[1:] if args.server[:1] == ["--"] else args.server
-        given = {"round_gap_s": args.round_gap, "new_run_after_s": args.new_run_after}
-        options = ProxyOptions(
-            mode=args.mode,
-            exempt=tuple(args.exempt),
-            env=tuple(args.env),
-            **{k: v for k, v in given.items() if v is not None},
-        )
-        return proxy_main(command, options, args.kafka, settings)
-    if args.command == "serve":
-        from stallwatch.serve.main import ServeOptions
-        from stallwatch.serve.main import main as serve_main
 
-        return serve_main(
-            ServeOptions(args.host, args.port, args.kafka, args.tenant, args.policy, args.open), settings
-        )
-    if args.command == "hook":
-        from stallwatch.hooks.command import main as hook_main
+def _tenants(args: Namespace, settings: Settings) -> int:
+    from stallwatch.kafka.topics import add_tenants
 
-        return hook_main([args.agent])
-    if args.command == "hooks":
-        from stallwatch.hooks.install import main as hooks_main
+    return add_tenants(settings, args.tenant)
 
-        return hooks_main(args.action, args.agent, args.scope, args.http, args.url)
-    if args.command in ("worker", "fleet", "otlp-kafka"):
-        from stallwatch.cli.plugins import command
 
-        return command(args.command)(settings)
-    if args.command == "tenants":
-        from stallwatch.kafka.topics import add_tenants
+def _demo(args: Namespace, settings: Settings) -> int:
+    from stallwatch.cli.demo import main as demo_main
 
-        return add_tenants(settings, args.tenant)
-    if args.command == "demo":
-        from stallwatch.cli.demo import main as demo_main
+    return demo_main(settings)
 
-        return demo_main(settings)
-    if args.command == "settings":
-        from stallwatch.cli.settings_table import main as settings_main
 
-        return settings_main(False, None)
-    parser.error(f"unknown command {args.command}")
-    return 2
+def _settings(args: Namespace, settings: Settings) -> int:
+    from stallwatch.cli.settings_table import main as settings_main
+
+    return settings_main(False, None)
+
+
+# What each command runs, given its arguments and the settings read from the environment.
+_COMMANDS: dict[str, Callable[[Namespace, Settings], int]] = {
+    "replay": _replay,
+    "explain": _explain,
+    "schemas": _schemas,
+    "top": _top,
+    "mcp-proxy": _mcp_proxy,
+    "serve": _serve,
+    "hook": _hook,
+    "hooks": _hooks,
+    "worker": _stream_job,
+    "fleet": _stream_job,
+    "otlp-kafka": _stream_job,
+    "tenants": _tenants,
+    "demo": _demo,
+    "settings": _settings,
+}
 
 
 def _versions() -> str:

@@ -32,15 +32,15 @@ class EmbeddedClient(Client):
         super().__init__()
         self.fingerprint_secret = derive_secret(fingerprint_key) if fingerprint_key else None
         self.args_digest_only = args_digest_only
-        self.fleet = EmbeddedEngine(admin_policy, metrics=metrics, secret=self.fingerprint_secret)
+        self.engine = EmbeddedEngine(admin_policy, metrics=metrics, secret=self.fingerprint_secret)
         # A run's events, applied at once. A Run builds them conforming to the contract (it
         # checks the arguments they are made of), so they skip validation, which would cost a
         # sixth of a call's time in-process; run_started, with the caller's tools, goes
         # through `_send` and is validated there.
-        self._apply: Callable[[dict[str, Any]], list[Command]] = self.fleet.handle
+        self._apply: Callable[[dict[str, Any]], list[Command]] = self.engine.handle
 
     def observes(self, tenant: str | None) -> bool:
-        return self.fleet.detector.admin_policy.observes(tenant)
+        return self.engine.detector.admin_policy.observes(tenant)
 
     async def __aenter__(self) -> EmbeddedClient:
         return self
@@ -51,7 +51,7 @@ class EmbeddedClient(Client):
     def forget(self, run_id: str) -> None:
         """Drop a finished run, its tombstone included: memory stays bounded in a long process."""
         super().forget(run_id)
-        self.fleet.runs.pop(run_id, None)
+        self.engine.runs.pop(run_id, None)
 
     async def advise(self, advisory: dict[str, Any]) -> None:
         """Apply an event from outside the run, as the fleet app writes it (a `fleet_advisory`):
@@ -60,6 +60,6 @@ class EmbeddedClient(Client):
 
     async def _send(self, event: dict[str, Any]) -> None:
         run = self.runs.get(event["run_id"])
-        for command in self.fleet.handle(validate_event(event, self.fleet.detector.secret)):
+        for command in self.engine.handle(validate_event(event, self.engine.detector.secret)):
             if run is not None:
                 run.deliver(command)

@@ -12,8 +12,9 @@ from typing import Any, Self, get_args
 
 from stallwatch.contract.commands import Command, Nudge, Stop, Verdict, WouldStop
 from stallwatch.contract.envelope import envelope
-from stallwatch.contract.events import Effect, Policy, Status
+from stallwatch.contract.events import Effect, Status
 from stallwatch.contract.limits import bounded_id
+from stallwatch.contract.policy import Policy
 from stallwatch.engine import words
 from stallwatch.engine.canonical import call_signature, declared_view, fingerprint
 from stallwatch.engine.masks import effective_patterns

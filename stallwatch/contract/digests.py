@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from functools import lru_cache
 from hashlib import blake2b
-from typing import Any
 
 from xxhash import xxh3_128_digest
 
@@ -43,5 +42,5 @@ def digest(data: bytes, secret: bytes | None = None) -> bytes:
 
 
 @lru_cache(maxsize=4)
-def _keyed(secret: bytes) -> Any:
+def _keyed(secret: bytes) -> blake2b:
     return blake2b(key=secret, digest_size=DIGEST_SIZE)

@@ -88,7 +88,8 @@ class Compiled:
 
     def sub(self, text: str, matches: int) -> tuple[str, int]:
         """`text` with at most `matches` matches masked, and how many were."""
-        return self.regex.subn(self.replacement, text, count=matches)
+        masked: tuple[str, int] = self.regex.subn(self.replacement, text, count=matches)
+        return masked
 
 
 def scan_budget(program_size: int) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -11,7 +12,7 @@ from stallwatch.contract.events import EVENT_ADAPTER
 from stallwatch.contract.incidents import Incident
 
 
-def schemas() -> dict[str, dict]:
+def schemas() -> dict[str, dict[str, Any]]:
     """File name -> JSON Schema document."""
     docs = {
         "events.v1.schema.json": (
@@ -34,7 +35,7 @@ def schemas() -> dict[str, dict]:
     }
 
 
-def render(schema: dict) -> bytes:
+def render(schema: dict[str, Any]) -> bytes:
     return orjson.dumps(schema, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
 
 

@@ -6,6 +6,7 @@ import tomllib
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from stallwatch.contract.globs import glob_matches
 from stallwatch.settings import Settings, SetupError
@@ -76,7 +77,7 @@ class AdminPolicy:
         return bool(self.exempt_patterns) and _matches(tool, self.exempt_patterns)
 
 
-def _patterns(tools: dict, key: str, path: str | Path) -> tuple[str, ...]:
+def _patterns(tools: dict[str, Any], key: str, path: str | Path) -> tuple[str, ...]:
     value = tools.get(key, [])
     if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
         raise SetupError(

@@ -13,7 +13,7 @@ from xxhash import xxh3_128_digest
 # engine's callers keep importing them from here (hence the explicit re-export).
 from stallwatch.contract.digests import DIGEST_SIZE as DIGEST_SIZE
 from stallwatch.contract.digests import derive_secret as derive_secret
-from stallwatch.contract.digests import digest
+from stallwatch.contract.digests import digest as digest
 from stallwatch.contract.digests import secret_from_key as secret_from_key
 from stallwatch.engine.masks import mask_strings
 
@@ -215,14 +215,14 @@ def _at_path(value: Any, path: str) -> Any:
 MAX_FACT_ITEMS = 2048
 
 
-def fact_items(value: Any, path: str) -> list | None:
+def fact_items(value: Any, path: str) -> list[Any] | None:
     """The list at a dotted path (no wildcards), or None when the path is missing, no list, or
     longer than MAX_FACT_ITEMS."""
     value = _at_path(value, path)
     return value if type(value) is list and len(value) <= MAX_FACT_ITEMS else None
 
 
-def fact_digests(tool: str, items: list, key: str | None, secret: bytes | None = None) -> list[bytes]:
+def fact_digests(tool: str, items: list[Any], key: str | None, secret: bytes | None = None) -> list[bytes]:
     """One digest per item: its identity (the value at the dotted path `key`, else the whole
     item) under the tool's name, so equal ids from two tools are two facts."""
     prefix = b"fact\x00" + tool.encode() + b"\x00"
@@ -239,7 +239,7 @@ def declared_view(
     tool: str,
     result: Any,
     volatile: list[str],
-    facts: dict | None,
+    facts: dict[str, Any] | None,
     patterns: tuple[str, ...] = (),
     secret: bytes | None = None,
 ) -> tuple[Any, list[bytes] | None]:

@@ -98,6 +98,13 @@ class Detector:
             if kind == "call_proposed":
                 verdict(out, event, "refuse", "run_stopped", words.run_stopped("The run has ended."))
             return state, out
+        self._on_live_run(state, event, kind, ts, out)
+        return state, out
+
+    def _on_live_run(
+        self, state: RunState, event: RawEvent, kind: str, ts: float, out: list[Command]
+    ) -> None:
+        """An event of a run not ended, not a redelivery: its time limit, then its lifecycle."""
         rules = self.rules[state.mode]
         if (time_limit := state.policy.time_limit_s) is not None and state.stop_code is None:
             rules.time_limit(state, event, ts, time_limit, out)
@@ -113,7 +120,6 @@ class Detector:
         elif kind == "run_ended":
             state.release()
         # A second run_started changes nothing.
-        return state, out
 
     @overload
     def quarantine(self, state: RunState | None, event: RawEvent, hold: Literal[True]) -> RunState: ...

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from stallwatch.contract.events import RawEvent
 from stallwatch.engine.canonical import DIGEST_SIZE, declared_view, digest, fact_digest, fingerprint
 
 
-def tool_spec(tool: dict) -> dict:
+def tool_spec(tool: dict[str, Any]) -> dict[str, Any]:
     """What the engine keeps of a tool's declarations (`patterns` only when it declares some)."""
     spec = {"volatile": tool.get("volatile_fields") or [], "facts": tool.get("facts")}
     if tool.get("volatile_patterns") is not None:
@@ -25,7 +27,7 @@ def fingerprint_digest(fingerprint: str, secret: bytes | None) -> bytes:
     return digest(fingerprint.encode(), secret)
 
 
-def result_digests(event: RawEvent, spec: dict | None, secret: bytes | None) -> list[bytes] | None:
+def result_digests(event: RawEvent, spec: dict[str, Any] | None, secret: bytes | None) -> list[bytes] | None:
     """The digests that identify a result's facts: the whole result's, or one per item for a
     tool that declares facts. None when the result counts as new whatever was seen before:
     empty, without content or fingerprint, or impossible to put in canonical form."""
@@ -57,7 +59,7 @@ def result_digests(event: RawEvent, spec: dict | None, secret: bytes | None) -> 
 
 
 def coder_digests(
-    event: RawEvent, spec: dict | None, patterns: tuple[str, ...], secret: bytes | None
+    event: RawEvent, spec: dict[str, Any] | None, patterns: tuple[str, ...], secret: bytes | None
 ) -> tuple[bytes | None, list[bytes] | None, bool, bool]:
     """Coder mode: (the whole result's digest, None without content or comparison; its fact
     digests, None when it counts as new whatever was seen; whether those are a list's items;

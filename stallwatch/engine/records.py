@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TypeVar, overload
+from typing import Generic, TypeVar, overload
 
 import orjson
 
@@ -138,111 +138,186 @@ class RecordApplier:
         (stallwatch/engine/quota.py); a new run over its quota is a dead letter (None: no quota,
         as in replay).
 
-        The hot loop of replay: every test is of a local, and nothing is done for what a caller
-        did not ask for."""
-        detect = self.detector.apply
-        max_bytes, secret = self.max_event_bytes, self.detector.secret
-        advisory_key, tenant, shared = self.detector.advisory_key, self.tenant, self.shared_topic
+        The hot loop of replay: each record is one call of its batch's `_RecordPass.record`, and
+        nothing is done for what a caller did not ask for."""
+        one_pass = _RecordPass(self, states, rejected, load, keys, offsets, applied, expired, live)
+        record = one_pass.record
         for index, value in enumerate(values):
-            try:
-                if keys is None:
-                    event = parse_event(value, max_bytes, secret, advisory_key)
-                else:
-                    event = parse_record(keys[index], value, max_bytes, secret, advisory_key)
-                if tenant is not None:
-                    claim_for_tenant(event, tenant)
-                elif shared:
-                    claim_for_shared_topic(event)
-            except InvalidEvent as exc:
-                letter = rejected(index, value, exc)
-                if letter is not None:
-                    yield letter
-                continue
-            except Exception as exc:  # a fault of the parser itself: this record alone fails
-                letter = rejected(index, value, EngineFault("parse_fault", exc, None))
-                if letter is not None:
-                    yield letter
-                continue
-            run_id = event["run_id"]
-            state = states.get(run_id)
-            held = None  # the state the store holds for the run, expired or not
-            counted = False  # the ledger of live runs has seen this event
-            ended = False  # the run had ended before this event
-            try:
-                if offsets is not None:
-                    if state is None and load is not None:
-                        state = load(run_id)
-                        if state is not None and offsets[index] > state.last_offset:
-                            states[run_id] = state  # in hand from now on: the detector changes it
-                    # Offsets and states are kept together (the worker commits them in one
-                    # transaction), so this never fires; were it broken, applying an event twice
-                    # is the worse outcome.
-                    if state is not None and offsets[index] <= state.last_offset:
-                        yield SKIPPED
-                        continue
-                elif state is None and load is not None:
-                    state = load(run_id)
-                    if state is not None:
-                        states[run_id] = state
-                held = state
-                if expired is not None and state is not None and expired(state):
-                    state = None
-                if live is not None and state is None and event["type"] == "run_started":
-                    # A new run; in the place of an expired state, which frees its own first.
-                    freed = held if held is not None and not held.ended else None
-                    if freed is not None:
-                        live.remove(freed.tenant)
-                    refusal = live.refusal(self.detector.tenant_of(event))
-                    if refusal is not None:
-                        if freed is not None:
-                            live.add(freed.tenant)  # still held
-                        letter = rejected(index, value, refusal)
-                        if letter is not None:
-                            yield letter
-                        continue
-                ended = state is not None and state.ended
-                after, commands = detect(state, event)
-                if live is not None:
-                    _count_live(live, state, after, ended)
-                    charge(live, run_id, event, after)
-                    counted = True
-                # None only for an unknown run's call (a state in hand is never dropped)
-                if after is not None:
-                    if after is not state:  # a new run (the detector changes a state in hand in place)
-                        states[run_id] = after
-                    if offsets is not None:
-                        after.last_offset = offsets[index]
-                if applied is not None:
-                    applied(index, event, after, commands)
-                yield commands
-            except UnreadableState as exc:
-                # Counted live already, as the store found it (stallwatch_streams/worker/store.py).
-                after = self.detector.quarantine(state, event, hold=True)
-                if event["type"] == "run_ended":
-                    after.release()
-                    if live is not None:
-                        live.remove(None)
-                states[run_id] = after
-                if offsets is not None:
-                    after.last_offset = offsets[index]
-                letter = rejected(index, value, UnreadableRun(exc))
-                if letter is not None:
-                    yield letter
-            except Exception as exc:
-                # Any fault while applying one event stays with it: the event is dead-lettered,
-                # its run quarantined (no longer judged: its calls are allowed), and every other
-                # record and run goes on. Replay and the worker fail on the same event alike.
-                after = self.detector.quarantine(state, event)
-                if live is not None and after is not None and not counted:
-                    _count_live(live, state, after, ended)
-                    charge(live, run_id, event, after)
-                if after is not None:
-                    states[run_id] = after
-                    if offsets is not None:
-                        after.last_offset = offsets[index]
-                letter = rejected(index, value, EngineFault("engine_fault", exc, run_id))
-                if letter is not None:
-                    yield letter
+            result = record(index, value)
+            if result is not None:
+                yield result
+
+
+class _RecordPass(Generic[Value, Letter]):
+    """One call of `RecordApplier.apply`: its arguments, and a method per step of a record."""
+
+    __slots__ = (
+        "advisory_key",
+        "applied",
+        "detect",
+        "detector",
+        "expired",
+        "keys",
+        "live",
+        "load",
+        "max_bytes",
+        "offsets",
+        "rejected",
+        "secret",
+        "shared",
+        "states",
+        "tenant",
+    )
+
+    def __init__(
+        self,
+        applier: RecordApplier,
+        states: dict[str, RunState],
+        rejected: Callable[[int, Value, InvalidEvent], Letter | None],
+        load: Callable[[str], RunState | None] | None,
+        keys: Sequence[bytes | None] | None,
+        offsets: Sequence[int] | None,
+        applied: Callable[[int, RawEvent, RunState | None, list[Command]], None] | None,
+        expired: Callable[[RunState], bool] | None,
+        live: LiveRuns | None,
+    ) -> None:
+        self.detector = applier.detector
+        self.detect = applier.detector.apply
+        self.max_bytes, self.secret = applier.max_event_bytes, applier.detector.secret
+        self.advisory_key, self.tenant = applier.detector.advisory_key, applier.tenant
+        self.shared = applier.shared_topic
+        self.states, self.rejected, self.load, self.keys = states, rejected, load, keys
+        self.offsets, self.applied, self.expired, self.live = offsets, applied, expired, live
+
+    def record(self, index: int, value: Value) -> list[Command] | Skipped | Letter | None:
+        """The commands one record's event caused, SKIPPED, its letter, or None (no letter)."""
+        try:
+            event = self.parse(index, value)
+        except InvalidEvent as exc:
+            return self.rejected(index, value, exc)
+        except Exception as exc:  # a fault of the parser itself: this record alone fails
+            return self.rejected(index, value, EngineFault("parse_fault", exc, None))
+        run_id = event["run_id"]
+        state = self.states.get(run_id)
+        counted = False  # the ledger of live runs has seen this event
+        ended = False  # the run had ended before this event
+        try:
+            if state is None or self.offsets is not None:  # else the state in hand is the run's
+                in_hand = self.in_hand(run_id, index, state)
+                if isinstance(in_hand, Skipped):
+                    return in_hand
+                state = in_hand
+            held = state  # the state the store holds for the run, expired or not
+            if self.expired is not None and state is not None and self.expired(state):
+                state = None
+            if self.live is not None and state is None and event["type"] == "run_started":
+                refusal = self.refusal(self.live, held, event)
+                if refusal is not None:
+                    return self.rejected(index, value, refusal)
+            ended = state is not None and state.ended
+            after, commands = self.detect(state, event)
+            if self.live is not None:
+                _count_live(self.live, state, after, ended)
+                charge(self.live, run_id, event, after)
+                counted = True
+            self.keep(run_id, index, state, after)
+            if self.applied is not None:
+                self.applied(index, event, after, commands)
+            return commands
+        except UnreadableState as exc:
+            return self.unreadable(index, value, event, state, exc)
+        except Exception as exc:
+            return self.fault(index, value, event, state, counted, ended, exc)
+
+    def parse(self, index: int, value: Value) -> RawEvent:
+        if self.keys is None:
+            event = parse_event(value, self.max_bytes, self.secret, self.advisory_key)
+        else:
+            event = parse_record(self.keys[index], value, self.max_bytes, self.secret, self.advisory_key)
+        if self.tenant is not None:
+            claim_for_tenant(event, self.tenant)
+        elif self.shared:
+            claim_for_shared_topic(event)
+        return event
+
+    def in_hand(self, run_id: str, index: int, state: RunState | None) -> RunState | Skipped | None:
+        """The run's state, loaded if it is not in hand, or SKIPPED for a record at or below its
+        last applied offset."""
+        offsets, load = self.offsets, self.load
+        if offsets is not None:
+            if state is None and load is not None:
+                state = load(run_id)
+                if state is not None and offsets[index] > state.last_offset:
+                    self.states[run_id] = state  # in hand from now on: the detector changes it
+            # Offsets and states are kept together (the worker commits them in one transaction),
+            # so this never fires; were it broken, applying an event twice is the worse outcome.
+            if state is not None and offsets[index] <= state.last_offset:
+                return SKIPPED
+        elif state is None and load is not None:
+            state = load(run_id)
+            if state is not None:
+                self.states[run_id] = state
+        return state
+
+    def refusal(self, live: LiveRuns, held: RunState | None, event: RawEvent) -> InvalidEvent | None:
+        """A new run's refusal by its tenant's quota, or None: admitted. In the place of an
+        expired state, which frees its own place first."""
+        freed = held if held is not None and not held.ended else None
+        if freed is not None:
+            live.remove(freed.tenant)
+        refusal = live.refusal(self.detector.tenant_of(event))
+        if refusal is not None and freed is not None:
+            live.add(freed.tenant)  # still held
+        return refusal
+
+    def keep(self, run_id: str, index: int, state: RunState | None, after: RunState | None) -> None:
+        # None only for an unknown run's call (a state in hand is never dropped)
+        if after is not None:
+            if after is not state:  # a new run (the detector changes a state in hand in place)
+                self.states[run_id] = after
+            if self.offsets is not None:
+                after.last_offset = self.offsets[index]
+
+    def fault(
+        self,
+        index: int,
+        value: Value,
+        event: RawEvent,
+        state: RunState | None,
+        counted: bool,
+        ended: bool,
+        exc: Exception,
+    ) -> Letter | None:
+        """Any fault while applying one event stays with it: the event is dead-lettered, its run
+        quarantined (no longer judged: its calls are allowed), and every other record and run goes
+        on. Replay and the worker fail on the same event alike."""
+        run_id = event["run_id"]
+        after = self.detector.quarantine(state, event)
+        if self.live is not None and after is not None and not counted:
+            _count_live(self.live, state, after, ended)
+            charge(self.live, run_id, event, after)
+        if after is not None:
+            self.states[run_id] = after
+            if self.offsets is not None:
+                after.last_offset = self.offsets[index]
+        return self.rejected(index, value, EngineFault("engine_fault", exc, run_id))
+
+    def unreadable(
+        self, index: int, value: Value, event: RawEvent, state: RunState | None, exc: UnreadableState
+    ) -> Letter | None:
+        """A run whose stored state this version does not read and could not rebuild:
+        quarantined, its event dead-lettered. Counted live already, as the store found it
+        (stallwatch_streams/worker/store.py)."""
+        run_id = event["run_id"]
+        after = self.detector.quarantine(state, event, hold=True)
+        if event["type"] == "run_ended":
+            after.release()
+            if self.live is not None:
+                self.live.remove(None)
+        self.states[run_id] = after
+        if self.offsets is not None:
+            after.last_offset = self.offsets[index]
+        return self.rejected(index, value, UnreadableRun(exc))
 
 
 def charge(live: LiveRuns, run_id: str, event: RawEvent, after: RunState | None) -> None:

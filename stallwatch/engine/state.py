@@ -68,7 +68,7 @@ def stored_format(raw: bytes) -> int | None:
 # oldest entries go (the oldest quarter of the digests, the oldest failing tool): an old call
 # may then run once more, an old result count as new again, an old tool's failure streak start
 # over: all on the "keep going" side. Worst case, every cap reached with the longest names:
-# tests/engine/test_state.py. (Coder mode's own caps are in stallwatch/engine/coder.py.)
+# tests/engine/test_state.py. (Coder mode's own caps are in stallwatch/engine/rules/workspace.py.)
 MAX_SIGNATURES = 2048  # calls allowed to run (researcher); a run of 40 rounds makes ~400
 MAX_FINGERPRINTS = 4096  # results and fact digests seen; 40 rounds of 20 new items make ~800
 MAX_FAILING_TOOLS = 32  # tools with a failure streak at once
@@ -128,7 +128,7 @@ class RunState:
     approval_tools: list[str] = field(default_factory=list)
     # Tools that declare volatile fields, facts or patterns: name -> {"volatile": [...],
     # "facts": {...}}, plus "patterns": [...] when the tool lists its own volatile patterns.
-    tool_specs: dict[str, dict] = field(default_factory=dict)
+    tool_specs: dict[str, dict[str, Any]] = field(default_factory=dict)
     # The open round.
     round: int = 0
     round_open: bool = False
@@ -149,18 +149,18 @@ class RunState:
     repeat_count: int = 0  # chat: how many in a row with last_signature
     # chat, with cycle_threshold: recent calls as [signature hex, result digest hex or None,
     # call id, tool], bounded to the longest cycle times the threshold.
-    chat_history: list[list] = field(default_factory=list)
+    chat_history: list[list[Any]] = field(default_factory=list)
     # coder: the tools' declared effects (tool -> "read" or "write"; others are "unknown"), and
     # the workspace version, advanced by every allowed call whose effect is not "read".
     tool_effects: dict[str, str] = field(default_factory=dict)
     workspace_version: int = 0
     # coder: calls allowed and not yet answered: call id -> [signature hex or None, effect,
     # workspace version when allowed, a short label naming the call for the model].
-    open_calls: dict[str, list] = field(default_factory=dict)
+    open_calls: dict[str, list[Any]] = field(default_factory=dict)
     # coder: per call signature (hex), oldest first: [last outcome digest hex or None, runs in a
     # row with that outcome and changes between them, workspace version after its last run,
     # failures in a row with nothing else changing the workspace].
-    call_history: dict[str, list] = field(default_factory=dict)
+    call_history: dict[str, list[Any]] = field(default_factory=dict)
     # Ordered sets (dicts of None, oldest first), so that the oldest entries are evicted past a
     # cap and a state read back from bytes evicts exactly what the original would have.
     # researcher: calls allowed to run; coder: reads allowed at the current workspace version.
@@ -339,7 +339,7 @@ class RunState:
         self.fleet_incidents = {}
 
 
-def _from_clock_offset_format(values: list) -> list:
+def _from_clock_offset_format(values: list[Any]) -> list[Any]:
     """A format 3 state's values in format 4's places: its policy had no `fleet_breaker`
     (off), it was told of no fleet incident, and its last field, a clock offset, gives way to an
     unknown broker time."""
@@ -357,7 +357,7 @@ def _from_clock_offset_format(values: list) -> list:
     ]
 
 
-def _add(ordered: dict, key: object, cap: int) -> None:
+def _add(ordered: dict[Any, None], key: object, cap: int) -> None:
     """Add to an ordered set; past `cap`, the oldest quarter goes at once. One by one, each
     eviction would scan the dict's deleted slots from its start (0.8 µs an event for a window
     of 512, measured); a quarter at a time costs a fraction of that per entry."""

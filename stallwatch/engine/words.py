@@ -8,8 +8,9 @@ as inline code, bounded, so that no event can write the model an instruction of 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
-from stallwatch.contract.events import Policy
+from stallwatch.contract.policy import Policy
 from stallwatch.contract.stop_codes import ANSWER, STOPS, stop_words
 from stallwatch.engine.names import LABEL_CHARS, NAME_CHARS, plain, quoted
 
@@ -129,7 +130,7 @@ def quarantined() -> str:
     )
 
 
-def stop_reason(code: str, detail: dict) -> str:
+def stop_reason(code: str, detail: dict[str, Any]) -> str:
     """The stop's words; its templates quote `{tool}` and `{call}` themselves, so every string
     of `detail` is made plain first (the detail itself keeps the names as they came)."""
     shown = {

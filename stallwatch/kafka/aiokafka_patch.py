@@ -240,3 +240,21 @@ def request_rejoin(consumer: AIOKafkaConsumer) -> None:
     coordinator = getattr(consumer, "_coordinator", None)
     if coordinator is not None:
         coordinator.request_rejoin()
+
+
+def retrieve_transaction_failures(producer: object) -> None:
+    """Mark as seen the failure a transactional producer's sender left in futures no one awaits.
+    After a fatal error (a fencing), aiokafka's transaction context returns without aborting, so
+    the transaction's waiter is never awaited, nor is a failed batch's drain waiter; each would
+    log "Future exception was never retrieved" with a traceback when collected. The caller has
+    the failure already (a send's, or the transaction's)."""
+    if not isinstance(producer, AIOKafkaProducer):
+        return  # a test's double: no sender
+    accumulator = producer._message_accumulator
+    batches = [*(b for queue in accumulator._batches.values() for b in queue), *accumulator._pending_batches]
+    waiters = [batch._drain_waiter for batch in batches]
+    if producer._txn_manager is not None:
+        waiters.append(producer._txn_manager.wait_for_transaction_end())
+    for waiter in waiters:
+        if waiter is not None and waiter.done() and not waiter.cancelled():
+            waiter.exception()

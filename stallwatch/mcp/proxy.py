@@ -27,11 +27,11 @@ from mcp.server.stdio import stdio_server
 from stallwatch.client import EmbeddedClient, KafkaClient
 from stallwatch.client.run import Client, Run
 from stallwatch.contract.envelope import envelope
-from stallwatch.contract.events import Policy
 from stallwatch.contract.faults import fault
 from stallwatch.contract.globs import glob_matches
 from stallwatch.contract.limits import MAX_DECLARATIONS_BYTES, bounded_id
 from stallwatch.contract.parse import InvalidEvent, validate_event
+from stallwatch.contract.policy import Policy
 from stallwatch.engine import words
 from stallwatch.engine.admin_policy import AdminPolicy
 from stallwatch.engine.canonical import parse_json_text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 
 from stallwatch.client.run import Run
 from stallwatch.contract.faults import fault
@@ -28,9 +29,16 @@ class Rounds:
     is in flight, or within `gap_s` of the last one ending, joins it; the round ends once nothing
     has been in flight for `gap_s`. One instance per run; calls may overlap."""
 
-    def __init__(self, run: Run, gap_s: float = DEFAULT_ROUND_GAP_S) -> None:
+    def __init__(
+        self,
+        run: Run,
+        gap_s: float = DEFAULT_ROUND_GAP_S,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    ) -> None:
+        """`sleep`: what a gap is waited out with (a test lets it run out when it chooses)."""
         self.run = run
         self.gap_s = gap_s
+        self.sleep = sleep
         self.in_flight = 0
         self.open = False
         self._lock = asyncio.Lock()  # round_started and round_ended go out one at a time
@@ -57,7 +65,7 @@ class Rounds:
             await self._end_round()
 
     async def _close_after_gap(self) -> None:
-        await asyncio.sleep(self.gap_s)
+        await self.sleep(self.gap_s)
         async with self._lock:
             if self.in_flight == 0:
                 try:

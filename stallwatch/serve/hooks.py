@@ -282,7 +282,7 @@ class Hooks:
         run_id = self.run_id(session)
         async with self.service.locked(run_id):
             held = self.service.held.get(run_id) or await self._start(agent, session, run_id)
-            held.last_used = time.monotonic()
+            held.last_used = self.service.clock()
             run, rounds = held.run, held.extra["rounds"]
             if run.stop is not None:
                 return agent.deny(str(payload.get("hook_event_name")), run.stop.reason, run.stop.reason)
@@ -331,7 +331,7 @@ class Hooks:
         run_id = self.run_id(session)
         async with self.service.locked(run_id):
             held = self.service.held.get(run_id) or await self._start(agent, session, run_id)
-            held.last_used = time.monotonic()
+            held.last_used = self.service.clock()
             rounds: RoundKeeper = held.extra["rounds"]
             rounds.by_model_requests = True
             rounds.calls.clear()  # the model is asked again: results still missing never come

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,12 +52,16 @@ class Service:
     """Every request for a run holds the run's lock: the hooks of parallel calls arrive at once,
     and a run's events must go out in the order its calls were made."""
 
-    def __init__(self, client: Client, idle_s: float = DEFAULT_IDLE_S) -> None:
+    def __init__(
+        self, client: Client, idle_s: float = DEFAULT_IDLE_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        """`clock`: what a run's idle time and the sweep's minute are measured by."""
         self.client = client
         self.idle_s = idle_s
+        self.clock = clock
         self.held: dict[str, Held] = {}
         self._locks: dict[str, list[Any]] = {}  # run id -> [its lock, requests using it]
-        self._last_sweep = time.monotonic()
+        self._last_sweep = clock()
 
     @contextlib.asynccontextmanager
     async def locked(self, run_id: str) -> AsyncIterator[None]:
@@ -78,7 +82,7 @@ class Service:
         held = self.held.get(run_id)
         if held is None:
             raise UnknownRun(run_id)
-        held.last_used = time.monotonic()
+        held.last_used = self.clock()
         return held
 
     async def start(self, run_id: str, **start: Any) -> Held:
@@ -86,7 +90,7 @@ class Service:
         if run_id in self.held:
             raise RunExists(run_id)
         run = await self.client.start_run(run_id, **start)
-        held = self.held[run_id] = Held(run)
+        held = self.held[run_id] = Held(run, self.clock())
         return held
 
     async def end(self, run_id: str, reason: str | None = None) -> Held:
@@ -115,7 +119,7 @@ class Service:
 
     async def sweep(self) -> bool:
         """End the runs idle for longer than `idle_s`, at most once a minute; True when it looked."""
-        now = time.monotonic()
+        now = self.clock()
         if now - self._last_sweep < 60.0:
             return False
         self._last_sweep = now

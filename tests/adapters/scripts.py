@@ -99,7 +99,7 @@ class Tools:
 
     def search(self, q: str) -> str:
         self.ran["search"] += 1
-        time.sleep(self.search_s)
+        time.sleep(self.search_s)  # the thing under test: a tool that takes this long to answer
         return json.dumps(
             {
                 "documents": [

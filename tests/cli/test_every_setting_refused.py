@@ -13,7 +13,7 @@ from stallwatch.cli.main import entry
 from stallwatch.cli.settings_table import declared_names
 from stallwatch.settings import choices, types_in
 from stallwatch_streams.fleet.settings import FleetSettings
-from tests.kafka_harness import free_port
+from tests.addresses import free_port
 
 # Text settings refused by a rule of their own, with a value that breaks it.
 TEXT_REFUSED = {

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from stallwatch.cli.replay_jobs import _literal_run_id, owner, replay_jobs
 from stallwatch.contract.envelope import envelope
 from stallwatch.engine.canonical import derive_secret
 from stallwatch.engine.embedded import EmbeddedEngine
+from tests.waiting import wait_until
 
 
 def sequential(path: Path, secret: bytes | None = None) -> tuple[bytes, bytes, tuple[int, int]]:
@@ -187,10 +187,12 @@ def test_a_replay_stopped_by_sigterm_leaves_no_job_running_and_no_temporary_file
         raise AssertionError("every replay ended before its jobs could be held")
     code, children = held
     assert code != 0
-    deadline = time.monotonic() + 10  # an orphan is reaped by init, a moment later
-    while (left := [c for c in children if Path(f"/proc/{c}").exists()]) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not left, [_state(child) for child in left]
+    # An orphan is reaped by init, a moment later.
+    wait_until(
+        lambda: not [c for c in children if Path(f"/proc/{c}").exists()],
+        10,
+        f"every job gone: {[_state(child) for child in children]}",
+    )
     assert list(folder.iterdir()) == []
 
 
@@ -206,19 +208,16 @@ def _stop_during_the_jobs(log: Path, folder: Path) -> tuple[int, list[str]] | No
             env={**os.environ, "TMPDIR": str(folder)},
         )
         try:
-            deadline = time.monotonic() + 60
-            children: list[str] = []
-            while len(children) < 2 and parent.poll() is None and time.monotonic() < deadline:
-                children = Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split()
-                time.sleep(0.002)
+            children = wait_until(lambda: _children(parent), 60, "both jobs started, or the replay ended")
             _signal(children, signal.SIGSTOP)
             if len(children) < 2 or not all(_stopped(child) for child in children):
                 _signal(children, signal.SIGCONT)
                 parent.wait(timeout=60)
                 return None
             parent.send_signal(signal.SIGTERM)
-            time.sleep(0.2)
-            _signal(children, signal.SIGCONT)  # the parent's SIGTERM may have ended them already
+            # The parent's answer: it terminates a job, whose SIGTERM waits while it is held.
+            wait_until(lambda: any(map(_sigterm_pending, children)), 30, "a job told to stop")
+            _signal(children, signal.SIGCONT)
             return parent.wait(timeout=30), children
         finally:
             parent.kill()
@@ -230,15 +229,36 @@ def _signal(pids: list[str], signum: int) -> None:
             os.kill(int(pid), signum)
 
 
+def _children(parent: subprocess.Popen[bytes]) -> list[str] | None:
+    """The replay's two jobs once both started; [] when it ended first; None while neither holds."""
+    children = Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split()
+    if len(children) >= 2:
+        return children
+    return [] if parent.poll() is not None else None
+
+
+def _sigterm_pending(pid: str) -> bool:
+    """Whether a SIGTERM waits for the process (held by SIGSTOP), or it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return True
+    masks = [int(line.split()[1], 16) for line in status if line.startswith(("SigPnd:", "ShdPnd:"))]
+    return any(mask & (1 << (signal.SIGTERM - 1)) for mask in masks)
+
+
 def _stopped(pid: str, timeout_s: float = 5.0) -> bool:
     """Whether the process stops (a signal lands once it is scheduled); False once it ended."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        state = _state(pid)
-        if state[0] in "TtZX" or state == "gone":
-            return state[0] in "Tt"
-        time.sleep(0.005)
+    with contextlib.suppress(AssertionError):
+        state = wait_until(lambda: _settled(pid), timeout_s, f"job {pid} stopped or ended")
+        return state[0] in "Tt"
     return False
+
+
+def _settled(pid: str) -> str | None:
+    """The process's state once it is stopped or ended, else None."""
+    state = _state(pid)
+    return state if state[0] in "TtZX" or state == "gone" else None
 
 
 def _state(pid: str) -> str:

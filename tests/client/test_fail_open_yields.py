@@ -7,7 +7,7 @@ import asyncio
 
 from stallwatch.client import KafkaClient
 from stallwatch.settings import Settings
-from tests.kafka_harness import free_port
+from tests.addresses import free_port
 
 
 async def test_a_tight_retry_loop_while_failing_open_lets_other_tasks_run():
@@ -19,7 +19,7 @@ async def test_a_tight_retry_loop_while_failing_open_lets_other_tasks_run():
         nonlocal turns
         while True:
             turns += 1
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # a turn of the loop: what the test counts
 
     async with KafkaClient(settings, verdict_timeout_s=0.5) as client:
         ticker = asyncio.create_task(other_task())

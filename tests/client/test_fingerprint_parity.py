@@ -54,7 +54,7 @@ async def test_digests_only_and_content_give_the_same_decisions_and_state():
     assert decisions == await drive(hashed, False, digest_events)
     assert decisions[-1] == "all_refused"
     assert (False, "duplicate_call") in await drive(EmbeddedClient(fingerprint_key=KEY), True, [])
-    ours, theirs = plain.fleet.runs["parity"], hashed.fleet.runs["parity"]
+    ours, theirs = plain.engine.runs["parity"], hashed.engine.runs["parity"]
     assert (ours.signatures, ours.fingerprints, ours.stop_code) == (
         theirs.signatures,
         theirs.fingerprints,

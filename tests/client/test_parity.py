@@ -17,7 +17,7 @@ from stallwatch.engine.embedded import EmbeddedEngine, Rejected
 DOCS = {"documents": [{"id": "a"}, {"id": "b"}]}
 
 
-class RecordingFleet(EmbeddedEngine):
+class RecordingEngine(EmbeddedEngine):
     """The engine behind the client, keeping each event it got and the commands it answered."""
 
     def __init__(self) -> None:
@@ -30,11 +30,11 @@ class RecordingFleet(EmbeddedEngine):
         return commands
 
 
-def recording_client() -> tuple[EmbeddedClient, RecordingFleet]:
+def recording_client() -> tuple[EmbeddedClient, RecordingEngine]:
     client = EmbeddedClient()
-    client.fleet = fleet = RecordingFleet()
-    client._apply = fleet.handle
-    return client, fleet
+    client.engine = engine = RecordingEngine()
+    client._apply = engine.handle
+    return client, engine
 
 
 async def scripted_runs(client: EmbeddedClient) -> None:
@@ -66,11 +66,11 @@ async def scripted_runs(client: EmbeddedClient) -> None:
 
 
 async def test_in_process_commands_equal_those_of_the_parsed_events():
-    client, fleet = recording_client()
+    client, engine = recording_client()
     await scripted_runs(client)
-    in_process = [encode_command(c) for _, commands in fleet.log for c in commands]
+    in_process = [encode_command(c) for _, commands in engine.log for c in commands]
     parsed = []
-    for result in EmbeddedEngine().replay(orjson.dumps(event) for event, _ in fleet.log):
+    for result in EmbeddedEngine().replay(orjson.dumps(event) for event, _ in engine.log):
         assert not isinstance(result, Rejected), result.letter.error
         parsed.extend(encode_command(c) for c in result)
     assert in_process == parsed
@@ -81,9 +81,9 @@ async def test_in_process_commands_equal_those_of_the_parsed_events():
 
 
 async def test_every_event_a_run_builds_passes_the_parser_unchanged():
-    client, fleet = recording_client()
+    client, engine = recording_client()
     await scripted_runs(client)
-    for event, _ in fleet.log:
+    for event, _ in engine.log:
         assert parse_event(orjson.dumps(event)) == orjson.loads(orjson.dumps(event))
 
 

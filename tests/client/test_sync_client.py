@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
+from collections.abc import Callable
 
 import pytest
 
@@ -88,9 +88,22 @@ def test_wait_stopped_wakes_when_another_threads_call_stops_the_run():
     with SyncClient(EmbeddedClient) as client:
         run = client.start_run("s5", "researcher", [{"name": "search"}], {"max_rounds": 2})
         woke = []
+        looked = threading.Event()
+        wait_until = client.wait_until
+
+        def noting_the_first_look(done: Callable[[], bool], timeout_s: float) -> bool:
+            def looking() -> bool:
+                looked.set()
+                return done()
+
+            return wait_until(looking, timeout_s)
+
+        client.wait_until = noting_the_first_look  # type: ignore[method-assign]
         waiter = threading.Thread(target=lambda: woke.append(run.wait_stopped(10)))
         waiter.start()
-        time.sleep(0.05)  # most often waiting by then: the stop must wake it
+        # From its first look to its wait the waiter holds the lock every call takes: once it has
+        # looked, the stop can only come while it waits, and must wake it.
+        assert looked.wait(10)
         for _ in range(3):
             run.start_round()
             run.end_round()
@@ -102,7 +115,7 @@ def test_a_coroutine_that_waits_still_runs_on_the_loop():
     with SyncClient(EmbeddedClient) as client:
 
         async def later() -> int:
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # the thing under test: a coroutine suspended on the loop's timer
             run = await client.client.start_run("s6")
             await run.start_round()
             return run.round
@@ -113,7 +126,7 @@ def test_a_coroutine_that_waits_still_runs_on_the_loop():
 def test_an_inline_client_that_waits_is_a_clear_error():
     class Waiting(EmbeddedClient):
         async def _prepare(self, run_id: str) -> None:
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # the thing under test: a client that yields to the loop
 
     with SyncClient(Waiting) as client, pytest.raises(RuntimeError, match="runs_inline"):
         client.start_run("s7")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -42,6 +44,10 @@ kinds = st.sampled_from(
     ["round_started", "round_ended", "call_proposed", "call_result", "run_ended", "run_started"]
 )
 
+# Examples per property: a fixed budget in the pure lane, where these are among the costliest tests;
+# `make fuzz` (HYPOTHESIS_PROFILE=fuzz) runs ten times as many.
+EXAMPLES = 5000 if os.environ.get("HYPOTHESIS_PROFILE") == "fuzz" else 500
+
 
 @st.composite
 def events(draw):
@@ -54,7 +60,9 @@ def events(draw):
 
 
 @settings(
-    max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(events())
 def test_the_quick_check_accepts_nothing_the_models_reject(case):
@@ -100,7 +108,9 @@ def run_started_events(draw):
 
 
 @settings(
-    max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(run_started_events())
 def test_a_plain_run_started_passes_only_as_the_models_would_give_it(event):

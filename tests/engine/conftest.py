@@ -9,13 +9,13 @@ from tests.script import RunScript
 
 
 class Outcome:
-    """Commands a fleet produced for a script, with views tests ask about."""
+    """Commands an engine produced for a script, with views tests ask about."""
 
-    def __init__(self, fleet: EmbeddedEngine, script: RunScript) -> None:
-        self.fleet = fleet
+    def __init__(self, engine: EmbeddedEngine, script: RunScript) -> None:
+        self.engine = engine
         self.commands = []
         for raw in script.events:
-            self.commands.extend(fleet.handle(parse_event(orjson.dumps(raw))))
+            self.commands.extend(engine.handle(parse_event(orjson.dumps(raw))))
 
     @property
     def verdicts(self):
@@ -31,9 +31,9 @@ class Outcome:
 
 @pytest.fixture
 def run():
-    """Apply a script to a fresh fleet: `run(script)` -> Outcome."""
+    """Apply a script to a fresh engine: `run(script)` -> Outcome."""
 
-    def apply(script: RunScript, fleet: EmbeddedEngine | None = None) -> Outcome:
-        return Outcome(fleet or EmbeddedEngine(), script)
+    def apply(script: RunScript, engine: EmbeddedEngine | None = None) -> Outcome:
+        return Outcome(engine or EmbeddedEngine(), script)
 
     return apply

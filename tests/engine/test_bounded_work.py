@@ -9,6 +9,7 @@ import time
 
 import orjson
 import pytest
+from stallwatch.engine.coder import call_label
 
 from stallwatch.contract.parse import MAX_EVENT_BYTES, InvalidEvent, parse_event
 from stallwatch.contract.patterns import (
@@ -20,7 +21,6 @@ from stallwatch.contract.patterns import (
     scan_budget,
 )
 from stallwatch.engine.canonical import declared_view
-from stallwatch.engine.coder import call_label
 from stallwatch.engine.embedded import EmbeddedEngine, Rejected
 from stallwatch.engine.masks import mask_strings
 from stallwatch.engine.shell import shell_effect

@@ -72,7 +72,7 @@ def test_chat_never_compares_results(run):
     for i in range(20):
         s.round_of(("get_price", {"symbol": f"S{i}"}, PRICE))
     out = run(s)
-    assert out.stops == [] and out.fleet.runs["run-1"].fingerprints == {}
+    assert out.stops == [] and out.engine.runs["run-1"].fingerprints == {}
 
 
 def test_chat_turn_stops_at_the_round_limit(run):

@@ -7,9 +7,9 @@ import pytest
 
 from stallwatch.contract.commands import encode_command
 from stallwatch.contract.parse import parse_event
-from stallwatch.engine.coder import call_label, effect_of
 from stallwatch.engine.embedded import EmbeddedEngine
 from stallwatch.engine.masks import DEFAULT_VOLATILE_PATTERNS, MASK, mask_strings
+from stallwatch.engine.rules.workspace import call_label, effect_of
 from stallwatch.engine.state import RunState
 from tests.script import RunScript
 
@@ -28,7 +28,7 @@ def coder(policy: dict | None = None, tools: list | None = None, run_id: str = "
 
 
 def state_of(out) -> RunState:
-    return out.fleet.runs["run-1"]
+    return out.engine.runs["run-1"]
 
 
 def stops(out) -> list:
@@ -335,8 +335,8 @@ def test_a_test_run_differing_only_in_its_duration_is_a_stall_unless_the_tool_li
 
 def test_a_pattern_that_is_no_regular_expression_is_a_dead_letter():
     bad = coder(tools=[{"name": "bash", "volatile_patterns": ["(unclosed"]}])
-    fleet = EmbeddedEngine()
-    rejected = fleet.handle_raw(orjson.dumps(bad.events[0]))
+    engine = EmbeddedEngine()
+    rejected = engine.handle_raw(orjson.dumps(bad.events[0]))
     assert "is not an RE2 regular expression" in rejected.letter.error
 
 
@@ -375,7 +375,7 @@ def test_a_result_of_a_call_never_proposed_is_new_and_counts_nothing(run):
 
 
 def test_the_oldest_signatures_are_forgotten_beyond_the_bound(run, monkeypatch):
-    monkeypatch.setattr("stallwatch.engine.coder.MAX_CALL_HISTORY", 3)
+    monkeypatch.setattr("stallwatch.engine.rules.workspace.MAX_CALL_HISTORY", 3)
     s = coder()
     for n in range(6):
         s.round_of(("bash", {"command": f"cmd {n}"}, "x"))

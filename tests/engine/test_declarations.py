@@ -109,7 +109,7 @@ def test_facts_are_per_tool(run):
     s.round_of(("search", {"q": 1}, hits(["a"], 1)))
     s.round_of(("news", {"q": 1}, {"items": [{"id": "a"}]}))  # same id, other tool: new
     s.round_of(("news", {"q": 2}, {"items": [{"id": "a"}]}))
-    assert run(s).fleet.runs["run-1"].already_seen_streak == 1
+    assert run(s).engine.runs["run-1"].already_seen_streak == 1
 
 
 async def test_the_client_hashes_locally_with_the_same_declarations():
@@ -222,7 +222,7 @@ async def test_an_empty_item_list_is_new_whether_the_result_or_only_its_fingerpr
                     send_content=send_content,
                 )
                 await run.end_round()
-            return [run.stop, client.fleet.runs["r"].already_seen_streak]
+            return [run.stop, client.engine.runs["r"].already_seen_streak]
 
     assert await loop(True) == await loop(False) == [None, 0]
 

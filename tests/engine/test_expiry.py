@@ -22,19 +22,19 @@ class Partition:
     broker appended it (`broker`, advancing a second per event)."""
 
     def __init__(self) -> None:
-        self.fleet, self.clock, self.broker = EmbeddedEngine(), PartitionClock(), NOW
+        self.engine, self.clock, self.broker = EmbeddedEngine(), PartitionClock(), NOW
 
     def apply(self, event: dict) -> None:
         self.broker += 1.0
-        self.fleet.handle(parse_event(orjson.dumps(event)))
-        state = self.fleet.runs.get(event["run_id"])
+        self.engine.handle(parse_event(orjson.dumps(event)))
+        state = self.engine.runs.get(event["run_id"])
         if state is not None:
             self.clock.touch(state, event["type"], self.broker)
         else:
             self.clock.advance(self.broker)
 
     def expired(self, run_id: str) -> bool:
-        return is_expired(self.fleet.runs[run_id], self.clock.newest, IDLE, ENDED)
+        return is_expired(self.engine.runs[run_id], self.clock.newest, IDLE, ENDED)
 
 
 def rounds(p: Partition, scripts: list[RunScript], count: int, ts_step: float = 60.0) -> None:
@@ -102,10 +102,10 @@ def test_a_fleet_advisory_is_no_activity_of_its_run():
     p = Partition()
     run = RunScript("run", ts=NOW)
     p.apply(run.events[0])
-    seen = p.fleet.runs["run"].seen_at
+    seen = p.engine.runs["run"].seen_at
     p.broker += 100.0
     p.apply(advisory("run"))
-    assert p.fleet.runs["run"].seen_at == seen
+    assert p.engine.runs["run"].seen_at == seen
     assert p.clock.newest == p.broker
 
 
@@ -114,7 +114,7 @@ def test_a_restored_state_keeps_its_broker_time_and_moves_a_new_clock():
     run = RunScript("run", ts=NOW - SEVEN_HOURS)
     p.apply(run.events[0])
     rounds(p, [run], 5)
-    restored = RunState.from_bytes(p.fleet.runs["run"].to_bytes())
+    restored = RunState.from_bytes(p.engine.runs["run"].to_bytes())
     clock = PartitionClock()
     clock.observe(restored)
     assert restored.seen_at == clock.newest == p.clock.newest

@@ -244,11 +244,11 @@ def test_a_fault_in_run_started_quarantines_the_new_run(monkeypatch):
 
 
 def test_the_embedded_engine_answers_a_faulting_call_at_once(faulty_tool):
-    fleet = EmbeddedEngine()
-    answers = [fleet.handle(parse_event(orjson.dumps(e))) for e in faulting_run().events]
+    engine = EmbeddedEngine()
+    answers = [engine.handle(parse_event(orjson.dumps(e))) for e in faulting_run().events]
     verdicts = [c for out in answers for c in out if c.type == "verdict"]
     assert len(verdicts) == 9 and {v.decision for v in verdicts} == {"allow"}
-    assert fleet.runs["faulty"].quarantined
+    assert engine.runs["faulty"].quarantined
 
 
 def test_a_quarantined_state_round_trips_and_others_keep_their_bytes():

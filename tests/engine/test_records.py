@@ -63,7 +63,7 @@ def test_bad_records_go_to_rejected_with_their_index_and_keys_must_name_the_run(
 
 
 def _applied(run_id: str) -> RunState:
-    fleet = EmbeddedEngine()
-    for _ in fleet.replay(_script().lines()[:2]):
+    engine = EmbeddedEngine()
+    for _ in engine.replay(_script().lines()[:2]):
         pass
-    return fleet.runs[run_id]
+    return engine.runs[run_id]

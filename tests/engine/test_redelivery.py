@@ -37,7 +37,7 @@ def test_a_new_call_after_run_ended_is_still_refused(run):
 
 def test_the_window_survives_the_trip_through_bytes(run):
     s = ended_run_with_a_redelivered_call()
-    state = run(s).fleet.runs[s.run_id]
+    state = run(s).engine.runs[s.run_id]
     copy = RunState.from_bytes(state.to_bytes())
     assert copy.ended and copy.event_ids == state.event_ids and len(copy.event_ids) == len(s.events) - 1
 
@@ -50,7 +50,7 @@ def test_every_event_type_redelivered_after_the_end_changes_nothing(run):
     s.events.extend(dict(e) for e in list(s.events))  # the whole run once more
     after = run(s)
     assert after.commands == before.commands
-    assert after.fleet.runs[s.run_id] == before.fleet.runs[s.run_id]
+    assert after.engine.runs[s.run_id] == before.engine.runs[s.run_id]
 
 
 # -- beyond the window of recent ids, and after the state is gone ---------------------------
@@ -118,10 +118,10 @@ def test_a_call_redelivered_after_its_run_expired_is_answered_under_an_id_of_its
     s = RunScript()
     s.round_of(("search", {"q": 1}, DOCS))
     s.end()
-    fleet = EmbeddedEngine()
-    first = run(s, fleet).commands
-    del fleet.runs[s.run_id]  # the worker expired the ended run's state (ended_retention_s)
-    redelivered = fleet.handle(dict(s.events[2]))
+    engine = EmbeddedEngine()
+    first = run(s, engine).commands
+    del engine.runs[s.run_id]  # the worker expired the ended run's state (ended_retention_s)
+    redelivered = engine.handle(dict(s.events[2]))
     contents_by_id(first + redelivered)
     # The reader's rule: the first verdict of a call is its answer; this one is another id.
     assert [(v.call_id, v.decision) for v in redelivered] == [("c1", "allow")]

@@ -71,7 +71,7 @@ def test_one_new_result_in_a_round_resets_the_already_seen_streak(run):
         s.round_of(("search", {"q": f"again {i}"}, DOCS))
     out = run(s)
     assert out.stops == []
-    assert out.fleet.runs["run-1"].already_seen_streak == 4
+    assert out.engine.runs["run-1"].already_seen_streak == 4
 
 
 def test_refusals_scattered_between_productive_rounds_never_stop_a_run(run):
@@ -110,14 +110,14 @@ def test_the_two_counters_stay_apart(run):
         s.call("search", {"q": "a"})
         s.end_round()
     out = run(s)
-    state = out.fleet.runs["run-1"]
+    state = out.engine.runs["run-1"]
     assert (state.already_seen_streak, state.all_refused_streak) == (2, 4)
     # A round that runs a call and sees old results: already-seen grows, all-refused resets.
     s2 = RunScript()
     s2.events = list(s.events)
     s2.round, s2.ts = s.round, s.ts
     s2.round_of(("search", {"q": "d"}, DOCS))
-    state = run(s2).fleet.runs["run-1"]
+    state = run(s2).engine.runs["run-1"]
     assert (state.already_seen_streak, state.all_refused_streak) == (3, 0)
 
 
@@ -150,7 +150,7 @@ def test_zero_results_of_any_shape_count_as_new(run):
             s.round_of(("search", {"q": f"{i}-{j}"}, empty))
     out = run(s)
     assert out.stops == []
-    assert out.fleet.runs["run-1"].fingerprints == {}
+    assert out.engine.runs["run-1"].fingerprints == {}
 
 
 def test_a_locally_hashed_empty_result_is_new(run):
@@ -243,7 +243,7 @@ def test_a_success_resets_the_tool_failure_count_and_other_tools_count_apart(run
     s.end_round()
     out = run(s)
     assert out.stops == []
-    assert out.fleet.runs["run-1"].failures == {"search": 4, "fetch": 4}
+    assert out.engine.runs["run-1"].failures == {"search": 4, "fetch": 4}
 
 
 def test_call_budget_refuses_further_calls_and_stops_at_the_end_of_the_round(run):
@@ -327,7 +327,7 @@ def test_a_redelivered_event_has_no_further_effect(run):
     s.events.append(dict(s.events[-1]))
     out = run(s)
     assert len(out.verdicts) == 1
-    assert out.fleet.runs["run-1"].failures == {"search": 1}
+    assert out.engine.runs["run-1"].failures == {"search": 1}
 
 
 def test_command_ids_are_deterministic_and_unique(run):
@@ -357,7 +357,7 @@ def test_an_ended_run_is_released_and_later_calls_refused(run):
     s.start_round()
     s.call("search", {"q": 9})
     out = run(s)
-    state = out.fleet.runs["run-1"]
+    state = out.engine.runs["run-1"]
     assert state.ended and not state.fingerprints and not state.signatures
     assert out.codes()[-1] == "run_stopped"
 

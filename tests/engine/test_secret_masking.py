@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from stallwatch.engine.coder import call_label
 
 SECRET = "hunter22Zq"

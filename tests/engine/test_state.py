@@ -8,9 +8,9 @@ import pytest
 from stallwatch.contract.limits import MAX_DECLARATIONS_BYTES, MAX_ID_CHARS, MAX_RECORD_BYTES
 from stallwatch.contract.parse import parse_event
 from stallwatch.contract.policy import POLICY_FIELDS, V1_DEFAULTS
-from stallwatch.engine.coder import LABEL_CHARS, MAX_CALL_HISTORY, MAX_OPEN_CALLS
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.embedded import EmbeddedEngine
+from stallwatch.engine.rules.workspace import LABEL_CHARS, MAX_CALL_HISTORY, MAX_OPEN_CALLS
 from stallwatch.engine.state import (
     EVENT_WINDOW,
     MAX_CHAT_HISTORY,
@@ -27,7 +27,7 @@ DOCS = {"documents": [{"id": "secret-document", "body": "the password is hunter2
 
 
 def state_after(script: RunScript, run) -> RunState:
-    return run(script).fleet.runs[script.run_id]
+    return run(script).engine.runs[script.run_id]
 
 
 def test_the_run_policy_has_the_contract_policys_fields_in_order_with_its_defaults():

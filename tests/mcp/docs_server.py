@@ -30,7 +30,7 @@ def page(cursor: int) -> dict:
 @server.tool()
 async def wait_for_researchers(seconds: float = 0.0) -> str:
     """Wait for the subagents: the same answer every time until they are done."""
-    await asyncio.sleep(seconds)
+    await asyncio.sleep(seconds)  # the thing under test: a tool that takes this long to answer
     return "still running"
 
 

@@ -63,7 +63,7 @@ class FaultyOnce(EmbeddedClient):
     def __init__(self, kind: str) -> None:
         super().__init__()
         self.kind, self.raised = kind, False
-        handle = self.fleet.handle
+        handle = self.engine.handle
 
         def faulty(event: dict[str, Any]) -> list[Command]:
             if event["type"] == self.kind and not self.raised:
@@ -71,7 +71,7 @@ class FaultyOnce(EmbeddedClient):
                 raise RuntimeError(f"a bug, quoting {event}")
             return handle(event)
 
-        self.fleet.handle = faulty  # type: ignore[method-assign]  # run_started goes through it
+        self.engine.handle = faulty  # type: ignore[method-assign]  # run_started goes through it
         self._apply = faulty  # every other event
 
 
@@ -132,12 +132,12 @@ async def test_overlapping_first_calls_start_one_run():
         proxy = Proxy(upstream, client, ProxyOptions(round_gap_s=0.05))
         await proxy.refresh_tools()
         results = await asyncio.gather(*(proxy.call_tool(None, call("page", cursor=c)) for c in range(3)))
-        assert proxy.run is not None and list(client.fleet.runs) == [proxy.run.run_id]
-        state = client.fleet.runs[proxy.run.run_id]
+        assert proxy.run is not None and list(client.engine.runs) == [proxy.run.run_id]
+        state = client.engine.runs[proxy.run.run_id]
         await proxy.close()
     assert not any(r.is_error for r in results)
     assert (state.round, state.round_proposed, state.ended) == (1, 3, True)
-    assert client.fleet.runs == {} and client.runs == {}  # forgotten once ended
+    assert client.engine.runs == {} and client.runs == {}  # forgotten once ended
 
 
 def test_a_result_is_its_structured_content_or_its_blocks_with_json_text_parsed():

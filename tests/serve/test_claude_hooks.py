@@ -9,10 +9,12 @@ import json
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 
 from stallwatch.serve.hooks import TRANSCRIPT_READ_BYTES, HookSettings
 from tests.serve.conftest import session_of
+from tests.waiting import until
 
 _ids = itertools.count(1)
 
@@ -180,8 +182,11 @@ async def test_the_calls_of_one_response_are_one_round_even_when_the_transcript_
         s.path.write_text(lines[0])  # Claude Code writes the response after the hooks fire
 
         first = asyncio.create_task(s.pre(calls[0]))
-        while (reader := server.hooks.transcripts.get(s.session_id)) is None or reader.bytes_read == 0:
-            await asyncio.sleep(0.005)
+        await until(
+            lambda: (reader := server.hooks.transcripts.get(s.session_id)) is not None and reader.bytes_read,
+            60,
+            "the first hook looked in the transcript",
+        )
         assert not first.done()  # waiting for its line
         with s.path.open("a") as f:
             f.writelines(lines[1:])
@@ -204,7 +209,8 @@ async def test_parallel_hooks_of_one_response_are_judged_one_at_a_time(server, t
 
 
 async def test_without_a_transcript_calls_close_in_time_share_a_round(make_server, tmp_path):
-    async with make_server(hooks=HookSettings(round_gap_s=0.3)) as server:
+    clock = Clock()
+    async with make_server(hooks=HookSettings(round_gap_s=0.3, clock=clock)) as server:
         s = Session(server, tmp_path, transcript=False)
         a, b = s.response(("Bash", bash("echo 1")), ("Bash", bash("echo 2")))
         await s.pre(a)
@@ -212,7 +218,7 @@ async def test_without_a_transcript_calls_close_in_time_share_a_round(make_serve
         await s.post(a, shell_out("1"))
         await s.post(b, shell_out("2"))
         assert s.run_state().round == 1
-        await asyncio.sleep(0.4)
+        clock.now += 0.4  # past the gap
         await s.run("Bash", bash("echo 3"), shell_out("3"))
         assert s.run_state().round == 2
 
@@ -258,7 +264,8 @@ async def test_a_session_idle_for_too_long_is_ended_at_the_next_hook(server, tmp
     old, new = Session(server, tmp_path, "old"), Session(server, tmp_path, "new")
     await old.run("Bash", bash("ls"), shell_out("a"))
     server.service.idle_s = 0.0
-    server.service._last_sweep = -1e9  # the once-a-minute sweep is due
+    later = time.monotonic() + 61.0
+    server.service.clock = lambda: later  # a minute on: the once-a-minute sweep is due
     await new.run("Bash", bash("ls"), shell_out("a"))
     assert {session_of(r) for r in server.service.held} == {"new"}
 
@@ -308,7 +315,6 @@ async def test_a_huge_transcript_is_read_from_its_tail_in_bounded_reads(server, 
     calls = s.response(("Bash", bash("echo 1")), ("Bash", bash("echo 2")))
     for call in calls:  # two calls of one response, the gap rule would not join them (no results)
         assert await s.pre(call) == {}
-    await asyncio.sleep(0)
     transcript = server.hooks.transcripts["huge"]
     assert transcript.bytes_read <= 2 * TRANSCRIPT_READ_BYTES  # not the whole 5 MiB
     assert s.run_state().round == 1 and transcript.response_of == {}  # found, then let go

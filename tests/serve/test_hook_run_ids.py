@@ -4,6 +4,7 @@ own runs, so the detector (a worker that outlives the server) never takes a new 
 from __future__ import annotations
 
 import itertools
+import time
 
 from stallwatch.client import EmbeddedClient
 
@@ -66,7 +67,8 @@ async def test_a_session_ended_as_idle_goes_on_in_a_new_run(server):
     await _rounds(server, "idle", ["ls"])
     (swept,) = server.service.held
     server.service.idle_s = 0.0
-    server.service._last_sweep = -1e9  # the once-a-minute sweep is due
+    later = time.monotonic() + 61.0
+    server.service.clock = lambda: later  # a minute on: the once-a-minute sweep is due
     assert await _rounds(server, "idle", ["ls"]) == [{}]  # a new run: the same call is new there
     (now,) = server.service.held
     assert now != swept and now.startswith("idle.")

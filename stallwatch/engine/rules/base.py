@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from xxhash import xxh3_128_hexdigest
 
@@ -25,7 +25,7 @@ class Rules:
 
     # -- what the detector asks ------------------------------------------------------------
 
-    def start(self, state: RunState, tools: list[dict]) -> None:
+    def start(self, state: RunState, tools: list[dict[str, Any]]) -> None:
         """A new run of this mode, its declarations stored."""
 
     def refusal(
@@ -51,7 +51,7 @@ class Rules:
         self.call_budget(state, event, out)
         self.round_limit(state, event, out)
 
-    def annotate_stop(self, state: RunState, detail: dict) -> None:
+    def annotate_stop(self, state: RunState, detail: dict[str, Any]) -> None:
         """Add what this mode tells of a stop to its detail."""
 
     # -- the loops every mode catches ------------------------------------------------------
@@ -160,7 +160,7 @@ class Rules:
         state: RunState,
         event: RawEvent,
         code: StopCode,
-        detail: dict,
+        detail: dict[str, Any],
         out: list[Command],
         closing: bool = False,
     ) -> None:
@@ -212,7 +212,7 @@ def verdict(
     out.append(command)
 
 
-def nudge(out: list[Command], event: RawEvent, round_no: int, reason: str, detail: dict) -> None:
+def nudge(out: list[Command], event: RawEvent, round_no: int, reason: str, detail: dict[str, Any]) -> None:
     command = Nudge(
         command_id=command_id(event, len(out)),
         run_id=event["run_id"],

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from stallwatch.contract.commands import Command, RefusalCode
 from stallwatch.contract.events import RawEvent
-from stallwatch.engine import coder, words
+from stallwatch.engine import words
 from stallwatch.engine.digests import coder_digests
 from stallwatch.engine.masks import effective_patterns
+from stallwatch.engine.rules import workspace
 from stallwatch.engine.rules.base import Rules, count_new_fact, nudge
 from stallwatch.engine.state import RunState
 
 
 class CoderRules(Rules):
     """Researcher's round rules over a workspace that changes: the bookkeeping is
-    `stallwatch.engine.coder`'s; this turns its answers into verdicts, nudges and stops."""
+    `stallwatch.engine.rules.workspace`'s; this turns its answers into verdicts, nudges and stops."""
 
-    def start(self, state: RunState, tools: list[dict]) -> None:
+    def start(self, state: RunState, tools: list[dict[str, Any]]) -> None:
         state.tool_effects = {t["name"]: t["effect"] for t in tools if t.get("effect") in ("read", "write")}
 
     def refusal(
@@ -26,14 +29,14 @@ class CoderRules(Rules):
         return None
 
     def allow(self, state: RunState, event: RawEvent, signature: bytes | None) -> None:
-        coder.allow(state, event, signature, coder.effect_of(state, event))
+        workspace.allow(state, event, signature, workspace.effect_of(state, event))
 
-    def annotate_stop(self, state: RunState, detail: dict) -> None:
+    def annotate_stop(self, state: RunState, detail: dict[str, Any]) -> None:
         detail["workspace_version"] = state.workspace_version  # for explain, top and metrics
 
     def duplicate_read(self, state: RunState, event: RawEvent, signature: bytes | None, exempt: bool) -> bool:
         """A read already run, with the same arguments, at this workspace version."""
-        return coder.is_duplicate(state, signature, coder.effect_of(state, event), exempt)
+        return workspace.is_duplicate(state, signature, workspace.effect_of(state, event), exempt)
 
     def on_result(self, state: RunState, event: RawEvent, out: list[Command]) -> None:
         """New facts per call signature, failures of one call while nothing else changes, and
@@ -46,7 +49,7 @@ class CoderRules(Rules):
         patterns = effective_patterns("coder", spec.get("patterns") if spec else None)
         whole, facts, itemised, empty = coder_digests(event, spec, patterns, self.secret)
         always_new = self.requires_approval(state, tool) or self.repeat_exempt(state, tool)
-        judged = coder.on_result(state, event, whole, facts, itemised, always_new, empty)
+        judged = workspace.on_result(state, event, whole, facts, itemised, always_new, empty)
         if judged is None or judged.new_fact:
             count_new_fact(state, current)
         if judged is None:
@@ -57,7 +60,7 @@ class CoderRules(Rules):
             self.no_effect(state, event, judged, out)
 
     def call_failures(
-        self, state: RunState, event: RawEvent, judged: coder.Judged, out: list[Command]
+        self, state: RunState, event: RawEvent, judged: workspace.Judged, out: list[Command]
     ) -> None:
         """One call failing again and again while nothing else changes the workspace."""
         self.stop(
@@ -73,7 +76,9 @@ class CoderRules(Rules):
             out,
         )
 
-    def no_effect(self, state: RunState, event: RawEvent, judged: coder.Judged, out: list[Command]) -> None:
+    def no_effect(
+        self, state: RunState, event: RawEvent, judged: workspace.Judged, out: list[Command]
+    ) -> None:
         """A stall: the same result of one call, run after run, although the workspace changed
         between: a nudge at `stall_nudge_at`, a stop at `stall_stop_at`."""
         policy, tool = state.policy, event["tool"]

@@ -137,66 +137,13 @@ class BatchApplier:
         The engine's one path (`RecordApplier`) parses, loads, applies and keeps; around it, the
         batch keys every record, skips the offsets applied already, moves the clock and counts."""
         result = BatchResult()
-        secret = self.detector.secret  # keys the digests a dead letter and a long id carry
-        tallies = self.tallies
         idle, ended = self.idle_timeout_s, self.ended_retention_s
 
         def expired(state: RunState) -> bool:
             return clock.newest is not None and is_expired(state, clock.newest, idle, ended)
 
         def segment(part: Sequence[SourceRecord]) -> Generator[None, None, None]:
-            """The records of `part` through the engine's one path, in order."""
-            seen_at: list[float] = []
-
-            def values() -> Iterator[bytes | None]:
-                """Each record's value, the clock moved to its time first (bad input moves it too)."""
-                for message in part:
-                    seen = (
-                        message.timestamp / 1000 if message.timestamp_type == LOG_APPEND_TIME else received_at
-                    )
-                    clock.advance(seen)
-                    seen_at.append(seen)
-                    yield message.value
-
-            def rejected(index: int, value: bytes | None, exc: InvalidEvent) -> None:
-                message = part[index]
-                letter = DeadLetter.of(
-                    value,
-                    str(exc),
-                    self.topic,
-                    message.partition,
-                    message.offset,
-                    secret,
-                    self.deadletter_raw,
-                )
-                result.letters.append((bounded_key(message.key, secret), letter.encode(), exc.reason))
-
-            def applied(index: int, event: RawEvent, state: RunState | None, commands: list[Command]) -> None:
-                kind = event["type"]
-                result.events_by_type[kind] = result.events_by_type.get(kind, 0) + 1
-                result.commands.extend(commands)
-                result.caused_at.extend([event["ts"]] * len(commands))
-                if state is not None:
-                    if commands and state.policy.observe_only:
-                        result.observed.append((state.tenant, commands))
-                    clock.touch(state, kind, seen_at[index])
-                    if tallies is not None:
-                        tallies.observe(event, state, commands)
-
-            for outcome in self.records.apply(
-                values(),
-                result.states,
-                rejected,
-                load=load,
-                keys=[message.key for message in part],
-                offsets=[message.offset for message in part],
-                applied=applied,
-                expired=expired,
-                live=live,
-            ):
-                if outcome is SKIPPED:
-                    result.skipped += 1
-                yield
+            return self._segment(part, result, load, clock, received_at, expired, live)
 
         first = 0
         if poison:
@@ -207,9 +154,66 @@ class BatchApplier:
                     yield
                     first = index + 1
         yield from segment(messages[first:] if first else messages)
-        if tallies is not None:
-            result.tallies = tallies.records()
+        if self.tallies is not None:
+            result.tallies = self.tallies.records()
         return result
+
+    def _segment(
+        self,
+        part: Sequence[SourceRecord],
+        result: BatchResult,
+        load: Callable[[str], RunState | None],
+        clock: PartitionClock,
+        received_at: float,
+        expired: Callable[[RunState], bool],
+        live: LiveRuns | None,
+    ) -> Generator[None, None, None]:
+        """The records of `part` through the engine's one path, in order, into `result`."""
+        secret = self.detector.secret  # keys the digests a dead letter and a long id carry
+        tallies = self.tallies
+        seen_at: list[float] = []
+
+        def values() -> Iterator[bytes | None]:
+            """Each record's value, the clock moved to its time first (bad input moves it too)."""
+            for message in part:
+                seen = message.timestamp / 1000 if message.timestamp_type == LOG_APPEND_TIME else received_at
+                clock.advance(seen)
+                seen_at.append(seen)
+                yield message.value
+
+        def rejected(index: int, value: bytes | None, exc: InvalidEvent) -> None:
+            message = part[index]
+            letter = DeadLetter.of(
+                value, str(exc), self.topic, message.partition, message.offset, secret, self.deadletter_raw
+            )
+            result.letters.append((bounded_key(message.key, secret), letter.encode(), exc.reason))
+
+        def applied(index: int, event: RawEvent, state: RunState | None, commands: list[Command]) -> None:
+            kind = event["type"]
+            result.events_by_type[kind] = result.events_by_type.get(kind, 0) + 1
+            result.commands.extend(commands)
+            result.caused_at.extend([event["ts"]] * len(commands))
+            if state is not None:
+                if commands and state.policy.observe_only:
+                    result.observed.append((state.tenant, commands))
+                clock.touch(state, kind, seen_at[index])
+                if tallies is not None:
+                    tallies.observe(event, state, commands)
+
+        for outcome in self.records.apply(
+            values(),
+            result.states,
+            rejected,
+            load=load,
+            keys=[message.key for message in part],
+            offsets=[message.offset for message in part],
+            applied=applied,
+            expired=expired,
+            live=live,
+        ):
+            if outcome is SKIPPED:
+                result.skipped += 1
+            yield
 
     def _poisoned(
         self,

@@ -33,6 +33,7 @@ from aiokafka.errors import IllegalOperation, KafkaError, ProducerFenced
 
 from stallwatch.contract.commands import Command, encode_command
 from stallwatch.engine.state import RunState
+from stallwatch.kafka.aiokafka_patch import retrieve_transaction_failures
 from stallwatch.settings import Settings
 from stallwatch_streams.worker.batch import LOG_APPEND_TIME, BatchApplier, BatchResult, SourceRecord
 from stallwatch_streams.worker.expiry import ExpiryScan
@@ -180,22 +181,28 @@ async def publish_ahead(
 async def write_plan(producer: TransactionalProducer, plan: CommitPlan, group_id: str) -> None:
     """The plan in one transaction: committed whole, or aborted (and the exception raised)."""
     partition = plan.source.partition
-    async with producer.transaction():
-        sent: list[asyncio.Future[Any]] = []
-        try:
-            for w in plan.writes:
-                sent.append(retrieving(await producer.send(w.topic, w.value, key=w.key, partition=partition)))
-        except IllegalOperation as exc:
-            # aiokafka left the transaction when an earlier send failed: that failure (a
-            # fencing, most often) is what the caller must see, not the refusal that followed.
-            raise _failure_of(sent) or exc from exc
-        # The offsets only once the records are acknowledged: adding the offsets to the
-        # transaction (AddOffsetsToTxn) changes its state on the coordinator, and a record
-        # whose verification (KIP-890) meets that change is refused as NOT_ENOUGH_REPLICAS
-        # and retried: ~16 warnings a second on a healthy broker, for no gain in latency.
-        await asyncio.gather(*sent)
-        if plan.group_offsets:
-            await producer.send_offsets_to_transaction({plan.source: plan.next_offset}, group_id)
+    try:
+        async with producer.transaction():
+            sent: list[asyncio.Future[Any]] = []
+            try:
+                for w in plan.writes:
+                    sent.append(
+                        retrieving(await producer.send(w.topic, w.value, key=w.key, partition=partition))
+                    )
+            except IllegalOperation as exc:
+                # aiokafka left the transaction when an earlier send failed: that failure (a
+                # fencing, most often) is what the caller must see, not the refusal that followed.
+                raise _failure_of(sent) or exc from exc
+            # The offsets only once the records are acknowledged: adding the offsets to the
+            # transaction (AddOffsetsToTxn) changes its state on the coordinator, and a record
+            # whose verification (KIP-890) meets that change is refused as NOT_ENOUGH_REPLICAS
+            # and retried: ~16 warnings a second on a healthy broker, for no gain in latency.
+            await asyncio.gather(*sent)
+            if plan.group_offsets:
+                await producer.send_offsets_to_transaction({plan.source: plan.next_offset}, group_id)
+    except Exception:
+        retrieve_transaction_failures(producer)  # raised here: the sender's copies are seen too
+        raise
 
 
 def retrieving(send: Awaitable[Any]) -> asyncio.Future[Any]:

@@ -24,9 +24,10 @@ class Progress:
     # When (monotonic) each partition's batch in flight began: its tasks', read from the health
     # checks' and the watchdog's threads.
     batches_since: Callable[[], Iterable[float]] = field(default=_none)
+    clock: Callable[[], float] = time.monotonic  # what `beat` and the batches' begin times are read on
 
     def tick(self) -> None:
-        self.beat = time.monotonic()
+        self.beat = self.clock()
 
     @property
     def ready(self) -> bool:
@@ -36,7 +37,7 @@ class Progress:
         """Seconds since the oldest sign of progress: a loop that goes round while one
         partition's batch hangs is stalled all the same."""
         oldest = min([self.beat, *self.batches_since()])
-        return time.monotonic() - oldest
+        return self.clock() - oldest
 
 
 class Signs(Protocol):

@@ -46,8 +46,8 @@ def test_resolved_run_with_edits_and_test_reruns_is_left_alone():
 
 @pytest.fixture(scope="module")
 def outcomes():
-    fleet = EmbeddedEngine()
-    return [replay(traj, "coder", fleet) for traj in load_runs(DEFAULT_DATA)]
+    engine = EmbeddedEngine()
+    return [replay(traj, "coder", engine) for traj in load_runs(DEFAULT_DATA)]
 
 
 @pytest.mark.xfail(

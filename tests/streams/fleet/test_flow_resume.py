@@ -45,6 +45,7 @@ def app_with(consumer: Consumer) -> tuple[SimpleNamespace, FlowControlQueue]:
 
 
 async def until_idle() -> None:
+    """A few turns of the loop, no wait on the clock: the callbacks a resume scheduled run."""
     for _ in range(5):
         await asyncio.sleep(0)
 

@@ -31,6 +31,7 @@ from stallwatch_streams.worker.task_state import TaskState
 from tests.script import RunScript
 from tests.streams.worker.fake_kafka import FakeConsumer, FakeProducer, consumer_records
 from tests.streams.worker.fake_tasks import SOURCE, TOPICS, FakePartition, committed_changelog
+from tests.waiting import until
 
 
 def looping_run() -> list[SourceMessage]:
@@ -166,14 +167,18 @@ async def pipeline_of(
     return pipeline, consumer, started
 
 
+def in_state(pipeline: Pipeline, state: TaskState) -> bool:
+    """Whether partition 0's task is in `state` (SUSPENDED: a revocation has reached it)."""
+    task = pipeline.tasks.get(0)
+    return task is not None and task.state is state
+
+
 async def test_a_fenced_producer_publishes_nothing_and_the_worker_goes_on():
     producer = FakeProducer(fail_commit=ProducerFenced())
     pipeline, _, started = await pipeline_of(producer)
     loop = asyncio.create_task(pipeline.run())
-    deadline = asyncio.get_running_loop().time() + 5
-    while (task := pipeline.tasks.get(0)) is None or task.state is not TaskState.DROPPED:
-        assert not loop.done() and asyncio.get_running_loop().time() < deadline  # not ended, nor stuck
-        await asyncio.sleep(0.001)
+    await until(lambda: loop.done() or in_state(pipeline, TaskState.DROPPED), 5, "the fenced task dropped")
+    assert not loop.done()  # not ended
     assert producer.visible == [] and producer.offsets == {}
     assert started == []  # not rebuilt: the group says whose it is, in the rebalance it was asked for
     assert pipeline.membership.rejoins == 1
@@ -188,12 +193,11 @@ async def test_a_batch_is_never_half_given_up_in_a_rebalance():
     producer = FakeProducer(gate=gate)
     pipeline, consumer, _ = await pipeline_of(producer)
     loop = asyncio.create_task(pipeline.run())
-    while not pipeline.tasks.committing():
-        await asyncio.sleep(0.001)
+    await until(pipeline.tasks.committing, 5, "a commit in flight")
     tp = next(iter(consumer.assigned))
     assert tp not in consumer.paused  # pipelined: the partition reads on meanwhile
     revoked = asyncio.create_task(pipeline.on_partitions_revoked([tp]))
-    await asyncio.sleep(0.05)
+    await until(lambda: in_state(pipeline, TaskState.SUSPENDED), 5, "the revoked task suspended")
     assert not revoked.done()  # the rebalance waits for the batch in flight
     assert producer.visible == []
     task = pipeline.tasks.get(0)
@@ -306,11 +310,12 @@ async def test_a_transaction_failed_during_a_rebalance_is_restored_only_when_the
     pipeline, consumer, started = await pipeline_of(producer, restore)
     restored.clear()
     loop = asyncio.create_task(pipeline.run())
-    while not pipeline.tasks.committing():
-        await asyncio.sleep(0.001)
+    await until(pipeline.tasks.committing, 5, "a commit in flight")
     tp = next(iter(consumer.assigned))
     revoked = asyncio.create_task(pipeline.on_partitions_revoked([tp]))
-    await asyncio.sleep(0.05)
+    await until(
+        lambda: in_state(pipeline, TaskState.SUSPENDED), 5, "the revoked task suspended"
+    )  # waiting for the commit
     gate.set()
     await asyncio.wait_for(revoked, 5)
     assert started == [] and restored == []  # no producer of the partition started meanwhile

@@ -9,7 +9,7 @@ import urllib.request
 
 from stallwatch_streams.worker.health import HealthServer
 from stallwatch_streams.worker.progress import Progress
-from tests.kafka_harness import free_port
+from tests.addresses import free_port
 
 
 def get(port: int, path: str) -> tuple[int, dict]:
@@ -21,7 +21,8 @@ def get(port: int, path: str) -> tuple[int, dict]:
 
 
 async def test_live_while_the_loop_progresses_dead_when_it_stalls_ready_after_restore():
-    progress = Progress()
+    now = [1000.0]
+    progress = Progress(clock=lambda: now[0])
     port = free_port()
     server = HealthServer(progress, stall_timeout_s=0.3, host="127.0.0.1", port=port)
     await server.start()
@@ -30,7 +31,7 @@ async def test_live_while_the_loop_progresses_dead_when_it_stalls_ready_after_re
         assert await asyncio.to_thread(get, port, "/health/ready") == (503, {"ready": False})
         status, body = await asyncio.to_thread(get, port, "/health/live")
         assert status == 200 and body["live"] is True
-        await asyncio.sleep(0.4)  # no tick: the loop is stuck somewhere
+        now[0] += 0.4  # no tick: the loop is stuck somewhere
         status, body = await asyncio.to_thread(get, port, "/health/live")
         assert status == 503 and body["seconds_since_progress"] >= 0.3
         progress.tick()

@@ -4,8 +4,6 @@ metadata_max_age_ms."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from aiokafka.client import AIOKafkaClient
 
@@ -14,6 +12,7 @@ from stallwatch.kafka.topics import ensure_topics
 from stallwatch_streams.worker import producers
 from stallwatch_streams.worker.commit import CommitTopics
 from tests.kafka_harness import fresh_settings
+from tests.waiting import until
 
 pytestmark = pytest.mark.kafka
 
@@ -33,7 +32,7 @@ async def test_an_idle_workers_producers_ask_for_their_own_topics_only(monkeypat
     partition = await producers.start_producer(settings, 0)
     ahead = await producers.start_ahead_producer(settings)
     try:
-        await asyncio.sleep(2)  # several renewals, nothing sent
+        await until(lambda: len(asked) >= 4, 60, "four renewals of the producers' metadata")  # nothing sent
     finally:
         await partition.stop()
         await ahead.stop()

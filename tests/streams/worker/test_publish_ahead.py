@@ -29,6 +29,7 @@ from stallwatch_streams.worker.task_state import TaskState
 from tests.streams.worker.fake_kafka import FakeAheadProducer, FakeConsumer, FakeProducer
 from tests.streams.worker.fake_tasks import SOURCE, FakePartition
 from tests.streams.worker.test_commit import looping_run, timed_out_partition
+from tests.waiting import until
 
 
 async def ahead_partition(fail: BaseException | None = None) -> tuple[FakePartition, FakeAheadProducer]:
@@ -152,11 +153,13 @@ class HeldAheadProducer(FakeAheadProducer):
         super().__init__()
         self.held_key = held_key
         self.release = asyncio.Event()
+        self.holding = asyncio.Event()  # a send is held
 
     async def send(
         self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int | None = None
     ) -> asyncio.Future[None]:
         if key == self.held_key:
+            self.holding.set()
             await self.release.wait()
         return await super().send(topic, value, key, partition)
 
@@ -211,16 +214,18 @@ async def test_a_batch_whose_sends_outlast_a_rebuild_of_its_partition_is_never_c
     consumer.queued.append({tp: append_timed(settings.events_topic, b"r2", len(first))})
     loop = asyncio.create_task(pipeline.run())
     try:
-        while not failing.transactions:  # r1's batch in its transaction, held by the gate
-            await asyncio.sleep(0.001)
-        await asyncio.sleep(0.05)  # r2's batch applied, its sends held
+        await until(lambda: failing.transactions, 5, "r1's batch in its transaction, held by the gate")
+        await asyncio.wait_for(ahead.holding.wait(), 5)  # r2's batch applied, its sends held
         gate.set()  # r1's transaction fails: the partition is rebuilt on the fresh producer
         task = pipeline.tasks.get(0)
         assert task is not None
-        while task.epoch < 2:
-            await asyncio.sleep(0.001)
+        await until(lambda: task.epoch >= 2, 5, "the partition rebuilt")
+        beat = pipeline.progress.beat  # the loop waits in r2's sends: no beat until they end
         ahead.release.set()
-        await asyncio.sleep(0.2)
+        # Past r2's batch, and any commit it would have started over.
+        await until(
+            lambda: pipeline.progress.beat > beat and not pipeline.tasks.committing(), 5, "r2's batch handled"
+        )
         # r2's batch was applied on r1's discarded states: it must be read again, not committed.
         assert fresh.visible == [], fresh.visible
     finally:

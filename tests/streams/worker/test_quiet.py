@@ -52,7 +52,7 @@ async def test_an_idle_worker_uses_next_to_no_cpu():
         await wait_until_serving(settings)
         await asyncio.sleep(2)  # past the probe's batch
         cpu, began = cpu_seconds(worker.proc.pid), time.monotonic()
-        await asyncio.sleep(IDLE_S)
+        await asyncio.sleep(IDLE_S)  # the thing under test: what an idle worker spends over this time
         share = (cpu_seconds(worker.proc.pid) - cpu) / (time.monotonic() - began)
         assert worker.alive(), worker.log_tail()
     finally:

@@ -26,6 +26,7 @@ from stallwatch_streams.worker.task_state import InvalidTransition, TaskState
 from stallwatch_streams.worker.tasks import PartitionTasks
 from tests.streams.worker.fake_kafka import FakeProducer
 from tests.streams.worker.fake_tasks import SOURCE, FakePartition
+from tests.waiting import until
 
 TP = SOURCE
 FAILED = Failed(KafkaConnectionError("the broker went away"), attempt=1)
@@ -66,7 +67,7 @@ async def serving(commits: Commits, commit_interval_s: float = 0.0) -> FakeParti
 async def settled(task: PartitionTask) -> None:
     while (loop := task.commit_loop) is not None:
         await asyncio.gather(loop, return_exceptions=True)
-    await asyncio.sleep(0)  # the done callbacks
+    await asyncio.sleep(0)  # a turn of the loop, for the done callbacks: no wait on the clock
 
 
 # -- transitions -----------------------------------------------------------------------------
@@ -106,7 +107,7 @@ async def test_a_failed_transaction_rebuilds_the_task():
     commits = Commits(FAILED)
     p = await serving(commits)
     p.task.add(batch(0))
-    await asyncio.sleep(0)
+    await until(lambda: commits.transactions, 5, "batch 0's transaction began")
     p.task.add(batch(1))  # applied on top of batch 0
     epoch = p.task.epoch
     commits.gate.set()
@@ -229,7 +230,7 @@ async def test_batches_applied_during_a_transaction_join_the_next_one_unpaused()
     commits = Commits()
     p = await serving(commits)
     p.task.add(batch(0))
-    await asyncio.sleep(0)
+    await until(lambda: commits.transactions, 5, "batch 0's transaction began")
     p.task.add(batch(1))
     p.task.add(batch(2))
     assert TP not in p.consumer.paused and p.task.commit_loop is not None  # not paused meanwhile
@@ -243,7 +244,7 @@ async def test_a_partition_past_the_bound_of_pending_records_is_paused_until_its
     commits = Commits()
     p = await serving(commits)
     p.task.add(batch(0))
-    await asyncio.sleep(0)
+    await until(lambda: commits.transactions, 5, "batch 0's transaction began")
     p.task.add(batch(PENDING_MAX_RECORDS, PENDING_MAX_RECORDS))
     assert TP in p.consumer.paused
     commits.gate.set()
@@ -255,7 +256,7 @@ async def test_a_cancelled_commit_is_a_failure_and_leaves_its_partition_paused()
     commits = Commits()
     p = await serving(commits)
     p.task.add(batch(0))
-    await asyncio.sleep(0)
+    await until(lambda: commits.transactions, 5, "batch 0's transaction began")
     loop = p.task.commit_loop
     assert loop is not None
     loop.cancel()
@@ -284,25 +285,24 @@ async def test_a_stop_abandons_a_commit_stuck_past_its_time_and_that_is_no_failu
     tasks._tasks[0] = p.task
     p.task.add(batch(0))
     assert await tasks.drain(0.05) == 1
-    await asyncio.sleep(0.01)  # the cancellation lands, then the done callback
+    await until(lambda: not tasks.committing(), 5, "the abandoned commit ended")
     assert not tasks.committing() and p.membership.failure is None and TP in p.consumer.paused
 
 
 async def test_transactions_of_batches_published_ahead_begin_a_commit_interval_apart():
     commits = Commits()
-    p = await serving(commits, commit_interval_s=0.2)
+    p = await serving(commits, commit_interval_s=0.5)
     commits.gate.set()
     loop = asyncio.get_running_loop()
     began = loop.time()
     p.task.add(batch(0, ahead=True))  # the first commits at once
-    await asyncio.sleep(0.01)
+    await until(lambda: commits.transactions, 5, "batch 0's transaction began")
     for offset in (1, 2, 3):  # applied meanwhile: they wait out the interval, then go together
         p.task.add(batch(offset, ahead=True))
-        await asyncio.sleep(0.01)
     assert commits.transactions == [[0]]
     await settled(p.task)
     assert commits.transactions == [[0], [1, 2, 3]] and commits.observed == [0, 1, 2, 3]
-    assert loop.time() - began >= 0.2
+    assert loop.time() - began >= 0.5
 
 
 async def test_a_batch_whose_verdicts_wait_for_its_transaction_is_committed_at_once():
@@ -310,7 +310,7 @@ async def test_a_batch_whose_verdicts_wait_for_its_transaction_is_committed_at_o
     p = await serving(commits, commit_interval_s=60.0)
     commits.gate.set()
     p.task.add(batch(0, ahead=True))
-    await asyncio.sleep(0.01)
+    await until(lambda: commits.transactions, 5, "batch 0's transaction began")
     p.task.add(batch(1))  # its commands are in the transaction
     await asyncio.wait_for(settled(p.task), 5)
     assert commits.transactions == [[0], [1]]

@@ -1,6 +1,8 @@
-"""Coder mode's bookkeeping: call effects, the workspace version, what each call signature returned.
+"""Coder mode's record of the workspace: call effects, the workspace version, what each call
+signature returned.
 
-Pure functions over a RunState; the detector turns their answers into verdicts, nudges and stops.
+Pure functions over a RunState; coder mode's rules (`rules/coder.py`) turn their answers into
+verdicts, nudges and stops.
 """
 
 from __future__ import annotations
