@@ -29,6 +29,8 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from stallwatch.kafka import aiokafka_patch
+
 BOOTSTRAP = os.environ.get("STALLWATCH_BOOTSTRAP", "127.0.0.1:9092")
 COMMIT_INTERVAL_S = 0.1
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -45,7 +47,7 @@ async def per_partition_echo(prefix: str, tenants: int, partitions: int) -> None
     """aiokafka: a group per tenant, a transactional producer per input partition."""
     consumers, producers = [], {}
     for n, (events, out) in enumerate(topics_of(prefix, tenants)):
-        consumer = AIOKafkaConsumer(
+        consumer = aiokafka_patch.Consumer(
             events,
             bootstrap_servers=BOOTSTRAP,
             group_id=f"{prefix}-g{n}",

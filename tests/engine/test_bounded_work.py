@@ -9,7 +9,6 @@ import time
 
 import orjson
 import pytest
-from stallwatch.engine.coder import call_label
 
 from stallwatch.contract.parse import MAX_EVENT_BYTES, InvalidEvent, parse_event
 from stallwatch.contract.patterns import (
@@ -23,6 +22,7 @@ from stallwatch.contract.patterns import (
 from stallwatch.engine.canonical import declared_view
 from stallwatch.engine.embedded import EmbeddedEngine, Rejected
 from stallwatch.engine.masks import mask_strings
+from stallwatch.engine.rules.workspace import call_label
 from stallwatch.engine.shell import shell_effect
 from tests.script import RunScript
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from stallwatch.engine.coder import call_label
+
+from stallwatch.engine.rules.workspace import call_label
 
 SECRET = "hunter22Zq"
 

@@ -199,8 +199,7 @@ def test_an_ended_run_frees_its_bytes_and_a_successor_charges_the_stored_states(
 
 
 def test_a_state_at_every_cap_is_estimated_near_what_it_holds():
-    from stallwatch.engine.coder import MAX_CALL_HISTORY
-
+    from stallwatch.engine.rules.workspace import MAX_CALL_HISTORY
     from stallwatch.engine.state import MAX_FINGERPRINTS, MAX_SIGNATURES
 
     state = RunState(mode="coder", started_ts=1.0)
