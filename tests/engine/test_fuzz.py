@@ -9,10 +9,13 @@ event").
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
 import random
 import time
+from collections.abc import Iterator
 
 import orjson
 from hypothesis import HealthCheck, given, settings
@@ -37,9 +40,10 @@ settings.load_profile(PROFILE)
 ADVERSARIAL_EXAMPLES = 12 if PROFILE == "ci" else 1_000
 
 # The bound per event, in CPU seconds: a fixed part and a part per byte of the event. docs/contract.md
-# states 10 ms + 0.1 µs a byte; this allows 0.25 s fixed (the collector's pauses on a test
-# process's heap) and four times the part per byte (a loaded machine), still far below the
-# seconds to minutes the attacks it excludes took. Measured worst cases: benchmarks/hostile_bench.py.
+# states 10 ms + 0.1 µs a byte; this allows 0.25 s fixed and four times the part per byte (a loaded
+# machine), still far below the seconds to minutes the attacks it excludes took. Measured worst
+# cases: benchmarks/hostile_bench.py. The cyclic collector is held off while a step is timed: its
+# pauses scan the whole test process's heap (hypothesis's data among it), not the event's work.
 FIXED_S = 0.25
 PER_BYTE_S = 4 * 0.1e-6
 
@@ -168,14 +172,24 @@ def logs(draw: st.DrawFn) -> list[bytes]:
     return lines + [draw(events(n)) for n in range(count)]
 
 
+@contextlib.contextmanager
+def collector_held() -> Iterator[None]:
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def costed_replay(lines: list[bytes]) -> list[bytes]:
     """Replay's commands (dead letters as their errors), each line's CPU time within the bound."""
     out: list[bytes] = []
     results = EmbeddedEngine(shared_topic=True).replay(lines)  # read as the worker reads the shared topic
     for line in lines:
-        started = time.process_time()
-        result = next(results, None) if line.strip() else None
-        elapsed = time.process_time() - started
+        with collector_held():
+            started = time.process_time()
+            result = next(results, None) if line.strip() else None
+            elapsed = time.process_time() - started
         assert elapsed < FIXED_S + PER_BYTE_S * len(line), (elapsed, len(line), line[:200])
         if isinstance(result, Rejected):
             out.append(b"dead letter: " + result.letter.error.encode())
@@ -301,19 +315,23 @@ def test_each_steps_worst_input_stays_within_the_bound(lines):
 )
 def test_the_shell_rule_reads_any_command_within_the_bound(template, unit, size):
     command = template.format(unit * (size // len(unit)))
-    started = time.process_time()
-    shell_effect(command)
-    shell_effect(command, persistent=True)
-    assert time.process_time() - started < FIXED_S + PER_BYTE_S * len(command)
+    with collector_held():
+        started = time.process_time()
+        shell_effect(command)
+        shell_effect(command, persistent=True)
+        elapsed = time.process_time() - started
+    assert elapsed < FIXED_S + PER_BYTE_S * len(command)
 
 
 @settings(max_examples=ADVERSARIAL_EXAMPLES)
 @given(st.sampled_from(["\x1b]", "\x1b[", "\x9b1;", "\u202e", "`", " \n", "é"]), st.sampled_from(SIZES))
 def test_names_are_made_safe_within_the_bound(unit, size):
     name = unit * (size // len(unit))
-    started = time.process_time()
-    plain(name, LABEL_CHARS)
-    assert time.process_time() - started < FIXED_S + PER_BYTE_S * len(name)
+    with collector_held():
+        started = time.process_time()
+        plain(name, LABEL_CHARS)
+        elapsed = time.process_time() - started
+    assert elapsed < FIXED_S + PER_BYTE_S * len(name)
 
 
 def _dumps(value: object) -> bytes:
