@@ -92,6 +92,14 @@ class StallwatchMetrics:
             "Result fingerprints and fact digests held by this worker's runs",
             registry=r,
         )
+        self.state_bytes = Gauge(
+            "stallwatch_live_state_bytes",
+            "Estimated bytes of the live runs' states this worker holds, per tenant (shared: the "
+            "shared topic's runs); a tenant's new runs are refused past "
+            "STALLWATCH_MAX_STATE_BYTES_PER_TENANT on a partition",
+            ["tenant"],
+            registry=r,
+        )
         self.lag = Gauge(
             "stallwatch_consumer_lag",
             "Events not yet committed: end offset minus committed offset",

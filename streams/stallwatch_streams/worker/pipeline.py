@@ -341,6 +341,7 @@ class Pipeline(ConsumerRebalanceListener):
     def _count(self) -> None:
         self.live_runs = self.tasks.live_runs()
         self.fingerprints = self.tasks.fingerprints()
+        self.metrics.state_bytes.labels(self.settings.tenant or "shared").set(self.tasks.state_bytes())
 
     # -- partitions changing hands -----------------------------------------------------------
 

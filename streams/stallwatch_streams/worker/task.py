@@ -129,6 +129,11 @@ class PartitionTask:
     def runs_held(self) -> int:
         return len(self._states) if self._states is not None else 0
 
+    def state_bytes(self) -> int:
+        """The estimated bytes of its live runs' states (0 when no quota keeps the ledger)."""
+        live = self._states.live if self._states is not None else None
+        return sum(live.bytes_by_tenant.values()) if live is not None else 0
+
     def live_runs(self) -> int:
         """Its runs not ended (ended ones are kept a while, for redeliveries): its live ledger's
         count, else every run held."""

@@ -53,6 +53,9 @@ class PartitionTasks:
     def fingerprints(self) -> int:
         return sum(task.expiry.fingerprints for task in self)
 
+    def state_bytes(self) -> int:
+        return sum(task.state_bytes() for task in self)
+
     # -- partitions changing hands -----------------------------------------------------------
 
     def suspend(self) -> None:

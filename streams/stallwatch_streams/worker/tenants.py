@@ -46,6 +46,7 @@ class Tenants:
         pipeline: PipelineFactory | None = None,
     ) -> None:
         self.settings = settings.for_tenant(None)
+        self.metrics = metrics
         # Every pipeline's, on one producer (None: STALLWATCH_POISON_GUARD off).
         self.attempts = AttemptLog(self.settings) if settings.poison_guard else None
         self._pipeline = pipeline or (
@@ -143,3 +144,5 @@ class Tenants:
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await self.pipelines.pop(tenant).stop(self.settings.tenant_scan_interval_s)
+        with contextlib.suppress(KeyError):  # never set when no batch was committed
+            self.metrics.state_bytes.remove(tenant)

@@ -109,5 +109,7 @@ async def test_prometheus_sees_the_counts_the_log_implies(prometheus):
         assert list(latency.values()) == [len(expected) + 1]
         recoveries = list(query("sum(stallwatch_partition_restore_seconds_count)").values())
         assert recoveries and recoveries[0] >= 1  # at least its start-up
+        # Every run ended: the shared topic's live state bytes are back to none.
+        assert list(query('stallwatch_live_state_bytes{tenant="shared"}').values()) == [0]
     finally:
         worker.stop()
