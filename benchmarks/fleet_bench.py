@@ -121,8 +121,8 @@ async def advisories(settings, seen: dict[str, float], stop: asyncio.Event) -> N
 
 
 def breaking_events(tool: str, runs: int = 5) -> list[dict]:
-    """`runs` runs of tenant "bench" each calling `tool` once and failing: the last failed result
-    crosses tool_failing's threshold."""
+    """`runs` runs on the shared topic (so of no tenant) each calling `tool` once and failing: the
+    last failed result crosses tool_failing's threshold."""
     now = time.time()
     events: list[dict] = []
     for i in range(runs):
@@ -135,7 +135,6 @@ def breaking_events(tool: str, runs: int = 5) -> list[dict]:
                 now,
                 mode="researcher",
                 tools=[{"name": tool}],
-                tenant="bench",
             ),
             envelope("round_started", run_id, f"{run_id}:1", now, round=1),
             envelope(

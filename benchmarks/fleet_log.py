@@ -88,7 +88,7 @@ class Run:
             {"name": "fetch_page"},
             {"name": "wait_for_researchers", "repeat_exempt": True},
         ]
-        self.add("run_started", mode=mode, tools=tools, tenant="bench")
+        self.add("run_started", mode=mode, tools=tools)  # the shared topic: its runs name no tenant
 
     def add(self, kind: str, **fields) -> None:
         self.n += 1

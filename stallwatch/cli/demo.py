@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -171,6 +172,9 @@ async def wait_for_worker(settings: Settings, worker: subprocess.Popen, timeout_
 
 def main(settings: Settings) -> int:
     configure_logging("WARNING")  # the demo prints its own story; the log only what goes wrong
+    # The demo's worker and fleet app sign and check advisories with one key of their own, as a
+    # deployment with tenants does (unset, the worker warns that any advisory counts).
+    os.environ.setdefault("STALLWATCH_ADVISORY_KEY", secrets.token_hex(32))
     asyncio.run(ensure_topics(settings))
     print(f"stallwatch demo: broker {settings.bootstrap}, topics {settings.topic_prefix}.*", flush=True)
     worker = start_worker(settings)

@@ -49,10 +49,11 @@ async def test_health_says_whether_verdicts_come():
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     argv = [sys.executable, "-m", "stallwatch.cli.main", "serve", "--kafka", "--port", str(port)]
-    serve = StallwatchProcess(settings, "serve", "serve-health", {}, argv=argv)
+    token = "health-test-token"  # run-changing calls need the session's token
+    serve = StallwatchProcess(settings, "serve", "serve-health", {"STALLWATCH_SERVE_TOKEN": token}, argv=argv)
     worker = None
     try:
-        async with aiohttp.ClientSession() as http:
+        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as http:
             said = await until_connected(http, url, serve)
             assert said["status"] == "ok" and said["verdicts"] == "no call asked yet"
             async with http.post(f"{url}/v1/runs", json={"run_id": "h1", "tools": [{"name": "search"}]}) as r:
