@@ -92,3 +92,18 @@ def decided(commands: list) -> list[tuple[str, int, str]]:
         elif c.type == "nudge":
             out.append(("nudge", c.round, ""))
     return out
+
+
+def record_commands(client: EmbeddedClient) -> list[Any]:
+    """Every command the client's engine answers from now on, in order: what an adapter decides
+    in process, to set beside what the spans are judged to."""
+    seen: list[Any] = []
+    apply = client._apply
+
+    def recording(event: dict[str, Any]) -> list[Any]:
+        commands = apply(event)
+        seen.extend(commands)
+        return commands
+
+    client._apply = recording
+    return seen

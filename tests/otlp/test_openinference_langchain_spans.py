@@ -14,7 +14,7 @@ from stallwatch.adapters.langchain import StallwatchMiddleware
 from stallwatch.client import EmbeddedClient
 from tests.adapters import scripts
 from tests.adapters.langchain_model import QUESTION, agent_for
-from tests.otlp.receiver import decided, otlp_server, would_have
+from tests.otlp.receiver import decided, otlp_server, record_commands, would_have
 
 
 @pytest.fixture
@@ -36,16 +36,8 @@ def run_instrumented(instrumentor: LangChainInstrumentor, script, tools, provide
 
 
 async def in_process(script: scripts.Script) -> list:
-    seen: list = []
     async with EmbeddedClient() as client:
-        apply = client._apply
-
-        def recording(event):
-            commands = apply(event)
-            seen.extend(commands)
-            return commands
-
-        client._apply = recording
+        seen = record_commands(client)
         middleware = StallwatchMiddleware(client, tools=scripts.DECLARED)
         await agent_for(script, scripts.Tools(), middleware).ainvoke(QUESTION, {"recursion_limit": 100})
     return seen

@@ -13,7 +13,7 @@ from stallwatch.client import EmbeddedClient
 from stallwatch.engine.admin_policy import AdminPolicy
 from tests.adapters import scripts
 from tests.adapters.pydantic_ai_model import QUESTION, agent_for
-from tests.otlp.receiver import decided, otlp_server, would_have
+from tests.otlp.receiver import decided, otlp_server, record_commands, would_have
 
 
 def run_instrumented(script: scripts.Script, tools: scripts.Tools, provider) -> str:
@@ -28,16 +28,8 @@ def run_instrumented(script: scripts.Script, tools: scripts.Tools, provider) -> 
 
 async def in_process(script: scripts.Script) -> list:
     """What the adapter decides in process for the same script (enforced): every command."""
-    seen: list = []
     async with EmbeddedClient() as client:
-        apply = client._apply
-
-        def recording(event):
-            commands = apply(event)
-            seen.extend(commands)
-            return commands
-
-        client._apply = recording
+        seen = record_commands(client)
         await agent_for(script, scripts.Tools(), Stallwatch(client, tools=scripts.DECLARED)).run(QUESTION)
     return seen
 
