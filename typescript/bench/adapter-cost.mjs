@@ -52,7 +52,7 @@ const port = await new Promise((ok) => {
     s.close(() => ok(port));
   });
 });
-const serve = spawn(resolve(VENV, "bin/stallwatch"), ["serve", "--port", String(port)], { stdio: ["ignore", "pipe", "pipe"] });
+const serve = spawn(resolve(VENV, "bin/stallwatch"), ["serve", "--port", String(port), "--open"], { stdio: ["ignore", "pipe", "pipe"] });
 await new Promise((ok, fail) => {
   const timer = setTimeout(() => fail(new Error("serve did not start")), 60_000);
   for (const stream of [serve.stdout, serve.stderr]) {

@@ -53,7 +53,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The server is up (no token needed) */
+        /** The server is up, and whether verdicts come (`status`: `ok`, or `failing open` with `verdicts` saying why; no token needed) */
         get: {
             parameters: {
                 query?: never;
@@ -759,6 +759,16 @@ export interface components {
              * @default false
              */
             timed_out?: boolean;
+            /**
+             * Would Code
+             * @default null
+             */
+            would_code?: string | null;
+            /**
+             * Would Reason
+             * @default null
+             */
+            would_reason?: string | null;
         };
         /** EndRun */
         EndRun: {
@@ -862,6 +872,8 @@ export interface components {
             run_id: string;
             /** @default null */
             stop?: components["schemas"]["StopView"] | null;
+            /** @default null */
+            would_stop?: components["schemas"]["StopView"] | null;
         };
         /**
          * StartRun

@@ -28,7 +28,10 @@ export async function freePort(): Promise<number> {
 /** Start `stallwatch serve` and wait for its "listening" line (bounded). */
 export async function startServe(args: string[] = [], port?: number, env: Record<string, string> = {}): Promise<Serve> {
   port ??= await freePort();
-  const child = spawn(resolve(VENV, "bin/stallwatch"), ["serve", "--port", String(port), ...args], {
+  // Open to any local process unless a test gives a token: the adapters' tests are about the
+  // runtimes, and the token's path has tests of its own (client.test.ts).
+  const open = env.STALLWATCH_SERVE_TOKEN ? [] : ["--open"];
+  const child = spawn(resolve(VENV, "bin/stallwatch"), ["serve", "--port", String(port), ...open, ...args], {
     stdio: ["ignore", "pipe", "pipe"],
     env: { ...process.env, ...env },
   });
