@@ -22,7 +22,6 @@ quarantined, which leans to "keep going".
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Collection
 from dataclasses import dataclass, replace
@@ -31,10 +30,10 @@ import orjson
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
-from stallwatch.kafka.aiokafka_patch import Producer
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.kafka.read import committed_reader, read_to_end
 from stallwatch.settings import Settings
+from stallwatch_streams.worker import producers
 
 log = logging.getLogger(__name__)
 
@@ -165,8 +164,7 @@ class AttemptLog:
         except BaseException:
             if self._producer is producer:
                 self._producer = None
-            with contextlib.suppress(Exception):
-                await producer.stop()
+            await producers.stop_quietly(producer)
             raise
 
     async def close(self) -> None:
@@ -177,15 +175,5 @@ class AttemptLog:
     async def _started(self) -> AIOKafkaProducer:
         async with self._starting:
             if self._producer is None:
-                # Not idempotent: each write is awaited before the next of its partition, so a
-                # retried duplicate is the same record again, and an idempotent producer that
-                # lost a send refuses every later one (it has no epoch bump in aiokafka).
-                producer = Producer(acks="all", linger_ms=0, **aiokafka_options(self.settings))
-                try:
-                    await producer.start()
-                except BaseException:
-                    await producer.stop()
-                    raise
-                producer.client.set_topics([self.topic])
-                self._producer = producer
+                self._producer = await producers.start_attempts_producer(self.settings)
             return self._producer

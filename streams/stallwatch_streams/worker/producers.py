@@ -57,6 +57,16 @@ async def start_ahead_producer(settings: Settings) -> AIOKafkaProducer:
     return _tracking(await _started(producer), [settings.commands_topic])
 
 
+async def start_attempts_producer(settings: Settings) -> AIOKafkaProducer:
+    """The worker's one producer of attempts records (stallwatch_streams/worker/attempts.py):
+    acknowledged by every in-sync replica, in no transaction, and not idempotent: each write is
+    awaited before the next of its partition, so a retried duplicate is the same record again,
+    and an idempotent producer that lost a send refuses every later one (it has no epoch bump in
+    aiokafka)."""
+    producer = Producer(acks="all", linger_ms=0, **aiokafka_options(settings))
+    return _tracking(await _started(producer), [settings.attempts_topic])
+
+
 def _tracking(producer: AIOKafkaProducer, topics: list[str]) -> AIOKafkaProducer:
     """The producer renews the metadata of the topics it writes only. aiokafka's client asks for
     every topic of the cluster while it has sent to none (a partition whose runs are idle): on a
