@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import re
 import statistics
@@ -94,6 +95,15 @@ def cpu_seconds(pid: int) -> float:
     """utime+stime of a process so far (children not included), from /proc/<pid>/stat."""
     after_name = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(after_name[11]) + int(after_name[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def open_sockets(pid: int) -> int:
+    """The sockets a process holds open, from /proc/<pid>/fd."""
+    count = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):  # closed while listed
+            count += os.readlink(fd).startswith("socket:")
+    return count
 
 
 def broker_pid() -> int | None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import sys
 import time
@@ -25,27 +24,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.kafka_bench import cpu_seconds, open_sockets
 from stallwatch.contract.envelope import envelope
 from stallwatch.settings import Settings
 from tests.kafka_harness import WorkerProcess, fresh_settings, run_cli
 
-TICKS = os.sysconf("SC_CLK_TCK")
 READY_TIMEOUT_S = 600.0
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
-
-
-def sockets(pid: int) -> int:
-    count = 0
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            count += os.readlink(fd).startswith("socket:")
-        except OSError:
-            continue
-    return count
 
 
 async def until_ready(worker: WorkerProcess) -> float:
@@ -138,7 +122,7 @@ async def measure(tenants: int, partitions: int, rate: float, seconds: float) ->
         idle_before = cpu_seconds(first_worker.proc.pid)
         await asyncio.sleep(10)  # idle: nothing sent
         idle = (cpu_seconds(first_worker.proc.pid) - idle_before) / 10
-        open_sockets = sockets(first_worker.proc.pid)
+        sockets = open_sockets(first_worker.proc.pid)
         traffic = Traffic(each, rate)
         reading = asyncio.create_task(traffic.read())
         await asyncio.sleep(1)  # the reader placed at the end of every commands topic
@@ -161,7 +145,7 @@ async def measure(tenants: int, partitions: int, rate: float, seconds: float) ->
     return {
         "ready_s": ready_s,
         "idle_cpu": idle * 100,
-        "sockets": open_sockets,
+        "sockets": sockets,
         "per_call_us": per_call_us,
         "p50": percentile(latencies, 50),
         "p99": percentile(latencies, 99),

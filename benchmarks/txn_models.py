@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import subprocess
 import sys
@@ -29,11 +28,13 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.kafka_bench import cpu_seconds, open_sockets
 from stallwatch.kafka import aiokafka_patch
 
 BOOTSTRAP = os.environ.get("STALLWATCH_BOOTSTRAP", "127.0.0.1:9092")
 COMMIT_INTERVAL_S = 0.1
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def topics_of(prefix: str, tenants: int) -> list[tuple[str, str]]:
@@ -125,19 +126,6 @@ def kip447_echo(prefix: str, tenants: int, partitions: int) -> None:
 # -- the driver ----------------------------------------------------------------------------
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
-
-
-def sockets(pid: int) -> int:
-    count = 0
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        with contextlib.suppress(OSError):
-            count += os.readlink(fd).startswith("socket:")
-    return count
-
-
 async def create(prefix: str, tenants: int, partitions: int) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=BOOTSTRAP)
     await admin.start()
@@ -215,14 +203,14 @@ async def measure(model: str, tenants: int, partitions: int, rate: int, seconds:
         sent = await drive(prefix, tenants, partitions, rate, seconds)
         got = await received(prefix, tenants, sent, 60)
         cpu = cpu_seconds(echo.pid) - cpu_before
-        open_sockets = sockets(echo.pid)
+        sockets = open_sockets(echo.pid)
     finally:
         echo.kill()
         echo.wait()
     return {
         "ready_s": ready_s,
         "cpu_us": cpu / max(1, sent) * 1e6,
-        "sockets": open_sockets,
+        "sockets": sockets,
         "clients": tenants * (partitions + 1) if model == "per-partition" else 2,
         "exactly_once": sorted(got) == sorted(f"m{n}".encode() for n in range(sent)),
         "sent": sent,
