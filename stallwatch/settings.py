@@ -299,6 +299,22 @@ class Settings(Declared):
         "an event that kills its worker is dead-lettered after two deaths; false saves that "
         "round trip per batch",
     )
+    # docs/tenants.md weighs the two: a transactional producer per input partition (aiokafka,
+    # fenced by transactional id), or one per tenant group (librdkafka, fenced by the group's
+    # generation, KIP-447), whose clients do not grow with the tenants.
+    transaction_model: Literal["partition", "group"] = Field(
+        "partition",
+        description="partition: a consumer group per tenant and a transactional producer per "
+        "input partition; group: tenants hashed into STALLWATCH_TENANT_GROUPS consumer groups, "
+        "one consumer and one transactional producer each (every worker of a cluster the same)",
+    )
+    tenant_groups: int = Field(
+        4,
+        ge=1,
+        le=256,
+        description="the group model's tenant groups: a rebalance touches one group's tenants, "
+        "and a worker keeps about two clients per group",
+    )
     # One transaction per batch spent the broker's and the worker's CPU; Kafka Streams commits
     # every 100 ms under exactly-once too. A crash reads up to this much again.
     commit_interval_s: float = Field(

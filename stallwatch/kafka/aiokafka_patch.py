@@ -194,6 +194,12 @@ class Consumer(AIOKafkaConsumer):
         super().__init__(*topics, **options)
         _use_project_client(self._client)
 
+    def request_rejoin(self) -> None:
+        request_rejoin(self)
+
+    def set_fetch_max_wait(self, wait_ms: int) -> None:
+        set_fetch_max_wait(self, wait_ms)
+
 
 class AdminClient(AIOKafkaAdminClient):
     """aiokafka's admin client on the project's client."""

@@ -16,30 +16,30 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.quota import RunQuota
-from stallwatch.kafka.aiokafka_patch import Consumer, request_rejoin, set_fetch_max_wait
+from stallwatch.kafka.aiokafka_patch import Consumer
 from stallwatch.kafka.options import aiokafka_options
 from stallwatch.settings import Settings
 from stallwatch_streams.metrics import StallwatchMetrics
 from stallwatch_streams.worker import producers, rebuild, store
 from stallwatch_streams.worker.attempts import Attempt, AttemptLog, key_of
 from stallwatch_streams.worker.batch import LOG_APPEND_TIME, BatchApplier
-from stallwatch_streams.worker.commit import Applied, BatchCommitter, CommitTopics
+from stallwatch_streams.worker.commit import AheadProducer, Applied, BatchCommitter, CommitTopics
 from stallwatch_streams.worker.membership import SESSION_TIMEOUT_MS, Membership
 from stallwatch_streams.worker.progress import Progress
 from stallwatch_streams.worker.retry import until_done
 from stallwatch_streams.worker.store import PartitionStates
 from stallwatch_streams.worker.tallies import Tallies
 from stallwatch_streams.worker.task import PartitionTask, ReadFrom
-from stallwatch_streams.worker.task_context import ProducerFactory, Restore, TaskContext
+from stallwatch_streams.worker.task_context import PipelineConsumer, ProducerFactory, Restore, TaskContext
 from stallwatch_streams.worker.tasks import PartitionTasks
 
 log = logging.getLogger(__name__)
@@ -73,10 +73,12 @@ class Pipeline(ConsumerRebalanceListener):
         settings: Settings,
         metrics: StallwatchMetrics,
         detector: Detector,
-        consumer: AIOKafkaConsumer | None = None,
+        consumer: PipelineConsumer | None = None,
         start_producer: ProducerFactory | None = None,
         restore: Restore | None = None,
         attempts: AttemptLog | None = None,
+        ahead: AheadProducer | None = None,
+        replace_ahead: Callable[[AheadProducer], Awaitable[AheadProducer]] | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics
@@ -118,12 +120,17 @@ class Pipeline(ConsumerRebalanceListener):
             settings.group_id,
             transaction_timeout_s=producers.TRANSACTION_TIMEOUT_MS / 1000,
             group_offsets_interval_s=settings.group_offsets_interval_s,
-            replace_ahead=(lambda broken: producers.replace_ahead_producer(settings, broken))
+            replace_ahead=(
+                replace_ahead or (lambda broken: producers.replace_ahead_producer(settings, broken))
+            )
             if settings.publish_ahead
             else None,
         )
-        self.membership = Membership(rejoin=lambda: request_rejoin(self.consumer))
-        self.consumer = consumer or Consumer(
+        # Shared by the worker's tenants (the group model), else started with the pipeline.
+        self.committer.ahead = ahead
+        self._own_ahead = ahead is None
+        self.membership = Membership(rejoin=lambda: self.consumer.request_rejoin())
+        self.consumer: PipelineConsumer = consumer or Consumer(
             group_id=settings.group_id,
             group_instance_id=settings.instance_id,
             enable_auto_commit=False,
@@ -209,7 +216,7 @@ class Pipeline(ConsumerRebalanceListener):
         await self.consumer.stop()  # leaves the group: the partitions move at once
         await self.tasks.close()
         ahead, self.committer.ahead = self.committer.ahead, None
-        if ahead is not None:
+        if ahead is not None and self._own_ahead:
             await producers.stop_quietly(ahead)
 
     async def run(self) -> None:
@@ -309,7 +316,7 @@ class Pipeline(ConsumerRebalanceListener):
         busy = self.tasks.committing() or now - self._busy_at < IDLE_AFTER_S
         wait = FETCH_MAX_WAIT_MS if busy else IDLE_FETCH_MAX_WAIT_MS
         if wait != self._fetch_wait_ms:
-            set_fetch_max_wait(self.consumer, wait)
+            self.consumer.set_fetch_max_wait(wait)
             self._fetch_wait_ms = wait
 
     def _observe(self, tp: TopicPartition, batch: Applied) -> None:

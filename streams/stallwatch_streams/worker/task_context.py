@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiokafka import TopicPartition
 
@@ -31,6 +31,27 @@ class TaskConsumer(Protocol):
     async def seek_to_beginning(self, *partitions: TopicPartition) -> None: ...
 
     async def committed(self, partition: TopicPartition) -> int | None: ...
+
+
+class PipelineConsumer(TaskConsumer, Protocol):
+    """What a pipeline uses of its consumer: aiokafka's (the project's subclass), a tenant's view
+    of its group's librdkafka consumer (the group model), or a fake in the unit tests."""
+
+    def subscribe(self, topics: list[str], listener: Any) -> None: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def getmany(self, timeout_ms: int = 0) -> dict[TopicPartition, list[Any]]: ...
+
+    def highwater(self, partition: TopicPartition) -> int | None: ...
+
+    async def topics(self) -> set[str]: ...
+
+    def request_rejoin(self) -> None: ...
+
+    def set_fetch_max_wait(self, wait_ms: int) -> None: ...
 
 
 ProducerFactory = Callable[[int], Awaitable[TransactionalProducer]]

@@ -22,6 +22,7 @@ from stallwatch.kafka.topics import tenants_in
 from stallwatch.settings import Settings
 from stallwatch_streams.metrics import StallwatchMetrics
 from stallwatch_streams.worker.attempts import AttemptLog
+from stallwatch_streams.worker.groups import TenantGroups
 from stallwatch_streams.worker.pipeline import Pipeline
 from stallwatch_streams.worker.progress import AllProgress
 
@@ -49,9 +50,19 @@ class Tenants:
         self.metrics = metrics
         # Every pipeline's, on one producer (None: STALLWATCH_POISON_GUARD off).
         self.attempts = AttemptLog(self.settings) if settings.poison_guard else None
-        self._pipeline = pipeline or (
-            lambda tenant_settings: Pipeline(tenant_settings, metrics, detector, attempts=self.attempts)
-        )
+        # The group model's shared clients (None: a consumer group and producers per tenant).
+        self.groups = TenantGroups(self.settings) if settings.transaction_model == "group" else None
+        groups = self.groups
+        if pipeline is not None:
+            self._pipeline = pipeline
+        elif groups is not None:
+            self._pipeline = lambda tenant_settings: groups.pipeline(
+                tenant_settings, metrics, detector, self.attempts
+            )
+        else:
+            self._pipeline = lambda tenant_settings: Pipeline(
+                tenant_settings, metrics, detector, attempts=self.attempts
+            )
         self.pipelines: dict[str | None, Pipeline] = {}
         self._runs: dict[str | None, asyncio.Task[None]] = {}
         self._missing: set[str] = set()  # tenants whose events topic the last scan did not find
@@ -106,6 +117,9 @@ class Tenants:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         stopped = await asyncio.gather(*(p.stop(timeout_s) for p in self.pipelines.values()))
+        if self.groups is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.groups.close(), timeout_s)
         if self.attempts is not None:
             with contextlib.suppress(Exception):  # acknowledged before each use: nothing is pending
                 await asyncio.wait_for(self.attempts.close(), timeout_s)

@@ -120,6 +120,12 @@ class FakeConsumer:
     def highwater(self, tp: TopicPartition) -> int | None:
         return None
 
+    def request_rejoin(self) -> None:
+        self.rejoins = getattr(self, "rejoins", 0) + 1
+
+    def set_fetch_max_wait(self, wait_ms: int) -> None:
+        self.fetch_max_wait_ms = wait_ms
+
     async def stop(self) -> None:
         pass
 

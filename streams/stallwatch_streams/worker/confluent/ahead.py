@@ -1,0 +1,88 @@
+"""The worker's one producer of commands published ahead of their batch's transaction, on
+librdkafka: idempotent (a retried send is written once, in order; librdkafka bumps its epoch
+after a lost send instead of refusing every later one), acknowledged by every in-sync replica,
+never part of a transaction. A thread of its own serves its acknowledgements to the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from typing import Any
+
+from aiokafka.errors import KafkaError
+from confluent_kafka import KafkaException, Producer
+
+from stallwatch.settings import Settings
+from stallwatch_streams.worker.confluent.options import librdkafka_options
+
+# How long the thread waits for acknowledgements at a time (also how soon it sees a stop).
+POLL_S = 0.05
+
+
+class CommandSendFailed(KafkaError):
+    """A command published ahead was not acknowledged."""
+
+
+class AheadPublisher:
+    """`commit.AheadProducer` on librdkafka, shared by every tenant of the worker."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._producer = Producer(
+            {
+                **librdkafka_options(settings),
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 0,
+                # A send waits for its partition's leader as long as it takes: one lost unsent
+                # would let a run's later commands overtake it.
+                "message.timeout.ms": 0,
+            }
+        )
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="stallwatch-ahead", daemon=True)
+        self._thread.start()
+
+    async def send(
+        self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int | None = None
+    ) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        acked: asyncio.Future[Any] = loop.create_future()
+
+        def delivered(error: Any, _message: Any) -> None:
+            loop.call_soon_threadsafe(
+                _settle, acked, None if error is None else CommandSendFailed(str(error))
+            )
+
+        while True:
+            try:
+                self._producer.produce(
+                    topic, value, key, -1 if partition is None else partition, on_delivery=delivered
+                )
+                return acked
+            except BufferError:
+                await asyncio.sleep(POLL_S)  # the queue full: its acknowledgements come first
+            except KafkaException as exc:
+                raise CommandSendFailed(str(exc)) from exc
+
+    async def stop(self) -> None:
+        """Shared: its owner closes it (`close`)."""
+
+    async def close(self) -> None:
+        self._stopped.set()
+        await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 5.0)
+        with contextlib.suppress(Exception):
+            await asyncio.get_running_loop().run_in_executor(None, self._producer.flush, 5.0)
+
+    def _serve(self) -> None:
+        while not self._stopped.is_set():
+            self._producer.poll(POLL_S)
+
+
+def _settle(future: asyncio.Future[Any], error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)

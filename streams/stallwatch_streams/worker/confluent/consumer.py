@@ -1,0 +1,443 @@
+"""A tenant group's consumer: one librdkafka consumer subscribed to every events topic of the
+group's tenants, with the cooperative-sticky assignor (a tenant's arrival assigns its
+partitions without revoking any other's), and each tenant's view of it.
+
+librdkafka's Python consumer admits one caller at a time (a call from another thread waits for
+the one in progress, a `consume` of up to its timeout), so one thread of the group's own makes
+every call: the event loop queues its operations (seek, pause, resume, a subscription) and the
+thread applies them between two `consume` calls of CONSUME_TIMEOUT_S. Records and partition
+changes go back to the loop, to the view of the tenant whose topic they are.
+
+A rebalance reaches the tenants' pipelines as aiokafka's listener would: a revocation waits,
+on the thread, until the tenant's batches in flight committed (the thread keeps applying the
+loop's operations meanwhile); an assignment is handed to the tenant and its new partitions stay
+paused until the tenant restored them, so nothing is read before a task can take it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaError
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message
+from confluent_kafka import TopicPartition as RdTopicPartition
+
+from stallwatch.settings import Settings
+from stallwatch_streams.worker.confluent.options import librdkafka_options
+from stallwatch_streams.worker.confluent.records import Record, record_of
+from stallwatch_streams.worker.membership import SESSION_TIMEOUT_MS
+
+log = logging.getLogger(__name__)
+
+# How long the thread's `consume` waits for records: also how soon a queued operation (a seek,
+# a resume) is applied when nothing arrives.
+CONSUME_TIMEOUT_S = 0.02
+# Records taken per `consume`, over all of the group's partitions.
+FETCH_MAX_RECORDS = 4000
+# The broker holds an empty fetch this long; it answers as soon as a record arrives, so this
+# only bounds how long a resumed partition waits for the fetch in flight.
+FETCH_WAIT_MAX_MS = 100
+# A blocking call made for the loop (committed offsets, topics) gives up after this long.
+CALL_TIMEOUT_S = 10.0
+
+Operation = Callable[[Consumer], None]
+
+
+class ConsumerCallFailed(KafkaError):
+    """A call of the group's consumer failed (the broker away, a timeout): tried again."""
+
+
+class RebalanceListener(Protocol):
+    """What a view calls of its tenant's pipeline, as aiokafka calls its listener."""
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None: ...
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None: ...
+
+
+class GroupConsumer:
+    """One tenant group's consumer and the thread that drives it."""
+
+    def __init__(self, settings: Settings, group_id: str, instance_id: str | None) -> None:
+        conf: dict[str, Any] = {
+            **librdkafka_options(settings),
+            "group.id": group_id,
+            "partition.assignment.strategy": "cooperative-sticky",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            # Offsets read with require_stable: a partition taken over waits for its previous
+            # owner's open transaction to end (KIP-447), and so does its changelog's restore.
+            "isolation.level": "read_committed",
+            "session.timeout.ms": SESSION_TIMEOUT_MS,
+            "heartbeat.interval.ms": 2000,
+            "fetch.wait.max.ms": FETCH_WAIT_MAX_MS,
+            "queued.max.messages.kbytes": 16384,
+        }
+        if instance_id:
+            conf["group.instance.id"] = instance_id
+        self.group_id = group_id
+        self._conf = conf
+        self._consumer: Consumer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ops: queue.SimpleQueue[Operation] = queue.SimpleQueue()
+        self._views: dict[str, TenantView] = {}  # by events topic
+        self._subscribed: tuple[str, ...] = ()
+        self._owned: dict[str, set[int]] = {}  # the thread's: partitions assigned, by topic
+        self._revoked_topics: set[str] = set()  # revoked since the last assignment
+        self._applied_seeks: dict[TopicPartition, int] = {}  # the thread's: seeks applied
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self.metadata: Any = None  # the group's metadata for transactions, renewed by the thread
+        self.failure: BaseException | None = None
+
+    # -- the loop's side ---------------------------------------------------------------------
+
+    def view(self, topic: str) -> TenantView:
+        view = self._views.get(topic)
+        if view is None:
+            view = self._views[topic] = TenantView(self, topic)
+        return view
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._consumer = Consumer(self._conf)
+        self._thread = threading.Thread(target=self._run, name=f"stallwatch-{self.group_id}", daemon=True)
+        self._thread.start()
+
+    def submit(self, operation: Operation) -> None:
+        self._ops.put(operation)
+
+    async def call(self, blocking: Callable[[Consumer], Any]) -> Any:
+        """`blocking` run on the thread, its result (or error) given back to the loop."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Any] = loop.create_future()
+
+        def operation(consumer: Consumer) -> None:
+            try:
+                result = blocking(consumer)
+            except KafkaException as exc:
+                loop.call_soon_threadsafe(_settle, done, None, ConsumerCallFailed(str(exc)))
+            except BaseException as exc:
+                loop.call_soon_threadsafe(_settle, done, None, exc)
+            else:
+                loop.call_soon_threadsafe(_settle, done, result, None)
+
+        self.submit(operation)
+        return await done
+
+    def resubscribe(self) -> None:
+        self.submit(lambda consumer: self._subscribe(consumer))
+
+    def detach(self, topic: str) -> None:
+        self._views.pop(topic, None)
+
+    async def stop(self) -> None:
+        """Leave the group (the partitions move at once) and end the thread."""
+        self._stopping.set()
+        thread = self._thread
+        if thread is not None:
+            await asyncio.get_running_loop().run_in_executor(None, thread.join, CALL_TIMEOUT_S)
+
+    # -- the thread --------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        try:
+            while not self._stopping.is_set():
+                self._apply_ops(consumer)
+                messages = consumer.consume(FETCH_MAX_RECORDS, CONSUME_TIMEOUT_S)
+                with contextlib.suppress(KafkaException, RuntimeError):
+                    self.metadata = consumer.consumer_group_metadata()
+                if messages:
+                    self._deliver(consumer, messages)
+        except BaseException as exc:
+            self.failure = exc
+            log.exception("the consumer of %s failed", self.group_id)
+        finally:
+            with contextlib.suppress(Exception):
+                consumer.close()
+
+    def _apply_ops(self, consumer: Consumer) -> None:
+        while True:
+            try:
+                operation = self._ops.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                operation(consumer)
+            except KafkaException as exc:
+                # A seek or pause of a partition no longer assigned: the next assignment says
+                # where it reads from.
+                log.debug("the consumer of %s refused an operation: %s", self.group_id, exc)
+
+    def _subscribe(self, consumer: Consumer) -> None:
+        topics = tuple(sorted(self._views))
+        if topics == self._subscribed:
+            return
+        self._subscribed = topics
+        if topics:
+            consumer.subscribe(
+                list(topics), on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+            )
+        else:
+            consumer.unsubscribe()
+
+    def _deliver(self, consumer: Consumer, messages: list[Message]) -> None:
+        batches: dict[TopicPartition, list[Record]] = {}
+        for message in messages:
+            if message.error() is not None:
+                log.debug("the consumer of %s: %s", self.group_id, message.error())
+                continue
+            record = record_of(message)
+            batches.setdefault(TopicPartition(record.topic, record.partition), []).append(record)
+        highwaters = {}
+        for tp in batches:
+            with contextlib.suppress(KafkaException):
+                highwaters[tp] = consumer.get_watermark_offsets(
+                    RdTopicPartition(tp.topic, tp.partition), cached=True
+                )[1]
+        seeks = {tp: self._applied_seeks.get(tp, 0) for tp in batches}
+        loop = self._loop
+        assert loop is not None
+        loop.call_soon_threadsafe(self._hand_out, batches, seeks, highwaters)
+
+    def _hand_out(
+        self,
+        batches: dict[TopicPartition, list[Record]],
+        seeks: dict[TopicPartition, int],
+        highwaters: dict[TopicPartition, int],
+    ) -> None:
+        for tp, records in batches.items():
+            view = self._views.get(tp.topic)
+            if view is not None:
+                view.receive(tp, records, seeks[tp], highwaters.get(tp))
+
+    def _on_assign(self, consumer: Consumer, partitions: list[RdTopicPartition]) -> None:
+        # The new partitions paused until their tenant restored them.
+        consumer.incremental_assign(partitions)
+        if partitions:
+            consumer.pause(partitions)
+        with contextlib.suppress(KafkaException, RuntimeError):
+            self.metadata = consumer.consumer_group_metadata()
+        new: dict[str, list[int]] = {}
+        for p in partitions:
+            self._owned.setdefault(p.topic, set()).add(p.partition)
+            new.setdefault(p.topic, []).append(p.partition)
+        touched, self._revoked_topics = set(new) | self._revoked_topics, set()
+        loop = self._loop
+        assert loop is not None
+        for topic in touched:
+            owned = sorted(self._owned.get(topic, ()))
+            loop.call_soon_threadsafe(self._assigned, topic, owned, new.get(topic, []))
+
+    def _assigned(self, topic: str, owned: list[int], new: list[int]) -> None:
+        view = self._views.get(topic)
+        if view is not None:
+            view.assigned(owned, new)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[RdTopicPartition]) -> None:
+        self._take_away(consumer, partitions)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[RdTopicPartition]) -> None:
+        log.warning(
+            "the consumer of %s lost %d partitions (its session expired)", self.group_id, len(partitions)
+        )
+        self._take_away(consumer, partitions)
+
+    def _take_away(self, consumer: Consumer, partitions: list[RdTopicPartition]) -> None:
+        """Wait until each tenant's batches in flight committed, applying the loop's operations
+        meanwhile (a restore under way may wait for one), then let the partitions go."""
+        with contextlib.suppress(KafkaException, RuntimeError):
+            self.metadata = consumer.consumer_group_metadata()
+        gone: dict[str, list[int]] = {}
+        for p in partitions:
+            self._owned.get(p.topic, set()).discard(p.partition)
+            gone.setdefault(p.topic, []).append(p.partition)
+        self._revoked_topics |= set(gone)
+        loop = self._loop
+        assert loop is not None
+        waits = []
+        for topic, lost in gone.items():
+            view = self._views.get(topic)
+            if view is not None:
+                waits.append(asyncio.run_coroutine_threadsafe(view.revoked(lost), loop))
+        for wait in waits:
+            while not self._stopping.is_set():
+                self._apply_ops(consumer)
+                try:
+                    wait.result(CONSUME_TIMEOUT_S)
+                    break
+                except concurrent.futures.TimeoutError:
+                    continue
+                except Exception as exc:
+                    log.warning("a tenant's revocation in %s failed: %r", self.group_id, exc)
+                    break
+        consumer.incremental_unassign(partitions)
+
+    def seek_applied(self, tp: TopicPartition) -> None:
+        """On the thread: a seek of `tp` applied; records consumed from now on are after it."""
+        self._applied_seeks[tp] = self._applied_seeks.get(tp, 0) + 1
+
+
+class TenantView:
+    """One tenant's share of its group's consumer, in the shape its pipeline uses of aiokafka's
+    consumer: its records, its partitions, and operations on them."""
+
+    def __init__(self, group: GroupConsumer, topic: str) -> None:
+        self.group = group
+        self.topic = topic
+        self.listener: RebalanceListener | None = None
+        self._records: dict[TopicPartition, list[Record]] = {}
+        self._arrived = asyncio.Event()
+        self._seeks: dict[TopicPartition, int] = {}  # seeks asked for, by partition
+        self._paused: set[TopicPartition] = set()
+        self._owned: set[TopicPartition] = set()
+        self._highwaters: dict[TopicPartition, int] = {}
+        self._changes: asyncio.Lock = asyncio.Lock()
+
+    # -- what the pipeline calls -------------------------------------------------------------
+
+    def subscribe(self, topics: list[str], listener: RebalanceListener) -> None:
+        self.listener = listener
+        self.group.resubscribe()
+
+    async def start(self) -> None:
+        self.group.start()
+
+    async def stop(self) -> None:
+        """The tenant leaves its group: its topic is dropped from the subscription."""
+        self.listener = None
+        self.group.detach(self.topic)
+        self.group.resubscribe()
+
+    async def getmany(self, timeout_ms: int = 0) -> dict[TopicPartition, list[Record]]:
+        if self.group.failure is not None:
+            raise self.group.failure
+        if not self._deliverable():
+            self._arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), timeout_ms / 1000)
+        taken = {tp: records for tp, records in self._records.items() if tp not in self._paused}
+        for tp in taken:
+            del self._records[tp]
+        return taken
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self._seek(tp, offset)
+
+    async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._seek(tp, OFFSET_BEGINNING)
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        self._paused.update(partitions)
+        rd = [RdTopicPartition(tp.topic, tp.partition) for tp in partitions]
+        self.group.submit(lambda consumer: consumer.pause(rd))
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self._paused.difference_update(partitions)
+        rd = [RdTopicPartition(tp.topic, tp.partition) for tp in partitions]
+        self.group.submit(lambda consumer: consumer.resume(rd))
+        if self._deliverable():
+            self._arrived.set()
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._owned)
+
+    async def committed(self, tp: TopicPartition) -> int | None:
+        """The group's committed offset of `tp`, read stable: it waits until no transaction
+        holding an offset of it is open (a previous owner's ends or is aborted first)."""
+
+        def read(consumer: Consumer) -> int | None:
+            [found] = consumer.committed([RdTopicPartition(tp.topic, tp.partition)], timeout=CALL_TIMEOUT_S)
+            if found.error is not None:
+                raise KafkaException(found.error)
+            return found.offset if found.offset >= 0 else None
+
+        result: int | None = await self.group.call(read)
+        return result
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        return self._highwaters.get(tp)
+
+    async def topics(self) -> set[str]:
+        metadata = await self.group.call(lambda consumer: consumer.list_topics(timeout=CALL_TIMEOUT_S))
+        return set(metadata.topics)
+
+    def request_rejoin(self) -> None:
+        """librdkafka has no forced rebalance: the tenant's partitions are handed to it again as
+        they stand, and the dropped tasks among them restored (their offsets read stable)."""
+        owned = sorted(tp.partition for tp in self._owned)
+        asyncio.get_running_loop().call_soon(self.assigned, owned, [])
+
+    def set_fetch_max_wait(self, wait_ms: int) -> None:
+        """The group's fetches serve every tenant: its wait is fixed (FETCH_WAIT_MAX_MS)."""
+
+    # -- what the group calls ----------------------------------------------------------------
+
+    def receive(self, tp: TopicPartition, records: list[Record], seeks: int, highwater: int | None) -> None:
+        if seeks < self._seeks.get(tp, 0):
+            return  # consumed before a seek the loop asked for: read again from there
+        if highwater is not None:
+            self._highwaters[tp] = highwater
+        self._records.setdefault(tp, []).extend(records)
+        if tp not in self._paused:
+            self._arrived.set()
+
+    def assigned(self, owned: list[int], new: list[int]) -> None:
+        asyncio.get_running_loop().create_task(self._assigned(owned, new), name=f"assign-{self.topic}")
+
+    async def revoked(self, partitions: list[int]) -> None:
+        async with self._changes:
+            gone = {TopicPartition(self.topic, p) for p in partitions}
+            self._owned -= gone
+            for tp in gone:
+                self._records.pop(tp, None)
+            if self.listener is not None:
+                await self.listener.on_partitions_revoked(sorted(gone))
+
+    async def _assigned(self, owned: list[int], new: list[int]) -> None:
+        async with self._changes:
+            self._owned = {TopicPartition(self.topic, p) for p in owned}
+            if self.listener is not None:
+                await self.listener.on_partitions_assigned(sorted(self._owned))
+            fresh = [TopicPartition(self.topic, p) for p in new]
+            if fresh:
+                self.resume(*(tp for tp in fresh if tp not in self._paused))
+
+    # -- inside ------------------------------------------------------------------------------
+
+    def _seek(self, tp: TopicPartition, offset: int) -> None:
+        self._seeks[tp] = self._seeks.get(tp, 0) + 1
+        self._records.pop(tp, None)
+        group = self.group
+
+        def seek(consumer: Consumer) -> None:
+            group.seek_applied(tp)
+            consumer.seek(RdTopicPartition(tp.topic, tp.partition, offset))
+
+        group.submit(seek)
+
+    def _deliverable(self) -> bool:
+        return any(tp not in self._paused for tp in self._records)
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)

@@ -1,0 +1,289 @@
+"""A tenant group's one transactional producer, and each partition task's share of it.
+
+Every task of the group commits through its `TaskProducer`, the shape the commit path uses of a
+transactional producer (`commit.TransactionalProducer`): the task's block (`transaction()`)
+writes its batches' records and names its input offsets, as it would in a transaction of its
+own. The group's `GroupTransactions` runs those blocks in phases, as Kafka Streams' executor
+commits its tasks: a transaction opens with the first task's block and takes every block that
+enters while it is open (prepare); once every block in it has ended, and a commit interval has
+passed since it opened unless a verdict waits in it, the offsets of all its tasks go to the
+transaction with the group's metadata and it commits (the one commit); each block then returns,
+or raises what failed (post-commit), and the task goes on as after its own transaction.
+
+Fencing is the group's generation (KIP-447): the offsets of a member the group moved on from are
+refused, and its transaction is aborted. A successor reads the offsets stable (the consumer's
+`committed`), so it waits for a previous owner's open transaction to end before it restores.
+A fatal error of the producer (another process under its transactional id) is a fencing of every
+task in the transaction; the next transaction starts a new producer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaError, ProducerFenced
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka import TopicPartition as RdTopicPartition
+
+from stallwatch.settings import Settings
+from stallwatch_streams.worker.confluent.options import librdkafka_options
+
+log = logging.getLogger(__name__)
+
+# A transaction's coordinator aborts it when its producer goes silent this long: the longest a
+# dead worker's open transaction holds back a successor (as Kafka Streams sets under
+# exactly-once v2).
+TRANSACTION_TIMEOUT_MS = 10_000
+# A blocking call of the producer (its start, a commit, an abort) gives up after this long.
+CALL_TIMEOUT_S = 30.0
+# A commit refused with a retriable error is tried again this many times.
+COMMIT_TRIES = 5
+
+
+class TransactionFailed(KafkaError):
+    """The group's transaction failed and was aborted: nothing of it is visible."""
+
+
+@dataclass
+class _Transaction:
+    opened: float  # monotonic
+    linger_s: float
+    members: int = 0
+    urgent: bool = False  # a block wrote commands: a verdict waits for this commit
+    failed: BaseException | None = None  # a block's own failure: the transaction is aborted
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    sealed: bool = False  # committing: no block enters any more
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    error: BaseException | None = None  # how it ended, for every block in it
+    members_done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class GroupTransactions:
+    """The group's transactional producer and its transactions, one at a time."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        transactional_id: str,
+        metadata: Callable[[], Any],
+        commands_topics: Callable[[str], bool],
+    ) -> None:
+        self._conf: dict[str, Any] = {
+            **librdkafka_options(settings),
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 2,
+            "queue.buffering.max.messages": 1_000_000,
+            "queue.buffering.max.kbytes": 1_048_576,
+        }
+        self.transactional_id = transactional_id
+        self._metadata = metadata
+        self._is_commands = commands_topics
+        self._linger_s = settings.commit_interval_s
+        self._producer: Producer | None = None
+        self._txn: _Transaction | None = None
+        self._starting = asyncio.Lock()
+        self._calls = ThreadPoolExecutor(1, thread_name_prefix=f"stallwatch-txn-{transactional_id}")
+        self.transactions = 0  # committed, for the metrics and the benchmarks
+
+    def participant(self, tp: TopicPartition) -> TaskProducer:
+        return TaskProducer(self, tp)
+
+    async def close(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            with contextlib.suppress(Exception):
+                await self._run(lambda: producer.flush(1.0))
+        self._calls.shutdown(wait=False)
+
+    # -- the phases --------------------------------------------------------------------------
+
+    async def enter(self) -> _Transaction:
+        """Prepare: a block enters the open transaction, or opens one."""
+        while True:
+            txn = self._txn
+            if txn is None:
+                producer = await self._started()
+                if self._txn is not None:
+                    continue  # another block opened one while this one started the producer
+                producer.begin_transaction()
+                txn = self._txn = _Transaction(time.monotonic(), self._linger_s)
+                asyncio.get_running_loop().create_task(self._commit(txn), name=f"txn-{self.transactional_id}")
+            if txn.sealed:
+                await txn.ended.wait()
+                continue
+            txn.members += 1
+            txn.members_done.clear()
+            return txn
+
+    def produce(self, topic: str, value: bytes | None, key: bytes | None, partition: int) -> None:
+        producer = self._producer
+        if producer is None:
+            raise TransactionFailed("the group's producer is gone")
+        if self._is_commands(topic) and self._txn is not None:
+            self._txn.urgent = True
+        while True:
+            try:
+                producer.produce(topic, value, key, partition)
+                return
+            except BufferError:
+                producer.poll(0.01)  # the queue full: delivery reports served, then again
+            except KafkaException as exc:
+                raise _translated(exc) from exc
+
+    async def leave(
+        self, txn: _Transaction, failure: BaseException | None, offsets: dict[TopicPartition, int]
+    ) -> None:
+        """A block ends: its offsets join the transaction; it returns once the transaction
+        ended, or raises how it failed."""
+        txn.offsets.update(offsets)
+        if failure is not None and txn.failed is None:
+            txn.failed = failure
+        txn.members -= 1
+        if txn.members == 0:
+            txn.members_done.set()
+        await txn.ended.wait()
+        if txn.error is not None and failure is None:
+            raise txn.error
+
+    async def _commit(self, txn: _Transaction) -> None:
+        """The one commit: once every block in it ended and the interval passed (at once when a
+        verdict waits in it, or a block failed)."""
+        try:
+            while True:
+                await txn.members_done.wait()
+                if txn.members:
+                    txn.members_done.clear()
+                    continue  # a block entered after the last one left
+                wait = 0.0 if (txn.urgent or txn.failed) else txn.opened + txn.linger_s - time.monotonic()
+                if wait <= 0:
+                    break
+                await asyncio.sleep(wait)  # the commit interval: more tasks' blocks join it
+            txn.sealed = True
+            if txn.failed is not None:
+                await self._abort(
+                    TransactionFailed(f"a task's part of the transaction failed: {txn.failed!r}")
+                )
+                txn.error = TransactionFailed(f"aborted with another task's part: {txn.failed!r}")
+            else:
+                txn.error = await self._end(txn)
+        except BaseException as exc:
+            txn.error = exc if isinstance(exc, KafkaError) else TransactionFailed(repr(exc))
+            raise
+        finally:
+            self._txn = None
+            txn.ended.set()
+
+    async def _end(self, txn: _Transaction) -> BaseException | None:
+        producer = self._producer
+        assert producer is not None
+        offsets = [RdTopicPartition(tp.topic, tp.partition, offset) for tp, offset in txn.offsets.items()]
+        try:
+            if offsets:
+                metadata = self._metadata()
+                await self._run(
+                    lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT_S)
+                )
+            for attempt in range(COMMIT_TRIES):
+                try:
+                    await self._run(lambda: producer.commit_transaction(CALL_TIMEOUT_S))
+                    break
+                except KafkaException as exc:
+                    if not exc.args[0].retriable() or attempt == COMMIT_TRIES - 1:
+                        raise
+        except KafkaException as exc:
+            error = _translated(exc)
+            if isinstance(error, ProducerFenced):
+                self._producer = None  # the next transaction starts a new one
+                with contextlib.suppress(Exception):
+                    await self._run(lambda: producer.flush(0))
+            else:
+                await self._abort(error)
+            return error
+        self.transactions += 1
+        return None
+
+    async def _abort(self, error: KafkaError) -> None:
+        producer = self._producer
+        if producer is None:
+            return
+        try:
+            await self._run(lambda: producer.abort_transaction(CALL_TIMEOUT_S))
+        except KafkaException as exc:
+            log.warning(
+                "the transaction of %s could not be aborted (%s); starting a new producer",
+                self.transactional_id,
+                exc,
+            )
+            self._producer = None
+
+    async def _started(self) -> Producer:
+        """The group's producer, started once: a second one under the same transactional id
+        would fence the first."""
+        async with self._starting:
+            if self._producer is None:
+                producer = Producer(self._conf)
+                try:
+                    await self._run(lambda: producer.init_transactions(CALL_TIMEOUT_S))
+                except KafkaException as exc:
+                    raise _translated(exc) from exc
+                self._producer = producer
+            return self._producer
+
+    async def _run(self, call: Callable[[], Any]) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._calls, call)
+
+
+class TaskProducer:
+    """One partition task's share of its group's transactions (`commit.TransactionalProducer`)."""
+
+    def __init__(self, group: GroupTransactions, tp: TopicPartition) -> None:
+        self.group = group
+        self.tp = tp
+        self._offsets: dict[TopicPartition, int] = {}
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        txn = await self.group.enter()
+        self._offsets = {}
+        try:
+            yield
+        except BaseException as exc:
+            await self.group.leave(txn, exc, {})
+            raise
+        await self.group.leave(txn, None, self._offsets)
+
+    async def send(
+        self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int | None = None
+    ) -> asyncio.Future[Any]:
+        """Written into the open transaction; acknowledged with its commit, which fails whole if
+        any record of it failed."""
+        self.group.produce(topic, value, key, self.tp.partition if partition is None else partition)
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+    async def send_offsets_to_transaction(self, offsets: dict[TopicPartition, int], group_id: str) -> None:
+        self._offsets.update(offsets)
+
+    async def stop(self) -> None:
+        """The task lets go of its share; the group's producer stays for the others."""
+
+
+def _translated(exc: KafkaException) -> KafkaError:
+    """librdkafka's error as the commit path's outcomes read it: a fatal one (the producer
+    fenced, or unusable) as a fencing, any other as a failed transaction."""
+    error = exc.args[0] if exc.args else None
+    if error is not None and hasattr(error, "fatal") and error.fatal():
+        return ProducerFenced()
+    return TransactionFailed(str(error))
