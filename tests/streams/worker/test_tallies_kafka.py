@@ -34,8 +34,12 @@ def expected_calls(log: list[bytes]) -> Counter:
     return Counter(e["tool"] for e in map(orjson.loads, log) if e["type"] == "call_result")
 
 
-async def read_tallies(settings: Settings, isolation: str, quiet_s: float = 3.0) -> list[dict]:
-    """Every tally in the topic, read until nothing more came for `quiet_s`."""
+async def read_tallies(
+    settings: Settings, isolation: str, quiet_s: float = 3.0, calls_at_least: int = 0, timeout_s: float = 90.0
+) -> list[dict]:
+    """Every tally in the topic, read until nothing more came for `quiet_s` and they count
+    `calls_at_least` calls (a transaction still open holds read_committed readers back), or
+    `timeout_s`."""
     consumer = AIOKafkaConsumer(
         settings.tallies_topic,
         bootstrap_servers=settings.bootstrap,
@@ -46,8 +50,11 @@ async def read_tallies(settings: Settings, isolation: str, quiet_s: float = 3.0)
     await consumer.start()
     out: list[dict] = []
     last = time.monotonic()
+    deadline = last + timeout_s
     try:
-        while time.monotonic() - last < quiet_s:
+        while time.monotonic() - last < quiet_s or (
+            sum(calls(out).values()) < calls_at_least and time.monotonic() < deadline
+        ):
             for records in (await consumer.getmany(timeout_ms=300)).values():
                 out += [orjson.loads(r.value) for r in records]
                 last = time.monotonic()
@@ -109,7 +116,9 @@ async def test_a_transaction_aborted_by_a_successor_leaves_no_tallies():
             got = await collect(
                 settings, settings.commands_topic, sum(map(len, expected.values())), 90, settle_s=SETTLE_S
             )
-            committed = await read_tallies(settings, "read_committed")
+            committed = await read_tallies(
+                settings, "read_committed", calls_at_least=sum(expected_calls(log).values())
+            )
             uncommitted = await read_tallies(settings, "read_uncommitted")
         finally:
             await asyncio.gather(*(asyncio.to_thread(worker.stop) for worker in workers))

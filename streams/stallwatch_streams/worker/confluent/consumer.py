@@ -23,6 +23,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiokafka import TopicPartition
@@ -49,6 +50,15 @@ FETCH_WAIT_MAX_MS = 100
 CALL_TIMEOUT_S = 10.0
 
 Operation = Callable[[Consumer], None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Queued:
+    operation: Operation
+    # Whether it may run inside a rebalance callback: the binding keeps one call state per
+    # thread, and a call that sets its own (`list_topics`, `consume`, `close`) clears it on
+    # return, so a later callback of the same `consume` would abort the process.
+    in_callback: bool = True
 
 
 class ConsumerCallFailed(KafkaError):
@@ -88,7 +98,7 @@ class GroupConsumer:
         self._conf = conf
         self._consumer: Consumer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._ops: queue.SimpleQueue[Operation] = queue.SimpleQueue()
+        self._ops: queue.SimpleQueue[_Queued] = queue.SimpleQueue()
         self._views: dict[str, TenantView] = {}  # by events topic
         self._subscribed: tuple[str, ...] = ()
         self._owned: dict[str, set[int]] = {}  # the thread's: partitions assigned, by topic
@@ -115,10 +125,10 @@ class GroupConsumer:
         self._thread = threading.Thread(target=self._run, name=f"stallwatch-{self.group_id}", daemon=True)
         self._thread.start()
 
-    def submit(self, operation: Operation) -> None:
-        self._ops.put(operation)
+    def submit(self, operation: Operation, in_callback: bool = True) -> None:
+        self._ops.put(_Queued(operation, in_callback))
 
-    async def call(self, blocking: Callable[[Consumer], Any]) -> Any:
+    async def call(self, blocking: Callable[[Consumer], Any], in_callback: bool = True) -> Any:
         """`blocking` run on the thread, its result (or error) given back to the loop."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Any] = loop.create_future()
@@ -133,7 +143,7 @@ class GroupConsumer:
             else:
                 loop.call_soon_threadsafe(_settle, done, result, None)
 
-        self.submit(operation)
+        self.submit(operation, in_callback)
         return await done
 
     def resubscribe(self) -> None:
@@ -169,18 +179,24 @@ class GroupConsumer:
             with contextlib.suppress(Exception):
                 consumer.close()
 
-    def _apply_ops(self, consumer: Consumer) -> None:
+    def _apply_ops(self, consumer: Consumer, in_callback: bool = False) -> None:
+        later: list[_Queued] = []
         while True:
             try:
-                operation = self._ops.get_nowait()
+                queued = self._ops.get_nowait()
             except queue.Empty:
-                return
+                break
+            if in_callback and not queued.in_callback:
+                later.append(queued)
+                continue
             try:
-                operation(consumer)
+                queued.operation(consumer)
             except KafkaException as exc:
                 # A seek or pause of a partition no longer assigned: the next assignment says
                 # where it reads from.
                 log.debug("the consumer of %s refused an operation: %s", self.group_id, exc)
+        for queued in later:
+            self._ops.put(queued)
 
     def _subscribe(self, consumer: Consumer) -> None:
         topics = tuple(sorted(self._views))
@@ -275,7 +291,7 @@ class GroupConsumer:
                 waits.append(asyncio.run_coroutine_threadsafe(view.revoked(lost), loop))
         for wait in waits:
             while not self._stopping.is_set():
-                self._apply_ops(consumer)
+                self._apply_ops(consumer, in_callback=True)
                 try:
                     wait.result(CONSUME_TIMEOUT_S)
                     break
@@ -373,7 +389,9 @@ class TenantView:
         return self._highwaters.get(tp)
 
     async def topics(self) -> set[str]:
-        metadata = await self.group.call(lambda consumer: consumer.list_topics(timeout=CALL_TIMEOUT_S))
+        metadata = await self.group.call(
+            lambda consumer: consumer.list_topics(timeout=CALL_TIMEOUT_S), in_callback=False
+        )
         return set(metadata.topics)
 
     def request_rejoin(self) -> None:
@@ -403,6 +421,7 @@ class TenantView:
         async with self._changes:
             gone = {TopicPartition(self.topic, p) for p in partitions}
             self._owned -= gone
+            self._paused -= gone  # a partition assigned again starts unpaused, as in aiokafka
             for tp in gone:
                 self._records.pop(tp, None)
             if self.listener is not None:
@@ -410,12 +429,16 @@ class TenantView:
 
     async def _assigned(self, owned: list[int], new: list[int]) -> None:
         async with self._changes:
+            fresh = [TopicPartition(self.topic, p) for p in new]
+            self._paused.difference_update(fresh)
             self._owned = {TopicPartition(self.topic, p) for p in owned}
             if self.listener is not None:
                 await self.listener.on_partitions_assigned(sorted(self._owned))
-            fresh = [TopicPartition(self.topic, p) for p in new]
-            if fresh:
-                self.resume(*(tp for tp in fresh if tp not in self._paused))
+            # Paused by the group's thread until now; a task that held its partition meanwhile
+            # (a rebuild under way) resumes it itself.
+            ready = [tp for tp in fresh if tp not in self._paused and tp in self._owned]
+            if ready:
+                self.resume(*ready)
 
     # -- inside ------------------------------------------------------------------------------
 

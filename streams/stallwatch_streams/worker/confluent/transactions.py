@@ -93,6 +93,8 @@ class GroupTransactions:
         self._producer: Producer | None = None
         self._txn: _Transaction | None = None
         self._starting = asyncio.Lock()
+        # Producers replaced after a fatal error, kept until the worker stops (see `_retire`).
+        self._retired: list[Producer] = []
         self._calls = ThreadPoolExecutor(1, thread_name_prefix=f"stallwatch-txn-{transactional_id}")
         self.transactions = 0  # committed, for the metrics and the benchmarks
 
@@ -100,10 +102,7 @@ class GroupTransactions:
         return TaskProducer(self, tp)
 
     async def close(self) -> None:
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            with contextlib.suppress(Exception):
-                await self._run(lambda: producer.flush(1.0))
+        await self._retire()
         self._calls.shutdown(wait=False)
 
     # -- the phases --------------------------------------------------------------------------
@@ -204,9 +203,7 @@ class GroupTransactions:
         except KafkaException as exc:
             error = _translated(exc)
             if isinstance(error, ProducerFenced):
-                self._producer = None  # the next transaction starts a new one
-                with contextlib.suppress(Exception):
-                    await self._run(lambda: producer.flush(0))
+                await self._retire()  # the next transaction starts a new one
             else:
                 await self._abort(error)
             return error
@@ -214,18 +211,41 @@ class GroupTransactions:
         return None
 
     async def _abort(self, error: KafkaError) -> None:
+        """The open transaction aborted, tried again while the broker is away (librdkafka resumes
+        a timed-out abort); a producer that cannot abort is replaced."""
         producer = self._producer
         if producer is None:
             return
-        try:
-            await self._run(lambda: producer.abort_transaction(CALL_TIMEOUT_S))
-        except KafkaException as exc:
-            log.warning(
-                "the transaction of %s could not be aborted (%s); starting a new producer",
-                self.transactional_id,
-                exc,
-            )
-            self._producer = None
+        for _ in range(COMMIT_TRIES):
+            try:
+                await self._run(lambda: producer.abort_transaction(CALL_TIMEOUT_S))
+                return
+            except KafkaException as exc:
+                if exc.args[0].fatal():
+                    break
+                log.debug("the transaction of %s is not aborted yet: %s", self.transactional_id, exc)
+        log.warning(
+            "the transaction of %s could not be aborted (%s); starting a new producer",
+            self.transactional_id,
+            error,
+        )
+        await self._retire()
+
+    async def _retire(self) -> None:
+        """The producer let go, its queue emptied first: librdkafka would otherwise serve what is
+        left in it while the object is collected, outside any call, and the binding aborts."""
+        producer, self._producer = self._producer, None
+        if producer is None:
+            return
+
+        def empty() -> None:
+            with contextlib.suppress(Exception):
+                producer.purge()
+            with contextlib.suppress(Exception):
+                producer.flush(1.0)
+
+        await self._run(empty)
+        self._retired.append(producer)
 
     async def _started(self) -> Producer:
         """The group's producer, started once: a second one under the same transactional id
