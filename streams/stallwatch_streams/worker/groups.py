@@ -19,7 +19,7 @@ from stallwatch_streams.worker.attempts import AttemptLog
 from stallwatch_streams.worker.commit import AheadProducer, TransactionalProducer
 from stallwatch_streams.worker.confluent.ahead import AheadPublisher
 from stallwatch_streams.worker.confluent.consumer import GroupConsumer
-from stallwatch_streams.worker.confluent.transactions import GroupTransactions
+from stallwatch_streams.worker.confluent.transactions import TRANSACTION_TIMEOUT_MS, GroupTransactions
 from stallwatch_streams.worker.pipeline import Pipeline
 
 
@@ -90,6 +90,7 @@ class TenantGroups:
             attempts=attempts,
             ahead=self.ahead,
             replace_ahead=self._replace_ahead,
+            transaction_timeout_s=TRANSACTION_TIMEOUT_MS / 1000,
         )
 
     async def _replace_ahead(self, broken: AheadProducer) -> AheadProducer:

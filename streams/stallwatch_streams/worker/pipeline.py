@@ -79,6 +79,7 @@ class Pipeline(ConsumerRebalanceListener):
         attempts: AttemptLog | None = None,
         ahead: AheadProducer | None = None,
         replace_ahead: Callable[[AheadProducer], Awaitable[AheadProducer]] | None = None,
+        transaction_timeout_s: float = producers.TRANSACTION_TIMEOUT_MS / 1000,
     ) -> None:
         self.settings = settings
         self.metrics = metrics
@@ -118,7 +119,7 @@ class Pipeline(ConsumerRebalanceListener):
             ),
             CommitTopics.of(settings),
             settings.group_id,
-            transaction_timeout_s=producers.TRANSACTION_TIMEOUT_MS / 1000,
+            transaction_timeout_s=transaction_timeout_s,
             group_offsets_interval_s=settings.group_offsets_interval_s,
             replace_ahead=(
                 replace_ahead or (lambda broken: producers.replace_ahead_producer(settings, broken))

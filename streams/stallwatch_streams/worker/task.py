@@ -331,10 +331,10 @@ class PartitionTask:
         read again by whoever holds the partition."""
         if outcome.past_timeout:
             log.warning(
-                "partition %d: its transaction outlived the transaction timeout (%d ms) "
+                "partition %d: its transaction outlived the transaction timeout (%.0f s) "
                 "and was fenced; asking the group whose the partition is",
                 self.tp.partition,
-                producers.TRANSACTION_TIMEOUT_MS,
+                self.context.committer.transaction_timeout_s,
             )
         else:
             log.warning(

@@ -29,6 +29,13 @@ from tests.kafka_harness import (
 )
 from tests.streams.worker.fleet_logs import interleave, mixed_fleet
 
+# The two transaction models (docs/tenants.md), as every worker's environment.
+MODELS = {"partition": {}, "group": {"STALLWATCH_TRANSACTION_MODEL": "group"}}
+# What a cut-off worker's log says of its late commit's refusal, by model: a successor's producer
+# fenced it (partition), or its transaction was aborted for its age or refused for its stale
+# generation (group).
+REFUSALS = {"partition": ("ProducerFenced",), "group": ("and was fenced", "the batch's transaction failed")}
+
 # A steady 800 events/s: 80 events, then a pause of 0.1 s.
 STEADY_EVERY, STEADY_PAUSE_S = 80, 0.1
 # The workers' group session (stallwatch_streams/worker/membership.py): a member silent this long
@@ -79,9 +86,12 @@ async def _rebalancing(worker: WorkerProcess, since: int, timeout_s: float) -> N
         await asyncio.sleep(0.02)
 
 
-async def three_kills(partitions: int = 8, runs: int = 480, env: dict[str, str] | None = None) -> Outcome:
+async def three_kills(
+    partitions: int = 8, runs: int = 480, env: dict[str, str] | None = None, pause_s: float = STEADY_PAUSE_S
+) -> Outcome:
     """Two workers; SIGKILL one and restart it; SIGKILL the other while the group rebalances
-    for the restarted one; later SIGKILL again; all under a steady load. `env`: every worker's."""
+    for the restarted one; later SIGKILL again; all under a steady load (`pause_s` after every
+    STEADY_EVERY events). `env`: every worker's."""
     settings = fresh_settings(partitions)
     log = interleave(mixed_fleet(runs))
     expected = by_run(replay_commands(log))
@@ -94,9 +104,7 @@ async def three_kills(partitions: int = 8, runs: int = 480, env: dict[str, str] 
         b = WorkerProcess(settings, "b", env)
         workers.append(b)
         await b.ready()
-        producing = asyncio.create_task(
-            produce(settings, log, pause_every=STEADY_EVERY, pause_s=STEADY_PAUSE_S)
-        )
+        producing = asyncio.create_task(produce(settings, log, pause_every=STEADY_EVERY, pause_s=pause_s))
         await asyncio.sleep(3)
         a.kill()
         outcome.kills.append("a, under load")
@@ -158,7 +166,12 @@ class CutOutcome(Outcome):
 
 
 async def cut_off(
-    heal_before_expiry: bool, drop: bool = False, partitions: int = 8, runs: int = 360
+    heal_before_expiry: bool,
+    drop: bool = False,
+    partitions: int = 8,
+    runs: int = 360,
+    model: str = "partition",
+    pause_s: float = STEADY_PAUSE_S,
 ) -> CutOutcome:
     """Two workers under a steady load; A reaches the broker only through a `CuttableLink`.
 
@@ -168,7 +181,9 @@ async def cut_off(
     comes back with its old commit. With `heal_before_expiry=True`, the cut holds one of A's
     transactional writes (Produce) mid-transaction and ends just before A's session would expire.
     With `drop`, the cut resets A's connections and loses the request instead of holding it.
+    `model`: the workers' transaction model (MODELS); `pause_s`: the load's pace.
     """
+    env = MODELS[model]
     settings = fresh_settings(partitions)
     log = interleave(mixed_fleet(runs))
     expected = by_run(replay_commands(log))
@@ -177,16 +192,14 @@ async def cut_off(
     workers: list[WorkerProcess] = []
     async with CuttableLink() as link:
         try:
-            a = WorkerProcess(settings, "a", env={"STALLWATCH_BOOTSTRAP": link.bootstrap})
+            a = WorkerProcess(settings, "a", env={**env, "STALLWATCH_BOOTSTRAP": link.bootstrap})
             workers.append(a)
             await wait_until_serving(settings)
-            b = WorkerProcess(settings, "b")
+            b = WorkerProcess(settings, "b", env)
             workers.append(b)
             await b.ready()
             assert await a.serving(partitions // 2, 30), a.log_tail()  # the group settled
-            producing = asyncio.create_task(
-                produce(settings, log, pause_every=STEADY_EVERY, pause_s=STEADY_PAUSE_S)
-            )
+            producing = asyncio.create_task(produce(settings, log, pause_every=STEADY_EVERY, pause_s=pause_s))
             await asyncio.sleep(2)
             before = len(b.assignments())
             b_partitions = set(b.assignments()[-1])
@@ -214,7 +227,7 @@ async def cut_off(
             # through it must not wait on a loop blocked in `stop`.
             await asyncio.gather(*(asyncio.to_thread(worker.stop) for worker in workers))
     text = a.log_path.read_text(errors="replace")
-    outcome.zombie_fenced = "ProducerFenced" in text
+    outcome.zombie_fenced = any(sign in text for sign in REFUSALS[model])
     outcome.zombie_log = a.log_tail(15)
     _compare(outcome, expected, got)
     outcome.seconds = time.monotonic() - begin
