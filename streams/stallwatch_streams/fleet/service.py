@@ -26,7 +26,7 @@ from stallwatch_streams.fleet.rules import Judge, Outcome
 from stallwatch_streams.fleet.settings import FleetSettings
 from stallwatch_streams.fleet.signing import warn_if_unsigned
 from stallwatch_streams.fleet.tally import InvalidTally, Tally, merge, new_partial, parse_tally
-from stallwatch_streams.fleet.task import JudgeTask, KeyQuota
+from stallwatch_streams.fleet.task import JudgeTask, KeyQuota, key_fingerprint, tenant_label
 from stallwatch_streams.fleet.tasks import JudgeTasks
 from stallwatch_streams.fleet.transport import committed_offsets, use_transport
 from stallwatch_streams.fleet.window import bucket_of
@@ -136,7 +136,7 @@ class FleetService:
         # types; keys are raw bytes, set before the changelog topic is first built.
         self.table.key_serializer = "raw"  # type: ignore[attr-defined]  # on Table, not TableT
         # This worker's view of its keys, a task per partials partition it judges (fleet/task.py).
-        self.tasks = JudgeTasks(cfg, self.table, self.judge, self.metrics)
+        self.tasks = JudgeTasks(cfg, self.table, self.judge, self.metrics, self.secret)
         self.clock = 0.0  # event time: the newest tick this worker's judge has seen
         self.watermark = 0.0  # event time: the newest tally this worker's merge has seen
         app.agent(self.tallies, name="merge")(self._merge)
@@ -273,7 +273,7 @@ class FleetService:
             except PartitionsMismatch as error:
                 self._exit_unwritable(message, error)
             except KeyQuota as error:
-                await self._dead_letter(message, str(error), "key_quota")
+                await self._refuse(message, error)
             except Exception as error:
                 # A crashed agent is restarted by Faust past the record anyway: the record goes to
                 # the dead letters with the error (a partial holds counts and digests only), so it
@@ -286,6 +286,19 @@ class FleetService:
                 )
                 await self._dead_letter(message, f"judge: {fault(error)}", "judge_error")
             yield None
+
+    async def _refuse(self, message: Any, error: KeyQuota) -> None:
+        """A new key of a tenant at its quota: a dead letter, counted under its tenant, logged
+        with the key's fingerprint (its tool's name may say what the tenant does)."""
+        tenant = tenant_label(error.tenant)
+        self.metrics.tenant_quota.labels(tenant, error.reason).inc()
+        log.warning(
+            "judge: tenant %s at its quota (%s): a new key %s refused",
+            tenant,
+            error.reason,
+            key_fingerprint(message.key or b"", self.secret),
+        )
+        await self._dead_letter(message, str(error), error.reason)
 
     def _exit_unwritable(self, message: Any, error: PartitionsMismatch) -> None:
         """The table cannot be written: not this record's fault, and skipping it (as a record the

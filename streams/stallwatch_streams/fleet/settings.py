@@ -70,6 +70,25 @@ class FleetSettings(Declared):
         "worker; a tally of a new key past it is a dead letter "
         "(`key_quota`)",
     )
+    # A key at its caps holds about 0.9 MB, one tool called by a few runs a few KB
+    # (fleet/sizes.py). The fleet pods' limit is 1 GiB: the app's own ~100 MB, the worker-wide
+    # 512 MiB below, and room for the allocator's slack and the changelog's writes.
+    max_bytes: int = Field(
+        512 << 20,
+        ge=1 << 20,
+        description="estimated bytes in memory of the (tenant, tool) keys one fleet worker "
+        "holds; past it the least recently updated keys of the partition are evicted, quiet ones "
+        "first, as at STALLWATCH_FLEET_MAX_KEYS",
+    )
+    # A quarter of the worker's: one tenant's flood of keys at their caps never takes the room of
+    # the others, nor restarts the process serving them.
+    max_bytes_per_tenant: int = Field(
+        128 << 20,
+        ge=1 << 20,
+        description="estimated bytes in memory of one tenant's keys on one fleet worker; a "
+        "tally of a new key past it is a dead letter (`memory_quota`), and past it the tenant's "
+        "own least recently updated keys are evicted as its keys grow",
+    )
     max_advised_runs: int = Field(
         64, ge=0, description="live runs told of one incident (`fleet_advisory` events)"
     )
