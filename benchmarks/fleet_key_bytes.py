@@ -9,8 +9,10 @@ the accounting costs per partial judged.
     tasks' estimate (`stallwatch_fleet_state_bytes`). Then the same table as a restart restores
     it (every value read back from JSON) and indexed again. Two shapes: a key at every cap (all
     buckets of the window and the late window, 64 runs and stops, 16 answers of 16 runs and 16
-    args, every id 128 characters, three open incidents with 64 runs advised), and a tool a few
-    runs call (uuids, a few runs a bucket, one answer).
+    args, every run id 128 characters, fingerprints and argument digests of 32 hex digits as the
+    merge step leaves them, three open incidents with 64 runs advised; and the same with every
+    digest 128 characters, as before the merge step bounded them), and a tool a few runs call
+    (uuids, a few runs a bucket, one answer).
 (b) cost: `--partials` partials of one run each into held keys, judged by `JudgeTask.apply`
     (with the accounting) and by the same steps without it (the judge, the table write, the
     recency order, the open keys), alternated in rounds; microseconds per partial, best round.
@@ -33,13 +35,14 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from stallwatch.contract.limits import MAX_ID_CHARS  # noqa: E402
-from stallwatch_streams.fleet.metrics import FleetMetrics  # noqa: E402
-from stallwatch_streams.fleet.rules import Judge  # noqa: E402
-from stallwatch_streams.fleet.settings import FleetSettings  # noqa: E402
-from stallwatch_streams.fleet.tally import tally_key  # noqa: E402
-from stallwatch_streams.fleet.tasks import JudgeTasks  # noqa: E402
-from stallwatch_streams.fleet.window import (  # noqa: E402
+from stallwatch.contract.digests import digest
+from stallwatch.contract.limits import MAX_ID_CHARS
+from stallwatch_streams.fleet.metrics import FleetMetrics
+from stallwatch_streams.fleet.rules import Judge
+from stallwatch_streams.fleet.settings import FleetSettings
+from stallwatch_streams.fleet.tally import tally_key
+from stallwatch_streams.fleet.tasks import JudgeTasks
+from stallwatch_streams.fleet.window import (
     ANSWER_IDS_CAP,
     BUCKET_ANSWERS_CAP,
     BUCKET_RUNS_CAP,
@@ -49,7 +52,9 @@ from stallwatch_streams.fleet.window import (  # noqa: E402
 PARTITIONS = 1
 T0 = 1_800_000_000.0
 # Settings under which every window of a key at its caps opens all three kinds (and advises runs).
-CFG = FleetSettings(failing_runs=5, failing_ratio=0.5, same_answer_runs=5, same_answer_args=5, looping_stops=5)
+CFG = FleetSettings(
+    failing_runs=5, failing_ratio=0.5, same_answer_runs=5, same_answer_args=5, looping_stops=5
+)
 
 
 def long_id(prefix: str, n: int) -> str:
@@ -75,7 +80,18 @@ def partial(tool: str, ts: float, **fields: Any) -> bytes:
 
 
 def at_caps(tool: str, step_s: float, buckets: int) -> list[bytes]:
-    """Partials that fill every cap of a key's buckets, one bucket at a time."""
+    """Partials that fill every cap of a key's buckets, one bucket at a time; fingerprints and
+    argument digests as the merge step leaves them (32 hex digits)."""
+    return at_caps_of(tool, step_s, buckets, lambda text: digest(text.encode()).hex())
+
+
+def at_caps_long(tool: str, step_s: float, buckets: int) -> list[bytes]:
+    """The same with fingerprints and argument digests of 128 characters, as the merge step
+    passed them on before it bounded them."""
+    return at_caps_of(tool, step_s, buckets, lambda text: text)
+
+
+def at_caps_of(tool: str, step_s: float, buckets: int, as_digest: Callable[[str], str]) -> list[bytes]:
     found = []
     for b in range(buckets):
         ts = T0 + b * step_s
@@ -83,9 +99,9 @@ def at_caps(tool: str, step_s: float, buckets: int) -> list[bytes]:
         stops = [long_id(f"{tool}-stop-{b}", i) for i in range(BUCKET_RUNS_CAP)]
         answers = [
             {
-                "fingerprint": long_id(f"{tool}-fp-{b}", a),
+                "fingerprint": as_digest(long_id(f"{tool}-fp-{b}", a)),
                 "runs": [long_id(f"{tool}-arun-{b}-{a}", i) for i in range(ANSWER_IDS_CAP)],
-                "args": [long_id(f"{tool}-arg-{b}-{a}", i) for i in range(ANSWER_IDS_CAP)],
+                "args": [as_digest(long_id(f"{tool}-arg-{b}-{a}", i)) for i in range(ANSWER_IDS_CAP)],
             }
             for a in range(BUCKET_ANSWERS_CAP)
         ]
@@ -160,7 +176,11 @@ def without_accounting(task: Any, key: bytes, record: dict[str, Any], clock: flo
     ctx.table[key] = state
     plain.setdefault(key, None)
     plain.move_to_end(key)
-    task._track_open(key, state)
+    if state["open"]:
+        task.open_keys.add(key)
+    else:
+        task.open_keys.discard(key)
+    ctx.open_changed()
 
 
 plain: OrderedDict[bytes, None] = OrderedDict()
@@ -212,7 +232,9 @@ def measure_cost(partials: int, rounds: int = 5) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--keys-at-caps", type=int, default=20)
     parser.add_argument("--typical-keys", type=int, default=2000)
     parser.add_argument("--partials", type=int, default=20_000)
@@ -220,11 +242,12 @@ def main() -> None:
     print("(a) bytes per key: estimated / held live / held after a restore (tracemalloc)")
     for name, shape, keys in (
         ("at every cap", at_caps, args.keys_at_caps),
+        ("the same, long digests", at_caps_long, args.keys_at_caps),
         ("typical (3 runs)", typical, args.typical_keys),
     ):
         estimated, live, restored = measure_bytes(shape, keys)
         print(
-            f"  {name:18} {estimated:>11,.0f} / {live:>11,.0f} / {restored:>11,.0f}"
+            f"  {name:24} {estimated:>11,.0f} / {live:>11,.0f} / {restored:>11,.0f}"
             f"   estimate/live {estimated / live:.2f}, estimate/restored {estimated / restored:.2f}"
         )
     with_, without = measure_cost(args.partials)

@@ -75,7 +75,7 @@ class FleetSettings(Declared):
     # 512 MiB below, and room for the allocator's slack and the changelog's writes.
     max_bytes: int = Field(
         512 << 20,
-        ge=1 << 20,
+        ge=1 << 16,
         description="estimated bytes in memory of the (tenant, tool) keys one fleet worker "
         "holds; past it the least recently updated keys of the partition are evicted, quiet ones "
         "first, as at STALLWATCH_FLEET_MAX_KEYS",
@@ -84,7 +84,7 @@ class FleetSettings(Declared):
     # the others, nor restarts the process serving them.
     max_bytes_per_tenant: int = Field(
         128 << 20,
-        ge=1 << 20,
+        ge=1 << 16,
         description="estimated bytes in memory of one tenant's keys on one fleet worker; a "
         "tally of a new key past it is a dead letter (`memory_quota`), and past it the tenant's "
         "own least recently updated keys are evicted as its keys grow",

@@ -148,28 +148,35 @@ class JudgeTask:
             drop_unreadable(getattr(ctx.table, "data", ctx.table), key, ctx.metrics)
             self._uncharge(key)
             state = None
-        charge = self.keys.get(key)
+        charge, new = self.keys.get(key), state is None
         if state is None:
             tenant = partial["tenant"]
-            self._check_quota(tenant)
+            self._check_quota(tenant, ctx.tenant_bytes_held(tenant))
             state = new_state(tenant, partial["tool"])
-            self._make_room(clock, evicted)
             charge = Charge(tenant, 0)
         elif charge is None:  # in the table, not yet in this task's view: counted whole once
             charge = Charge(state.get("tenant"), sizes.buckets_bytes(state))
         dropped, late = state["dropped"], state["late"]
         outcome = ctx.judge.apply(state, partial, clock)
+        charge.buckets += outcome.grown
+        if new:
+            # A new key that would take its tenant past its budget is refused whole, before
+            # anything of it is kept: a flood of new keys cannot push the tenant's held keys out.
+            size = sizes.key_bytes(key, state, charge.buckets)
+            self._check_quota(charge.tenant, ctx.tenant_bytes_held(charge.tenant) + size - 1)
+            self._make_room(clock, evicted)
         ctx.metrics.dropped.labels("cap").inc(state["dropped"] - dropped)
         ctx.metrics.dropped.labels("late").inc(state["late"] - late)
         ctx.table[key] = state
-        charge.buckets += outcome.grown
         self._charge(key, state, charge)
         self._track_open(key, state)
         self._keep_budgets(key, charge.tenant, clock, evicted)
         ctx.metrics.keys.set(ctx.keys_held())
         return (evicted if self.evictions > evictions else None), outcome
 
-    def _check_quota(self, tenant: str | None) -> None:
+    def _check_quota(self, tenant: str | None, held_bytes: int) -> None:
+        """Raises KeyQuota when the tenant has its quota of keys, or when `held_bytes` (what its
+        keys hold, with or without the new key) reaches its budget."""
         ctx = self.context
         held = ctx.tenant_keys_held(tenant)
         if held >= ctx.cfg.max_keys_per_tenant:
@@ -179,14 +186,14 @@ class JudgeTask:
                 f"its tenant already has {held:,} (tenant, tool) keys on this fleet "
                 "worker, the quota (STALLWATCH_FLEET_MAX_KEYS_PER_TENANT)",
             )
-        held_bytes = ctx.tenant_bytes_held(tenant)
         if held_bytes >= ctx.cfg.max_bytes_per_tenant:
             raise KeyQuota(
                 "memory_quota",
                 tenant,
-                f"its tenant's (tenant, tool) keys already hold about {held_bytes >> 20:,} MiB on "
-                "this fleet worker, the quota (STALLWATCH_FLEET_MAX_BYTES_PER_TENANT); its keys "
-                "held are judged as before",
+                f"its tenant's (tenant, tool) keys would hold {held_bytes / 2**20:,.1f} MiB on this "
+                "fleet worker with this new one, past the quota "
+                f"({ctx.cfg.max_bytes_per_tenant / 2**20:,.1f} MiB, "
+                "STALLWATCH_FLEET_MAX_BYTES_PER_TENANT); its keys held are judged as before",
             )
 
     def close_quiet(self, clock: float) -> list[Outcome]:
@@ -238,10 +245,10 @@ class JudgeTask:
                 break
             ctx.metrics.tenant_quota.labels(tenant_label(tenant), "evicted").inc()
             log.warning(
-                "judge: tenant %s over STALLWATCH_FLEET_MAX_BYTES_PER_TENANT (about %d MiB): its "
-                "least recently updated key %s evicted",
+                "judge: tenant %s over STALLWATCH_FLEET_MAX_BYTES_PER_TENANT (%.1f MiB) as its "
+                "keys grew: its least recently updated key %s evicted",
                 tenant_label(tenant),
-                ctx.tenant_bytes_held(tenant) >> 20,
+                ctx.tenant_bytes_held(tenant) / 2**20,
                 key_fingerprint(victim, ctx.secret),
             )
             self._evict(victim, clock, closed)
