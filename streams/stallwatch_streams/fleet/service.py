@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -22,6 +23,7 @@ from stallwatch.kafka.options import oauth_token_provider, ssl_context
 from stallwatch.kafka.topics import list_topic_names, tenants_in
 from stallwatch.settings import Settings, reveal
 from stallwatch_streams.fleet.metrics import FleetMetrics
+from stallwatch_streams.fleet.readers import Readers
 from stallwatch_streams.fleet.rules import Judge, Outcome
 from stallwatch_streams.fleet.settings import FleetSettings
 from stallwatch_streams.fleet.signing import warn_if_unsigned
@@ -144,6 +146,9 @@ class FleetService:
         app.timer(cfg.tick_interval_s)(self._tick)
         app.task(self._scan_tenants)  # once at start, before any incident can open
         app.timer(base.tenant_scan_interval_s)(self._scan_tenants)
+        self.readers = Readers(
+            None if cfg.reader_tokens_dir is None else Path(cfg.reader_tokens_dir), base.web_bind
+        )
         self._views()
         # mode types a handler as taking any positional arguments; this signal sends one.
         app.on_partitions_assigned.connect(self._on_assigned)  # type: ignore[arg-type]
@@ -371,13 +376,34 @@ class FleetService:
     def _views(self) -> None:
         service = self
 
+        def refusal(view: faust.web.View, request: Any, tenant: str | None) -> Any:
+            """None when the request may read the tenant's list; else the answer, the same
+            whether the tenant exists or not."""
+            if service.readers.allows(tenant, request.remote, request.headers.get("Authorization")):
+                return None
+            if service.readers.folder is None:
+                return view.json({"error": "the incidents lists answer only to this host"}, status=403)
+            return view.json(
+                {"error": "send this list's reader token: `Authorization: Bearer <token>`"},
+                status=401,
+                headers={"WWW-Authenticate": 'Bearer realm="stallwatch-fleet"'},
+            )
+
         class Incidents(faust.web.View):
             async def get(self, request: Any) -> Any:
-                return self.json({"open": service.open_incidents()})
+                refused = refusal(self, request, None)
+                return refused or self.json({"open": service.open_incidents()})
 
         class TenantIncidents(faust.web.View):
             async def get(self, request: Any, tenant: str) -> Any:
-                return self.json({"open": service.open_incidents(tenant)})
+                refused = refusal(self, request, tenant)
+                return refused or self.json({"open": service.open_incidents(tenant)})
+
+        class Ready(faust.web.View):
+            """Answers once the app has started its web server, with nothing of any tenant."""
+
+            async def get(self, request: Any) -> Any:
+                return self.json({"ready": True})
 
         class Metrics(faust.web.View):
             async def get(self, request: Any) -> Any:
@@ -387,4 +413,5 @@ class FleetService:
 
         self.app.page("/incidents/")(Incidents)
         self.app.page("/incidents/{tenant}/")(TenantIncidents)
+        self.app.page("/health/ready")(Ready)
         self.app.page("/metrics")(Metrics)

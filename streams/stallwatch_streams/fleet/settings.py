@@ -113,6 +113,13 @@ class FleetSettings(Declared):
         description="port of the fleet worker's web view "
         "(`/incidents/`, `/metrics`) on STALLWATCH_WEB_BIND; one per worker process",
     )
+    # A Secret mounted as a folder: docs/decisions.md, "The fleet app's incidents, listed per tenant".
+    reader_tokens_dir: str | None = Field(
+        None,
+        description="folder of the tokens that read the incidents lists: a file named for each "
+        "tenant holds the token of `/incidents/<tenant>/`, `shared.token` that of `/incidents/` "
+        "(`Authorization: Bearer …`); unset: the lists answer only to loopback",
+    )
     session_timeout_s: float = Field(
         10.0,
         ge=1.0,
