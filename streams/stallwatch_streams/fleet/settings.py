@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import ClassVar, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from stallwatch.settings import Declared, Port, Settings, SetupError
@@ -126,6 +127,17 @@ class FleetSettings(Declared):
         description="Kafka group session: a killed fleet "
         "worker's tools move to a live one after about this long",
     )
+
+    @field_validator("reader_tokens_dir")
+    @classmethod
+    def _a_folder(cls, folder: str | None) -> str | None:
+        """Named at start, before any connection: a mount that is missing closes every list."""
+        if folder is not None and not Path(folder).is_dir():
+            raise SetupError(
+                f"STALLWATCH_FLEET_READER_TOKENS_DIR={folder} is not a folder this process can "
+                "read: mount the reader tokens' Secret there, or unset it"
+            )
+        return folder
 
     @model_validator(mode="after")
     def _whole_steps(self) -> Self:
