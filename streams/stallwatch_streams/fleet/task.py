@@ -73,7 +73,7 @@ class JudgeContext:
     tenant_keys_held: Callable[[str | None], int]
     bytes_held: Callable[[], int]
     tenant_bytes_held: Callable[[str | None], int]
-    bytes_changed: Callable[[str | None], None]
+    bytes_changed: Callable[[str | None, int], None]
     open_changed: Callable[[], None]
     # Keys the digests of keys in log lines, as the dead letters' (None: unkeyed).
     secret: bytes | None = None
@@ -92,14 +92,19 @@ class JudgeTask:
         self.context = context
         self.lifecycle = Lifecycle(partition)
         self.evictions = 0  # keys this task evicted for a cap, since it was made
-        self._forget()
-
-    def _forget(self) -> None:
-        # Every key and its charge, least recently updated first; the same per tenant.
+        # Every key and its charge, least recently updated first; the same per tenant; the
+        # estimated bytes of its keys per tenant and in all.
         self.keys: OrderedDict[bytes, Charge] = OrderedDict()
         self.open_keys: set[bytes] = set()
         self.tenant_keys: dict[str | None, OrderedDict[bytes, None]] = {}
         self.tenant_bytes: dict[str | None, int] = {}
+        self.bytes = 0
+
+    def _forget(self) -> None:
+        """Its keys out of its view, and their bytes out of the worker's counts."""
+        for tenant, held in self.tenant_bytes.items():
+            self.context.bytes_changed(tenant, -held)
+        self.keys, self.open_keys, self.tenant_keys, self.tenant_bytes = OrderedDict(), set(), {}, {}
         self.bytes = 0
 
     def __repr__(self) -> str:
@@ -318,7 +323,7 @@ class JudgeTask:
             self.tenant_bytes[tenant] = held
         else:
             self.tenant_bytes.pop(tenant, None)
-        self.context.bytes_changed(tenant)
+        self.context.bytes_changed(tenant, change)
 
     def _track_open(self, key: bytes, state: State) -> None:
         if state["open"]:

@@ -47,14 +47,18 @@ class JudgeTasks:
             tenant_keys_held=self.tenant_keys_held,
             bytes_held=self.bytes_held,
             tenant_bytes_held=self.tenant_bytes_held,
-            bytes_changed=self.show_bytes,
+            bytes_changed=self.add_bytes,
             open_changed=self.count_open,
             secret=secret,
         )
         self._tasks: dict[int, JudgeTask] = {}
         # False from the start and from each rebalance until the tasks' keys are read again.
         self.indexed = False
-        self.shown: set[str | None] = set()  # tenants with a series in the bytes gauge
+        # The tasks' estimated bytes, in all and per tenant, kept as they change (the budgets
+        # read them at every partial), and the bytes gauge's series per tenant shown.
+        self.held_bytes = 0
+        self.bytes_by_tenant: dict[str | None, int] = {}
+        self.gauges: dict[str | None, Any] = {}
 
     def __iter__(self) -> Iterator[JudgeTask]:
         return iter(self._tasks.values())
@@ -84,7 +88,7 @@ class JudgeTasks:
             self._task(partition).suspend()
         self.metrics.keys.set(self.keys_held())
         self.count_open()
-        self.show_all_bytes()
+        self.recount_bytes()
 
     def index(self, data: MutableMapping[bytes, State | None], held: set[int], partitions: int) -> None:
         """After a recovery the table holds keys this worker has not touched yet: each held
@@ -111,7 +115,7 @@ class JudgeTasks:
         self.indexed = True
         kept = self.keys_held()
         self.metrics.keys.set(kept)
-        self.show_all_bytes()
+        self.recount_bytes()
         # Once per rebalance: a lost window after a restart reads here as kept 0 or as dropped.
         log.info(
             "judge: %d keys held on partitions %s after the rebalance, %d dropped",
@@ -139,26 +143,42 @@ class JudgeTasks:
         return sum(len(task.tenant_keys.get(tenant, ())) for task in self._tasks.values())
 
     def bytes_held(self) -> int:
-        return sum(task.bytes for task in self._tasks.values())
+        return self.held_bytes
 
     def tenant_bytes_held(self, tenant: str | None) -> int:
-        return sum(task.tenant_bytes.get(tenant, 0) for task in self._tasks.values())
+        return self.bytes_by_tenant.get(tenant, 0)
 
-    def show_bytes(self, tenant: str | None) -> None:
-        """One tenant's gauge of estimated bytes held; a tenant holding none leaves the gauge."""
-        held = self.tenant_bytes_held(tenant)
+    def add_bytes(self, tenant: str | None, change: int) -> None:
+        """A task's key of `tenant` changed by `change` bytes."""
+        self.held_bytes += change
+        held = self.bytes_by_tenant.get(tenant, 0) + change
         if held > 0:
-            self.metrics.state_bytes.labels(tenant_label(tenant)).set(held)
-            self.shown.add(tenant)
-        elif tenant in self.shown:
-            self.shown.discard(tenant)
-            self.metrics.state_bytes.remove(tenant_label(tenant))
+            self.bytes_by_tenant[tenant] = held
+        else:
+            self.bytes_by_tenant.pop(tenant, None)
+        self._show(tenant, held)
 
-    def show_all_bytes(self) -> None:
-        """Every tenant's gauge, after the tasks changed (a rebalance, a recovery)."""
-        tenants = {t for task in self._tasks.values() for t in task.tenant_bytes} | self.shown
-        for tenant in tenants:
-            self.show_bytes(tenant)
+    def recount_bytes(self) -> None:
+        """The totals and the gauge from the tasks' own counts, after the tasks changed (a
+        rebalance, a recovery)."""
+        totals: dict[str | None, int] = {}
+        for task in self._tasks.values():
+            for tenant, held in task.tenant_bytes.items():
+                totals[tenant] = totals.get(tenant, 0) + held
+        self.held_bytes, self.bytes_by_tenant = sum(totals.values()), totals
+        for tenant in set(self.gauges) | set(totals):
+            self._show(tenant, totals.get(tenant, 0))
+
+    def _show(self, tenant: str | None, held: int) -> None:
+        """One tenant's series of the bytes gauge; a tenant holding none leaves the gauge."""
+        gauge = self.gauges.get(tenant)
+        if held > 0:
+            if gauge is None:
+                gauge = self.gauges[tenant] = self.metrics.state_bytes.labels(tenant_label(tenant))
+            gauge.set(held)
+        elif gauge is not None:
+            del self.gauges[tenant]
+            self.metrics.state_bytes.remove(tenant_label(tenant))
 
     def count_open(self) -> None:
         """The open-incidents gauge, by kind, over every task's keys."""
