@@ -156,7 +156,7 @@ class JudgeTask:
         charge, new = self.keys.get(key), state is None
         if state is None:
             tenant = partial["tenant"]
-            self._check_quota(tenant, ctx.tenant_bytes_held(tenant))
+            self._check_quota(tenant, ctx.tenant_bytes_held(tenant) + sizes.KEY_BYTES)
             state = new_state(tenant, partial["tool"])
             charge = Charge(tenant, 0)
         elif charge is None:  # in the table, not yet in this task's view: counted whole once
@@ -168,7 +168,7 @@ class JudgeTask:
             # A new key that would take its tenant past its budget is refused whole, before
             # anything of it is kept: a flood of new keys cannot push the tenant's held keys out.
             size = sizes.key_bytes(key, state, charge.buckets)
-            self._check_quota(charge.tenant, ctx.tenant_bytes_held(charge.tenant) + size - 1)
+            self._check_quota(charge.tenant, ctx.tenant_bytes_held(charge.tenant) + size)
             self._make_room(clock, evicted)
         ctx.metrics.dropped.labels("cap").inc(state["dropped"] - dropped)
         ctx.metrics.dropped.labels("late").inc(state["late"] - late)
@@ -181,7 +181,7 @@ class JudgeTask:
 
     def _check_quota(self, tenant: str | None, held_bytes: int) -> None:
         """Raises KeyQuota when the tenant has its quota of keys, or when `held_bytes` (what its
-        keys hold, with or without the new key) reaches its budget."""
+        keys would hold with the new one) is past its budget."""
         ctx = self.context
         held = ctx.tenant_keys_held(tenant)
         if held >= ctx.cfg.max_keys_per_tenant:
@@ -191,7 +191,7 @@ class JudgeTask:
                 f"its tenant already has {held:,} (tenant, tool) keys on this fleet "
                 "worker, the quota (STALLWATCH_FLEET_MAX_KEYS_PER_TENANT)",
             )
-        if held_bytes >= ctx.cfg.max_bytes_per_tenant:
+        if held_bytes > ctx.cfg.max_bytes_per_tenant:
             raise KeyQuota(
                 "memory_quota",
                 tenant,
