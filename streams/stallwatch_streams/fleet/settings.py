@@ -71,9 +71,9 @@ class FleetSettings(Declared):
         "worker; a tally of a new key past it is a dead letter "
         "(`key_quota`)",
     )
-    # A key at its caps holds about 0.9 MB, one tool called by a few runs a few KB
-    # (fleet/sizes.py). The fleet pods' limit is 1 GiB: the app's own ~100 MB, the worker-wide
-    # 512 MiB below, and room for the allocator's slack and the changelog's writes.
+    # A key at its caps holds 1.16 MB, a tool called by a few runs a few KB (fleet/sizes.py).
+    # The fleet pods' limit is 1 GiB: the app idles at ~70 MB, and a flood of keys adds their
+    # estimate plus ~130 MB of its buffers (measured): ~720 MB with 512 MiB of keys.
     max_bytes: int = Field(
         512 << 20,
         ge=1 << 16,
