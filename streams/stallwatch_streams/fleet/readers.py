@@ -17,16 +17,20 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
-import re
+import string
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from stallwatch.settings import TENANT_NAME, SetupError
+from stallwatch.settings import SetupError
 
 log = logging.getLogger("stallwatch_streams.fleet.service")
 
 SHARED_TOKEN_FILE = "shared.token"
+# stallwatch.settings.TENANT_NAME: ^[A-Za-z0-9_-]{1,64}$ (tests/streams/fleet/test_web.py holds
+# the two the same).
+TENANT_CHARS = frozenset(string.ascii_letters + string.digits + "_-")
+MAX_TENANT_CHARS = 64
 # Shorter is guessable (as a fingerprint key: stallwatch.settings.MIN_FINGERPRINT_KEY_CHARS).
 MIN_TOKEN_CHARS = 16
 # A token file holds one line; anything longer is not a token.
@@ -45,6 +49,11 @@ def is_loopback(host: str | None) -> bool:
         return False
 
 
+def is_tenant_name(name: str) -> bool:
+    """A tenant's name as stallwatch.settings.TENANT_NAME has it, checked without a regex."""
+    return 0 < len(name) <= MAX_TENANT_CHARS and all(c in TENANT_CHARS for c in name)
+
+
 def read_tokens(folder: Path) -> dict[str | None, bytes]:
     """Each tenant's token (None: the shared topic's) from the folder's files. Files named
     otherwise (the kubelet's `..data`) are passed over; a token too short is refused, loudly."""
@@ -53,7 +62,7 @@ def read_tokens(folder: Path) -> dict[str | None, bytes]:
         name = path.name
         if name == SHARED_TOKEN_FILE:
             tenant: str | None = None
-        elif re.fullmatch(TENANT_NAME, name):
+        elif is_tenant_name(name):
             tenant = name
         else:
             continue

@@ -5,6 +5,7 @@ tenant's reader alone."""
 from __future__ import annotations
 
 import logging
+import re
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,8 +15,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from stallwatch.settings import Settings, SetupError
-from stallwatch_streams.fleet.readers import RELOAD_S, Readers
+from stallwatch.settings import TENANT_NAME, Settings, SetupError
+from stallwatch_streams.fleet.readers import RELOAD_S, Readers, is_tenant_name
 from stallwatch_streams.fleet.service import FleetService
 from stallwatch_streams.fleet.settings import FleetSettings
 from stallwatch_streams.fleet.tally import tally_key
@@ -162,6 +163,13 @@ async def test_without_tokens_the_lists_answer_this_host_only(caplog: pytest.Log
                 assert (status, body) == (403, {"error": "the incidents lists answer only to this host"})
             assert (await get(port, "/health/ready", host=outward))[0] == 200
     assert "STALLWATCH_FLEET_READER_TOKENS_DIR is unset" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "name", ["acme", "a", "A-b_9", "x" * 64, "x" * 65, "", "..data", "acme.eu", "shared.token", "é", "a b"]
+)
+def test_a_token_file_is_a_tenants_when_its_name_is_a_tenants_name(name: str) -> None:
+    assert is_tenant_name(name) == bool(re.fullmatch(TENANT_NAME, name))
 
 
 def test_without_tokens_a_peer_beyond_loopback_is_refused() -> None:
