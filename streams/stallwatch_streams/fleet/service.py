@@ -392,12 +392,16 @@ class FleetService:
         class Incidents(faust.web.View):
             async def get(self, request: Any) -> Any:
                 refused = refusal(self, request, None)
-                return refused or self.json({"open": service.open_incidents()})
+                if refused is not None:
+                    return refused
+                return self.json({"open": service.open_incidents()})
 
         class TenantIncidents(faust.web.View):
             async def get(self, request: Any, tenant: str) -> Any:
                 refused = refusal(self, request, tenant)
-                return refused or self.json({"open": service.open_incidents(tenant)})
+                if refused is not None:
+                    return refused
+                return self.json({"open": service.open_incidents(tenant)})
 
         class Ready(faust.web.View):
             """Answers once the app has started its web server, with nothing of any tenant."""

@@ -200,10 +200,11 @@ async def test_one_tenants_keys_at_their_caps_stop_at_its_budget_and_another_ten
         assert [(v["tenant"], v["tool"], v["state"]) for v in opened if v["tenant"] == "victim"][:1] == [
             ("victim", "search", "open")
         ]
-        assert {v["error"].split(" on this fleet worker")[0][:40] for v in refused} == {
-            "its tenant's (tenant, tool) keys would h"
-        }
-        assert all("STALLWATCH_FLEET_MAX_BYTES_PER_TENANT" in v["error"] for v in refused)
+        assert all(
+            v["error"].startswith("its tenant's (tenant, tool) keys would hold")
+            and "STALLWATCH_FLEET_MAX_BYTES_PER_TENANT" in v["error"]
+            for v in refused
+        ), refused
         assert (
             fleet.metric('stallwatch_fleet_tenant_quota_total{outcome="memory_quota",tenant="flooder"}') >= 1
         )
