@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import re
 import socket
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,7 +22,8 @@ from stallwatch_streams.fleet.service import FleetService
 from stallwatch_streams.fleet.settings import FleetSettings
 from stallwatch_streams.fleet.tally import tally_key
 from stallwatch_streams.fleet.tasks import JudgeTasks
-from tests.streams.fleet.harness import tally
+from tests.kafka_harness import fresh_settings
+from tests.streams.fleet.harness import FleetProcess, Reader, Tallies, tally
 
 T0 = 1_800_000_000.0
 ACME, GLOBEX, SHARED = (
@@ -202,3 +204,28 @@ def test_a_short_token_closes_its_list_and_a_missing_folder_stops_the_start(
     assert "reader token acme" in caplog.text and "tiny-secret" not in caplog.text
     with pytest.raises(SetupError, match="STALLWATCH_FLEET_READER_TOKENS_DIR"):
         Readers(tokens / "missing", "0.0.0.0")
+
+
+@pytest.mark.kafka
+async def test_a_real_fleet_app_lists_a_tenants_incident_to_its_reader_alone(tokens: Path) -> None:
+    settings = fresh_settings(partitions=1)
+    fleet = FleetProcess(settings, env={"STALLWATCH_FLEET_READER_TOKENS_DIR": str(tokens)})
+    now = float(int(time.time()))
+    try:
+        await fleet.serving()
+        async with Tallies(settings) as tallies, Reader(settings, settings.incidents_topic) as incidents:
+            for tenant in ("acme", "globex"):
+                await tallies.send(
+                    [
+                        tally("search", now, tenant=tenant, runs=[f"r{i}"], calls=2, failures=2)
+                        for i in range(5)
+                    ]
+                )
+            await incidents.until(lambda vs: {v["tenant"] for v in vs} >= {"acme", "globex"})
+        status, body = await get(fleet.web_port, "/incidents/acme/", ACME)
+        assert status == 200 and tenants_of(body) == {"acme"}
+        for path, token in [("/incidents/globex/", ACME), ("/incidents/", ACME), ("/incidents/acme/", None)]:
+            assert (await get(fleet.web_port, path, token))[0] == 401, (path, token)
+        assert fleet.open_incidents("acme") == [], "the harness's own reads carry no token: refused"
+    finally:
+        fleet.stop()
