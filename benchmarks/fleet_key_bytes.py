@@ -11,7 +11,7 @@ the accounting costs per partial judged.
     buckets of the window and the late window, 64 runs and stops, 16 answers of 16 runs and 16
     args, every run id 128 characters, fingerprints and argument digests of 32 hex digits as the
     merge step leaves them, three open incidents with 64 runs advised; and the same with every
-    digest 128 characters, as before the merge step bounded them), and a tool a few runs call
+    digest 128 characters, as they would be without the merge step's bound), and a tool a few runs call
     (uuids, a few runs a bucket, one answer).
 (b) cost: `--partials` partials of one run each into held keys, judged by `JudgeTask.apply`
     (with the accounting) and by the same steps without it (the judge, the table write, the
@@ -86,8 +86,8 @@ def at_caps(tool: str, step_s: float, buckets: int) -> list[bytes]:
 
 
 def at_caps_long(tool: str, step_s: float, buckets: int) -> list[bytes]:
-    """The same with fingerprints and argument digests of 128 characters, as the merge step
-    passed them on before it bounded them."""
+    """The same with fingerprints and argument digests of 128 characters, as they would be
+    without the merge step's bound."""
     return at_caps_of(tool, step_s, buckets, lambda text: text)
 
 
