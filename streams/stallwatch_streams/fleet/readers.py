@@ -87,23 +87,26 @@ class Readers:
     """The decision for each request to a list of incidents."""
 
     def __init__(self, folder: Path | None, bind: str, clock: Callable[[], float] = time.monotonic) -> None:
-        self.folder, self.clock = folder, clock
+        self.folder, self.bind, self.clock = folder, bind, clock
         self.tokens: dict[str | None, bytes] = {}
         self.read_at = float("-inf")
         if folder is None:
-            if not is_loopback(bind):
-                log.warning(
-                    "STALLWATCH_FLEET_READER_TOKENS_DIR is unset: the incidents lists answer only "
-                    "to this host, though the web port listens on %s; set it to a folder of "
-                    "per-tenant tokens (docs/operations.md) for tenants to read their own",
-                    bind,
-                )
             return
         if not folder.is_dir():
             raise SetupError(
                 f"STALLWATCH_FLEET_READER_TOKENS_DIR={folder} is not a folder this process can read"
             )
         self._reload()
+
+    def warn_if_local_only(self) -> None:
+        """Said once at start (the app's logging is set by then): lists no tenant can read."""
+        if self.folder is None and not is_loopback(self.bind):
+            log.warning(
+                "STALLWATCH_FLEET_READER_TOKENS_DIR is unset: the incidents lists answer only "
+                "to this host, though the web port listens on %s; set it to a folder of "
+                "per-tenant tokens (docs/operations.md) for tenants to read their own",
+                self.bind,
+            )
 
     def allows(self, tenant: str | None, peer: str | None, authorization: str | None) -> bool:
         """May this request read `tenant`'s list (None: the shared topic's)?"""

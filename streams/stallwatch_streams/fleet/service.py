@@ -149,9 +149,13 @@ class FleetService:
         self.readers = Readers(
             None if cfg.reader_tokens_dir is None else Path(cfg.reader_tokens_dir), base.web_bind
         )
+        app.task(self._warn_if_local_only)
         self._views()
         # mode types a handler as taking any positional arguments; this signal sends one.
         app.on_partitions_assigned.connect(self._on_assigned)  # type: ignore[arg-type]
+
+    async def _warn_if_local_only(self) -> None:
+        self.readers.warn_if_local_only()
 
     # The merge step: tallies (partitioned like the runs) to partials (partitioned by tool).
 

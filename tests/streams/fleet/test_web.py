@@ -152,19 +152,25 @@ async def test_a_tenants_token_reads_its_own_list_and_no_other(tokens: Path) -> 
         assert status == 200, "readiness needs no token and shows nothing of a tenant"
 
 
-async def test_without_tokens_the_lists_answer_this_host_only(caplog: pytest.LogCaptureFixture) -> None:
+async def test_without_tokens_the_lists_answer_this_host_only() -> None:
     outward = outward_address()
     if outward is None:
         pytest.skip("this machine has no address beyond loopback to call from")
+    async with serving(bind="0.0.0.0") as (_, port):  # as the manifests bind it
+        status, body = await get(port, "/incidents/acme/")
+        assert status == 200 and tenants_of(body) == {"acme"}
+        for path in ["/incidents/acme/", "/incidents/"]:
+            status, body = await get(port, path, host=outward)
+            assert (status, body) == (403, {"error": "the incidents lists answer only to this host"})
+        assert (await get(port, "/health/ready", host=outward))[0] == 200
+
+
+def test_without_tokens_a_bind_beyond_loopback_is_warned_at_start(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
-        async with serving(bind="0.0.0.0") as (_, port):  # as the manifests bind it
-            status, body = await get(port, "/incidents/acme/")
-            assert status == 200 and tenants_of(body) == {"acme"}
-            for path in ["/incidents/acme/", "/incidents/"]:
-                status, body = await get(port, path, host=outward)
-                assert (status, body) == (403, {"error": "the incidents lists answer only to this host"})
-            assert (await get(port, "/health/ready", host=outward))[0] == 200
-    assert "STALLWATCH_FLEET_READER_TOKENS_DIR is unset" in caplog.text
+        Readers(None, "127.0.0.1").warn_if_local_only()
+        assert caplog.text == ""
+        Readers(None, "0.0.0.0").warn_if_local_only()
+    assert "STALLWATCH_FLEET_READER_TOKENS_DIR is unset" in caplog.text and "0.0.0.0" in caplog.text
 
 
 @pytest.mark.parametrize(
