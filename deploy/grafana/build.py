@@ -128,6 +128,14 @@ def fleet_overview() -> dashboard.Dashboard:
         )
         .with_panel(
             series(
+                "Memory per tenant, estimated: live run states and fleet keys",
+                "bytes",
+                query("sum by (tenant) (stallwatch_live_state_bytes)", "runs {{tenant}}"),
+                query("sum by (tenant) (stallwatch_fleet_state_bytes)", "fleet keys {{tenant}}"),
+            )
+        )
+        .with_panel(
+            series(
                 "Streak length at stop (p90)",
                 "short",
                 query(

@@ -27,6 +27,7 @@ TEXT_REFUSED = {
     "STALLWATCH_ADVISORY_KEY": "too-short",
     "STALLWATCH_TENANT": "acme.eu",
     "STALLWATCH_OBSERVE_ONLY_TENANTS": "acme,acme.eu",
+    "STALLWATCH_FLEET_READER_TOKENS_DIR": "/nowhere/readers",
 }
 # Free text: any value is one a deployment may choose (an address, a name, a user, a token).
 ANY_TEXT = {

@@ -63,7 +63,7 @@ def answers(port: int, path: str) -> bool:
 # what its log says once it has joined its group (the worker's readiness says so itself).
 READY = {
     "worker": ("STALLWATCH_WEB_PORT", "/health/ready", ""),
-    "fleet": ("STALLWATCH_FLEET_WEB_PORT", "/incidents/", "Ready"),
+    "fleet": ("STALLWATCH_FLEET_WEB_PORT", "/health/ready", "Ready"),
 }
 
 

@@ -1,4 +1,5 @@
-"""The fleet app's Prometheus metrics: seconds, bounded labels (kind, reason), no tool or run."""
+"""The fleet app's Prometheus metrics: seconds, bounded labels (kind, reason, the tenants of the
+cluster), no tool or run."""
 
 from __future__ import annotations
 
@@ -30,9 +31,26 @@ class FleetMetrics:
         self.keys = Gauge(
             "stallwatch_fleet_tracked_keys", "(tenant, tool) keys held by this worker", registry=r
         )
+        self.state_bytes = Gauge(
+            "stallwatch_fleet_state_bytes",
+            "Estimated bytes in memory of the (tenant, tool) keys this worker holds, per tenant "
+            "(shared: the shared topic's runs); a tenant's new keys are refused past "
+            "STALLWATCH_FLEET_MAX_BYTES_PER_TENANT",
+            ["tenant"],
+            registry=r,
+        )
+        self.tenant_quota = Counter(
+            "stallwatch_fleet_tenant_quota_total",
+            "A tenant's quotas at work, per tenant: a new key refused at its quota in keys "
+            "(key_quota) or in bytes (memory_quota), or one of its own keys evicted as its keys "
+            "grew past its bytes (evicted)",
+            ["tenant", "outcome"],
+            registry=r,
+        )
         self.evicted = Counter(
             "stallwatch_fleet_evicted_keys_total",
-            "(tenant, tool) keys evicted at STALLWATCH_FLEET_MAX_KEYS",
+            "(tenant, tool) keys evicted at STALLWATCH_FLEET_MAX_KEYS, STALLWATCH_FLEET_MAX_BYTES "
+            "or STALLWATCH_FLEET_MAX_BYTES_PER_TENANT",
             registry=r,
         )
         self.unreadable = Counter(

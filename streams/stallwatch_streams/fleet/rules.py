@@ -20,6 +20,8 @@ class Outcome:
     advisories: list[dict[str, Any]] = field(default_factory=list)
     opened: list[str] = field(default_factory=list)
     closed: list[str] = field(default_factory=list)
+    # The estimated bytes the key's buckets grew by (negative: shrank): fleet/sizes.py.
+    grown: int = 0
 
 
 def holds(kind: str, w: Window, cfg: FleetSettings) -> bool:
@@ -53,7 +55,7 @@ class Judge:
     def apply(self, state: State, partial: Tally, clock: float) -> Outcome:
         """Fold a partial in, judge every window holding its bucket, then close what went quiet."""
         outcome = Outcome()
-        index = add(state, partial, self.cfg.step_s, self.width)
+        index, outcome.grown = add(state, partial, self.cfg.step_s, self.width)
         if index is not None:
             for first in range(index - self.width + 1, index + 1):
                 w = window(state, first, self.width, self.cfg.same_answer_args)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -22,11 +23,12 @@ from stallwatch.kafka.options import oauth_token_provider, ssl_context
 from stallwatch.kafka.topics import list_topic_names, tenants_in
 from stallwatch.settings import Settings, reveal
 from stallwatch_streams.fleet.metrics import FleetMetrics
+from stallwatch_streams.fleet.readers import Readers
 from stallwatch_streams.fleet.rules import Judge, Outcome
 from stallwatch_streams.fleet.settings import FleetSettings
 from stallwatch_streams.fleet.signing import warn_if_unsigned
 from stallwatch_streams.fleet.tally import InvalidTally, Tally, merge, new_partial, parse_tally
-from stallwatch_streams.fleet.task import JudgeTask, KeyQuota
+from stallwatch_streams.fleet.task import JudgeTask, KeyQuota, key_fingerprint, tenant_label
 from stallwatch_streams.fleet.tasks import JudgeTasks
 from stallwatch_streams.fleet.transport import committed_offsets, use_transport
 from stallwatch_streams.fleet.window import bucket_of
@@ -136,7 +138,7 @@ class FleetService:
         # types; keys are raw bytes, set before the changelog topic is first built.
         self.table.key_serializer = "raw"  # type: ignore[attr-defined]  # on Table, not TableT
         # This worker's view of its keys, a task per partials partition it judges (fleet/task.py).
-        self.tasks = JudgeTasks(cfg, self.table, self.judge, self.metrics)
+        self.tasks = JudgeTasks(cfg, self.table, self.judge, self.metrics, self.secret)
         self.clock = 0.0  # event time: the newest tick this worker's judge has seen
         self.watermark = 0.0  # event time: the newest tally this worker's merge has seen
         app.agent(self.tallies, name="merge")(self._merge)
@@ -144,9 +146,16 @@ class FleetService:
         app.timer(cfg.tick_interval_s)(self._tick)
         app.task(self._scan_tenants)  # once at start, before any incident can open
         app.timer(base.tenant_scan_interval_s)(self._scan_tenants)
+        self.readers = Readers(
+            None if cfg.reader_tokens_dir is None else Path(cfg.reader_tokens_dir), base.web_bind
+        )
+        app.task(self._warn_if_local_only)
         self._views()
         # mode types a handler as taking any positional arguments; this signal sends one.
         app.on_partitions_assigned.connect(self._on_assigned)  # type: ignore[arg-type]
+
+    async def _warn_if_local_only(self) -> None:
+        self.readers.warn_if_local_only()
 
     # The merge step: tallies (partitioned like the runs) to partials (partitioned by tool).
 
@@ -273,7 +282,7 @@ class FleetService:
             except PartitionsMismatch as error:
                 self._exit_unwritable(message, error)
             except KeyQuota as error:
-                await self._dead_letter(message, str(error), "key_quota")
+                await self._refuse(message, error)
             except Exception as error:
                 # A crashed agent is restarted by Faust past the record anyway: the record goes to
                 # the dead letters with the error (a partial holds counts and digests only), so it
@@ -286,6 +295,19 @@ class FleetService:
                 )
                 await self._dead_letter(message, f"judge: {fault(error)}", "judge_error")
             yield None
+
+    async def _refuse(self, message: Any, error: KeyQuota) -> None:
+        """A new key of a tenant at its quota: a dead letter, counted under its tenant, logged
+        with the key's fingerprint (its tool's name may say what the tenant does)."""
+        tenant = tenant_label(error.tenant)
+        self.metrics.tenant_quota.labels(tenant, error.reason).inc()
+        log.warning(
+            "judge: tenant %s at its quota (%s): a new key %s refused",
+            tenant,
+            error.reason,
+            key_fingerprint(message.key or b"", self.secret),
+        )
+        await self._dead_letter(message, str(error), error.reason)
 
     def _exit_unwritable(self, message: Any, error: PartitionsMismatch) -> None:
         """The table cannot be written: not this record's fault, and skipping it (as a record the
@@ -358,13 +380,38 @@ class FleetService:
     def _views(self) -> None:
         service = self
 
+        def refusal(view: faust.web.View, request: Any, tenant: str | None) -> Any:
+            """None when the request may read the tenant's list; else the answer, the same
+            whether the tenant exists or not."""
+            if service.readers.allows(tenant, request.remote, request.headers.get("Authorization")):
+                return None
+            if service.readers.folder is None:
+                return view.json({"error": "the incidents lists answer only to this host"}, status=403)
+            return view.json(
+                {"error": "send this list's reader token: `Authorization: Bearer <token>`"},
+                status=401,
+                headers={"WWW-Authenticate": 'Bearer realm="stallwatch-fleet"'},
+            )
+
         class Incidents(faust.web.View):
             async def get(self, request: Any) -> Any:
+                refused = refusal(self, request, None)
+                if refused is not None:
+                    return refused
                 return self.json({"open": service.open_incidents()})
 
         class TenantIncidents(faust.web.View):
             async def get(self, request: Any, tenant: str) -> Any:
+                refused = refusal(self, request, tenant)
+                if refused is not None:
+                    return refused
                 return self.json({"open": service.open_incidents(tenant)})
+
+        class Ready(faust.web.View):
+            """Answers once the app has started its web server, with nothing of any tenant."""
+
+            async def get(self, request: Any) -> Any:
+                return self.json({"ready": True})
 
         class Metrics(faust.web.View):
             async def get(self, request: Any) -> Any:
@@ -374,4 +421,5 @@ class FleetService:
 
         self.app.page("/incidents/")(Incidents)
         self.app.page("/incidents/{tenant}/")(TenantIncidents)
+        self.app.page("/health/ready")(Ready)
         self.app.page("/metrics")(Metrics)

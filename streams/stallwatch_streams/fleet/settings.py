@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import ClassVar, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from stallwatch.settings import Declared, Port, Settings, SetupError
@@ -70,6 +71,25 @@ class FleetSettings(Declared):
         "worker; a tally of a new key past it is a dead letter "
         "(`key_quota`)",
     )
+    # A key at its caps holds 1.16 MB, a tool called by a few runs a few KB (fleet/sizes.py).
+    # The fleet pods' limit is 1 GiB: the app idles at ~70 MB, and a flood of keys adds their
+    # estimate plus ~130 MB of its buffers (measured): ~720 MB with 512 MiB of keys.
+    max_bytes: int = Field(
+        512 << 20,
+        ge=1 << 16,
+        description="estimated bytes in memory of the (tenant, tool) keys one fleet worker "
+        "holds; past it the least recently updated keys of the partition are evicted, quiet ones "
+        "first, as at STALLWATCH_FLEET_MAX_KEYS",
+    )
+    # A quarter of the worker's: one tenant's flood of keys at their caps never takes the room of
+    # the others, nor restarts the process serving them.
+    max_bytes_per_tenant: int = Field(
+        128 << 20,
+        ge=1 << 16,
+        description="estimated bytes in memory of one tenant's keys on one fleet worker; a "
+        "tally of a new key past it is a dead letter (`memory_quota`), and past it the tenant's "
+        "own least recently updated keys are evicted as its keys grow",
+    )
     max_advised_runs: int = Field(
         64, ge=0, description="live runs told of one incident (`fleet_advisory` events)"
     )
@@ -94,12 +114,30 @@ class FleetSettings(Declared):
         description="port of the fleet worker's web view "
         "(`/incidents/`, `/metrics`) on STALLWATCH_WEB_BIND; one per worker process",
     )
+    # A Secret mounted as a folder: docs/decisions.md, "The fleet app's incidents, listed per tenant".
+    reader_tokens_dir: str | None = Field(
+        None,
+        description="folder of the tokens that read the incidents lists: a file named for each "
+        "tenant holds the token of `/incidents/<tenant>/`, `shared.token` that of `/incidents/` "
+        "(`Authorization: Bearer …`); unset: the lists answer only to loopback",
+    )
     session_timeout_s: float = Field(
         10.0,
         ge=1.0,
         description="Kafka group session: a killed fleet "
         "worker's tools move to a live one after about this long",
     )
+
+    @field_validator("reader_tokens_dir")
+    @classmethod
+    def _a_folder(cls, folder: str | None) -> str | None:
+        """Named at start, before any connection: a mount that is missing closes every list."""
+        if folder is not None and not Path(folder).is_dir():
+            raise SetupError(
+                f"STALLWATCH_FLEET_READER_TOKENS_DIR={folder} is not a folder this process can "
+                "read: mount the reader tokens' Secret there, or unset it"
+            )
+        return folder
 
     @model_validator(mode="after")
     def _whole_steps(self) -> Self:

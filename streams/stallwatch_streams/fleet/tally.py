@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 
+from stallwatch.contract.digests import digest
 from stallwatch.contract.limits import MAX_ID_CHARS
 
 # The worker caps its lists at 64 run ids, 16 answers and 16 args; a record far beyond that is
@@ -17,6 +18,8 @@ MAX_LIST_ITEMS = 1_024
 MERGE_RUNS_CAP = 64
 MERGE_ANSWERS_CAP = 16
 MERGE_ARGS_CAP = 16
+# A digest's hex form (stallwatch.contract.digests.digest: 16 bytes).
+DIGEST_HEX_CHARS = 32
 
 Tally = dict[str, Any]
 
@@ -36,6 +39,23 @@ def _ids(value: Any, name: str) -> list[str]:
     if not all(isinstance(v, str) and 0 < len(v) <= MAX_ID_CHARS for v in value):
         raise InvalidTally(f"`{name}` must hold non-empty strings of at most {MAX_ID_CHARS} characters")
     return value
+
+
+def _digests(value: list[str]) -> list[str]:
+    """Result fingerprints and argument digests: 32 hex digits as the workers write them; any
+    other id is fingerprinted to that form, so one digest holds 81 bytes in a key, not up to 177
+    (a key at its caps holds about 2,800 of them)."""
+    return [v if _is_digest(v) else digest(v.encode("utf-8", "surrogatepass")).hex() for v in value]
+
+
+def _is_digest(value: str) -> bool:
+    if len(value) != DIGEST_HEX_CHARS:
+        return False
+    try:
+        bytes.fromhex(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _shown(value: Any) -> str:
@@ -83,9 +103,9 @@ def parse_tally(raw: bytes | None, key: bytes | None) -> Tally:
             raise InvalidTally("each answer needs a `fingerprint` string")
         checked.append(
             {
-                "fingerprint": fingerprint,
+                "fingerprint": _digests([fingerprint])[0],
                 "runs": _ids(answer.get("runs", []), "answers.runs"),
-                "args": _ids(answer.get("args", []), "answers.args"),
+                "args": _digests(_ids(answer.get("args", []), "answers.args")),
             }
         )
     return {

@@ -14,7 +14,7 @@ from stallwatch.contract.incidents import INCIDENT_KINDS
 from stallwatch_streams.fleet.metrics import FleetMetrics
 from stallwatch_streams.fleet.rules import Judge
 from stallwatch_streams.fleet.settings import FleetSettings
-from stallwatch_streams.fleet.task import JudgeContext, JudgeTask, State, drop_unreadable
+from stallwatch_streams.fleet.task import JudgeContext, JudgeTask, State, drop_unreadable, tenant_label
 from stallwatch_streams.fleet.window import readable
 
 log = logging.getLogger("stallwatch_streams.fleet.service")  # the judge's lines, under the app's name
@@ -26,18 +26,39 @@ def partition_of(key: bytes, partitions: int) -> int:
 
 
 class JudgeTasks:
-    """The tasks by partition, and the worker-wide counts their caps are checked against."""
+    """The tasks by partition, and the worker-wide counts (keys and estimated bytes, in all
+    and per tenant) their caps are checked against."""
 
     def __init__(
-        self, cfg: FleetSettings, table: MutableMapping[bytes, Any], judge: Judge, metrics: FleetMetrics
+        self,
+        cfg: FleetSettings,
+        table: MutableMapping[bytes, Any],
+        judge: Judge,
+        metrics: FleetMetrics,
+        secret: bytes | None = None,
     ) -> None:
         self.metrics = metrics
         self.context = JudgeContext(
-            cfg, table, judge, metrics, self.keys_held, self.tenant_keys_held, self.count_open
+            cfg,
+            table,
+            judge,
+            metrics,
+            keys_held=self.keys_held,
+            tenant_keys_held=self.tenant_keys_held,
+            bytes_held=self.bytes_held,
+            tenant_bytes_held=self.tenant_bytes_held,
+            bytes_changed=self.add_bytes,
+            open_changed=self.count_open,
+            secret=secret,
         )
         self._tasks: dict[int, JudgeTask] = {}
         # False from the start and from each rebalance until the tasks' keys are read again.
         self.indexed = False
+        # The tasks' estimated bytes, in all and per tenant, kept as they change (the budgets
+        # read them at every partial), and the bytes gauge's series per tenant shown.
+        self.held_bytes = 0
+        self.bytes_by_tenant: dict[str | None, int] = {}
+        self.gauges: dict[str | None, Any] = {}
 
     def __iter__(self) -> Iterator[JudgeTask]:
         return iter(self._tasks.values())
@@ -67,6 +88,7 @@ class JudgeTasks:
             self._task(partition).suspend()
         self.metrics.keys.set(self.keys_held())
         self.count_open()
+        self.recount_bytes()
 
     def index(self, data: MutableMapping[bytes, State | None], held: set[int], partitions: int) -> None:
         """After a recovery the table holds keys this worker has not touched yet: each held
@@ -93,6 +115,7 @@ class JudgeTasks:
         self.indexed = True
         kept = self.keys_held()
         self.metrics.keys.set(kept)
+        self.recount_bytes()
         # Once per rebalance: a lost window after a restart reads here as kept 0 or as dropped.
         log.info(
             "judge: %d keys held on partitions %s after the rebalance, %d dropped",
@@ -117,7 +140,45 @@ class JudgeTasks:
         return sum(len(task.keys) for task in self._tasks.values())
 
     def tenant_keys_held(self, tenant: str | None) -> int:
-        return sum(task.tenant_keys.get(tenant, 0) for task in self._tasks.values())
+        return sum(len(task.tenant_keys.get(tenant, ())) for task in self._tasks.values())
+
+    def bytes_held(self) -> int:
+        return self.held_bytes
+
+    def tenant_bytes_held(self, tenant: str | None) -> int:
+        return self.bytes_by_tenant.get(tenant, 0)
+
+    def add_bytes(self, tenant: str | None, change: int) -> None:
+        """A task's key of `tenant` changed by `change` bytes."""
+        self.held_bytes += change
+        held = self.bytes_by_tenant.get(tenant, 0) + change
+        if held > 0:
+            self.bytes_by_tenant[tenant] = held
+        else:
+            self.bytes_by_tenant.pop(tenant, None)
+        self._show(tenant, held)
+
+    def recount_bytes(self) -> None:
+        """The totals and the gauge from the tasks' own counts, after the tasks changed (a
+        rebalance, a recovery)."""
+        totals: dict[str | None, int] = {}
+        for task in self._tasks.values():
+            for tenant, held in task.tenant_bytes.items():
+                totals[tenant] = totals.get(tenant, 0) + held
+        self.held_bytes, self.bytes_by_tenant = sum(totals.values()), totals
+        for tenant in set(self.gauges) | set(totals):
+            self._show(tenant, totals.get(tenant, 0))
+
+    def _show(self, tenant: str | None, held: int) -> None:
+        """One tenant's series of the bytes gauge; a tenant holding none leaves the gauge."""
+        gauge = self.gauges.get(tenant)
+        if held > 0:
+            if gauge is None:
+                gauge = self.gauges[tenant] = self.metrics.state_bytes.labels(tenant_label(tenant))
+            gauge.set(held)
+        elif gauge is not None:
+            del self.gauges[tenant]
+            self.metrics.state_bytes.remove(tenant_label(tenant))
 
     def count_open(self) -> None:
         """The open-incidents gauge, by kind, over every task's keys."""

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from sys import getsizeof
 from typing import Any
 
+from stallwatch_streams.fleet import sizes
 from stallwatch_streams.fleet.tally import Tally, add_capped
 
 # Sets one bucket keeps (distinct runs, stopped runs, fingerprints, runs and args per
@@ -52,21 +54,32 @@ def bucket_of(ts: float, step_s: float) -> int:
     return math.floor(ts / step_s)
 
 
-def add(state: State, partial: Tally, step_s: float, width: int) -> int | None:
-    """Fold a partial into its bucket; return the bucket index, or None when it came too late."""
+def add(state: State, partial: Tally, step_s: float, width: int) -> tuple[int | None, int]:
+    """Fold a partial into its bucket; return the bucket index (None when it came too late) and
+    the estimated bytes the key's buckets grew by (less what the buckets it dropped held)."""
     index = bucket_of(partial["ts"], step_s)
     if index < state["newest"] - width * (1 + LATE_WINDOWS):
         state["late"] += 1
-        return None
+        return None, 0
     state["newest"] = max(state["newest"], index)
-    bucket = state["buckets"].setdefault(
-        str(index), {"calls": 0, "failures": 0, "runs": [], "stops": [], "answers": {}}
-    )
+    bucket = state["buckets"].get(str(index))
+    grown = 0
+    if bucket is None:
+        bucket = state["buckets"][str(index)] = {
+            "calls": 0,
+            "failures": 0,
+            "runs": [],
+            "stops": [],
+            "answers": {},
+        }
+        grown += sizes.BUCKET_BYTES
     bucket["calls"] += partial["calls"]
     bucket["failures"] += partial["failures"]
     dropped = partial["dropped"]
-    dropped += add_capped(bucket["runs"], partial["runs"], BUCKET_RUNS_CAP)
-    dropped += add_capped(bucket["stops"], partial["stops"], BUCKET_RUNS_CAP)
+    dropped, added = _add_ids(bucket["runs"], partial["runs"], BUCKET_RUNS_CAP, dropped)
+    grown += added
+    dropped, added = _add_ids(bucket["stops"], partial["stops"], BUCKET_RUNS_CAP, dropped)
+    grown += added
     for answer in partial["answers"]:
         held = bucket["answers"].get(answer["fingerprint"])
         if held is None:
@@ -74,13 +87,23 @@ def add(state: State, partial: Tally, step_s: float, width: int) -> int | None:
                 dropped += 1
                 continue
             held = bucket["answers"][answer["fingerprint"]] = {"runs": [], "args": []}
-        dropped += add_capped(held["runs"], answer["runs"], ANSWER_IDS_CAP)
-        dropped += add_capped(held["args"], answer["args"], ANSWER_IDS_CAP)
+            grown += sizes.ANSWER_BYTES + getsizeof(answer["fingerprint"])
+        dropped, added = _add_ids(held["runs"], answer["runs"], ANSWER_IDS_CAP, dropped)
+        grown += added
+        dropped, added = _add_ids(held["args"], answer["args"], ANSWER_IDS_CAP, dropped)
+        grown += added
     state["dropped"] += dropped
     oldest = state["newest"] - width * (1 + LATE_WINDOWS)
     for stale in [k for k in state["buckets"] if int(k) < oldest]:
-        del state["buckets"][stale]
-    return index
+        grown -= sizes.bucket_bytes(state["buckets"].pop(stale))
+    return index, grown
+
+
+def _add_ids(into: list[str], values: list[str], cap: int, dropped: int) -> tuple[int, int]:
+    """`add_capped`, with the count left out added to `dropped` and the bytes of what went in."""
+    before = len(into)
+    dropped += add_capped(into, values, cap)
+    return dropped, sizes.ids_bytes(into[before:])
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,7 +81,7 @@ class FleetProcess(StallwatchProcess):
             if not self.alive():
                 raise AssertionError(f"fleet app exited:\n{self.log_tail()}")
             if await asyncio.to_thread(
-                self.get, "/incidents/"
+                self.get, "/health/ready"
             ) is not None and "Ready" in self.log_path.read_text(errors="replace"):
                 return
             await asyncio.sleep(0.3)

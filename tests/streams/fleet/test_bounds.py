@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 
@@ -153,5 +154,66 @@ async def test_one_tenants_flood_of_tool_names_stops_at_its_quota_and_spares_the
         assert fleet.metric("stallwatch_fleet_evicted_keys_total") == 0
         assert [(i["tenant"], i["tool"]) for i in fleet.open_incidents("victim")] == [("victim", "search")]
         assert fleet.open_incidents("flooder") == [] and fleet.open_incidents(None) == []
+    finally:
+        fleet.stop()
+
+
+def at_caps(tool: str, ts: float, tenant: str) -> dict[str, Any]:
+    """A tally that fills every cap of its bucket: 64 runs and stops, 16 answers of 16 runs and
+    16 argument digests, every run id 128 characters."""
+    ids = [f"{tenant}-{tool}-{ts}-{i}".ljust(128, "x") for i in range(64)]
+    answers = [
+        {
+            "fingerprint": f"{a:02x}".rjust(32, "f"),
+            "runs": ids[a : a + 16],
+            "args": [f"{a:02x}{i:02x}".rjust(32, "a") for i in range(16)],
+        }
+        for a in range(16)
+    ]
+    return tally(tool, ts, tenant=tenant, runs=ids, stops=ids, calls=64, answers=answers)
+
+
+async def test_one_tenants_keys_at_their_caps_stop_at_its_budget_and_another_tenants_incident_opens() -> None:
+    settings = fresh_settings(partitions=1)
+    budget = 4 << 20
+    fleet = FleetProcess(settings, env={"STALLWATCH_FLEET_MAX_BYTES_PER_TENANT": str(budget)})
+    now = float(int(time.time()))
+    flood = [f"made-up-{k}" for k in range(20)]
+    try:
+        await fleet.serving()
+        async with (
+            Tallies(settings) as tallies,
+            Reader(settings, settings.incidents_topic) as incidents,
+            Reader(settings, settings.deadletter_topic) as letters,
+        ):
+            # Six buckets of each made-up tool, every cap full: about 0.6 MB a key.
+            for step in range(6):
+                await tallies.send([at_caps(tool, now + step, "flooder") for tool in flood])
+            refused = await letters.until(lambda vs: len(vs) >= 1, timeout_s=120)
+            await tallies.send(
+                [
+                    tally("search", now + 6, tenant="victim", runs=[f"run-{i}"], calls=2, failures=2)
+                    for i in range(5)
+                ]
+            )
+            opened = await incidents.until(lambda vs: any(v["tenant"] == "victim" for v in vs), timeout_s=120)
+        assert [(v["tenant"], v["tool"], v["state"]) for v in opened if v["tenant"] == "victim"][:1] == [
+            ("victim", "search", "open")
+        ]
+        assert all(
+            v["error"].startswith("its tenant's (tenant, tool) keys would hold")
+            and "STALLWATCH_FLEET_MAX_BYTES_PER_TENANT" in v["error"]
+            for v in refused
+        ), refused
+        assert (
+            fleet.metric('stallwatch_fleet_tenant_quota_total{outcome="memory_quota",tenant="flooder"}') >= 1
+        )
+        held = fleet.metric('stallwatch_fleet_state_bytes{tenant="flooder"}')
+        assert 0 < held <= budget + 1.5e6, held  # a key's growth at most past it
+        assert fleet.metric('stallwatch_fleet_state_bytes{tenant="victim"}') > 0
+        assert fleet.open_incidents("victim")[0]["tool"] == "search"
+        # The refusals are logged by the key's fingerprint: no tool name in the log.
+        log = fleet.log_path.read_text(errors="replace")
+        assert "memory_quota" in log and not any(tool in log for tool in flood)
     finally:
         fleet.stop()

@@ -49,6 +49,17 @@ def test_a_key_that_does_not_match_the_value_is_refused() -> None:
         parse_tally(raw, tally_key("other", "search"))
 
 
+def test_fingerprints_and_argument_digests_are_bounded_to_a_digests_size() -> None:
+    worker_digest, long_one = "9f" * 16, "x" * 128
+    answers = [{"fingerprint": long_one, "runs": ["r1"], "args": [worker_digest, long_one, "X" * 32]}]
+    parsed = parse_tally(orjson.dumps(tally("search", T0, runs=["r1"], answers=answers)), None)
+    [answer] = parsed["answers"]
+    assert answer["args"][0] == worker_digest, "a worker's digest is kept as it is"
+    assert all(len(d) == 32 and int(d, 16) >= 0 for d in [answer["fingerprint"], *answer["args"]])
+    assert answer["fingerprint"] == answer["args"][1], "the same text, the same digest"
+    assert answer["runs"] == ["r1"], "run ids are kept: advisories name them"
+
+
 def test_merging_caps_the_sets_and_counts_what_it_left_out() -> None:
     partial = new_partial("acme", "search", T0)
     for i in range(100):
