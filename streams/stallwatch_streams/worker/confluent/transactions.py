@@ -75,6 +75,7 @@ class GroupTransactions:
         transactional_id: str,
         metadata: Callable[[], Any],
         commands_topics: Callable[[str], bool],
+        make_producer: Callable[[dict[str, Any]], Producer] = Producer,
     ) -> None:
         self._conf: dict[str, Any] = {
             **librdkafka_options(settings),
@@ -90,6 +91,7 @@ class GroupTransactions:
         self._metadata = metadata
         self._is_commands = commands_topics
         self._linger_s = settings.commit_interval_s
+        self._make_producer = make_producer  # librdkafka's, or a fake in the unit tests
         self._producer: Producer | None = None
         self._txn: _Transaction | None = None
         self._starting = asyncio.Lock()
@@ -252,7 +254,7 @@ class GroupTransactions:
         would fence the first."""
         async with self._starting:
             if self._producer is None:
-                producer = Producer(self._conf)
+                producer = self._make_producer(self._conf)
                 try:
                     await self._run(lambda: producer.init_transactions(CALL_TIMEOUT_S))
                 except KafkaException as exc:

@@ -1,0 +1,116 @@
+"""A tenant's view of its group's consumer (stallwatch_streams/worker/confluent/consumer.py) behaves
+as the pipeline expects of aiokafka's consumer: seeks drop what was fetched before them, paused
+partitions hold their records, and a partition assigned again starts unpaused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from stallwatch_streams.worker.confluent.consumer import TenantView
+from stallwatch_streams.worker.confluent.records import Record
+
+TOPIC = "t.tenant.acme.events"
+TP0, TP1 = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)
+
+
+class FakeGroup:
+    """The group's side of a view: the operations it was given, applied by no thread."""
+
+    def __init__(self) -> None:
+        self.ops: list[Any] = []
+        self.failure: BaseException | None = None
+
+    def submit(self, operation: Any, in_callback: bool = True) -> None:
+        self.ops.append(operation)
+
+    def resubscribe(self) -> None:
+        pass
+
+    def seek_applied(self, tp: TopicPartition) -> None:
+        pass
+
+
+class RecordingConsumer:
+    """librdkafka's consumer as the operations call it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[tuple[str, int, int]]]] = []
+
+    def seek(self, tp: Any) -> None:
+        self.calls.append(("seek", [(tp.topic, tp.partition, tp.offset)]))
+
+    def pause(self, tps: list[Any]) -> None:
+        self.calls.append(("pause", [(tp.topic, tp.partition, -1) for tp in tps]))
+
+    def resume(self, tps: list[Any]) -> None:
+        self.calls.append(("resume", [(tp.topic, tp.partition, -1) for tp in tps]))
+
+
+class Listener:
+    def __init__(self, view: TenantView) -> None:
+        self.view = view
+        self.seen: list[tuple[str, list[int]]] = []
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        self.seen.append(("revoked", [tp.partition for tp in revoked]))
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        self.seen.append(("assigned", [tp.partition for tp in assigned]))
+
+
+def records(partition: int, *offsets: int) -> list[Record]:
+    return [Record(TOPIC, partition, offset, 0, 1, b"k", b"v") for offset in offsets]
+
+
+def view() -> tuple[TenantView, FakeGroup]:
+    group = FakeGroup()
+    return TenantView(group, TOPIC), group  # type: ignore[arg-type]
+
+
+def applied(group: FakeGroup) -> list[tuple[str, list[tuple[str, int, int]]]]:
+    """What the group's thread would call of librdkafka's consumer, in order."""
+    consumer = RecordingConsumer()
+    for operation in group.ops:
+        operation(consumer)
+    return consumer.calls
+
+
+async def test_records_fetched_before_a_seek_are_dropped_and_those_after_it_delivered():
+    tenant, group = view()
+    tenant.receive(TP0, records(0, 5, 6), seeks=0, highwater=7)
+    tenant.seek(TP0, 3)
+    tenant.receive(TP0, records(0, 7), seeks=0, highwater=8)  # consumed before the seek applied
+    assert await tenant.getmany(timeout_ms=0) == {}
+    tenant.receive(TP0, records(0, 3, 4), seeks=1, highwater=8)  # after it
+    assert [r.offset for r in (await tenant.getmany(timeout_ms=0))[TP0]] == [3, 4]
+    assert tenant.highwater(TP0) == 8
+    assert applied(group) == [("seek", [(TOPIC, 0, 3)])]
+
+
+async def test_a_paused_partition_holds_its_records_until_resumed_and_others_flow():
+    tenant, group = view()
+    tenant.pause(TP0)
+    tenant.receive(TP0, records(0, 1), seeks=0, highwater=None)
+    tenant.receive(TP1, records(1, 9), seeks=0, highwater=None)
+    assert list(await tenant.getmany(timeout_ms=0)) == [TP1]
+    tenant.resume(TP0)
+    assert [r.offset for r in (await tenant.getmany(timeout_ms=0))[TP0]] == [1]
+    assert [call[0] for call in applied(group)] == ["pause", "resume"]
+
+
+async def test_a_partition_revoked_and_assigned_again_starts_unpaused_once_its_tenant_took_it():
+    tenant, group = view()
+    listener = Listener(tenant)
+    tenant.subscribe([TOPIC], listener)
+    await tenant._assigned([0, 1], [0, 1])  # noqa: SLF001 - what `assigned` schedules
+    tenant.pause(TP0)  # a task held it
+    await tenant.revoked([0])
+    await tenant._assigned([0, 1], [0])  # noqa: SLF001
+    assert listener.seen == [("assigned", [0, 1]), ("revoked", [0]), ("assigned", [0, 1])]
+    assert tenant.assignment() == {TP0, TP1}
+    tenant.receive(TP0, records(0, 2), seeks=0, highwater=None)
+    assert list(await tenant.getmany(timeout_ms=0)) == [TP0]
+    # Resumed on the thread once its tenant took it (the thread paused it on assignment).
+    assert applied(group)[-1] == ("resume", [(TOPIC, 0, -1)])
