@@ -1,5 +1,7 @@
-"""A decision worker across many tenants, as the worker is built now: the baseline that the next
-transaction model (docs/tenants.md) is measured against.
+"""A decision worker across many tenants, under each transaction model (docs/tenants.md): the
+partition model (a consumer group per tenant, a transactional producer per input partition) is
+the baseline the group model (tenant groups on librdkafka, one transaction per group) is
+measured against, side by side in one run.
 
 For each tenant count: the tenants' topics made (`stallwatch tenants add`), one worker started and
 timed until it serves them all (`/health/ready`), its idle CPU and open sockets, then light
@@ -7,7 +9,8 @@ traffic spread over every tenant (a call every so often per tenant, each through
 the worker's CPU per call and the verdict latency; then a second worker joins under the same
 traffic: its time to ready and the longest gap between two verdicts of one tenant meanwhile.
 
-    python benchmarks/tenants_bench.py --tenants 1 10 100 --partitions 2 --rate 100 --seconds 20
+    python benchmarks/tenants_bench.py --tenants 1 10 100 --partitions 2 --rate 100 --seconds 20 \
+        --models partition group
 """
 
 from __future__ import annotations
@@ -107,14 +110,14 @@ def percentile(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else (values or [0.0])[0]
 
 
-async def measure(tenants: int, partitions: int, rate: float, seconds: float) -> dict[str, float]:
+async def measure(tenants: int, partitions: int, rate: float, seconds: float, model: str) -> dict[str, float]:
     settings = fresh_settings(partitions)
     names = [f"t{n}" for n in range(tenants)]
     for first in range(0, tenants, 50):
         made = await asyncio.to_thread(run_cli, settings, "tenants", "add", *names[first : first + 50])
         assert made.returncode == 0, made.stderr
     each = [settings.for_tenant(name) for name in names]
-    env = {"STALLWATCH_TENANT_SCAN_INTERVAL_S": "2"}
+    env = {"STALLWATCH_TENANT_SCAN_INTERVAL_S": "2", "STALLWATCH_TRANSACTION_MODEL": model}
     first_worker = WorkerProcess(settings, "first", env)
     second = None
     try:
@@ -160,16 +163,23 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--rate", type=float, default=100.0, help="calls a second over all tenants")
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--models", nargs="+", default=["partition", "group"], choices=["partition", "group"])
     args = parser.parse_args()
     print(f"{args.rate:g} calls/s spread over every tenant (each of {args.partitions} partitions)")
-    print("tenants  served in  idle CPU  sockets  CPU/call  verdict p50 / p99   second ready  longest gap")
+    print(
+        "model      tenants  served in  idle CPU  sockets  CPU/call  verdict p50 / p99   "
+        "second ready  longest gap"
+    )
     for tenants in args.tenants:
-        r = asyncio.run(measure(tenants, args.partitions, args.rate, args.seconds))
-        print(
-            f"{tenants:>7}  {r['ready_s']:7.1f} s  {r['idle_cpu']:6.1f} %  {r['sockets']:7.0f}  "
-            f"{r['per_call_us']:6.0f} µs  {r['p50']:6.1f} / {r['p99']:6.1f} ms  {r['join_s']:9.1f} s  "
-            f"{r['gap_s']:8.1f} s"
-        )
+        for model in args.models:
+            r = asyncio.run(measure(tenants, args.partitions, args.rate, args.seconds, model))
+            print(
+                f"{model:<9}  {tenants:>7}  {r['ready_s']:7.1f} s  {r['idle_cpu']:6.1f} %  "
+                f"{r['sockets']:7.0f}  "
+                f"{r['per_call_us']:6.0f} µs  {r['p50']:6.1f} / {r['p99']:6.1f} ms  {r['join_s']:9.1f} s  "
+                f"{r['gap_s']:8.1f} s",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from tests.kafka_harness import (
 )
 from tests.script import RunScript
 from tests.streams.fleet.harness import Reader
+from tests.streams.worker.faults import MODELS
 from tests.streams.worker.fleet_logs import interleave, mixed_fleet
 
 pytestmark = pytest.mark.kafka
@@ -46,10 +47,11 @@ def forgeries(victims: list[RunScript]) -> list[bytes]:
     return lines
 
 
-async def test_each_tenant_is_served_on_its_own_topics_and_no_tenant_decides_anothers_runs():
+@pytest.mark.parametrize("model", MODELS)
+async def test_each_tenant_is_served_on_its_own_topics_and_no_tenant_decides_anothers_runs(model: str):
     settings = fresh_settings(4)
     acme, globex = settings.for_tenant("acme"), settings.for_tenant("globex")
-    worker = WorkerProcess(settings, env={"STALLWATCH_TENANT_SCAN_INTERVAL_S": "0.5"})
+    worker = WorkerProcess(settings, env={**MODELS[model], "STALLWATCH_TENANT_SCAN_INTERVAL_S": "0.5"})
     try:
         await wait_until_serving(settings)
         added = run_cli(settings, "tenants", "add", "acme", "globex")

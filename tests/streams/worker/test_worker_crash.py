@@ -27,6 +27,7 @@ from tests.kafka_harness import (
 )
 from tests.script import RunScript
 from tests.streams.worker import injected_crash
+from tests.streams.worker.faults import MODELS
 from tests.streams.worker.fleet_logs import interleave, mixed_fleet
 
 pytestmark = pytest.mark.kafka
@@ -46,9 +47,12 @@ async def dies(worker: WorkerProcess) -> int:
     return await asyncio.to_thread(worker.proc.wait, 120)
 
 
-async def test_an_event_that_kills_its_worker_twice_is_dead_lettered_by_the_third(tmp_path, monkeypatch):
+@pytest.mark.parametrize("model", MODELS)
+async def test_an_event_that_kills_its_worker_twice_is_dead_lettered_by_the_third(
+    tmp_path, monkeypatch, model
+):
     (tmp_path / "sitecustomize.py").write_text(injected_crash.SITECUSTOMIZE)
-    env = {"PYTHONPATH": f"{tmp_path}:{Path(__file__).resolve().parents[3]}"}
+    env = {**MODELS[model], "PYTHONPATH": f"{tmp_path}:{Path(__file__).resolve().parents[3]}"}
     settings = fresh_settings(1)
     fleet = mixed_fleet(12, rounds=6)
     log = interleave([*fleet[:6], poison_run(), *fleet[6:]])
