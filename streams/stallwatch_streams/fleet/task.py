@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from stallwatch_streams.fleet.metrics import FleetMetrics
-from stallwatch_streams.fleet.rules import Judge, Outcome
+from stallwatch_streams.fleet.rules import IncidentRules, Outcome
 from stallwatch_streams.fleet.settings import FleetSettings
 from stallwatch_streams.fleet.tally import Tally
-from stallwatch_streams.fleet.task_state import JudgeTaskState, Lifecycle
+from stallwatch_streams.fleet.task_state import IncidentTaskState, Lifecycle
 from stallwatch_streams.fleet.window import WINDOW_FORMAT, new_state, readable
 
 log = logging.getLogger("stallwatch_streams.fleet.service")  # the judge's lines, under the app's name
@@ -43,23 +43,23 @@ class KeyQuota(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class JudgeContext:
+class IncidentTaskContext:
     """What every task of a worker shares: the settings, the table, the rules, the metrics, and
     the worker's counts over all its tasks (the caps are per worker, not per partition)."""
 
     cfg: FleetSettings
     table: MutableMapping[bytes, Any]
-    judge: Judge
+    rules: IncidentRules
     metrics: FleetMetrics
     keys_held: Callable[[], int]
     tenant_keys_held: Callable[[str | None], int]
     open_changed: Callable[[], None]
 
 
-class JudgeTask:
+class IncidentTask:
     """One partials partition this worker was assigned, from its assignment to its loss."""
 
-    def __init__(self, partition: int, context: JudgeContext) -> None:
+    def __init__(self, partition: int, context: IncidentTaskContext) -> None:
         self.partition = partition
         self.context = context
         self.lifecycle = Lifecycle(partition)
@@ -68,10 +68,10 @@ class JudgeTask:
         self.tenant_keys: dict[str | None, int] = {}
 
     def __repr__(self) -> str:
-        return f"JudgeTask({self.partition}, {self.state.name}, {len(self.keys)} keys)"
+        return f"IncidentTask({self.partition}, {self.state.name}, {len(self.keys)} keys)"
 
     @property
-    def state(self) -> JudgeTaskState:
+    def state(self) -> IncidentTaskState:
         return self.lifecycle.state
 
     # -- its lifecycle -----------------------------------------------------------------------
@@ -85,19 +85,19 @@ class JudgeTask:
             self._count_tenant(state.get("tenant"), 1)
             if state.get("open"):
                 self.open_keys.add(key)
-        self.lifecycle.to(JudgeTaskState.RUNNING)
+        self.lifecycle.to(IncidentTaskState.RUNNING)
 
     def suspend(self) -> None:
         """The group rebalanced and the partition stays: its keys are read again at the next
         record (a CREATED task has not been read yet and stays so)."""
-        if self.state is JudgeTaskState.RUNNING:
-            self.lifecycle.to(JudgeTaskState.SUSPENDED)
+        if self.state is IncidentTaskState.RUNNING:
+            self.lifecycle.to(IncidentTaskState.SUSPENDED)
 
     def close(self) -> None:
         """Given away: its keys leave this worker's view and gauges (the table's memory store
         keeps them until the next indexing drops them; their new owner restored them)."""
         self.keys, self.open_keys, self.tenant_keys = OrderedDict(), set(), {}
-        self.lifecycle.to(JudgeTaskState.CLOSED)
+        self.lifecycle.to(IncidentTaskState.CLOSED)
 
     # -- judging -----------------------------------------------------------------------------
 
@@ -124,7 +124,7 @@ class JudgeTask:
             evicted = self._make_room(clock)
             self._count_tenant(tenant, 1)
         dropped, late = state["dropped"], state["late"]
-        outcome = ctx.judge.apply(state, partial, clock)
+        outcome = ctx.rules.apply(state, partial, clock)
         ctx.metrics.dropped.labels("cap").inc(state["dropped"] - dropped)
         ctx.metrics.dropped.labels("late").inc(state["late"] - late)
         ctx.table[key] = state
@@ -141,7 +141,7 @@ class JudgeTask:
             if state is None:
                 continue
             outcome = Outcome()
-            self.context.judge.close_quiet(state, clock, outcome)
+            self.context.rules.close_quiet(state, clock, outcome)
             if outcome.closed:
                 self.context.table[key] = state
                 self._track_open(key, state)
@@ -173,7 +173,7 @@ class JudgeTask:
             if evicted is not None:
                 self._count_tenant(evicted.get("tenant"), -1)
             if evicted is not None and evicted["open"]:
-                ctx.judge.close_evicted(evicted, clock, closed)
+                ctx.rules.close_evicted(evicted, clock, closed)
                 ctx.metrics.evicted_open.inc()
             ctx.metrics.evicted.inc()
         ctx.metrics.keys.set(ctx.keys_held() + 1)

@@ -1,4 +1,4 @@
-"""This fleet worker's judge tasks, one per partials partition it holds: made on assignment,
+"""This fleet worker's incident tasks, one per partials partition it holds: made on assignment,
 closed when the partition is given away, their keys read from the table at the judge's first
 record after a rebalance (Faust's recovery runs in between)."""
 
@@ -12,9 +12,9 @@ from aiokafka.partitioner import murmur2
 
 from stallwatch.contract.incidents import INCIDENT_KINDS
 from stallwatch_streams.fleet.metrics import FleetMetrics
-from stallwatch_streams.fleet.rules import Judge
+from stallwatch_streams.fleet.rules import IncidentRules
 from stallwatch_streams.fleet.settings import FleetSettings
-from stallwatch_streams.fleet.task import JudgeContext, JudgeTask, State, drop_unreadable
+from stallwatch_streams.fleet.task import IncidentTask, IncidentTaskContext, State, drop_unreadable
 from stallwatch_streams.fleet.window import readable
 
 log = logging.getLogger("stallwatch_streams.fleet.service")  # the judge's lines, under the app's name
@@ -25,27 +25,31 @@ def partition_of(key: bytes, partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
-class JudgeTasks:
+class IncidentTasks:
     """The tasks by partition, and the worker-wide counts their caps are checked against."""
 
     def __init__(
-        self, cfg: FleetSettings, table: MutableMapping[bytes, Any], judge: Judge, metrics: FleetMetrics
+        self,
+        cfg: FleetSettings,
+        table: MutableMapping[bytes, Any],
+        rules: IncidentRules,
+        metrics: FleetMetrics,
     ) -> None:
         self.metrics = metrics
-        self.context = JudgeContext(
-            cfg, table, judge, metrics, self.keys_held, self.tenant_keys_held, self.count_open
+        self.context = IncidentTaskContext(
+            cfg, table, rules, metrics, self.keys_held, self.tenant_keys_held, self.count_open
         )
-        self._tasks: dict[int, JudgeTask] = {}
+        self._tasks: dict[int, IncidentTask] = {}
         # False from the start and from each rebalance until the tasks' keys are read again.
         self.indexed = False
 
-    def __iter__(self) -> Iterator[JudgeTask]:
+    def __iter__(self) -> Iterator[IncidentTask]:
         return iter(self._tasks.values())
 
-    def get(self, partition: int) -> JudgeTask | None:
+    def get(self, partition: int) -> IncidentTask | None:
         return self._tasks.get(partition)
 
-    def for_record(self, partition: int) -> JudgeTask:
+    def for_record(self, partition: int) -> IncidentTask:
         """The task a partial of this partition is judged by: a record fetched for a partition
         this worker was not told it holds is judged as any other, by a task made for it then."""
         task = self._tasks.get(partition)
@@ -101,10 +105,10 @@ class JudgeTasks:
             dropped,
         )
 
-    def _task(self, partition: int) -> JudgeTask:
+    def _task(self, partition: int) -> IncidentTask:
         task = self._tasks.get(partition)
         if task is None:
-            task = self._tasks[partition] = JudgeTask(partition, self.context)
+            task = self._tasks[partition] = IncidentTask(partition, self.context)
         return task
 
     def _close_all_but(self, held: set[int]) -> None:
