@@ -28,6 +28,7 @@ from tests.kafka_harness import (
     wait_until_serving,
 )
 from tests.streams.worker.fleet_logs import interleave, mixed_fleet
+from tests.waiting import until
 
 # A steady 800 events/s: 80 events, then a pause of 0.1 s.
 STEADY_EVERY, STEADY_PAUSE_S = 80, 0.1
@@ -72,11 +73,12 @@ class Outcome:
 
 async def _rebalancing(worker: WorkerProcess, since: int, timeout_s: float) -> None:
     """Until the worker's log shows a rebalance beyond the first `since` ones."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if worker.log_path.read_text(errors="replace").count("rebalance: revoking partitions") > since:
-            return
-        await asyncio.sleep(0.02)
+    await until(
+        lambda: worker.log_path.read_text(errors="replace").count("rebalance: revoking partitions") > since,
+        timeout_s,
+        lambda: f"a rebalance beyond the first {since}:\n{worker.log_tail()}",
+        interval_s=0.02,
+    )
 
 
 async def three_kills(partitions: int = 8, runs: int = 480, env: dict[str, str] | None = None) -> Outcome:
@@ -97,7 +99,9 @@ async def three_kills(partitions: int = 8, runs: int = 480, env: dict[str, str] 
         producing = asyncio.create_task(
             produce(settings, log, pause_every=STEADY_EVERY, pause_s=STEADY_PAUSE_S)
         )
-        await asyncio.sleep(3)
+        # Under load: both workers have committed batches of the log (beside the probe's).
+        for worker in (a, b):
+            await worker.until_metric("stallwatch_events_consumed_total", lambda n: n >= 2)
         a.kill()
         outcome.kills.append("a, under load")
         revokes = b.log_path.read_text(errors="replace").count("rebalance: revoking partitions")
@@ -109,7 +113,9 @@ async def three_kills(partitions: int = 8, runs: int = 480, env: dict[str, str] 
         b = WorkerProcess(settings, "b2", env)
         workers.append(b)
         await b.ready(timeout_s=60)
-        await asyncio.sleep(2)
+        # a2 at work beside b2: a batch committed after b2 joined.
+        consumed = await asyncio.to_thread(a.metric, "stallwatch_events_consumed_total")
+        await a.until_metric("stallwatch_events_consumed_total", lambda n: n > consumed)
         a.kill()
         outcome.kills.append("a2, after b2 joined")
         a = WorkerProcess(settings, "a3", env)
@@ -187,7 +193,9 @@ async def cut_off(
             producing = asyncio.create_task(
                 produce(settings, log, pause_every=STEADY_EVERY, pause_s=STEADY_PAUSE_S)
             )
-            await asyncio.sleep(2)
+            # Under load: both workers have committed batches of the log (beside the probe's).
+            for worker in (a, b):
+                await worker.until_metric("stallwatch_events_consumed_total", lambda n: n >= 2)
             before = len(b.assignments())
             b_partitions = set(b.assignments()[-1])
             link.cut_at(PRODUCE if heal_before_expiry else END_TXN, drop)
@@ -195,6 +203,7 @@ async def cut_off(
             cut = time.monotonic()
             if heal_before_expiry:
                 heal_at = link.last_heartbeat + SESSION_S - HEAL_MARGIN_S
+                # The thing under test: a cut that ends just before the session would expire.
                 await asyncio.sleep(max(0.0, heal_at - time.monotonic()))
             else:
                 await b.serving(partitions, 30)
