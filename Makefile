@@ -89,10 +89,11 @@ bench-cluster: setup
 	$(BIN)/python benchmarks/cluster_bench.py --fault rolling
 	deploy/kafka/cluster.sh down
 
-# The fuzz harness and the parser's quick check at length (make test runs a fixed number of their
-# examples): no broker needed.
+# The fuzz harness, the parser's quick check and the scanners' equivalence tests at length (make
+# test runs a fixed number of their examples, tests/fuzz_budget.py): no broker needed.
 fuzz: setup
-	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q tests/engine/test_fuzz.py tests/contract/test_quick_check.py
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q tests/engine/test_fuzz.py tests/contract/test_quick_check.py \
+		tests/contract/test_globs.py tests/engine/test_shell.py
 
 schemas: setup
 	$(BIN)/stallwatch schemas --write schemas/

@@ -13,7 +13,7 @@ the accounting costs per partial judged.
     merge step leaves them, three open incidents with 64 runs advised; and the same with every
     digest 128 characters, as they would be without the merge step's bound), and a tool a few runs call
     (uuids, a few runs a bucket, one answer).
-(b) cost: `--partials` partials of one run each into held keys, judged by `JudgeTask.apply`
+(b) cost: `--partials` partials of one run each into held keys, judged by `IncidentTask.apply`
     (with the accounting) and by the same steps without it (the judge, the table write, the
     recency order, the open keys), alternated in rounds; microseconds per partial, best round.
 """
@@ -38,10 +38,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from stallwatch.contract.digests import digest
 from stallwatch.contract.limits import MAX_ID_CHARS
 from stallwatch_streams.fleet.metrics import FleetMetrics
-from stallwatch_streams.fleet.rules import Judge
+from stallwatch_streams.fleet.rules import IncidentRules
 from stallwatch_streams.fleet.settings import FleetSettings
 from stallwatch_streams.fleet.tally import tally_key
-from stallwatch_streams.fleet.tasks import JudgeTasks
+from stallwatch_streams.fleet.tasks import IncidentTasks
 from stallwatch_streams.fleet.window import (
     ANSWER_IDS_CAP,
     BUCKET_ANSWERS_CAP,
@@ -124,8 +124,8 @@ def typical(tool: str, step_s: float, buckets: int) -> list[bytes]:
     ]
 
 
-def new_tasks(table: dict[bytes, Any]) -> JudgeTasks:
-    tasks = JudgeTasks(CFG, table, Judge(CFG), FleetMetrics())
+def new_tasks(table: dict[bytes, Any]) -> IncidentTasks:
+    tasks = IncidentTasks(CFG, table, IncidentRules(CFG), FleetMetrics())
     tasks.assigned({0})
     tasks.index(table, {0}, PARTITIONS)
     return tasks
@@ -165,12 +165,12 @@ def measure_bytes(shape: Callable[[str, float, int], list[bytes]], keys: int) ->
 
 
 def without_accounting(task: Any, key: bytes, record: dict[str, Any], clock: float) -> None:
-    """JudgeTask.apply's steps for a held key, without the accounting."""
+    """IncidentTask.apply's steps for a held key, without the accounting."""
     ctx = task.context
     ctx.metrics.partials.inc()
     state = ctx.table.get(key)
     dropped, late = state["dropped"], state["late"]
-    ctx.judge.apply(state, record, clock)
+    ctx.rules.apply(state, record, clock)
     ctx.metrics.dropped.labels("cap").inc(state["dropped"] - dropped)
     ctx.metrics.dropped.labels("late").inc(state["late"] - late)
     ctx.table[key] = state

@@ -17,6 +17,8 @@ from pathlib import Path
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
+from tests.waiting import until
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "deploy/kafka/cluster.sh"
 NODES = (1, 2, 3)
@@ -142,11 +144,8 @@ async def until_whole(timeout_s: float = 180.0) -> float:
     """Wait until the cluster is whole again (every replica back in sync); returns how long it
     took. AssertionError after `timeout_s`."""
     began = time.monotonic()
-    while time.monotonic() - began < timeout_s:
-        if await is_whole():
-            return time.monotonic() - began
-        await asyncio.sleep(0.5)
-    raise AssertionError(f"the cluster at {bootstrap()} was not whole after {timeout_s:.0f} s")
+    await until(is_whole, timeout_s, f"the cluster at {bootstrap()} whole again", interval_s=0.5)
+    return time.monotonic() - began
 
 
 def until_whole_sync(timeout_s: float = 180.0) -> float:

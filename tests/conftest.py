@@ -7,6 +7,12 @@ from collections.abc import Iterator
 
 import pytest
 
+# The suite starts many Python processes (two workers, the console script as a user runs it):
+# where bytecode caching is off (PYTHONDONTWRITEBYTECODE, as in many container images) each one
+# would compile the project's modules and rewrite the tests' asserts anew, most of the time
+# collecting takes. A run writes them once into __pycache__ (ignored by git); later processes read them.
+sys.dont_write_bytecode = False
+
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import ClassVar
 
@@ -83,9 +83,10 @@ LISTED_STEADY_S = 2.0
 async def until_broker_listed(timeout_s: float = 60.0) -> None:
     """Until the broker's metadata has listed a broker in every answer for LISTED_STEADY_S (or
     `timeout_s` passed, then AssertionError)."""
-    deadline = time.monotonic() + timeout_s
     listed_since: float | None = None
-    while time.monotonic() < deadline:
+
+    async def listed_steadily() -> bool:
+        nonlocal listed_since
         admin = AIOKafkaAdminClient(bootstrap_servers=BOOTSTRAP)
         try:
             await admin.start()
@@ -98,10 +99,10 @@ async def until_broker_listed(timeout_s: float = 60.0) -> None:
             listed_since = None
         elif listed_since is None:
             listed_since = time.monotonic()
-        elif time.monotonic() - listed_since >= LISTED_STEADY_S:
-            return
-        await asyncio.sleep(0.25)
-    raise AssertionError(f"the broker at {BOOTSTRAP} did not list itself steadily for {timeout_s:.0f} s")
+        return listed_since is not None and time.monotonic() - listed_since >= LISTED_STEADY_S
+
+    what = f"the broker at {BOOTSTRAP} listing itself steadily for {LISTED_STEADY_S:g} s"
+    await until(listed_steadily, timeout_s, what, interval_s=0.25)
 
 
 # Kafka API keys the link tells apart: a cut can wait for a write or a commit of a transaction
@@ -286,6 +287,42 @@ class StallwatchProcess:
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def log_size(self) -> int:
+        """How much the log holds now: `until_said`'s `since`, to wait for a line said after."""
+        return len(self.log_path.read_text(errors="replace"))
+
+    async def until_said(self, text: str, timeout_s: float = 60.0, since: int = 0) -> None:
+        """Until the log says `text` past its first `since` characters; AssertionError with the
+        log's tail at the deadline, or at once if the process ended without saying it."""
+
+        def said() -> bool:
+            if text in self.log_path.read_text(errors="replace")[since:]:
+                return True
+            assert self.alive(), f"ended ({self.proc.returncode}) before saying {text!r}:\n{self.log_tail()}"
+            return False
+
+        await until(said, timeout_s, lambda: f"the log saying {text!r}:\n{self.log_tail()}", interval_s=0.05)
+
+    async def until_metric(
+        self, name: str, holds: Callable[[float], bool], timeout_s: float = 60.0, interval_s: float = 0.1
+    ) -> float:
+        """The metric's value (`metric`) once `holds` it; AssertionError with the log's tail and
+        the last value seen at the deadline, or at once if the process ended."""
+        seen = [0.0]
+
+        async def held() -> bool:
+            seen[0] = await asyncio.to_thread(self.metric, name)
+            if holds(seen[0]):
+                return True
+            assert self.alive(), f"ended ({self.proc.returncode}), {name} at {seen[0]:g}:\n{self.log_tail()}"
+            return False
+
+        def what() -> str:
+            return f"{name} as wanted (last {seen[0]:g}):\n{self.log_tail()}"
+
+        await until(held, timeout_s, what, interval_s)
+        return seen[0]
 
     metrics_port = 0  # where it serves Prometheus metrics (set by each kind)
 

@@ -69,7 +69,7 @@ async def load(settings: Settings, rate: float, stop: asyncio.Event, prefix: str
                         continue
                 sent.add_done_callback(lambda done: done.exception())
             sent_runs += 1
-            await asyncio.sleep(len(lines) * settings.partitions / rate)
+            await asyncio.sleep(len(lines) * settings.partitions / rate)  # the thing asked for: the rate
 
     try:
         await asyncio.gather(*(one_partition(p) for p in range(settings.partitions)))

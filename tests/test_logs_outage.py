@@ -20,8 +20,10 @@ import pytest
 
 from stallwatch.client import KafkaClient
 from stallwatch.kafka.topics import ensure_topics
+from stallwatch.logs import tame_kafka_loggers
 from stallwatch.settings import Settings
 from tests.kafka_harness import ROOT, WorkerProcess, wait_until_serving
+from tests.waiting import until
 
 # The outage broker is started and stopped by these tests: one xdist worker runs them all.
 pytestmark = [pytest.mark.kafka, pytest.mark.xdist_group("outage-broker")]
@@ -63,14 +65,20 @@ async def test_a_worker_says_an_outage_in_a_few_lines():
     worker = WorkerProcess(config, env={"STALLWATCH_LOG_SUMMARY_S": str(SUMMARY_S)})
     try:
         await wait_until_serving(config, timeout_s=120)
-        before = worker.log_path.read_bytes().count(b"\n")
+        log_now = worker.log_path.read_bytes()
+        before, said_before = log_now.count(b"\n"), len(log_now)
         broker("down")
         down_at = time.monotonic()
-        await asyncio.sleep(OUTAGE_S)
+        await asyncio.sleep(OUTAGE_S)  # the thing under test: an outage that lasts OUTAGE_S
         assert worker.alive(), worker.log_tail()
         broker("up")
         await wait_until_serving(config, timeout_s=120)
-        await asyncio.sleep(8)  # past the quiet time that ends the episode
+        await until(
+            lambda: b"Kafka answers again" in worker.log_path.read_bytes()[said_before:],
+            60,
+            lambda: f"the worker's line that ends the episode:\n{worker.log_tail()}",
+            interval_s=0.2,
+        )
         lines = [orjson.loads(line) for line in worker.log_path.read_bytes().splitlines()[before:]]
         lasted = time.monotonic() - down_at
     finally:
@@ -88,12 +96,18 @@ async def test_a_worker_says_an_outage_in_a_few_lines():
     assert "Kafka answers again" in trouble[-1]["msg"] and "lines folded" in trouble[-1]["msg"]
 
 
+def answered_again(records: list[logging.LogRecord]) -> bool:
+    said = "\n".join(r.getMessage() for r in records)
+    return "Kafka answers again" in said and "the broker answers again" in said
+
+
 async def test_a_kafka_client_says_an_outage_in_a_few_lines(caplog: pytest.LogCaptureFixture):
     caplog.set_level(logging.INFO)
     broker("up")
     config = settings()
     await ensure_topics(config)
     client = KafkaClient(config)  # the default verdict timeout: a loaded machine is slow to answer
+    trouble = tame_kafka_loggers()  # the process's one filter, which the client installs too
     caplog.clear()
     try:
         await client.start()
@@ -106,13 +120,16 @@ async def test_a_kafka_client_says_an_outage_in_a_few_lines(caplog: pytest.LogCa
             i += 1
             _, decision = await run.propose("search", {"q": i})
             assert decision.allowed
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.5)  # the thing under test: an agent calling at its pace
         broker("up")
-        deadline = time.monotonic() + 60
-        while not client.connected and time.monotonic() < deadline:
-            await asyncio.sleep(0.5)
-        assert client.connected
-        await asyncio.sleep(8)  # past the quiet time that ends the episode
+        await until(lambda: client.connected, 60, "the client connected again", interval_s=0.1)
+        # The episode's last line: the folded Kafka summary closes after its quiet time.
+        await until(
+            lambda: trouble.episode is None and answered_again(caplog.records),
+            60,
+            "the client's and the folded Kafka summary's lines that the broker is back",
+            interval_s=0.1,
+        )
     finally:
         await client.stop()
         broker("down")
@@ -129,8 +146,15 @@ async def test_a_worker_stopped_during_an_outage_exits_without_a_traceback():
     worker = WorkerProcess(config)
     try:
         await wait_until_serving(config, timeout_s=120)
+        said_before = len(worker.log_path.read_bytes())
         broker("down")
-        await asyncio.sleep(4)  # into the outage: the consumer's fetches fail and are retried
+        # Into the outage: the consumer's fetches fail and are retried, and the worker says so.
+        await until(
+            lambda: b"Kafka trouble for" in worker.log_path.read_bytes()[said_before:],
+            60,
+            lambda: f"the worker's line that an outage began:\n{worker.log_tail()}",
+            interval_s=0.2,
+        )
         assert worker.alive(), worker.log_tail()
         worker.proc.terminate()
         code = await asyncio.to_thread(worker.proc.wait, 30)

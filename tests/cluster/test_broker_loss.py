@@ -24,6 +24,7 @@ from stallwatch_streams.worker.membership import SESSION_TIMEOUT_MS
 from tests import cluster_harness as nodes
 from tests.kafka_harness import WorkerProcess, by_run, replay_commands, stored_events
 from tests.steady_load import arrivals, load, longest_gaps, partition_of
+from tests.waiting import until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.cluster]
 
@@ -101,16 +102,16 @@ class Arrivals:
         """Until every run's commands equal a crash-free replay of the events as the broker
         holds them (AssertionError naming the first runs that differ after `timeout_s`)."""
         expected = by_run(replay_commands(await stored_events(self.settings)))
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+
+        def differing() -> list[str]:
             got = by_run(self.values)
-            differing = [run for run in expected if got.get(run) != expected[run]]
-            if not differing:
-                return
-            await asyncio.sleep(0.5)
-        raise AssertionError(
-            f"{len(differing)} of {len(expected)} runs differ from replay, e.g. {differing[:3]}"
-        )
+            return [run for run in expected if got.get(run) != expected[run]]
+
+        def what() -> str:
+            left = differing()
+            return f"every run's commands as replay's; {len(left)} of {len(expected)} differ, e.g. {left[:3]}"
+
+        await until(lambda: not differing(), timeout_s, what, interval_s=0.5)
 
 
 @contextlib.asynccontextmanager
@@ -149,13 +150,13 @@ async def gaps_after_a_kill(settings: Settings, window_s: float, worker: WorkerP
     await nodes.until_whole()
     async with Arrivals(settings) as commands, Arrivals(settings, settings.events_topic) as events:
         async with steady_load(settings):
-            await asyncio.sleep(5)
+            await asyncio.sleep(5)  # the thing under test: a steady load for a while before the fault
             node = await nodes.leader_of_most(settings.events_topic)
             killed = nodes.kill(node)
             print(f"node {node} killed at {time.strftime('%H:%M:%S')}")
             if worker is not None:
                 worker.kill()
-            await asyncio.sleep(window_s)
+            await asyncio.sleep(window_s)  # the thing under test: the gaps within this window
             now = time.monotonic()
             gaps = Gaps(
                 longest_gaps(commands.times, PARTITIONS, killed, now),
@@ -187,14 +188,14 @@ async def test_a_frozen_node_costs_no_run_its_commands_and_verdicts_flow_once_it
     await nodes.until_whole()
     async with Arrivals(settings) as commands:
         async with steady_load(settings):
-            await asyncio.sleep(5)
+            await asyncio.sleep(5)  # the thing under test: a steady load for a while before the fault
             node = await nodes.leader_of_most(settings.events_topic)
             with nodes.frozen(node):
                 frozen = time.monotonic()
-                await asyncio.sleep(FREEZE_S)
+                await asyncio.sleep(FREEZE_S)  # the thing under test: a node frozen this long
                 during = longest_gaps(commands.times, PARTITIONS, frozen, time.monotonic())
             thawed = time.monotonic()
-            await asyncio.sleep(KILL_BOUND_S + 3)
+            await asyncio.sleep(KILL_BOUND_S + 3)  # the thing under test: the gaps within this window
             after = longest_gaps(commands.times, PARTITIONS, thawed, time.monotonic())
         await commands.until_replay()
     print(
@@ -233,13 +234,15 @@ async def test_a_client_keeps_getting_verdicts_on_every_partition_after_a_node_i
 
     async with KafkaClient(settings) as client:
         agents = [asyncio.create_task(agent(client, p)) for p in range(PARTITIONS)]
-        deadline = time.monotonic() + 60
-        while not all(any(ok for _, ok in decided[p]) for p in range(PARTITIONS)):
-            assert time.monotonic() < deadline, f"no verdict on some partition before the kill: {decided}"
-            await asyncio.sleep(0.2)
+        await until(
+            lambda: all(any(ok for _, ok in decided[p]) for p in range(PARTITIONS)),
+            60,
+            lambda: f"a verdict on every partition before the kill: {decided}",
+            interval_s=0.2,
+        )
         node = await nodes.leader_of_most(settings.events_topic)
         killed = nodes.kill(node)
-        await asyncio.sleep(CLIENT_BOUND_S + 5)
+        await asyncio.sleep(CLIENT_BOUND_S + 5)  # the thing under test: the gaps within this window
         stop.set()
         await asyncio.gather(*agents)
     await asyncio.to_thread(nodes.start, node)

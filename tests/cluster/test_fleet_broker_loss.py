@@ -11,7 +11,14 @@ import pytest
 
 from stallwatch.settings import Settings
 from tests import cluster_harness as nodes
-from tests.streams.fleet.harness import FleetProcess, Reader, Tallies, fleet_evidence, tally
+from tests.streams.fleet.harness import (
+    FleetProcess,
+    Reader,
+    Tallies,
+    fleet_evidence,
+    tally,
+    until_in_changelog,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.cluster]
 
@@ -39,7 +46,7 @@ async def test_an_incident_that_crosses_its_threshold_while_a_node_is_down_opens
             # most of its input goes, and two more runs fail while it is away: the fifth crosses
             # the threshold.
             await tallies.send([_failing(i, now) for i in range(3)])
-            await asyncio.sleep(3.0)  # past a commit interval: the window is in the changelog
+            await until_in_changelog(settings, {f"run-{i}" for i in range(3)})
             node = await nodes.leader_of_most(settings.tallies_topic)
             nodes.kill(node)
             await tallies.send([_failing(i, now + 0.5) for i in range(3, 5)])

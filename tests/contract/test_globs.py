@@ -9,12 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stallwatch.contract.globs import glob_matches
+from tests.fuzz_budget import examples
 
 GLOB_CHARS = list("ab*?[]!-^\\\nz&~|")
 NAME_CHARS = list("ab]!-^\\\nz[&~|")
 
 
-@settings(max_examples=3_000, deadline=None)
+@settings(max_examples=examples(600, 30_000), deadline=None)
 @given(st.text(st.sampled_from(GLOB_CHARS), max_size=9), st.text(st.sampled_from(NAME_CHARS), max_size=6))
 def test_a_glob_matches_what_fnmatch_matches(pattern, name):
     assert glob_matches(name, pattern) == fnmatchcase(name, pattern)

@@ -8,7 +8,6 @@ import asyncio
 import os
 import stat
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 import yaml
 
 from tests.kafka_harness import StallwatchProcess, free_port, fresh_settings
+from tests.waiting import until
 
 pytestmark = pytest.mark.kafka
 
@@ -92,15 +92,14 @@ async def test_a_compose_service_runs_as_the_images_user_in_its_working_director
         argv=[*AS_NOBODY, str(executable), *service["command"][1:]],
         cwd=str(workdir),
     )
+
+    async def serving() -> bool:
+        assert process.alive(), f"{name} exited ({process.proc.returncode}):\n{process.log_tail()}"
+        answered = await asyncio.to_thread(answers, int(ports[ready_setting]), ready_path)
+        return answered and ready_line in process.log_path.read_text(errors="replace")
+
     try:
-        deadline = time.monotonic() + 120
-        while not (
-            await asyncio.to_thread(answers, int(ports[ready_setting]), ready_path)
-            and ready_line in process.log_path.read_text(errors="replace")
-        ):
-            assert process.alive(), f"{name} exited ({process.proc.returncode}):\n{process.log_tail()}"
-            assert time.monotonic() < deadline, f"{name} not serving:\n{process.log_tail()}"
-            await asyncio.sleep(0.3)
+        await until(serving, 120, lambda: f"{name} serving:\n{process.log_tail()}", interval_s=0.3)
         assert process.alive()
     finally:
         process.stop()

@@ -32,7 +32,7 @@ from stallwatch.engine.shell import shell_effect
 from stallwatch.engine.state import RunState
 from stallwatch_streams.worker.batch import BatchApplier, SourceMessage
 
-settings.register_profile("ci", max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+settings.register_profile("ci", max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 settings.register_profile("fuzz", max_examples=5_000, deadline=None, suppress_health_check=list(HealthCheck))
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 settings.load_profile(PROFILE)

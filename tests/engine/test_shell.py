@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stallwatch.engine.shell import _prints_only, shell_effect
+from tests.fuzz_budget import examples
 
 
 @pytest.mark.parametrize(
@@ -78,7 +79,7 @@ _SED_PRINTS_REFERENCE = re.compile(
 )
 
 
-@settings(max_examples=2_000, deadline=None)
+@settings(max_examples=examples(500, 20_000), deadline=None)
 @given(st.text(st.sampled_from(list("12$,;pq=lx /s|\\\ngIw\t٣_")), max_size=10))
 def test_the_sed_scanner_reads_scripts_as_the_reference_expression_does(script):
     assert _prints_only(script) == bool(_SED_PRINTS_REFERENCE.fullmatch(script))

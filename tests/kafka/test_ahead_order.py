@@ -55,7 +55,7 @@ async def first_then_second(wait_for_a_leader: bool) -> list[bytes]:
         no_leader_until = time.monotonic() + NO_LEADER_S
         cluster.leader_for_partition = lambda tp: -1 if time.monotonic() < no_leader_until else leader_of(tp)
         first = await producer.send(topic, FIRST, partition=0)
-        await asyncio.sleep(SECOND_AFTER_S)
+        await asyncio.sleep(SECOND_AFTER_S)  # the thing under test: the second batch queued this much later
         second = await producer.send(topic, SECOND, partition=0)
         await asyncio.gather(first, second, return_exceptions=True)
     finally:

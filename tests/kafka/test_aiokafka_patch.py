@@ -161,17 +161,18 @@ def _client_of(brokers: list[int]) -> Client:
 async def test_a_connection_to_a_broker_that_does_not_answer_holds_back_no_other(monkeypatch):
     # aiokafka makes a connection under the lock the patch makes per broker.
     assert "async with self._get_conn_lock:" in inspect.getsource(inspect.unwrap(AIOKafkaClient._get_conn))
-    frozen = asyncio.Event()
+    frozen, dialling = asyncio.Event(), asyncio.Event()
 
     async def create_conn(host: str, port: int, **options: object) -> object:
         if port == 1:
+            dialling.set()
             await frozen.wait()  # a broker that never answers
         return SimpleNamespace(connected=lambda: True)
 
     monkeypatch.setattr(aiokafka.client, "create_conn", create_conn)
     client = _client_of([1, 2])
     to_frozen = asyncio.create_task(client._get_conn(1))
-    await asyncio.sleep(0)
+    await asyncio.wait_for(dialling.wait(), 10.0)  # the frozen broker's connection is under way
     assert await asyncio.wait_for(client._get_conn(2), 1.0) is not None
     assert not to_frozen.done()  # the frozen one still waits, alone
     frozen.set()

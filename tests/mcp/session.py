@@ -47,7 +47,7 @@ def proxy_command(*flags: str, gap_s: float = GAP_S) -> list[str]:
 
 async def next_round(gap_s: float = GAP_S) -> None:
     """What a model writing its next response looks like to the proxy: a pause past the gap."""
-    await asyncio.sleep(4 * gap_s)
+    await asyncio.sleep(4 * gap_s)  # the thing under test: the proxy tells rounds apart by pauses
 
 
 def text(result: types.CallToolResult) -> str:

@@ -100,7 +100,7 @@ async def test_after_a_long_pause_a_new_run_starts_and_tools_work_again():
             await session.call_tool("search", {"query": f"wording {i}"})
             await next_round()
         stopped = await session.call_tool("search", {"query": "one more"})
-        await asyncio.sleep(3.5)
+        await asyncio.sleep(3.5)  # the thing under test: a pause past --new-run-after
         fresh = await session.call_tool("search", {"query": "wording 0"})  # a repeat of the old run
     assert stopped.is_error and text(stopped) == NO_NEW_FACTS
     assert not fresh.is_error and "kafka-docs" in text(fresh)

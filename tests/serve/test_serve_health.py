@@ -3,9 +3,7 @@ judges) says it fails open, and says they arrive once a worker answers."""
 
 from __future__ import annotations
 
-import asyncio
 import sys
-import time
 from typing import Any
 
 import aiohttp
@@ -19,6 +17,7 @@ from tests.kafka_harness import (
     fresh_settings,
     wait_until_serving,
 )
+from tests.waiting import until
 
 pytestmark = pytest.mark.kafka
 
@@ -30,17 +29,15 @@ async def health(http: aiohttp.ClientSession, url: str) -> dict[str, Any]:
 
 
 async def until_connected(http: aiohttp.ClientSession, url: str, serve: StallwatchProcess) -> dict[str, Any]:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    async def connected() -> dict[str, Any] | None:
         assert serve.alive(), serve.log_tail()
         try:
             said = await health(http, url)
-            if said.get("broker") == "connected":
-                return said
         except aiohttp.ClientError:
-            pass
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"serve --kafka never connected:\n{serve.log_tail()}")
+            return None
+        return said if said.get("broker") == "connected" else None
+
+    return await until(connected, 60, lambda: f"serve --kafka connected:\n{serve.log_tail()}", interval_s=0.2)
 
 
 async def test_health_says_whether_verdicts_come():

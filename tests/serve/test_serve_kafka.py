@@ -4,9 +4,7 @@ in-process: the same refusals and stops at the same calls, the same nudges."""
 
 from __future__ import annotations
 
-import asyncio
 import sys
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -15,6 +13,7 @@ import pytest
 
 from tests.kafka_harness import StallwatchProcess, free_port, serving_worker
 from tests.serve.conftest import running_server
+from tests.waiting import until
 
 pytestmark = pytest.mark.kafka
 
@@ -90,17 +89,19 @@ async def sessions(url: str, prefix: str) -> list[dict[str, Any]]:
 
 
 async def until_healthy(url: str, process: StallwatchProcess, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
     async with aiohttp.ClientSession() as http:
-        while time.monotonic() < deadline and process.alive():
+
+        async def healthy() -> bool:
+            assert process.alive(), f"stallwatch serve --kafka exited:\n{process.log_tail()}"
             try:
                 async with http.get(f"{url}/v1/health") as response:
-                    if response.status == 200:
-                        return
+                    return response.status == 200
             except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.1)
-    raise AssertionError(f"stallwatch serve --kafka never answered:\n{process.log_tail()}")
+                return False
+
+        await until(
+            healthy, timeout_s, lambda: f"stallwatch serve --kafka answered:\n{process.log_tail()}", 0.1
+        )
 
 
 async def test_serve_kafka_gives_the_hooks_the_same_answers_as_in_process():

@@ -17,13 +17,15 @@ from tests.upgrade.previous_release import previous_release_python
 JUDGE = """
 import json, sys
 from stallwatch.settings import Settings
-from stallwatch_streams.fleet.rules import Judge
+from stallwatch_streams.fleet import rules
 from stallwatch_streams.fleet.settings import FleetSettings
 from stallwatch_streams.fleet.window import new_state
 
 given = json.loads(sys.stdin.read())
 state = new_state("acme", "search") if given is None else given
-judge = Judge(FleetSettings(base=Settings()))
+# The previous release names the rules `Judge`.
+IncidentRules = getattr(rules, "IncidentRules", None) or getattr(rules, "Judge")
+judge = IncidentRules(FleetSettings(base=Settings()))
 steps = []
 for i in range(int(sys.argv[1]), int(sys.argv[2])):
     partial = {

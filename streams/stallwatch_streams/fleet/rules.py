@@ -44,8 +44,9 @@ def evidence(kind: str, w: Window) -> dict[str, int]:
     return {"runs": len(w.runs), "stops": len(w.stops)}
 
 
-class Judge:
-    """The pure decisions of the judging step, on one key's JSON-shaped state."""
+class IncidentRules:
+    """The fleet's rules on one (tenant, tool) key's JSON-shaped state: partials folded into its
+    windows, incidents opened, held and closed, and the advisories to the runs they concern."""
 
     def __init__(self, cfg: FleetSettings) -> None:
         self.cfg = cfg

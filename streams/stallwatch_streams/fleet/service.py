@@ -24,12 +24,12 @@ from stallwatch.kafka.topics import list_topic_names, tenants_in
 from stallwatch.settings import Settings, reveal
 from stallwatch_streams.fleet.metrics import FleetMetrics
 from stallwatch_streams.fleet.readers import Readers
-from stallwatch_streams.fleet.rules import Judge, Outcome
+from stallwatch_streams.fleet.rules import IncidentRules, Outcome
 from stallwatch_streams.fleet.settings import FleetSettings
 from stallwatch_streams.fleet.signing import warn_if_unsigned
 from stallwatch_streams.fleet.tally import InvalidTally, Tally, merge, new_partial, parse_tally
-from stallwatch_streams.fleet.task import JudgeTask, KeyQuota, key_fingerprint, tenant_label
-from stallwatch_streams.fleet.tasks import JudgeTasks
+from stallwatch_streams.fleet.task import IncidentTask, KeyQuota, key_fingerprint, tenant_label
+from stallwatch_streams.fleet.tasks import IncidentTasks
 from stallwatch_streams.fleet.transport import committed_offsets, use_transport
 from stallwatch_streams.fleet.window import bucket_of
 
@@ -92,7 +92,7 @@ class FleetService:
         self.cfg = cfg
         base = cfg.base
         self.metrics = metrics or FleetMetrics()
-        self.judge = Judge(cfg)
+        self.rules = IncidentRules(cfg)
         # Keys the digest of a dead letter's input, as the workers' (every digest that
         # leaves a process is keyed when a key is set).
         self.secret = secret_from_key(reveal(base.fingerprint_key))
@@ -138,7 +138,7 @@ class FleetService:
         # types; keys are raw bytes, set before the changelog topic is first built.
         self.table.key_serializer = "raw"  # type: ignore[attr-defined]  # on Table, not TableT
         # This worker's view of its keys, a task per partials partition it judges (fleet/task.py).
-        self.tasks = JudgeTasks(cfg, self.table, self.judge, self.metrics, self.secret)
+        self.tasks = IncidentTasks(cfg, self.table, self.rules, self.metrics, self.secret)
         self.clock = 0.0  # event time: the newest tick this worker's judge has seen
         self.watermark = 0.0  # event time: the newest tally this worker's merge has seen
         app.agent(self.tallies, name="merge")(self._merge)
@@ -325,13 +325,13 @@ class FleetService:
         logging.shutdown()
         os._exit(EXIT_TABLE_UNWRITABLE)
 
-    async def _apply(self, task: JudgeTask, key: bytes, partial: Tally) -> None:
+    async def _apply(self, task: IncidentTask, key: bytes, partial: Tally) -> None:
         evicted, outcome = task.apply(key, partial, self.clock)
         if evicted is not None:
             await self._publish(evicted, self.clock)
         await self._publish(outcome, partial["ts"])
 
-    def _close_quiet(self, task: JudgeTask) -> None:
+    def _close_quiet(self, task: IncidentTask) -> None:
         for outcome in task.close_quiet(self.clock):
             self.app.loop.create_task(self._publish(outcome, self.clock))
 
@@ -374,7 +374,7 @@ class FleetService:
                 if state.get("tenant") != tenant:
                     continue
                 for kind, incident in state.get("open", {}).items():
-                    found.append(self.judge.record(state, kind, incident, None))
+                    found.append(self.rules.record(state, kind, incident, None))
         return sorted(found, key=lambda r: (r["opened_at"], r["incident_id"]))
 
     def _views(self) -> None:

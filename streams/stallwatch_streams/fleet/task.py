@@ -16,10 +16,10 @@ from typing import Any
 from stallwatch.contract.digests import digest
 from stallwatch_streams.fleet import sizes
 from stallwatch_streams.fleet.metrics import FleetMetrics
-from stallwatch_streams.fleet.rules import Judge, Outcome
+from stallwatch_streams.fleet.rules import IncidentRules, Outcome
 from stallwatch_streams.fleet.settings import FleetSettings
 from stallwatch_streams.fleet.tally import Tally
-from stallwatch_streams.fleet.task_state import JudgeTaskState, Lifecycle
+from stallwatch_streams.fleet.task_state import IncidentTaskState, Lifecycle
 from stallwatch_streams.fleet.window import WINDOW_FORMAT, new_state, readable
 
 log = logging.getLogger("stallwatch_streams.fleet.service")  # the judge's lines, under the app's name
@@ -61,13 +61,13 @@ class Charge:
 
 
 @dataclass(frozen=True, slots=True)
-class JudgeContext:
+class IncidentTaskContext:
     """What every task of a worker shares: the settings, the table, the rules, the metrics, and
     the worker's counts over all its tasks (the caps are per worker, not per partition)."""
 
     cfg: FleetSettings
     table: MutableMapping[bytes, Any]
-    judge: Judge
+    rules: IncidentRules
     metrics: FleetMetrics
     keys_held: Callable[[], int]
     tenant_keys_held: Callable[[str | None], int]
@@ -84,10 +84,10 @@ def tenant_label(tenant: str | None) -> str:
     return "shared" if tenant is None else tenant
 
 
-class JudgeTask:
+class IncidentTask:
     """One partials partition this worker was assigned, from its assignment to its loss."""
 
-    def __init__(self, partition: int, context: JudgeContext) -> None:
+    def __init__(self, partition: int, context: IncidentTaskContext) -> None:
         self.partition = partition
         self.context = context
         self.lifecycle = Lifecycle(partition)
@@ -108,10 +108,10 @@ class JudgeTask:
         self.bytes = 0
 
     def __repr__(self) -> str:
-        return f"JudgeTask({self.partition}, {self.state.name}, {len(self.keys)} keys)"
+        return f"IncidentTask({self.partition}, {self.state.name}, {len(self.keys)} keys)"
 
     @property
-    def state(self) -> JudgeTaskState:
+    def state(self) -> IncidentTaskState:
         return self.lifecycle.state
 
     # -- its lifecycle -----------------------------------------------------------------------
@@ -125,19 +125,19 @@ class JudgeTask:
             self._charge(key, state, Charge(state.get("tenant"), sizes.buckets_bytes(state)))
             if state.get("open"):
                 self.open_keys.add(key)
-        self.lifecycle.to(JudgeTaskState.RUNNING)
+        self.lifecycle.to(IncidentTaskState.RUNNING)
 
     def suspend(self) -> None:
         """The group rebalanced and the partition stays: its keys are read again at the next
         record (a CREATED task has not been read yet and stays so)."""
-        if self.state is JudgeTaskState.RUNNING:
-            self.lifecycle.to(JudgeTaskState.SUSPENDED)
+        if self.state is IncidentTaskState.RUNNING:
+            self.lifecycle.to(IncidentTaskState.SUSPENDED)
 
     def close(self) -> None:
         """Given away: its keys leave this worker's view and gauges (the table's memory store
         keeps them until the next indexing drops them; their new owner restored them)."""
         self._forget()
-        self.lifecycle.to(JudgeTaskState.CLOSED)
+        self.lifecycle.to(IncidentTaskState.CLOSED)
 
     # -- judging -----------------------------------------------------------------------------
 
@@ -162,7 +162,7 @@ class JudgeTask:
         elif charge is None:  # in the table, not yet in this task's view: counted whole once
             charge = Charge(state.get("tenant"), sizes.buckets_bytes(state))
         dropped, late = state["dropped"], state["late"]
-        outcome = ctx.judge.apply(state, partial, clock)
+        outcome = ctx.rules.apply(state, partial, clock)
         charge.buckets += outcome.grown
         if new:
             # A new key that would take its tenant past its budget is refused whole, before
@@ -209,7 +209,7 @@ class JudgeTask:
             if state is None:
                 continue
             outcome = Outcome()
-            self.context.judge.close_quiet(state, clock, outcome)
+            self.context.rules.close_quiet(state, clock, outcome)
             if outcome.closed:
                 self.context.table[key] = state
                 charge = self.keys.get(key)
@@ -285,7 +285,7 @@ class JudgeTask:
         evicted = ctx.table.get(old)
         del ctx.table[old]
         if evicted is not None and evicted["open"]:
-            ctx.judge.close_evicted(evicted, clock, closed)
+            ctx.rules.close_evicted(evicted, clock, closed)
             ctx.metrics.evicted_open.inc()
         ctx.metrics.evicted.inc()
         self.evictions += 1

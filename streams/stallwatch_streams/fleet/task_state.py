@@ -1,4 +1,4 @@
-"""A judge task's lifecycle: its states and the transitions between them, nothing else.
+"""An incident task's lifecycle: its states and the transitions between them, nothing else.
 
         CREATED ─── indexed: its keys read from the table Faust restored ───► RUNNING
                                                                    │   ▲
@@ -9,7 +9,7 @@
 
 The worker's `PartitionTask` lifecycle (streams/stallwatch_streams/worker/task_state.py), in the
 manner of Kafka Streams' `Task.State`, without the states of a producer and a transaction: Faust
-restores the table and commits the offsets, so a judge task only knows whether its view of the
+restores the table and commits the offsets, so an incident task only knows whether its view of the
 table's keys is current (RUNNING) or waits to be read again (CREATED, SUSPENDED). Faust's
 recovery runs between the assignment and the judge's next record, so the view is read there.
 """
@@ -19,25 +19,25 @@ from __future__ import annotations
 from enum import Enum
 
 
-class JudgeTaskState(Enum):
+class IncidentTaskState(Enum):
     CREATED = "created"  # assigned; its keys not read yet (Faust restores its table partition)
     RUNNING = "running"  # its keys indexed: records are judged
     SUSPENDED = "suspended"  # kept through a rebalance: its keys are read again at the next record
     CLOSED = "closed"  # given away, or the app stopped: nothing left
 
 
-TRANSITIONS: dict[JudgeTaskState, frozenset[JudgeTaskState]] = {
-    JudgeTaskState.CREATED: frozenset({JudgeTaskState.RUNNING, JudgeTaskState.CLOSED}),
-    JudgeTaskState.RUNNING: frozenset({JudgeTaskState.SUSPENDED, JudgeTaskState.CLOSED}),
-    JudgeTaskState.SUSPENDED: frozenset({JudgeTaskState.RUNNING, JudgeTaskState.CLOSED}),
-    JudgeTaskState.CLOSED: frozenset(),
+TRANSITIONS: dict[IncidentTaskState, frozenset[IncidentTaskState]] = {
+    IncidentTaskState.CREATED: frozenset({IncidentTaskState.RUNNING, IncidentTaskState.CLOSED}),
+    IncidentTaskState.RUNNING: frozenset({IncidentTaskState.SUSPENDED, IncidentTaskState.CLOSED}),
+    IncidentTaskState.SUSPENDED: frozenset({IncidentTaskState.RUNNING, IncidentTaskState.CLOSED}),
+    IncidentTaskState.CLOSED: frozenset(),
 }
 
 
 class InvalidTransition(RuntimeError):
     """A task asked to move where its lifecycle does not go: a bug, never a broker's doing."""
 
-    def __init__(self, partition: int, current: JudgeTaskState, wanted: JudgeTaskState) -> None:
+    def __init__(self, partition: int, current: IncidentTaskState, wanted: IncidentTaskState) -> None:
         super().__init__(f"partition {partition}: no transition from {current.name} to {wanted.name}")
         self.current, self.wanted = current, wanted
 
@@ -47,9 +47,9 @@ class Lifecycle:
 
     def __init__(self, partition: int) -> None:
         self.partition = partition
-        self.state = JudgeTaskState.CREATED
+        self.state = IncidentTaskState.CREATED
 
-    def to(self, wanted: JudgeTaskState) -> None:
+    def to(self, wanted: IncidentTaskState) -> None:
         if wanted not in TRANSITIONS[self.state]:
             raise InvalidTransition(self.partition, self.state, wanted)
         self.state = wanted

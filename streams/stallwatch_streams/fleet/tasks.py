@@ -1,4 +1,4 @@
-"""This fleet worker's judge tasks, one per partials partition it holds: made on assignment,
+"""This fleet worker's incident tasks, one per partials partition it holds: made on assignment,
 closed when the partition is given away, their keys read from the table at the judge's first
 record after a rebalance (Faust's recovery runs in between)."""
 
@@ -12,9 +12,15 @@ from aiokafka.partitioner import murmur2
 
 from stallwatch.contract.incidents import INCIDENT_KINDS
 from stallwatch_streams.fleet.metrics import FleetMetrics
-from stallwatch_streams.fleet.rules import Judge
+from stallwatch_streams.fleet.rules import IncidentRules
 from stallwatch_streams.fleet.settings import FleetSettings
-from stallwatch_streams.fleet.task import JudgeContext, JudgeTask, State, drop_unreadable, tenant_label
+from stallwatch_streams.fleet.task import (
+    IncidentTask,
+    IncidentTaskContext,
+    State,
+    drop_unreadable,
+    tenant_label,
+)
 from stallwatch_streams.fleet.window import readable
 
 log = logging.getLogger("stallwatch_streams.fleet.service")  # the judge's lines, under the app's name
@@ -25,7 +31,7 @@ def partition_of(key: bytes, partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
-class JudgeTasks:
+class IncidentTasks:
     """The tasks by partition, and the worker-wide counts (keys and estimated bytes, in all
     and per tenant) their caps are checked against."""
 
@@ -33,15 +39,15 @@ class JudgeTasks:
         self,
         cfg: FleetSettings,
         table: MutableMapping[bytes, Any],
-        judge: Judge,
+        rules: IncidentRules,
         metrics: FleetMetrics,
         secret: bytes | None = None,
     ) -> None:
         self.metrics = metrics
-        self.context = JudgeContext(
+        self.context = IncidentTaskContext(
             cfg,
             table,
-            judge,
+            rules,
             metrics,
             keys_held=self.keys_held,
             tenant_keys_held=self.tenant_keys_held,
@@ -51,7 +57,7 @@ class JudgeTasks:
             open_changed=self.count_open,
             secret=secret,
         )
-        self._tasks: dict[int, JudgeTask] = {}
+        self._tasks: dict[int, IncidentTask] = {}
         # False from the start and from each rebalance until the tasks' keys are read again.
         self.indexed = False
         # The tasks' estimated bytes, in all and per tenant, kept as they change (the budgets
@@ -60,13 +66,13 @@ class JudgeTasks:
         self.bytes_by_tenant: dict[str | None, int] = {}
         self.gauges: dict[str | None, Any] = {}
 
-    def __iter__(self) -> Iterator[JudgeTask]:
+    def __iter__(self) -> Iterator[IncidentTask]:
         return iter(self._tasks.values())
 
-    def get(self, partition: int) -> JudgeTask | None:
+    def get(self, partition: int) -> IncidentTask | None:
         return self._tasks.get(partition)
 
-    def for_record(self, partition: int) -> JudgeTask:
+    def for_record(self, partition: int) -> IncidentTask:
         """The task a partial of this partition is judged by: a record fetched for a partition
         this worker was not told it holds is judged as any other, by a task made for it then."""
         task = self._tasks.get(partition)
@@ -124,10 +130,10 @@ class JudgeTasks:
             dropped,
         )
 
-    def _task(self, partition: int) -> JudgeTask:
+    def _task(self, partition: int) -> IncidentTask:
         task = self._tasks.get(partition)
         if task is None:
-            task = self._tasks[partition] = JudgeTask(partition, self.context)
+            task = self._tasks[partition] = IncidentTask(partition, self.context)
         return task
 
     def _close_all_but(self, held: set[int]) -> None:

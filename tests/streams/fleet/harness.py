@@ -16,9 +16,11 @@ from aiokafka.admin import AIOKafkaAdminClient
 from stallwatch.kafka.read import committed_reader, read_to_end
 from stallwatch.kafka.topics import ensure_topics
 from stallwatch.settings import Settings
+from stallwatch_streams.fleet.service import changelog_topic
 from stallwatch_streams.fleet.settings import FleetSettings
 from stallwatch_streams.fleet.tally import tally_key
 from tests.kafka_harness import StallwatchProcess, free_port
+from tests.waiting import until
 
 # Small windows so a test sees an incident open and close in seconds: 6 s wide, 1 s step,
 # closed 3 s of event time after its rule last held.
@@ -76,16 +78,13 @@ class FleetProcess(StallwatchProcess):
 
     async def serving(self, timeout_s: float = 90.0) -> None:
         """Until its web view answers and it has joined its group (partitions assigned)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if not self.alive():
-                raise AssertionError(f"fleet app exited:\n{self.log_tail()}")
-            if await asyncio.to_thread(
-                self.get, "/health/ready"
-            ) is not None and "Ready" in self.log_path.read_text(errors="replace"):
-                return
-            await asyncio.sleep(0.3)
-        raise AssertionError(f"fleet app not serving after {timeout_s} s:\n{self.log_tail()}")
+
+        async def ready() -> bool:
+            assert self.alive(), f"fleet app exited:\n{self.log_tail()}"
+            answers = await asyncio.to_thread(self.get, "/health/ready") is not None
+            return answers and "Ready" in self.log_path.read_text(errors="replace")
+
+        await until(ready, timeout_s, lambda: f"the fleet app serving:\n{self.log_tail()}", interval_s=0.3)
 
 
 def tally(
@@ -181,13 +180,58 @@ class Reader:
 
     async def until(self, check: Any, timeout_s: float = 60.0) -> list[dict[str, Any]]:
         """Poll until `check(values)` is true; return the values."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            await self.poll()
+
+        async def checked() -> tuple[list[dict[str, Any]]] | None:
+            await self.poll()  # waits for records itself: no pause between looks
             values = [v for _, v in self.records]
-            if check(values):
-                return values
-        raise AssertionError(f"timed out; seen {len(self.records)} records: {self.records[-5:]}")
+            return (values,) if check(values) else None  # a tuple: no records may be the answer
+
+        def what() -> str:
+            return f"the records checked for; seen {len(self.records)}: {self.records[-5:]}"
+
+        [values] = await until(checked, timeout_s, what, interval_s=0.0)
+        return values
+
+    async def settle(self, seconds: float) -> None:
+        """Read on for `seconds` more: a record beyond those a test expected shows within it."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            await self.poll(min(left, 0.5))
+
+
+async def changelog_runs(settings: Settings) -> set[str]:
+    """The runs in the windows the table's changelog holds, committed, now: what an app that
+    restores the table (after a restart, or taking a partition over) finds."""
+    reader = committed_reader({"bootstrap_servers": settings.bootstrap})
+    await reader.start()
+    runs: set[str] = set()
+
+    def keep(_: TopicPartition, records: list[Any]) -> None:
+        for r in records:
+            state = orjson.loads(r.value) if r.value else {}
+            runs.update(run for bucket in state.get("buckets", {}).values() for run in bucket["runs"])
+
+    try:
+        tps = [
+            TopicPartition(changelog_topic(FleetSettings(base=settings)).name, p)
+            for p in range(settings.partitions)
+        ]
+        reader.assign(tps)
+        await reader.seek_to_beginning(*tps)
+        await read_to_end(reader, tps, keep)
+    finally:
+        await reader.stop()
+    return runs
+
+
+async def until_in_changelog(settings: Settings, runs: set[str], timeout_s: float = 60.0) -> None:
+    """Until the table's changelog holds windows with every one of `runs` (a commit interval
+    after the app applied them)."""
+
+    async def saved() -> bool:
+        return runs <= await changelog_runs(settings)
+
+    await until(saved, timeout_s, f"the table's changelog holding {sorted(runs)}", interval_s=0.2)
 
 
 def _runs(value: bytes | None) -> str:

@@ -14,6 +14,7 @@ from stallwatch.contract.envelope import envelope
 from stallwatch.contract.events import advisory_event_id
 from stallwatch.kafka.topics import ensure_topics
 from tests.kafka_harness import (
+    SETTLE_S,
     WorkerProcess,
     by_run,
     fresh_settings,
@@ -110,8 +111,7 @@ async def test_a_tool_failing_for_many_runs_reaches_exactly_the_live_runs_that_u
                 return {v["run_id"] for v in values if v["type"] == "nudge" and "incident_id" in v["detail"]}
 
             await commands.until(lambda vs: nudged(vs) >= set(failing), timeout_s=90)
-            await asyncio.sleep(3.0)
-            await commands.poll(1.0)
+            await commands.settle(SETTLE_S)  # and no nudge to a run beyond them
             values = [v for _, v in commands.records]
             assert nudged(values) == set(failing)
             words = next(v for v in values if v["type"] == "nudge" and v["run_id"] == "live-0")["reason"]

@@ -19,7 +19,15 @@ from stallwatch_streams.fleet.settings import FleetSettings
 from stallwatch_streams.fleet.tally import tally_key
 from stallwatch_streams.fleet.tasks import partition_of
 from tests.kafka_harness import fresh_settings
-from tests.streams.fleet.harness import FleetProcess, Reader, Tallies, fleet_evidence, tally
+from tests.streams.fleet.harness import (
+    FleetProcess,
+    Reader,
+    Tallies,
+    fleet_evidence,
+    tally,
+    until_in_changelog,
+)
+from tests.waiting import until
 
 pytestmark = pytest.mark.kafka
 
@@ -41,7 +49,7 @@ async def test_sigkill_mid_window_then_restart_opens_the_incident_once_with_the_
         ):
             # Three runs fail, the app holds them in its window, then dies without a goodbye.
             await tallies.send([_failing(i, now) for i in range(3)])
-            await asyncio.sleep(3.0)  # past a commit interval: the window is in the changelog
+            await until_in_changelog(settings, {f"run-{i}" for i in range(3)})
             fleet.kill()
             # Two more runs fail while it is down: the fifth crosses the threshold.
             await tallies.send([_failing(i, now + 0.5) for i in range(3, 5)])
@@ -85,8 +93,11 @@ async def _recreate(settings: Settings, topic: NewTopic) -> None:
     await admin.start()
     try:
         await admin.delete_topics([topic.name])
-        while topic.name in await admin.list_topics():
-            await asyncio.sleep(0.2)
+
+        async def deleted() -> bool:
+            return topic.name not in await admin.list_topics()
+
+        await until(deleted, 60, f"topic {topic.name} deleted", interval_s=0.2)
     finally:
         await admin.close()
     await ensure_topics(settings, [topic])
@@ -106,9 +117,7 @@ async def test_a_table_that_cannot_be_written_stops_the_app_before_it_commits_pa
         await fleet.serving()
         async with Tallies(settings) as tallies, Reader(settings, settings.incidents_topic) as incidents:
             await tallies.send([_failing(i, now) for i in range(5)])
-            deadline = time.monotonic() + 60
-            while fleet.alive() and time.monotonic() < deadline:
-                await asyncio.sleep(0.5)
+            await until(lambda: not fleet.alive(), 60, lambda: f"the app's exit:\n{fleet.log_tail()}", 0.2)
             assert fleet.proc.poll() == EXIT_TABLE_UNWRITABLE, fleet.log_tail()
             # The changelog made right, a restart applies the partials not committed and opens it.
             await _recreate(settings, right)
@@ -178,7 +187,7 @@ async def test_two_fleet_workers_share_the_tools_and_each_incident_opens_once() 
             # writes them: by run), so no worker sees a whole tool without the re-keying step.
             await tallies.send([_failing(i, now, tool) for tool in tools for i in range(5)])
             values = await incidents.until(lambda vs: len({v["tool"] for v in vs}) == len(tools))
-            await incidents.poll(2.0)
+            await incidents.settle(2.0)  # and no second incident of a tool
             assert len({v["incident_id"] for _, v in incidents.records}) == len(tools)
             held = [len(first.open_incidents()), len(second.open_incidents())]
             assert sum(held) == len(tools) and min(held) > 0, held
@@ -219,12 +228,16 @@ async def second_worker_joins(
 async def test_a_second_worker_takes_over_half_the_tools_and_the_first_lets_them_go() -> None:
     async with second_worker_joins() as (_, first, second):
         # After the rebalance each open incident is listed by exactly one worker.
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            held = [o["incident_id"] for o in first.open_incidents() + second.open_incidents()]
-            if len(held) == len(TWELVE_TOOLS) and second.open_incidents():
-                break
-            await asyncio.sleep(0.5)
+        def listed() -> list[str]:
+            return [o["incident_id"] for o in first.open_incidents() + second.open_incidents()]
+
+        await until(
+            lambda: len(listed()) == len(TWELVE_TOOLS) and second.open_incidents(),
+            60,
+            lambda: f"every incident listed, some by the second worker: {listed()}",
+            interval_s=0.2,
+        )
+        held = listed()
         assert sorted(held) == sorted(set(held)) and len(held) == len(TWELVE_TOOLS), held
         assert second.open_incidents() and len(first.open_incidents()) < len(TWELVE_TOOLS)
 
@@ -233,9 +246,12 @@ async def test_a_worker_giving_partitions_away_stops_listing_their_incidents_bef
     # No ticks: after the rebalance the first worker's judge gets no record at all (its index of
     # open incidents used to be rebuilt only then), yet its view must drop the tools it gave away.
     async with second_worker_joins({"STALLWATCH_FLEET_TICK_INTERVAL_S": "600"}) as (settings, first, _):
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and len(first.open_incidents()) == len(TWELVE_TOOLS):
-            await asyncio.sleep(0.5)
+        await until(
+            lambda: len(first.open_incidents()) < len(TWELVE_TOOLS),
+            30,
+            "the first worker listing fewer incidents after the rebalance",
+            interval_s=0.2,
+        )
         listed = {o["tool"] for o in first.open_incidents()}
         held = {partition_of(tally_key("acme", tool), settings.partitions) for tool in listed}
         assert listed and len(listed) < len(TWELVE_TOOLS) and len(held) <= settings.partitions // 2, listed

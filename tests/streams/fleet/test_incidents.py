@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
@@ -11,6 +10,7 @@ from stallwatch.contract.events import EVENT_ADAPTER
 from stallwatch.contract.incidents import Incident, incident_id
 from tests.kafka_harness import fresh_settings
 from tests.streams.fleet.harness import FleetProcess, Reader, Tallies, tally
+from tests.waiting import until
 
 pytestmark = pytest.mark.kafka
 
@@ -89,11 +89,11 @@ async def test_an_incident_opens_once_is_updated_then_closes_and_tells_the_live_
             # Caught up: the tallies' lag falls to the transaction markers (one per partition
             # after the last commit: the committed offset stops before it).
             lag = 'stallwatch_fleet_consumer_lag{topic="tallies"}'
-            deadline = time.monotonic() + 20
-            while (
-                not fleet.has_metric(lag) or fleet.metric(lag) > settings.partitions
-            ) and time.monotonic() < deadline:
-                await asyncio.sleep(0.5)
-            assert fleet.has_metric(lag) and fleet.metric(lag) <= settings.partitions
+            await until(
+                lambda: fleet.has_metric(lag) and fleet.metric(lag) <= settings.partitions,
+                20,
+                lambda: f"the tallies' lag down to the markers: {fleet.metric(lag)}",
+                interval_s=0.2,
+            )
     finally:
         fleet.stop()

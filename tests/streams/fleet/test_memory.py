@@ -13,11 +13,11 @@ import orjson
 import pytest
 
 from stallwatch_streams.fleet import sizes
-from stallwatch_streams.fleet.rules import Judge
+from stallwatch_streams.fleet.rules import IncidentRules
 from stallwatch_streams.fleet.settings import FleetSettings
 from stallwatch_streams.fleet.tally import tally_key
 from stallwatch_streams.fleet.task import KeyQuota
-from stallwatch_streams.fleet.tasks import JudgeTasks, partition_of
+from stallwatch_streams.fleet.tasks import IncidentTasks, partition_of
 from tests.streams.fleet.test_tasks import PARTITIONS, T0, Worker, failing, healthy, tools_of
 
 STEP = 60.0  # FleetSettings' default step: a bucket a minute
@@ -151,8 +151,8 @@ class Deletions(dict[bytes, Any]):
 def test_a_tenants_keys_growing_past_its_budget_evict_its_own_quiet_keys_first() -> None:
     worker = Worker(max_bytes_per_tenant=BUDGET)
     worker.table = table = Deletions()
-    worker.tasks = JudgeTasks(
-        FleetSettings(max_bytes_per_tenant=BUDGET), table, Judge(FleetSettings()), worker.metrics
+    worker.tasks = IncidentTasks(
+        FleetSettings(max_bytes_per_tenant=BUDGET), table, IncidentRules(FleetSettings()), worker.metrics
     )
     worker.assign(0, 1)
     (victim_tool,) = tools_of(0, 1, tenant="globex")

@@ -7,7 +7,7 @@ import pytest
 
 from stallwatch.contract.events import EVENT_ADAPTER
 from stallwatch.contract.incidents import Incident, incident_id
-from stallwatch_streams.fleet.rules import Judge, Outcome
+from stallwatch_streams.fleet.rules import IncidentRules, Outcome
 from stallwatch_streams.fleet.settings import FleetSettings
 from stallwatch_streams.fleet.tally import InvalidTally, merge, new_partial, parse_tally, tally_key
 from stallwatch_streams.fleet.window import BUCKET_RUNS_CAP, new_state
@@ -18,10 +18,10 @@ T0 = 1_800_000_000.0  # a multiple of 60: window starts are easy to read
 
 
 def _judge(partials: list[dict], clock: float = 0.0):
-    judge, state, outcomes = Judge(CFG), new_state("acme", "search"), []
+    rules, state, outcomes = IncidentRules(CFG), new_state("acme", "search"), []
     for p in partials:
-        outcomes.append(judge.apply(state, p, clock))
-    return judge, state, outcomes
+        outcomes.append(rules.apply(state, p, clock))
+    return rules, state, outcomes
 
 
 @pytest.mark.parametrize(
@@ -109,7 +109,7 @@ def test_tool_looping_counts_runs_stopped_naming_the_tool() -> None:
 def test_an_incident_opens_once_is_updated_and_closes_after_a_quiet_window() -> None:
     failing = [tally("search", T0 + i, runs=[f"r{i}"], calls=1, failures=1) for i in range(5)]
     later = [tally("search", T0 + 120 + i, runs=[f"r{i}"], calls=1, failures=1) for i in range(5)]
-    judge, state, outcomes = _judge(failing + later)
+    rules, state, outcomes = _judge(failing + later)
     assert sum(len(o.opened) for o in outcomes) == 1
     first_id = state["open"]["tool_failing"]["id"]
     # Held until the end of the last window that holds `later` alone: it starts at their bucket.
@@ -120,9 +120,9 @@ def test_an_incident_opens_once_is_updated_and_closes_after_a_quiet_window() -> 
     for a in advisories:
         EVENT_ADAPTER.validate_python(a)
     # Healthy calls: windows stop holding; a quiet window of event time later, it closes.
-    quiet = judge.apply(state, tally("search", held + 300 - 1, runs=["r9"], calls=1), 0.0)
+    quiet = rules.apply(state, tally("search", held + 300 - 1, runs=["r9"], calls=1), 0.0)
     assert not quiet.closed
-    closing = judge.apply(state, tally("search", held + 300, runs=["r9"], calls=1), 0.0)
+    closing = rules.apply(state, tally("search", held + 300, runs=["r9"], calls=1), 0.0)
     assert closing.closed == ["tool_failing"] and not state["open"]
     assert {a["incident"] for a in closing.advisories} == {"closed"}
     assert next(iter(closing.incidents.values()))["incident_id"] == first_id
@@ -144,10 +144,10 @@ def test_a_flood_of_runs_in_one_bucket_is_capped() -> None:
 
 
 def test_the_runs_told_of_one_incident_are_capped():
-    judge = Judge(FleetSettings(window_s=300.0, step_s=60.0, max_advised_runs=3))
+    rules = IncidentRules(FleetSettings(window_s=300.0, step_s=60.0, max_advised_runs=3))
     state, advisories = new_state("acme", "search"), []
     for i in range(10):
-        outcome = judge.apply(state, tally("search", T0 + i, runs=[f"r{i}"], calls=1, failures=1), 0.0)
+        outcome = rules.apply(state, tally("search", T0 + i, runs=[f"r{i}"], calls=1, failures=1), 0.0)
         advisories += outcome.advisories
     assert sorted(a["run_id"] for a in advisories) == ["r0", "r1", "r2"]
     assert state["open"]["tool_failing"]["advised"] == ["r0", "r1", "r2"]
@@ -170,10 +170,10 @@ def test_one_failed_result_among_runs_still_waiting_on_theirs_opens_nothing():
 def test_an_evicted_key_closes_its_open_incidents_and_tells_the_runs_told_it_opened():
     # Evicted for room, a key's windows are gone: no quiet window would close its incident, and
     # runs under fleet_breaker would be refused the tool for good.
-    judge, state, _ = _judge([tally("search", T0 + i, runs=[f"r{i}"], calls=1, failures=1) for i in range(5)])
+    rules, state, _ = _judge([tally("search", T0 + i, runs=[f"r{i}"], calls=1, failures=1) for i in range(5)])
     opened = state["open"]["tool_failing"]
     closing = Outcome()
-    judge.close_evicted(state, T0 + 30, closing)
+    rules.close_evicted(state, T0 + 30, closing)
     assert closing.closed == ["tool_failing"] and not state["open"]
     record = Incident.model_validate(closing.incidents[opened["id"]])
     assert record.state == "closed" and record.closed_at == opened["held"]  # never before held
@@ -184,8 +184,8 @@ def test_an_evicted_key_closes_its_open_incidents_and_tells_the_runs_told_it_ope
 
 
 def test_an_evicted_incident_closes_at_the_clock_once_its_last_window_has_passed():
-    judge, state, _ = _judge([tally("search", T0 + i, runs=[f"r{i}"], calls=1, failures=1) for i in range(5)])
+    rules, state, _ = _judge([tally("search", T0 + i, runs=[f"r{i}"], calls=1, failures=1) for i in range(5)])
     held = state["open"]["tool_failing"]["held"]
     closing = Outcome()
-    judge.close_evicted(state, held + 42, closing)
+    rules.close_evicted(state, held + 42, closing)
     assert next(iter(closing.incidents.values()))["closed_at"] == held + 42

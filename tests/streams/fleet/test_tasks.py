@@ -1,4 +1,4 @@
-"""The fleet app's judge tasks, no broker: one per partials partition, made on assignment, their
+"""The fleet app's incident tasks, no broker: one per partials partition, made on assignment, their
 keys read from the table, closed when the partition is given away; the key cap and the tenant
 quota counted over every task of the worker."""
 
@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from stallwatch_streams.fleet.metrics import FleetMetrics
-from stallwatch_streams.fleet.rules import Judge
+from stallwatch_streams.fleet.rules import IncidentRules
 from stallwatch_streams.fleet.settings import FleetSettings
 from stallwatch_streams.fleet.tally import tally_key
 from stallwatch_streams.fleet.task import KeyQuota
-from stallwatch_streams.fleet.task_state import InvalidTransition, JudgeTaskState
-from stallwatch_streams.fleet.tasks import JudgeTasks, partition_of
+from stallwatch_streams.fleet.task_state import IncidentTaskState, InvalidTransition
+from stallwatch_streams.fleet.tasks import IncidentTasks, partition_of
 from tests.streams.fleet.harness import tally
 
 PARTITIONS = 2
@@ -46,7 +46,9 @@ class Worker:
     def __init__(self, **settings: Any) -> None:
         self.table: dict[bytes, Any] = {}
         self.metrics = FleetMetrics()
-        self.tasks = JudgeTasks(FleetSettings(**settings), self.table, Judge(FleetSettings()), self.metrics)
+        self.tasks = IncidentTasks(
+            FleetSettings(**settings), self.table, IncidentRules(FleetSettings()), self.metrics
+        )
 
     def assign(self, *partitions: int) -> None:
         self.tasks.assigned(set(partitions))
@@ -67,12 +69,12 @@ def test_a_task_is_made_on_assignment_read_from_the_table_and_closed_when_given_
     for partial in failing(tool):
         worker.apply(tool, partial)
     task = worker.tasks.get(1)
-    assert task is not None and task.state is JudgeTaskState.RUNNING
+    assert task is not None and task.state is IncidentTaskState.RUNNING
     assert task.open_keys == {tally_key("acme", tool)}
     assert worker.gauge("stallwatch_fleet_incidents_open", kind="tool_failing") == 1
 
     worker.tasks.assigned({0})  # partition 1 given away: out of the view at once
-    assert task.state is JudgeTaskState.CLOSED and worker.tasks.get(1) is None
+    assert task.state is IncidentTaskState.CLOSED and worker.tasks.get(1) is None
     assert worker.gauge("stallwatch_fleet_incidents_open", kind="tool_failing") == 0
     assert not worker.tasks.indexed
     worker.tasks.index(worker.table, {0}, PARTITIONS)
@@ -91,10 +93,10 @@ def test_a_kept_partition_is_suspended_by_a_rebalance_and_read_again_with_its_op
     worker.apply(quiet_tool, healthy(quiet_tool))
     worker.tasks.assigned({0, 1})
     kept, made = worker.tasks.get(0), worker.tasks.get(1)
-    assert kept is not None and kept.state is JudgeTaskState.SUSPENDED
-    assert made is not None and made.state is JudgeTaskState.CREATED
+    assert kept is not None and kept.state is IncidentTaskState.SUSPENDED
+    assert made is not None and made.state is IncidentTaskState.CREATED
     worker.tasks.index(worker.table, {0, 1}, PARTITIONS)
-    assert kept.state is JudgeTaskState.RUNNING and made.state is JudgeTaskState.RUNNING
+    assert kept.state is IncidentTaskState.RUNNING and made.state is IncidentTaskState.RUNNING
     assert list(kept.keys) == [tally_key("acme", open_tool), tally_key("acme", quiet_tool)]
     assert kept.open_keys == {tally_key("acme", open_tool)} and worker.tasks.tenant_keys_held("acme") == 2
     assert not made.keys

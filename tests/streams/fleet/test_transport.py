@@ -18,6 +18,7 @@ from stallwatch.settings import Settings
 from stallwatch_streams.fleet.service import FleetService
 from stallwatch_streams.fleet.settings import FleetSettings
 from tests.kafka_harness import fresh_settings
+from tests.waiting import until
 
 pytestmark = pytest.mark.kafka
 
@@ -76,6 +77,14 @@ class _Fetching:
             self.thread._fetch_records(self.reader, live, timeout=timeout, max_records=500)
         )
 
+    async def until_prefetched(self, tp: TopicPartition) -> None:
+        """Until aiokafka's fetcher holds records of `tp`, read from the broker, not yet handed out."""
+        await until(lambda: tp in self.reader._fetcher._records, 10, f"records of {tp} prefetched")
+
+    async def until_waiting(self) -> None:
+        """Until a fetch waits in aiokafka's fetcher for records to arrive."""
+        await until(lambda: self.reader._fetcher._fetch_waiters, 10, "a fetch waiting for records")
+
 
 @contextlib.asynccontextmanager
 async def fetching() -> AsyncIterator[_Fetching]:
@@ -108,9 +117,9 @@ async def _paused_while_waiting(f: _Fetching) -> None:
     await f.write(f.p1, 3)
     live = {f.p0}
     assert await f.offsets(live, f.p0, 3) == [0, 1, 2]
-    await asyncio.sleep(0.3)  # p1's records wait in the fetcher, unread: p1 is paused
+    await f.until_prefetched(f.p1)  # p1's records wait in the fetcher, unread: p1 is paused
     waiting = f.fetch(live, timeout=2.0)
-    await asyncio.sleep(0.3)
+    await f.until_waiting()
     live.clear()  # every partition paused while the fetch waits
     await f.write(f.p0, 1)  # new data wakes the waiting fetch
     assert await waiting == {}
@@ -129,7 +138,7 @@ async def test_a_fetch_returning_after_the_flow_stopped_leaves_its_records_to_be
 async def _stopped_while_waiting(f: _Fetching) -> None:
     live = {f.p0, f.p1}
     waiting = f.fetch(live, timeout=5.0)
-    await asyncio.sleep(0.3)
+    await f.until_waiting()
     f.thread.consumer.flow_active = False  # a rebalance began while the fetch waited
     await f.write(f.p1, 2)
     assert await waiting == {}

@@ -21,7 +21,7 @@ from stallwatch_streams.fleet.readers import RELOAD_S, Readers, is_tenant_name
 from stallwatch_streams.fleet.service import FleetService
 from stallwatch_streams.fleet.settings import FleetSettings
 from stallwatch_streams.fleet.tally import tally_key
-from stallwatch_streams.fleet.tasks import JudgeTasks
+from stallwatch_streams.fleet.tasks import IncidentTasks
 from tests.kafka_harness import fresh_settings
 from tests.streams.fleet.harness import FleetProcess, Reader, Tallies, tally
 
@@ -61,7 +61,7 @@ async def serving(
     service = FleetService(cfg)
     # The judge's view over a plain mapping, as the tasks' tests drive it: two tenants' incidents
     # and the shared topic's, each on a tool failing for five runs.
-    service.tasks = JudgeTasks(cfg, {}, service.judge, service.metrics)
+    service.tasks = IncidentTasks(cfg, {}, service.rules, service.metrics)
     for tenant in ("acme", "globex", None):
         key = tally_key(tenant, "search")
         for i in range(5):

@@ -94,9 +94,8 @@ class FakeConsumer:
     async def getmany(self, timeout_ms: int = 0, **_: Any) -> dict[TopicPartition, list[ConsumerRecord]]:
         if self.queued:
             return self.queued.pop(0)
-        await asyncio.sleep(
-            timeout_ms / 1000
-        )  # a fetch that finds nothing waits out its timeout, as a broker's
+        # The fake's part: a fetch that finds nothing waits out its timeout, as a broker's does.
+        await asyncio.sleep(timeout_ms / 1000)
         return {}
 
     def pause(self, *tps: TopicPartition) -> None:

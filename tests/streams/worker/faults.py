@@ -28,6 +28,7 @@ from tests.kafka_harness import (
     wait_until_serving,
 )
 from tests.streams.worker.fleet_logs import interleave, mixed_fleet
+from tests.waiting import until
 
 # The two transaction models (docs/tenants.md), as every worker's environment.
 MODELS = {"partition": {}, "group": {"STALLWATCH_TRANSACTION_MODEL": "group"}}
@@ -79,11 +80,12 @@ class Outcome:
 
 async def _rebalancing(worker: WorkerProcess, since: int, timeout_s: float) -> None:
     """Until the worker's log shows a rebalance beyond the first `since` ones."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if worker.log_path.read_text(errors="replace").count("rebalance: revoking partitions") > since:
-            return
-        await asyncio.sleep(0.02)
+    await until(
+        lambda: worker.log_path.read_text(errors="replace").count("rebalance: revoking partitions") > since,
+        timeout_s,
+        lambda: f"a rebalance beyond the first {since}:\n{worker.log_tail()}",
+        interval_s=0.02,
+    )
 
 
 async def three_kills(
@@ -105,7 +107,9 @@ async def three_kills(
         workers.append(b)
         await b.ready()
         producing = asyncio.create_task(produce(settings, log, pause_every=STEADY_EVERY, pause_s=pause_s))
-        await asyncio.sleep(3)
+        # Under load: both workers have committed batches of the log (beside the probe's).
+        for worker in (a, b):
+            await worker.until_metric("stallwatch_events_consumed_total", lambda n: n >= 2)
         a.kill()
         outcome.kills.append("a, under load")
         revokes = b.log_path.read_text(errors="replace").count("rebalance: revoking partitions")
@@ -117,7 +121,9 @@ async def three_kills(
         b = WorkerProcess(settings, "b2", env)
         workers.append(b)
         await b.ready(timeout_s=60)
-        await asyncio.sleep(2)
+        # a2 at work beside b2: a batch committed after b2 joined.
+        consumed = await asyncio.to_thread(a.metric, "stallwatch_events_consumed_total")
+        await a.until_metric("stallwatch_events_consumed_total", lambda n: n > consumed)
         a.kill()
         outcome.kills.append("a2, after b2 joined")
         a = WorkerProcess(settings, "a3", env)
@@ -200,7 +206,9 @@ async def cut_off(
             await b.ready()
             assert await a.serving(partitions // 2, 30), a.log_tail()  # the group settled
             producing = asyncio.create_task(produce(settings, log, pause_every=STEADY_EVERY, pause_s=pause_s))
-            await asyncio.sleep(2)
+            # Under load: both workers have committed batches of the log (beside the probe's).
+            for worker in (a, b):
+                await worker.until_metric("stallwatch_events_consumed_total", lambda n: n >= 2)
             before = len(b.assignments())
             b_partitions = set(b.assignments()[-1])
             link.cut_at(PRODUCE if heal_before_expiry else END_TXN, drop)
@@ -208,6 +216,7 @@ async def cut_off(
             cut = time.monotonic()
             if heal_before_expiry:
                 heal_at = link.last_heartbeat + SESSION_S - HEAL_MARGIN_S
+                # The thing under test: a cut that ends just before the session would expire.
                 await asyncio.sleep(max(0.0, heal_at - time.monotonic()))
             else:
                 await b.serving(partitions, 30)

@@ -40,7 +40,7 @@ async def test_other_work_runs_between_the_records_of_a_long_batch(monkeypatch: 
         nonlocal turns
         while applying:
             turns += 1
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # a turn of the loop: what the test counts
 
     other = asyncio.create_task(other_tenant())
     await asyncio.sleep(0)  # the other task is running, waiting for its next turn

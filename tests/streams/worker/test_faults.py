@@ -4,7 +4,7 @@ a zombie fenced off, a hung worker."""
 from __future__ import annotations
 
 import asyncio
-import time
+import contextlib
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -28,6 +28,7 @@ from tests.kafka_harness import (
 from tests.script import RunScript
 from tests.streams.worker.faults import MODELS, STEADY_PAUSE_S, cut_off, three_kills
 from tests.streams.worker.fleet_logs import interleave, mixed_fleet
+from tests.waiting import until
 
 pytestmark = pytest.mark.kafka
 
@@ -94,7 +95,8 @@ async def test_the_broker_restarted_under_load_changes_no_decision(model: str):
         await wait_until_serving(settings)
         log = interleave(mixed_fleet(120))
         producing = asyncio.create_task(produce(settings, log, pause_every=80, pause_s=0.1))
-        await asyncio.sleep(2)
+        # Under load: a batch of the log committed (beside the probe's) before the broker goes.
+        await worker.until_metric("stallwatch_events_consumed_total", lambda n: n >= 2)
         await asyncio.to_thread(kafka, "down")
         await asyncio.to_thread(kafka, "up")
         await producing
@@ -141,13 +143,15 @@ async def test_a_worker_fenced_by_a_producer_outside_its_group_serves_on_and_los
             settings, settings.commands_topic, sum(map(len, expected.values())), 60, settle_s=SETTLE_S
         )
         assert {run: by_run(got).get(run) for run in expected} == expected
+
         # The fenced task asks the group, which gives partition 0 back in the rebalance that
         # follows, and the worker rebuilds it (the commands above were published ahead, before
         # the fenced commit).
-        deadline = time.monotonic() + 30
-        while "(restored [0])" not in worker.log_path.read_text().partition("its producer was fenced")[2]:
-            assert time.monotonic() < deadline and worker.alive(), worker.log_tail()
-            await asyncio.sleep(0.2)
+        def rebuilt() -> bool:
+            assert worker.alive(), worker.log_tail()
+            return "(restored [0])" in worker.log_path.read_text().partition("its producer was fenced")[2]
+
+        await until(rebuilt, 30, lambda: f"partition 0 restored after the fencing:\n{worker.log_tail()}", 0.2)
         # And serves on: a second fleet's commands, from the rebuilt partition.
         more = interleave(mixed_fleet(6)[3:])  # runs of their own
         await produce(settings, more)
@@ -175,15 +179,21 @@ async def test_a_hung_worker_reports_itself_dead_then_exits():
         await collect(settings, settings.commands_topic, 50, 60)
         assert worker.health("/health/live") == 200
         statuses: list[int] = []
+
+        async def stalled() -> bool:
+            statuses.append(await asyncio.to_thread(worker.health, "/health/live"))
+            return 503 in statuses or not worker.alive()
+
         for _ in range(5):
             with frozen_broker():  # 3 s to see a stall; once seen, up to 15 s to see the exit
-                began = time.monotonic()
-                while worker.alive() and time.monotonic() - began < (15 if 503 in statuses else 3):
-                    statuses.append(await asyncio.to_thread(worker.health, "/health/live"))
-                    await asyncio.sleep(0.25)
+                with contextlib.suppress(AssertionError):  # idle, not hung: thawed and frozen again
+                    await until(stalled, 3, "the worker reporting itself stalled", interval_s=0.25)
+                if 503 in statuses:  # the exit it says comes next (or after the thaw, below)
+                    with contextlib.suppress(AssertionError):
+                        await until(lambda: not worker.alive(), 15, "the worker's exit", interval_s=0.25)
             if 503 in statuses or not worker.alive():
                 break
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.1)  # the thing under test: a thawed moment, then a freeze anew
         assert 503 in statuses, statuses
         assert worker.proc.wait(10) == STALLED_EXIT_CODE, worker.log_tail()
     finally:

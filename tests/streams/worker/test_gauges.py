@@ -3,9 +3,6 @@ later), and counting live runs only (an ended run is kept a while, but runs no m
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 import pytest
 
 from tests.kafka_harness import (
@@ -20,15 +17,6 @@ from tests.kafka_harness import (
 from tests.script import RunScript
 
 pytestmark = pytest.mark.kafka
-
-
-async def until_metric(worker: WorkerProcess, name: str, value: float, timeout_s: float = 30.0) -> float:
-    deadline = time.monotonic() + timeout_s
-    seen = worker.metric(name)
-    while seen != value and time.monotonic() < deadline:
-        await asyncio.sleep(0.2)
-        seen = await asyncio.to_thread(worker.metric, name)
-    return seen
 
 
 async def test_the_gauges_count_live_runs_and_their_fingerprints_from_the_start():
@@ -46,15 +34,15 @@ async def test_the_gauges_count_live_runs_and_their_fingerprints_from_the_start(
         await produce(settings, lines)
         await collect(settings, settings.commands_topic, commands, 60)
         # The probe's run is unknown (a call of no run started): no place, no state.
-        assert await until_metric(worker, "stallwatch_active_runs", 1) == 1
+        await worker.until_metric("stallwatch_active_runs", lambda n: n == 1)
     finally:
         worker.stop()
     # A second worker: its gauges are the restored runs' before any batch or scan.
     worker = WorkerProcess(settings, "second", env={"STALLWATCH_EXPIRY_INTERVAL_S": "3600"})
     try:
         await worker.ready()
-        assert await until_metric(worker, "stallwatch_active_runs", 1) == 1
+        await worker.until_metric("stallwatch_active_runs", lambda n: n == 1)
         # The live run's three results; the ended run released its own.
-        assert await until_metric(worker, "stallwatch_fingerprints_held", 3) == 3
+        await worker.until_metric("stallwatch_fingerprints_held", lambda n: n == 3)
     finally:
         worker.stop()

@@ -3,8 +3,6 @@ refusals and stops, counts them, and never refuses or stops that tenant's runs."
 
 from __future__ import annotations
 
-import asyncio
-import time
 import urllib.request
 
 import orjson
@@ -25,21 +23,21 @@ from tests.kafka_harness import (
     run_cli,
     wait_until_serving,
 )
+from tests.waiting import until
 
 pytestmark = pytest.mark.kafka
 
 
 async def scrape_until(port: int, wanted: list[str], timeout_s: float = 30.0) -> str:
     """The worker's /metrics once every `wanted` line is in it (a batch is counted after its commit)."""
-    deadline = time.monotonic() + timeout_s
-    text = ""
-    while time.monotonic() < deadline:
+    text = [""]
+
+    def counted() -> str | None:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-            text = response.read().decode()
-        if all(line in text for line in wanted):
-            return text
-        await asyncio.sleep(0.2)  # a bounded poll for the counters, not a wait for time to pass
-    raise AssertionError(f"never counted {wanted}:\n{text}")
+            text[0] = response.read().decode()
+        return text[0] if all(line in text[0] for line in wanted) else None
+
+    return await until(counted, timeout_s, lambda: f"counted {wanted}:\n{text[0]}", interval_s=0.2)
 
 
 async def test_an_observed_tenants_runs_go_on_with_their_would_have_stops_published_and_counted():

@@ -4,7 +4,6 @@ processes for one tool). Both workers stay up and every run's commands equal rep
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import orjson
@@ -25,6 +24,7 @@ from tests.kafka_harness import (
 from tests.script import RunScript
 from tests.streams.worker import injected_bug
 from tests.streams.worker.fleet_logs import interleave, mixed_fleet
+from tests.waiting import until
 
 pytestmark = pytest.mark.kafka
 
@@ -82,7 +82,14 @@ async def test_a_poison_run_on_every_partition_leaves_both_workers_and_every_oth
             settings, settings.commands_topic, sum(map(len, expected.values())), 120, settle_s=SETTLE_S
         )
         letters = await collect(settings, settings.deadletter_topic, PARTITIONS, 20)
-        await asyncio.sleep(1)
+        # Commands go out ahead of their batch's commit: both workers live on past every commit.
+        healthy_events = sum(len(s.lines()) for s in healthy)
+        await until(
+            lambda: sum(w.metric("stallwatch_events_consumed_total") for w in (a, b)) >= healthy_events,
+            60,
+            lambda: f"every healthy event's batch committed:\n{a.log_tail()}\n{b.log_tail()}",
+            interval_s=0.2,
+        )
         assert a.alive(), a.log_tail()
         assert b.alive(), b.log_tail()
     finally:

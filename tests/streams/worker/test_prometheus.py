@@ -3,10 +3,8 @@ the log implies (as the embedded engine computes it)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from collections import Counter
@@ -24,6 +22,7 @@ from tests.kafka_harness import (
     wait_until_serving,
 )
 from tests.streams.worker.fleet_logs import every_rule, interleave
+from tests.waiting import until
 
 pytestmark = pytest.mark.kafka
 
@@ -85,16 +84,17 @@ async def test_prometheus_sees_the_counts_the_log_implies(prometheus):
         verdicts[("allow", "none")] += 1
         stops = Counter(c["code"] for c in expected if c["type"] == "stop")
 
-        deadline = time.monotonic() + 60
-        while True:
-            got_events = {
-                dict(k)["type"]: v
-                for k, v in query("sum by (type) (stallwatch_events_consumed_total)").items()
-            }
-            if got_events == dict(events) or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(1)
-        assert got_events == dict(events)
+        def events_counted() -> dict[str, float]:
+            counted = query("sum by (type) (stallwatch_events_consumed_total)")
+            return {dict(k)["type"]: v for k, v in counted.items()}
+
+        # Prometheus scrapes every second: the counts arrive with a scrape after the last batch.
+        await until(
+            lambda: events_counted() == dict(events),
+            60,
+            lambda: f"Prometheus counting the log's events {dict(events)}, not {events_counted()}",
+            interval_s=0.5,
+        )
         got_verdicts = {
             (dict(k)["decision"], dict(k)["code"]): v
             for k, v in query("sum by (decision, code) (stallwatch_verdicts_total)").items()

@@ -35,8 +35,10 @@ async def test_steady_running_on_a_healthy_broker_logs_no_not_enough_replicas():
     worker = WorkerProcess(settings, "steady", env={"STALLWATCH_LOG_KAFKA": "raw"})
     try:
         await wait_until_serving(settings)
-        await produce(settings, interleave(mixed_fleet(100)), pause_every=80, pause_s=0.1)
-        await asyncio.sleep(1)
+        log = interleave(mixed_fleet(100))
+        await produce(settings, log, pause_every=80, pause_s=0.1)
+        # Every event read and its batch committed (counted after the commit), beside the probe's.
+        await worker.until_metric("stallwatch_events_consumed_total", lambda n: n >= len(log) + 1)
         assert worker.alive(), worker.log_tail()
     finally:
         worker.stop()
@@ -50,7 +52,7 @@ async def test_an_idle_worker_uses_next_to_no_cpu():
     worker = WorkerProcess(settings, "idle")
     try:
         await wait_until_serving(settings)
-        await asyncio.sleep(2)  # past the probe's batch
+        await worker.until_metric("stallwatch_events_consumed_total", lambda n: n >= 1)  # the probe's batch
         cpu, began = cpu_seconds(worker.proc.pid), time.monotonic()
         await asyncio.sleep(IDLE_S)  # the thing under test: what an idle worker spends over this time
         share = (cpu_seconds(worker.proc.pid) - cpu) / (time.monotonic() - began)

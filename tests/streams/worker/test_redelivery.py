@@ -4,8 +4,6 @@ in replay's output, and the first verdict of every call stays its answer."""
 
 from __future__ import annotations
 
-import asyncio
-
 import orjson
 import pytest
 
@@ -22,6 +20,7 @@ from tests.kafka_harness import (
 )
 from tests.script import RunScript
 from tests.streams.worker.test_clock_skew import changelog_tombstones, tick
+from tests.waiting import until
 
 pytestmark = pytest.mark.kafka
 
@@ -62,13 +61,18 @@ async def test_redeliveries_after_expiry_and_beyond_the_window_never_reuse_an_id
     try:
         await wait_until_serving(settings)
         await produce(settings, sent)
-        # Broker time passes on the partition until both runs are forgotten.
-        for i in range(int(2 * IDLE_S / TICK_S)):
-            lines = tick(ticker, BASE + i, repeat=False)
+        # Broker time passes on the partition, a round every TICK_S, until both runs are forgotten.
+        ticks = 0
+
+        async def ticked_till_forgotten() -> bool:
+            nonlocal ticks
+            lines = tick(ticker, BASE + ticks, repeat=False)
+            ticks += 1
             await produce(settings, lines)
-            sent += lines
-            await asyncio.sleep(TICK_S)
-        assert {"ended", "idle"} <= await changelog_tombstones(settings)
+            sent.extend(lines)
+            return {"ended", "idle"} <= await changelog_tombstones(settings)
+
+        await until(ticked_till_forgotten, 60, "the ended and the idle runs' tombstones", interval_s=TICK_S)
         n = len(long.events)
         long.events.append(dict(first_call(long)))  # round 1's call, 600 events later
         long.call("search", {"q": "newer"})

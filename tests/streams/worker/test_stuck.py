@@ -82,7 +82,9 @@ async def test_sigterm_ends_a_worker_stuck_on_a_frozen_broker_within_its_stop_de
     worker, _ = await busy_worker("stuck", runs=1000)
     try:
         with frozen_broker():
-            await asyncio.sleep(1.0)  # a transaction now waits on a broker that never answers
+            # The thing under test: a broker frozen for a moment, so that a transaction of the
+            # backlog waits on it when SIGTERM comes (nothing outside the worker shows that it does).
+            await asyncio.sleep(1.0)
             began = time.monotonic()
             worker.proc.terminate()
             try:
@@ -104,7 +106,7 @@ async def test_a_transaction_the_frozen_broker_timed_out_is_rebuilt_and_the_work
     worker, log = await busy_worker("frozen", runs=1000)
     try:
         with frozen_broker():
-            await asyncio.sleep(FREEZE_S)
+            await asyncio.sleep(FREEZE_S)  # the thing under test: a freeze past the transaction timeout
         expected = by_run(replay_commands(log))
         got = await collect(
             worker.settings, worker.settings.commands_topic, sum(map(len, expected.values())), 120
@@ -130,10 +132,12 @@ async def test_a_commit_held_past_the_transaction_timeout_with_no_successor_is_r
         try:
             await wait_until_serving(settings)
             producing = asyncio.create_task(produce(settings, log, pause_every=80, pause_s=0.1))
-            await asyncio.sleep(1)
+            # The load flows (a batch of the log committed, beside the probe's): the cut holds its next.
+            await worker.until_metric("stallwatch_events_consumed_total", lambda n: n >= 2)
             link.cut_at(END_TXN)
             await asyncio.wait_for(link.cut_seen.wait(), 15)
-            # Past the timeout, and past the broker's check for timed-out transactions (10 s).
+            # The thing under test: a commit held past the transaction timeout, and past the
+            # broker's check for timed-out transactions (10 s).
             await asyncio.sleep(HOLD_S)
             link.heal()
             await producing

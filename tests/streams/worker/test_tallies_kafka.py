@@ -106,7 +106,8 @@ async def test_a_transaction_aborted_by_a_successor_leaves_no_tallies():
             await wait_until_serving(settings)
             starts = 2 * 40  # every run's run_started and round_started: batches without tallies
             await produce(settings, log[:starts])
-            await asyncio.sleep(2)
+            # Their batches committed (counted after the commit), beside the probe's.
+            await workers[0].until_metric("stallwatch_events_consumed_total", lambda n: n >= starts + 1)
             link.cut_at(END_TXN, drop=True)  # the next commit: a batch with calls in it
             producing = asyncio.create_task(produce(settings, log[starts:]))
             await asyncio.wait_for(link.cut_seen.wait(), 30)
