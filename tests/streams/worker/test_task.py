@@ -47,6 +47,7 @@ class Commits:
         self.outcome = outcome
         self.transactions: list[list[int]] = []
         self.observed: list[int] = []
+        self.transaction_timeout_s = 15.0  # what a fencing past the timeout says
 
     async def commit(self, partition: CommitPartition, batches: Sequence[Applied]) -> CommitOutcome:
         self.transactions.append([b.last_offset for b in batches])
