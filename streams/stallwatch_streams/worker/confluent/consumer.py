@@ -103,6 +103,7 @@ class GroupConsumer:
         self._subscribed: tuple[str, ...] = ()
         self._owned: dict[str, set[int]] = {}  # the thread's: partitions assigned, by topic
         self._revoked_topics: set[str] = set()  # revoked since the last assignment
+        self._served_topics: set[str] = set()  # topics whose tenants had an assignment
         self._applied_seeks: dict[TopicPartition, int] = {}  # the thread's: seeks applied
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -251,7 +252,12 @@ class GroupConsumer:
         for p in partitions:
             self._owned.setdefault(p.topic, set()).add(p.partition)
             new.setdefault(p.topic, []).append(p.partition)
-        touched, self._revoked_topics = set(new) | self._revoked_topics, set()
+        # A tenant whose topic is subscribed and that never had an assignment gets its first, even
+        # an empty one (the group balances all of its tenants' partitions, so a worker may hold
+        # none of one tenant's): its pipeline counts as served, as under its own group.
+        first = set(self._subscribed) - self._served_topics
+        touched, self._revoked_topics = set(new) | self._revoked_topics | first, set()
+        self._served_topics |= touched
         loop = self._loop
         assert loop is not None
         for topic in touched:
