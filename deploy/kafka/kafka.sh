@@ -25,6 +25,7 @@ broker_heartbeat_ms=$(( broker_session_ms >= 9000 ? 2000 : broker_session_ms / 6
 cuttable_port=$((port + 4))
 proxy_port=$((port + 5))
 cache="${STALLWATCH_KAFKA_CACHE:-$root/.cache/kafka}"
+# STALLWATCH_KAFKA_HEAP: the broker's heap (768m; 2g for a thousand tenants' topics, benchmarks/tenants_bench.py).
 libs="$cache/libs"
 data="$root/.cache/kafka-data/$port"
 # STALLWATCH_KAFKA_SECURE=1: the same node with SASL and authorization on, as a shared cluster
@@ -140,7 +141,7 @@ PROPS
 }
 
 java_cmd() {
-  java -Xms256m -Xmx768m -XX:+UseG1GC -Djava.awt.headless=true \
+  java -Xms256m -Xmx"${STALLWATCH_KAFKA_HEAP:-768m}" -XX:+UseG1GC -Djava.awt.headless=true \
     -Dlog4j2.configurationFile="$data/log4j2.properties" -cp "$libs/*" "$@"
 }
 
@@ -153,7 +154,7 @@ up() {
     cluster_id="${STALLWATCH_KAFKA_CLUSTER_ID:-$(java_cmd kafka.tools.StorageTool random-uuid)}"
     java_cmd kafka.tools.StorageTool format -t "$cluster_id" -c "$data/server.properties" >/dev/null
   fi
-  nohup java -Xms256m -Xmx768m -XX:+UseG1GC -Djava.awt.headless=true \
+  nohup java -Xms256m -Xmx"${STALLWATCH_KAFKA_HEAP:-768m}" -XX:+UseG1GC -Djava.awt.headless=true \
     -Dlog4j2.configurationFile="$data/log4j2.properties" -cp "$libs/*" \
     kafka.Kafka "$data/server.properties" >"$log" 2>&1 &
   echo $! > "$pidfile"
