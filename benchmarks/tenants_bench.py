@@ -65,7 +65,7 @@ class Traffic:
                 run_id = f"run-{tenant.tenant}"
                 start = envelope("run_started", run_id, mode="researcher", tools=[{"name": "search"}])
                 await producer.send(tenant.events_topic, orjson.dumps(start), key=run_id.encode())
-            began = time.monotonic()
+            began, first = time.monotonic(), self.calls
             while time.monotonic() - began < seconds:
                 tenant = self.tenants[self.calls % len(self.tenants)]
                 run_id, call_id = f"run-{tenant.tenant}", f"c{self.calls}"
@@ -75,7 +75,7 @@ class Traffic:
                 self.sent[call_id] = time.monotonic()
                 await producer.send(tenant.events_topic, orjson.dumps(call), key=run_id.encode())
                 self.calls += 1
-                await asyncio.sleep(max(0.0, began + self.calls / self.rate - time.monotonic()))
+                await asyncio.sleep(max(0.0, began + (self.calls - first) / self.rate - time.monotonic()))
         finally:
             await producer.stop()
 
@@ -135,6 +135,7 @@ async def measure(tenants: int, partitions: int, rate: float, seconds: float, mo
         per_call_us = (cpu_seconds(first_worker.proc.pid) - busy_before) / max(1, traffic.calls) * 1e6
         latencies = list(traffic.latencies_ms)
         traffic.longest_gap_s = 0.0
+        traffic.last_verdict.clear()  # gaps within the join's traffic only
         joining = asyncio.create_task(traffic.run(seconds * 3))
         second = WorkerProcess(settings, "second", env)
         join_s = await until_ready(second)

@@ -168,7 +168,7 @@ class GroupConsumer:
         try:
             while not self._stopping.is_set():
                 self._apply_ops(consumer)
-                messages = consumer.consume(FETCH_MAX_RECORDS, CONSUME_TIMEOUT_S)
+                messages = self._consume(consumer)
                 with contextlib.suppress(KafkaException, RuntimeError):
                     self.metadata = consumer.consumer_group_metadata()
                 if messages:
@@ -179,6 +179,15 @@ class GroupConsumer:
         finally:
             with contextlib.suppress(Exception):
                 consumer.close()
+
+    def _consume(self, consumer: Consumer) -> list[Message]:
+        """What has arrived, as soon as anything has: `consume` would wait out its whole timeout
+        for a full batch, `poll` returns with the first record, and the rest is taken without
+        waiting."""
+        first = consumer.poll(CONSUME_TIMEOUT_S)
+        if first is None:
+            return []
+        return [first, *consumer.consume(FETCH_MAX_RECORDS - 1, 0)]
 
     def _apply_ops(self, consumer: Consumer, in_callback: bool = False) -> None:
         later: list[_Queued] = []

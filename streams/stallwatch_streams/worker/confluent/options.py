@@ -16,6 +16,9 @@ def librdkafka_options(settings: Settings) -> dict[str, Any]:
         "topic.metadata.refresh.interval.ms": settings.kafka_metadata_max_age_ms,
         # librdkafka logs through its own callbacks; the worker's log says what it acts on.
         "log_level": 3,
+        # A verdict is one small record: Nagle's algorithm would hold it for the previous one's
+        # acknowledgement (aiokafka sets TCP_NODELAY too).
+        "socket.nagle.disable": True,
     }
     if settings.sasl_mechanism == "OAUTHBEARER":
         raise SetupError(
