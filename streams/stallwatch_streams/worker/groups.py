@@ -99,6 +99,11 @@ class TenantGroups:
             await broken.close()
         return self.ahead or AheadPublisher(self.settings)
 
+    def closing(self) -> None:
+        """The worker stops: its tenants' pipelines leave with their groups' consumers."""
+        for group in self.groups:
+            group.consumer.closing = True
+
     async def close(self) -> None:
         for group in self.groups:
             await group.consumer.stop()

@@ -111,6 +111,8 @@ class Tenants:
 
     async def stop(self, timeout_s: float) -> bool:
         """Every pipeline stopped at once, within `timeout_s`; False when any abandoned a batch."""
+        if self.groups is not None:
+            self.groups.closing()
         for task in self._runs.values():
             task.cancel()
         for task in self._runs.values():

@@ -108,6 +108,7 @@ class GroupConsumer:
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self.metadata: Any = None  # the group's metadata for transactions, renewed by the thread
+        self.closing = False  # the worker stops: its tenants leave with the group, not one by one
         self.failure: BaseException | None = None
 
     # -- the loop's side ---------------------------------------------------------------------
@@ -348,10 +349,12 @@ class TenantView:
         self.group.start()
 
     async def stop(self) -> None:
-        """The tenant leaves its group: its topic is dropped from the subscription."""
+        """The tenant leaves its group: its topic is dropped from the subscription (unless the
+        whole group is closing, which leaves the group at once)."""
         self.listener = None
         self.group.detach(self.topic)
-        self.group.resubscribe()
+        if not self.group.closing:
+            self.group.resubscribe()
 
     async def getmany(self, timeout_ms: int = 0) -> dict[TopicPartition, list[Record]]:
         if self.group.failure is not None:
