@@ -46,6 +46,9 @@ FETCH_MAX_RECORDS = 4000
 # The broker holds an empty fetch this long; it answers as soon as a record arrives, so this
 # only bounds how long a resumed partition waits for the fetch in flight.
 FETCH_WAIT_MAX_MS = 100
+# An idle tenant's consume loop wakes this often (at the latest): a thousand tenants' loops waking
+# every 100 ms as over aiokafka took half a core of an idle worker. Records wake it at once.
+IDLE_WAIT_MS = 1000
 # A blocking call made for the loop (committed offsets, topics) gives up after this long.
 CALL_TIMEOUT_S = 10.0
 
@@ -108,6 +111,7 @@ class GroupConsumer:
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self.metadata: Any = None  # the group's metadata for transactions, renewed by the thread
+        self._reads: dict[TopicPartition, list[asyncio.Future[int | None]]] = {}  # the loop's
         self.closing = False  # the worker stops: its tenants leave with the group, not one by one
         self.failure: BaseException | None = None
 
@@ -147,6 +151,52 @@ class GroupConsumer:
 
         self.submit(operation, in_callback)
         return await done
+
+    async def committed(self, tp: TopicPartition) -> int | None:
+        """`tp`'s committed offset, read stable. Every read asked for before the thread gets to
+        them goes in one request: a worker joining a group of hundreds of tenants reads
+        hundreds of partitions' offsets, and the thread consumes for no tenant meanwhile."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[int | None] = loop.create_future()
+        first = not self._reads
+        self._reads.setdefault(tp, []).append(done)
+        if first:
+            self.submit(self._read_committed)
+        return await done
+
+    def _read_committed(self, consumer: Consumer) -> None:
+        """On the thread, once it gets to the first read asked for: the reads asked for until
+        then are taken on the loop (which owns them) and read in one call."""
+        loop = self._loop
+        assert loop is not None
+        loop.call_soon_threadsafe(self._take_reads)
+
+    def _take_reads(self) -> None:
+        """On the loop: the pending reads, in one request to the thread; each answer (or the
+        error) to its reader."""
+        loop = self._loop
+        assert loop is not None
+        reads, self._reads = self._reads, {}
+
+        def read(consumer: Consumer) -> None:
+            tps = [RdTopicPartition(tp.topic, tp.partition) for tp in reads]
+            try:
+                found = consumer.committed(tps, timeout=CALL_TIMEOUT_S)
+            except KafkaException as exc:
+                loop.call_soon_threadsafe(_answer, reads, None, ConsumerCallFailed(str(exc)))
+                return
+            answers = {}
+            for one in found:
+                tp = TopicPartition(one.topic, one.partition)
+                answers[tp] = (
+                    ConsumerCallFailed(str(one.error))
+                    if one.error is not None
+                    else (one.offset if one.offset >= 0 else None)
+                )
+            loop.call_soon_threadsafe(_answer, reads, answers, None)
+
+        if reads:
+            self.submit(read)
 
     def resubscribe(self) -> None:
         self.submit(lambda consumer: self._subscribe(consumer))
@@ -359,10 +409,10 @@ class TenantView:
     async def getmany(self, timeout_ms: int = 0) -> dict[TopicPartition, list[Record]]:
         if self.group.failure is not None:
             raise self.group.failure
-        if not self._deliverable():
+        if timeout_ms and not self._deliverable():
             self._arrived.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._arrived.wait(), timeout_ms / 1000)
+                await asyncio.wait_for(self._arrived.wait(), max(timeout_ms, IDLE_WAIT_MS) / 1000)
         taken = {tp: records for tp, records in self._records.items() if tp not in self._paused}
         for tp in taken:
             del self._records[tp]
@@ -394,14 +444,7 @@ class TenantView:
         """The group's committed offset of `tp`, read stable: it waits until no transaction
         holding an offset of it is open (a previous owner's ends or is aborted first)."""
 
-        def read(consumer: Consumer) -> int | None:
-            [found] = consumer.committed([RdTopicPartition(tp.topic, tp.partition)], timeout=CALL_TIMEOUT_S)
-            if found.error is not None:
-                raise KafkaException(found.error)
-            return found.offset if found.offset >= 0 else None
-
-        result: int | None = await self.group.call(read)
-        return result
+        return await self.group.committed(tp)
 
     def highwater(self, tp: TopicPartition) -> int | None:
         return self._highwaters.get(tp)
@@ -473,6 +516,20 @@ class TenantView:
 
     def _deliverable(self) -> bool:
         return any(tp not in self._paused for tp in self._records)
+
+
+def _answer(
+    reads: dict[TopicPartition, list[asyncio.Future[int | None]]],
+    answers: dict[TopicPartition, Any] | None,
+    error: BaseException | None,
+) -> None:
+    for tp, futures in reads.items():
+        answer = error if answers is None else answers.get(tp, ConsumerCallFailed(f"no offset for {tp}"))
+        for future in futures:
+            if isinstance(answer, BaseException):
+                _settle(future, None, answer)
+            else:
+                _settle(future, answer, None)
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
