@@ -154,6 +154,9 @@ up() {
     cluster_id="${STALLWATCH_KAFKA_CLUSTER_ID:-$(java_cmd kafka.tools.StorageTool random-uuid)}"
     java_cmd kafka.tools.StorageTool format -t "$cluster_id" -c "$data/server.properties" >/dev/null
   fi
+  # A thousand tenants' topics are tens of thousands of segment files: the broker takes the
+  # highest open-file limit it may.
+  ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
   nohup java -Xms256m -Xmx"${STALLWATCH_KAFKA_HEAP:-768m}" -XX:+UseG1GC -Djava.awt.headless=true \
     -Dlog4j2.configurationFile="$data/log4j2.properties" -cp "$libs/*" \
     kafka.Kafka "$data/server.properties" >"$log" 2>&1 &
