@@ -18,25 +18,12 @@ import asyncio
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.kafka_harness import fresh_settings
-from tests.streams.fleet.harness import FleetProcess, Tallies, tally
-
-
-def at_caps(tool: str, ts: float, tenant: str) -> dict[str, Any]:
-    ids = [f"{tenant}-{tool}-{ts}-{i}".ljust(128, "x") for i in range(64)]
-    answers = [
-        {
-            "fingerprint": f"{a:02x}".rjust(32, "f"),
-            "runs": ids[a : a + 16],
-            "args": [f"{a:02x}{i:02x}".rjust(32, "a") for i in range(16)],
-        }
-        for a in range(16)
-    ]
-    return tally(tool, ts, tenant=tenant, runs=ids, stops=ids, calls=64, answers=answers)
+from tests.streams.fleet.harness import FleetProcess, Tallies
+from tests.streams.fleet.test_bounds import at_caps
 
 
 async def main() -> None:
