@@ -89,11 +89,20 @@ async def _rebalancing(worker: WorkerProcess, since: int, timeout_s: float) -> N
 
 
 async def three_kills(
-    partitions: int = 8, runs: int = 480, env: dict[str, str] | None = None, pause_s: float = STEADY_PAUSE_S
+    partitions: int = 8,
+    runs: int = 480,
+    env: dict[str, str] | None = None,
+    pause_s: float = STEADY_PAUSE_S,
+    rebalance_s: float = 30.0,
+    survivor_revokes: bool = True,
 ) -> Outcome:
     """Two workers; SIGKILL one and restart it; SIGKILL the other while the group rebalances
     for the restarted one; later SIGKILL again; all under a steady load (`pause_s` after every
-    STEADY_EVERY events). `env`: every worker's."""
+    STEADY_EVERY events). `env`: every worker's. `rebalance_s`: how long the rebalance for the
+    restarted worker may take to show. It shows as the survivor's revocation (an eager
+    rebalance revokes every partition), or, with `survivor_revokes=False` (cooperative-sticky:
+    the dead worker's partitions go to the restarted one and the survivor keeps its own), as the
+    restarted worker's first assignment."""
     settings = fresh_settings(partitions)
     log = interleave(mixed_fleet(runs))
     expected = by_run(replay_commands(log))
@@ -115,7 +124,16 @@ async def three_kills(
         revokes = b.log_path.read_text(errors="replace").count("rebalance: revoking partitions")
         a = WorkerProcess(settings, "a2", env)
         workers.append(a)
-        await _rebalancing(b, revokes, timeout_s=30)
+        if survivor_revokes:
+            await _rebalancing(b, revokes, timeout_s=rebalance_s)
+        else:
+            restarted = a
+            await until(
+                lambda: restarted.assignments(),
+                rebalance_s,
+                lambda: f"the group rebalanced for a2:\n{restarted.log_tail()}",
+                interval_s=0.02,
+            )
         b.kill()
         outcome.kills.append("b, while the group rebalanced for a2")
         b = WorkerProcess(settings, "b2", env)

@@ -35,9 +35,17 @@ pytestmark = pytest.mark.kafka
 
 @pytest.mark.parametrize("model", MODELS)
 async def test_three_kills_under_steady_load_one_during_a_rebalance_change_no_decision(model: str):
-    # A takeover from a killed worker waits out its open transaction under the group model
-    # (docs/exactly-once.md): a slower load keeps it going past the third kill.
-    outcome = await three_kills(env=MODELS[model], pause_s=STEADY_PAUSE_S if model == "partition" else 0.4)
+    # Under the group model (cooperative-sticky) the survivor keeps its partitions while the
+    # restarted worker takes the dead one's, and a takeover waits out the dead worker's open
+    # transaction (docs/exactly-once.md): b is killed once a2 is assigned, and a slower load
+    # keeps going past the third kill.
+    group = model == "group"
+    outcome = await three_kills(
+        env=MODELS[model],
+        pause_s=0.4 if group else STEADY_PAUSE_S,
+        rebalance_s=60.0 if group else 30.0,
+        survivor_revokes=not group,
+    )
     assert len(outcome.kills) == 3
     assert outcome.exact, outcome.summary()
     assert outcome.skipped == 0

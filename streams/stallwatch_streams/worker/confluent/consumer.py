@@ -111,7 +111,13 @@ class GroupConsumer:
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self.metadata: Any = None  # the group's metadata for transactions, renewed by the thread
-        self._reads: dict[TopicPartition, list[asyncio.Future[int | None]]] = {}  # the loop's
+        self._reads: dict[TopicPartition, list[asyncio.Future[int | None]]] = {}
+        self._reading = asyncio.Lock()
+        self._read_tasks: set[asyncio.Task[None]] = set()
+        self._reader: Consumer | None = None  # see `committed`
+        self._offset_calls = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix=f"stallwatch-offsets-{group_id}"
+        )
         self.closing = False  # the worker stops: its tenants leave with the group, not one by one
         self.failure: BaseException | None = None
 
@@ -153,50 +159,50 @@ class GroupConsumer:
         return await done
 
     async def committed(self, tp: TopicPartition) -> int | None:
-        """`tp`'s committed offset, read stable. Every read asked for before the thread gets to
-        them goes in one request: a worker joining a group of hundreds of tenants reads
-        hundreds of partitions' offsets, and the thread consumes for no tenant meanwhile."""
+        """`tp`'s committed offset, read stable: the broker answers once no open transaction
+        holds an offset of it, which may take a dead owner's transaction timeout. So it is read
+        through a second handle in the same group but no member of it, on a thread of its own:
+        the group's consumer keeps consuming and rebalancing meanwhile. The reads asked for while
+        one is under way go together in the next request (a worker joining a group of hundreds
+        of tenants reads hundreds of partitions' offsets)."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[int | None] = loop.create_future()
-        first = not self._reads
         self._reads.setdefault(tp, []).append(done)
-        if first:
-            self.submit(self._read_committed)
+        # A task of its own: a caller cancelled meanwhile must not leave the others' reads unanswered.
+        reading = loop.create_task(self._read_pending(), name=f"offsets-{self.group_id}")
+        self._read_tasks.add(reading)
+        reading.add_done_callback(self._read_tasks.discard)
         return await done
 
-    def _read_committed(self, consumer: Consumer) -> None:
-        """On the thread, once it gets to the first read asked for: the reads asked for until
-        then are taken on the loop (which owns them) and read in one call."""
-        loop = self._loop
-        assert loop is not None
-        loop.call_soon_threadsafe(self._take_reads)
-
-    def _take_reads(self) -> None:
-        """On the loop: the pending reads, in one request to the thread; each answer (or the
-        error) to its reader."""
-        loop = self._loop
-        assert loop is not None
-        reads, self._reads = self._reads, {}
-
-        def read(consumer: Consumer) -> None:
+    async def _read_pending(self) -> None:
+        async with self._reading:
+            reads, self._reads = self._reads, {}
+            if not reads:
+                return  # read together with earlier ones
             tps = [RdTopicPartition(tp.topic, tp.partition) for tp in reads]
+            loop = asyncio.get_running_loop()
             try:
-                found = consumer.committed(tps, timeout=CALL_TIMEOUT_S)
+                found = await loop.run_in_executor(
+                    self._offset_calls, lambda: self._offsets_reader().committed(tps, timeout=CALL_TIMEOUT_S)
+                )
             except KafkaException as exc:
-                loop.call_soon_threadsafe(_answer, reads, None, ConsumerCallFailed(str(exc)))
+                _answer(reads, None, ConsumerCallFailed(str(exc)))
                 return
-            answers = {}
+            answers: dict[TopicPartition, Any] = {}
             for one in found:
-                tp = TopicPartition(one.topic, one.partition)
-                answers[tp] = (
+                answers[TopicPartition(one.topic, one.partition)] = (
                     ConsumerCallFailed(str(one.error))
                     if one.error is not None
                     else (one.offset if one.offset >= 0 else None)
                 )
-            loop.call_soon_threadsafe(_answer, reads, answers, None)
+            _answer(reads, answers, None)
 
-        if reads:
-            self.submit(read)
+    def _offsets_reader(self) -> Consumer:
+        """On the reads' thread: the second handle, made at its first use."""
+        if self._reader is None:
+            conf = {k: v for k, v in self._conf.items() if k != "group.instance.id"}
+            self._reader = Consumer(conf)
+        return self._reader
 
     def resubscribe(self) -> None:
         self.submit(lambda consumer: self._subscribe(consumer))
@@ -205,11 +211,17 @@ class GroupConsumer:
         self._views.pop(topic, None)
 
     async def stop(self) -> None:
-        """Leave the group (the partitions move at once) and end the thread."""
+        """Leave the group (the partitions move at once) and end the threads."""
         self._stopping.set()
         thread = self._thread
+        loop = asyncio.get_running_loop()
         if thread is not None:
-            await asyncio.get_running_loop().run_in_executor(None, thread.join, CALL_TIMEOUT_S)
+            await loop.run_in_executor(None, thread.join, CALL_TIMEOUT_S)
+        reader = self._reader
+        if reader is not None:
+            with contextlib.suppress(Exception):
+                await loop.run_in_executor(self._offset_calls, reader.close)
+        self._offset_calls.shutdown(wait=False)
 
     # -- the thread --------------------------------------------------------------------------
 
