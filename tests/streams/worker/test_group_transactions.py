@@ -14,6 +14,7 @@ from confluent_kafka import KafkaException
 
 from stallwatch.settings import Settings
 from stallwatch_streams.worker.confluent.transactions import GroupTransactions, TransactionFailed
+from tests.waiting import until
 
 
 class FakeProducer:
@@ -95,8 +96,7 @@ async def test_blocks_entering_within_the_interval_share_one_transaction_with_al
 async def test_a_block_that_waits_for_no_verdict_lingers_for_the_next_one():
     transactions, made = group(linger_s=0.5)
     first = asyncio.create_task(block(transactions, "a.events", 0, 1, ["a.changelog"]))
-    while not (made and ("produce", "a.changelog", 0) in made[0].calls):
-        await asyncio.sleep(0.001)
+    await until(lambda: made and ("produce", "a.changelog", 0) in made[0].calls, 5, "the first block's write")
     for _ in range(5):
         await asyncio.sleep(0)
     assert not first.done()  # its block ended; the transaction waits out the interval
