@@ -293,6 +293,14 @@ class Settings(Declared):
     )
     # An event that kills its worker would crash-loop every worker its partition moves to:
     # stallwatch_streams/worker/attempts.py. The price is an acknowledged write per fetched batch.
+    off_loop_event_bytes: int = Field(
+        32 << 10,
+        ge=0,
+        description="a batch holding an event of at least this many bytes is applied on the "
+        "worker's apply thread, so that one tenant's large events delay no other tenant's "
+        "verdicts, heartbeats or health answers by more than a few milliseconds; 0: every batch "
+        "on the event loop",
+    )
     poison_guard: bool = Field(
         True,
         description="write each batch's offsets to the attempts topic before applying it, so that "

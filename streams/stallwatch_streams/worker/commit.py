@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Generator, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -37,6 +37,7 @@ from stallwatch.kafka.aiokafka_patch import retrieve_transaction_failures
 from stallwatch.settings import Settings
 from stallwatch_streams.worker.batch import LOG_APPEND_TIME, BatchApplier, BatchResult, SourceRecord
 from stallwatch_streams.worker.expiry import ExpiryScan
+from stallwatch_streams.worker.slicing import apply_in_slices, holds_a_large_event
 from stallwatch_streams.worker.store import POSITION_KEY, PartitionStates, encode_position
 
 log = logging.getLogger(__name__)
@@ -44,11 +45,6 @@ log = logging.getLogger(__name__)
 # A partition whose batch failed this many times in a row (each time rebuilt from Kafka and read
 # again) ends the worker: a failure that repeats is not the broker coming back.
 MAX_BATCH_FAILURES = 5
-# How long one partition's apply holds the event loop before it lets the rest of the worker run:
-# every tenant's pipeline shares the loop, so a tenant's heavy batch delays another tenant's
-# verdicts, the group heartbeats and the health answers by about this much at a time (and by one
-# event's own bound, docs/contract.md), not by the whole batch.
-APPLY_SLICE_S = 0.005
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,24 +340,6 @@ class Fenced:
 CommitOutcome = Committed | Failed | Fenced
 
 
-async def apply_in_slices(
-    steps: Generator[None, None, BatchResult], current: Callable[[], bool]
-) -> BatchResult | None:
-    """Run a batch's steps, pausing every APPLY_SLICE_S; None when `current()` turns false at a pause."""
-    slice_began = time.perf_counter()
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            return done.value
-        if time.perf_counter() - slice_began >= APPLY_SLICE_S:
-            await asyncio.sleep(0)
-            if not current():
-                steps.close()
-                return None
-            slice_began = time.perf_counter()
-
-
 class BatchCommitter:
     """Partition batches from records to committed: `apply` (in memory, commands published ahead),
     then `commit` of one or more applied batches in one transaction once every ahead send is
@@ -377,8 +355,11 @@ class BatchCommitter:
         transaction_timeout_s: float = float("inf"),
         group_offsets_interval_s: float = 0.0,
         replace_ahead: Callable[[AheadProducer], Awaitable[AheadProducer]] | None = None,
+        off_loop_event_bytes: int = 0,
     ) -> None:
         self.applier = applier
+        # A batch holding an event this large is applied off the event loop (worker/slicing.py).
+        self.off_loop_event_bytes = off_loop_event_bytes
         self.topics = topics
         self.group_id = group_id
         # A fencing met by a transaction older than this may be the broker's abort of it for its
@@ -401,15 +382,17 @@ class BatchCommitter:
         dropping its expired ones at once (the next batch reads them before this one commits),
         and send its commands ahead. Nothing of it is in Kafka's transactional record yet.
 
-        The apply lets the event loop run every APPLY_SLICE_S; `current()` says, after each such
-        pause, whether the partition still takes the batch. None when it no longer does (rebuilt
-        or dropped meanwhile): nothing of the batch is planned or sent, and the states it changed
-        are the ones the rebuild discarded. `poison`: offsets of events that killed a worker,
+        The apply lets the event loop run every APPLY_SLICE_S, or runs on the apply thread
+        (worker/slicing.py); `current()` says, after each pause, whether the partition still
+        takes the batch. None when it no longer does (rebuilt or dropped meanwhile): nothing of
+        the batch is planned or sent, and the states it changed are the ones the rebuild
+        discarded. `poison`: offsets of events that killed a worker,
         dead-lettered unread (`BatchApplier.steps`)."""
         tp, states, ledger = partition.tp, partition.states, partition.ledger
         started = time.perf_counter()
         steps = self.applier.steps(records, states.load, states.clock, time.time(), states.live, poison)
-        result = await apply_in_slices(steps, current)
+        off_loop = holds_a_large_event(records, self.off_loop_event_bytes)
+        result = await apply_in_slices(steps, current, off_loop)
         if result is None:
             return None
         for run_id, state in result.states.items():

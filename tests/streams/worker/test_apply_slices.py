@@ -1,17 +1,20 @@
-"""A batch's apply shares the event loop: it pauses every slice, so the other tenants' pipelines,
-the group's heartbeats and the health answers run during a long batch, and gives the same
-result however it is sliced."""
+"""A batch's apply shares the event loop: it pauses every slice, or runs on the apply thread when
+it holds a large event, so the other tenants' pipelines, the group's heartbeats and the health
+answers run during a long batch and even during one long event; and it gives the same result
+however and wherever it is sliced."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import Generator
 
 import pytest
 
 from stallwatch.contract.commands import encode_command
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.expiry import PartitionClock
-from stallwatch_streams.worker import commit
+from stallwatch_streams.worker import slicing
 from stallwatch_streams.worker.batch import BatchApplier
 from tests.script import RunScript
 from tests.streams.worker.test_batch import messages
@@ -31,7 +34,7 @@ def steps(batch):
 
 
 async def test_other_work_runs_between_the_records_of_a_long_batch(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(commit, "APPLY_SLICE_S", 0.0)  # a pause after every record
+    monkeypatch.setattr(slicing, "APPLY_SLICE_S", 0.0)  # a pause after every record
     batch = looping_batch()
     applying = True
     turns = 0
@@ -44,7 +47,7 @@ async def test_other_work_runs_between_the_records_of_a_long_batch(monkeypatch: 
 
     other = asyncio.create_task(other_tenant())
     await asyncio.sleep(0)  # the other task is running, waiting for its next turn
-    result = await commit.apply_in_slices(steps(batch), lambda: True)
+    result = await slicing.apply_in_slices(steps(batch), lambda: True)
     applying = False
     await other
     assert result is not None
@@ -53,9 +56,9 @@ async def test_other_work_runs_between_the_records_of_a_long_batch(monkeypatch: 
 
 
 async def test_a_sliced_batch_gives_the_same_result_as_one_apply(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(commit, "APPLY_SLICE_S", 0.0)
+    monkeypatch.setattr(slicing, "APPLY_SLICE_S", 0.0)
     batch = looping_batch()
-    sliced = await commit.apply_in_slices(steps(batch), lambda: True)
+    sliced = await slicing.apply_in_slices(steps(batch), lambda: True)
     whole = BatchApplier(Detector(), "events").apply(batch, lambda run_id: None, PartitionClock(), 0.0)
     assert sliced is not None
     assert [encode_command(c) for c in sliced.commands] == [encode_command(c) for c in whole.commands]
@@ -64,7 +67,7 @@ async def test_a_sliced_batch_gives_the_same_result_as_one_apply(monkeypatch: py
 
 
 async def test_a_batch_whose_partition_moved_meanwhile_is_given_up(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(commit, "APPLY_SLICE_S", 0.0)
+    monkeypatch.setattr(slicing, "APPLY_SLICE_S", 0.0)
     batch = looping_batch()
     loaded: list[str] = []
     pauses = 0
@@ -78,6 +81,72 @@ async def test_a_batch_whose_partition_moved_meanwhile_is_given_up(monkeypatch: 
         loaded.append(run_id)
 
     applier = BatchApplier(Detector(), "events")
-    result = await commit.apply_in_slices(applier.steps(batch, load, PartitionClock(), 0.0), current)
+    result = await slicing.apply_in_slices(applier.steps(batch, load, PartitionClock(), 0.0), current)
     assert result is None
     assert pauses == 3  # no record applied after the pause that found it moved
+
+
+async def test_on_the_apply_thread_a_batch_gives_the_same_result_as_one_apply(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    monkeypatch.setattr(slicing, "THREAD_SLICE_S", 0.0)  # back to the loop after every record
+    batch = looping_batch()
+    threaded = await slicing.apply_in_slices(steps(batch), lambda: True, off_loop=True)
+    whole = BatchApplier(Detector(), "events").apply(batch, lambda run_id: None, PartitionClock(), 0.0)
+    assert threaded is not None
+    assert [encode_command(c) for c in threaded.commands] == [encode_command(c) for c in whole.commands]
+    assert threaded.states["r1"].to_bytes() == whole.states["r1"].to_bytes()
+
+
+async def test_the_loop_runs_during_one_long_step_on_the_apply_thread():
+    """The step cannot end until a task on the loop has run: on the loop itself it would wait out
+    its deadline and fail."""
+    loop_ran = threading.Event()
+
+    def one_long_step() -> Generator[None, None, str]:
+        assert threading.current_thread() is not threading.main_thread()
+        assert loop_ran.wait(timeout=30), "the loop did not run while the step did"
+        yield
+        return "done"
+
+    async def other_tenant() -> None:
+        await asyncio.sleep(0)
+        loop_ran.set()
+
+    other = asyncio.create_task(other_tenant())
+    result = await slicing.apply_in_slices(one_long_step(), lambda: True, off_loop=True)  # type: ignore[arg-type]
+    await other
+    assert result == "done"
+
+
+async def test_a_batch_on_the_apply_thread_is_given_up_when_its_partition_moved(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    monkeypatch.setattr(slicing, "THREAD_SLICE_S", 0.0)
+    batch = looping_batch()
+    applied: list[str] = []
+    checks = 0
+
+    def current() -> bool:
+        nonlocal checks
+        checks += 1
+        return checks < 2  # rebuilt before the second look
+
+    def load(run_id: str):
+        applied.append(run_id)
+
+    applier = BatchApplier(Detector(), "events")
+    steps = applier.steps(batch, load, PartitionClock(), 0.0)
+    assert await slicing.apply_in_slices(steps, current, off_loop=True) is None
+    assert checks == 2
+    assert len(applied) <= 2  # one record a turn, none after the look that found it moved
+
+
+def test_only_a_batch_holding_a_large_event_goes_off_the_loop():
+    quiet, loud = RunScript("r1"), RunScript("r2")
+    quiet.round_of(("search", {"q": 1}, {"x": "y"}))
+    loud.round_of(("search", {"q": 1}, {"text": "x" * 40_000}))
+    small, large = messages(quiet), messages(loud)
+    assert not slicing.holds_a_large_event(small, 32 << 10)
+    assert slicing.holds_a_large_event(large, 32 << 10)
+    assert not slicing.holds_a_large_event(large, 0)  # 0: every batch on the loop

@@ -1,0 +1,94 @@
+"""How a batch's apply shares the worker's time with every other tenant's pipeline.
+
+Every pipeline, commit loop, heartbeat and health answer of a worker runs on one asyncio loop.
+A batch of small events is applied on the loop and lets it run every APPLY_SLICE_S: the loop
+waits at most a slice and one small event's bound (docs/contract.md). One large event costs up
+to tens of milliseconds in a single step that no slice can split, and a verdict of another
+tenant takes several turns of the loop (its fetch, apply, send, acknowledgement and commit), each
+of which would wait for such a step. A batch holding an event of at least `off_loop_event_bytes`
+is therefore applied on the worker's apply thread: the interpreter hands its lock from a running
+thread to a waiting one every switch interval (5 ms), so the loop runs within about that of
+wanting to, whatever the event costs. One thread serves the whole worker, so large batches queue
+behind each other in THREAD_SLICE_S turns and never take more than one thread's share of the
+lock. A batch's steps run one at a time either way (`BatchApplier.steps`): its result is the
+same wherever it ran, and the partition's states are touched by its own apply alone meanwhile
+(its commit loop reads only what earlier applies planned).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable, Generator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from stallwatch_streams.worker.batch import BatchResult, SourceRecord
+
+__all__ = ["APPLY_SLICE_S", "THREAD_SLICE_S", "apply_in_slices", "holds_a_large_event"]
+
+# How long one partition's apply holds the event loop before it lets the rest of the worker run.
+APPLY_SLICE_S = 0.005
+# How long the apply thread runs one batch before it looks again whether the partition still
+# takes it and lets another large batch have the thread.
+THREAD_SLICE_S = 0.05
+
+Steps = Generator[None, None, BatchResult]
+
+
+def holds_a_large_event(records: Sequence[SourceRecord], off_loop_event_bytes: int) -> bool:
+    """Whether the batch goes to the apply thread (`off_loop_event_bytes` 0: none does)."""
+    if off_loop_event_bytes <= 0:
+        return False
+    return any(record.value is not None and len(record.value) >= off_loop_event_bytes for record in records)
+
+
+async def apply_in_slices(
+    steps: Steps, current: Callable[[], bool], off_loop: bool = False
+) -> BatchResult | None:
+    """Run a batch's steps, on the loop pausing every APPLY_SLICE_S, or on the apply thread
+    (`off_loop`) a THREAD_SLICE_S at a time. None when `current()` turns false at a pause."""
+    if off_loop:
+        return await _on_the_apply_thread(steps, current)
+    slice_began = time.perf_counter()
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+        if time.perf_counter() - slice_began >= APPLY_SLICE_S:
+            await asyncio.sleep(0)
+            if not current():
+                steps.close()
+                return None
+            slice_began = time.perf_counter()
+
+
+async def _on_the_apply_thread(steps: Steps, current: Callable[[], bool]) -> BatchResult | None:
+    loop = asyncio.get_running_loop()
+    thread = _apply_thread()
+    while True:
+        done, result = await loop.run_in_executor(thread, _run_for, steps, THREAD_SLICE_S)
+        if done:
+            return result
+        if not current():
+            steps.close()
+            return None
+
+
+def _run_for(steps: Steps, seconds: float) -> tuple[bool, BatchResult | None]:
+    """On the apply thread: the batch's steps for about `seconds`; (True, result) once done."""
+    began = time.perf_counter()
+    while True:  # one step at least, however short the turn
+        try:
+            next(steps)
+        except StopIteration as done:
+            return True, done.value
+        if time.perf_counter() - began >= seconds:
+            return False, None
+
+
+@functools.cache
+def _apply_thread() -> ThreadPoolExecutor:
+    """The worker's one apply thread, started on its first large batch."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="stallwatch-apply")
