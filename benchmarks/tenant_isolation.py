@@ -7,12 +7,16 @@ A's verdict latency alone and during B's flood, the worker's longest silence on 
 its rebalances, and how B's events ended. `tests/streams/worker/test_tenant_isolation.py` runs
 the same scenario and asserts what must hold whatever the machine's load.
 
-    python benchmarks/tenant_isolation.py     # the local broker up (make kafka-up)
+    python benchmarks/tenant_isolation.py             # the local broker up (make kafka-up)
+    python benchmarks/tenant_isolation.py --secure    # SASL, the shipped ACLs and quotas
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
+import os
 import statistics
 import sys
 import tempfile
@@ -25,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from stallwatch.client import KafkaClient
+from stallwatch.kafka.topics import ensure_topics
 from stallwatch.settings import Settings
 from tests.kafka_harness import (
     PROBE_PREFIX,
@@ -37,6 +42,8 @@ from tests.kafka_harness import (
     wait_until_serving,
 )
 from tests.script import RunScript
+from tests.security.conftest import SecureBroker, new_prefix, running_secure_broker
+from tests.security.test_acls import add_tenants
 
 ROOT = Path(__file__).resolve().parents[1]
 # Each of B's events stays under the producer's and the broker's 1 MB request limit.
@@ -87,28 +94,83 @@ class Figures:
     log_tail: str = ""
 
 
-async def produce_elsewhere(settings: Settings, lines: list[bytes]) -> None:
-    """B's runtime is another process: its producer's work must not delay A's client here."""
+async def produce_elsewhere(settings: Settings, lines: list[bytes], env: dict[str, str]) -> None:
+    """B's runtime is another process: its producer's work must not delay A's client here. `env`:
+    its credentials on a secured broker."""
     with tempfile.NamedTemporaryFile(suffix=".jsonl") as log:
         log.write(b"\n".join(lines))
         log.flush()
         code = (
             "import asyncio, sys; from pathlib import Path; from tests.kafka_harness import produce; "
             "from stallwatch.settings import Settings; "
-            "settings = Settings(bootstrap=sys.argv[1], topic_prefix=sys.argv[2], tenant=sys.argv[3]); "
-            "asyncio.run(produce(settings, Path(sys.argv[4]).read_bytes().split(b'\\n')))"
+            "asyncio.run(produce(Settings.from_env(), Path(sys.argv[1]).read_bytes().split(b'\\n')))"
         )
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-c",
             code,
-            settings.bootstrap,
-            settings.topic_prefix,
-            str(settings.tenant),
             log.name,
             cwd=str(ROOT),
+            env={
+                **os.environ,
+                "STALLWATCH_BOOTSTRAP": settings.bootstrap,
+                "STALLWATCH_TOPIC_PREFIX": settings.topic_prefix,
+                "STALLWATCH_TENANT": str(settings.tenant),
+                **env,
+            },
         )
         assert await process.wait() == 0
+
+
+@dataclass
+class Deployment:
+    """Where the scenario runs: the plain broker with no access control, or the secured one with
+    the shipped ACLs and quotas (`acls.sh`), each part under its own principal."""
+
+    worker: Settings
+    a: Settings
+    b: Settings
+    worker_env: dict[str, str] = field(default_factory=dict)
+    b_env: dict[str, str] = field(default_factory=dict)
+    secure: SecureBroker | None = None
+
+    @classmethod
+    def plain(cls) -> Deployment:
+        settings = fresh_settings(2)
+        return cls(settings, settings.for_tenant("a"), settings.for_tenant("b"))
+
+    @classmethod
+    def secured(cls, broker: SecureBroker) -> Deployment:
+        prefix = new_prefix()
+        return cls(
+            broker.settings("admin", prefix),
+            broker.settings("tenant-a", prefix, tenant="a"),
+            broker.settings("tenant-b", prefix, tenant="b"),
+            broker.env("stallwatch-worker"),
+            broker.env("tenant-b"),
+            broker,
+        )
+
+    async def before_the_worker(self) -> None:
+        """On the secured broker, the administrator makes the topics and grants the ACLs and
+        the tenants' quotas before the worker starts."""
+        broker = self.secure
+        if broker is None:
+            return
+        prefix = self.worker.topic_prefix
+        await ensure_topics(self.worker)
+        add_tenants(broker, prefix, "a", "b")
+        broker.acls(prefix, "worker", "User:stallwatch-worker")
+        broker.acls(prefix, "tenant", "a", "User:tenant-a")
+        broker.acls(prefix, "tenant", "b", "User:tenant-b")
+
+    async def with_the_worker(self) -> None:
+        """On the plain broker, the tenants are added while the worker runs."""
+        if self.secure is not None:
+            return
+        await wait_until_serving(self.worker)
+        added = run_cli(self.worker, "tenants", "add", "a", "b")
+        assert added.returncode == 0, added.stderr
 
 
 def live_status(port: int) -> int:
@@ -146,15 +208,18 @@ async def probe_health(worker: WorkerProcess, figures: Figures, stop: asyncio.Ev
         await asyncio.sleep(0.25)  # a probe's period, as a kubelet's
 
 
-async def scenario(flood_runs: int = 20, calls: int = 60, env: dict[str, str] | None = None) -> Figures:
-    settings = fresh_settings(2)
-    a, b = settings.for_tenant("a"), settings.for_tenant("b")
+async def scenario(
+    deployment: Deployment, flood_runs: int = 20, calls: int = 60, env: dict[str, str] | None = None
+) -> Figures:
+    a, b = deployment.a, deployment.b
     figures = Figures()
-    worker = WorkerProcess(settings, env={"STALLWATCH_TENANT_SCAN_INTERVAL_S": "0.5", **(env or {})})
+    await deployment.before_the_worker()
+    worker = WorkerProcess(
+        deployment.worker,
+        env={"STALLWATCH_TENANT_SCAN_INTERVAL_S": "0.5", **deployment.worker_env, **(env or {})},
+    )
     try:
-        await wait_until_serving(settings)
-        added = run_cli(settings, "tenants", "add", "a", "b")
-        assert added.returncode == 0, added.stderr
+        await deployment.with_the_worker()
         for tenant in (a, b):
             await wait_until_serving(tenant)
         await tenant_calls(a, calls // 2, figures.alone_ms, figures)
@@ -163,7 +228,7 @@ async def scenario(flood_runs: int = 20, calls: int = 60, env: dict[str, str] | 
         rebalances_before = worker.log_path.read_text().count("rebalance: revoking")
         stop = asyncio.Event()
         probing = asyncio.create_task(probe_health(worker, figures, stop))
-        flooding = asyncio.create_task(produce_elsewhere(b, log))
+        flooding = asyncio.create_task(produce_elsewhere(b, log, deployment.b_env))
         await tenant_calls(a, calls, figures.flooded_ms, figures)
         await flooding
         got = await collect(b, b.commands_topic, sum(map(len, figures.b_expected.values())), 180)
@@ -192,24 +257,34 @@ WAYS = {
 
 
 def main() -> None:
-    b_events = flood(40)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--secure",
+        action="store_true",
+        help="on the secured broker (SASL, the shipped ACLs and tenants' quotas), started if it is not up",
+    )
+    parser.add_argument("--flood-runs", type=int, default=40, help="B's runs, 13 events of up to 900 KB each")
+    args = parser.parse_args()
+    b_events = flood(args.flood_runs)
     print(
         f"tenant B's flood: {sum(map(len, b_events)) / 1e6:.0f} MB in {len(b_events)} events "
-        f"of up to {EVENT_BYTES:,} bytes"
+        f"of up to {EVENT_BYTES:,} bytes; {'SASL, ACLs and quotas' if args.secure else 'no access control'}"
     )
-    print(f"{'tenant A':<52} {'p50':>9} {'p99':>9} {'max':>9}   notes")
-    for way, env in WAYS.items():
-        figures = asyncio.run(scenario(flood_runs=40, calls=200, env=env))
-        for name, values in (("alone", figures.alone_ms), ("during B's flood", figures.flooded_ms)):
-            p50, p99 = percentile(values, 50), percentile(values, 99)
-            print(f"  {way + ', ' + name:<50} {p50:6.1f} ms {p99:6.1f} ms {max(values):6.1f} ms")
-        same = figures.b_got == figures.b_expected
-        print(
-            f"    A's calls without a verdict in 5 s: {figures.timed_out}; /health/live "
-            f"{figures.probes - figures.probes_failed} of {figures.probes} answered 200, the slowest "
-            f"in {figures.longest_probe_s * 1000:.0f} ms; rebalances {figures.rebalances_during}; "
-            f"worker alive {figures.worker_alive}; B's {len(figures.b_expected)} runs as replay: {same}"
-        )
+    print(f"{'tenant A':<52} {'p50':>9} {'p99':>9} {'max':>9}")
+    with running_secure_broker() if args.secure else contextlib.nullcontext() as broker:
+        for way, env in WAYS.items():
+            deployment = Deployment.secured(broker) if broker is not None else Deployment.plain()
+            figures = asyncio.run(scenario(deployment, flood_runs=args.flood_runs, calls=200, env=env))
+            for name, values in (("alone", figures.alone_ms), ("during B's flood", figures.flooded_ms)):
+                p50, p99 = percentile(values, 50), percentile(values, 99)
+                print(f"  {way + ', ' + name:<50} {p50:6.1f} ms {p99:6.1f} ms {max(values):6.1f} ms")
+            same = figures.b_got == figures.b_expected
+            print(
+                f"    A's calls without a verdict in 5 s: {figures.timed_out}; /health/live "
+                f"{figures.probes - figures.probes_failed} of {figures.probes} answered 200, the slowest "
+                f"in {figures.longest_probe_s * 1000:.0f} ms; rebalances {figures.rebalances_during}; "
+                f"worker alive {figures.worker_alive}; B's {len(figures.b_expected)} runs as replay: {same}"
+            )
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from aiokafka.errors import KafkaError
 
 from stallwatch.contract.commands import encode_command
 from stallwatch.engine.embedded import EmbeddedEngine, Rejected
+from stallwatch.kafka.options import aiokafka_options
 from stallwatch.kafka.read import committed_reader, read_to_end
 from stallwatch.settings import Settings
 from tests.addresses import BOOTSTRAP as BOOTSTRAP
@@ -415,6 +416,16 @@ async def serving_worker(partitions: int = 4) -> AsyncIterator[tuple[Settings, W
         worker.stop()
 
 
+def connection(settings: Settings) -> dict[str, object]:
+    """The broker's address and, on a secured broker, the settings' credentials: what a test's
+    own producers and consumers connect with (no failover options of the product's clients)."""
+    return {
+        key: value
+        for key, value in aiokafka_options(settings).items()
+        if key in ("bootstrap_servers", "security_protocol") or key.startswith(("sasl_", "ssl_"))
+    }
+
+
 async def produce(
     settings: Settings,
     lines: list[bytes],
@@ -422,7 +433,7 @@ async def produce(
     pause_every: int = 0,
     pause_s: float = 0.0,
 ) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, acks="all", linger_ms=5)
+    producer = AIOKafkaProducer(acks="all", linger_ms=5, **connection(settings))
     await producer.start()
     try:
         for i, line in enumerate(lines):
@@ -452,10 +463,10 @@ async def collect(
     the topic, would otherwise end the read one record short of it."""
     consumer = AIOKafkaConsumer(
         topic,
-        bootstrap_servers=settings.bootstrap,
         isolation_level="read_committed",
         auto_offset_reset="earliest",
         enable_auto_commit=False,
+        **connection(settings),
     )
     await consumer.start()
     values: list[bytes] = []
@@ -552,14 +563,14 @@ async def wait_until_serving(
     }
     consumer = AIOKafkaConsumer(
         settings.commands_topic,
-        bootstrap_servers=settings.bootstrap,
         isolation_level="read_committed",
         auto_offset_reset="earliest",
         enable_auto_commit=False,
+        **connection(settings),
     )
     await consumer.start()
     try:
-        producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, acks="all")
+        producer = AIOKafkaProducer(acks="all", **connection(settings))
         await producer.start()
         try:
             await producer.send_and_wait(

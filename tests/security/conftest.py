@@ -4,6 +4,7 @@ STALLWATCH_KAFKA_SECURE=1), on ports of its own beside the plain one, and the AC
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import uuid
@@ -83,7 +84,7 @@ class SecureBroker:
         )
 
 
-def _kafka(command: str) -> subprocess.CompletedProcess[str]:
+def kafka_sh(command: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(ROOT / "deploy/kafka/kafka.sh"), command],
         text=True,
@@ -94,16 +95,25 @@ def _kafka(command: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.fixture(scope="session")
-def secure_broker() -> Iterator[SecureBroker]:
-    started = _kafka("status").returncode != 0
+@contextlib.contextmanager
+def running_secure_broker() -> Iterator[SecureBroker]:
+    """The secure broker, started if it is not up (and then stopped at the end)."""
+    started = kafka_sh("status").returncode != 0
     if started:
-        up = _kafka("up")
+        up = kafka_sh("up")
         assert up.returncode == 0, up.stderr
     lines = (ROOT / f".cache/kafka-data/{PORT}/passwords").read_text().splitlines()
-    yield SecureBroker(PORT, dict(line.split("=", 1) for line in lines))
-    if started:
-        _kafka("down")
+    try:
+        yield SecureBroker(PORT, dict(line.split("=", 1) for line in lines))
+    finally:
+        if started:
+            kafka_sh("down")
+
+
+@pytest.fixture(scope="session")
+def secure_broker() -> Iterator[SecureBroker]:
+    with running_secure_broker() as broker:
+        yield broker
 
 
 def new_prefix() -> str:
