@@ -1,6 +1,7 @@
 """A tenant's view of its group's consumer (stallwatch_streams/worker/confluent/consumer.py) behaves
 as the pipeline expects of aiokafka's consumer: seeks drop what was fetched before them, paused
-partitions hold their records, and a partition assigned again starts unpaused."""
+partitions hold their records, a partition assigned again starts unpaused, and a tenant whose
+records wait past the view's bound has its partitions paused until its pipeline takes them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
+from stallwatch_streams.worker.confluent import consumer as consumer_module
 from stallwatch_streams.worker.confluent.consumer import TenantView
 from stallwatch_streams.worker.confluent.records import Record
 
@@ -60,8 +62,8 @@ class Listener:
         self.seen.append(("assigned", [tp.partition for tp in assigned]))
 
 
-def records(partition: int, *offsets: int) -> list[Record]:
-    return [Record(TOPIC, partition, offset, 0, 1, b"k", b"v") for offset in offsets]
+def records(partition: int, *offsets: int, value: bytes = b"v") -> list[Record]:
+    return [Record(TOPIC, partition, offset, 0, 1, b"k", value) for offset in offsets]
 
 
 def view() -> tuple[TenantView, FakeGroup]:
@@ -113,4 +115,35 @@ async def test_a_partition_revoked_and_assigned_again_starts_unpaused_once_its_t
     tenant.receive(TP0, records(0, 2), seeks=0, highwater=None)
     assert list(await tenant.getmany(timeout_ms=0)) == [TP0]
     # Resumed on the thread once its tenant took it (the thread paused it on assignment).
+    assert applied(group)[-1] == ("resume", [(TOPIC, 0, -1)])
+
+
+async def test_a_tenant_whose_records_wait_past_the_bound_is_paused_until_its_pipeline_takes_them(
+    monkeypatch,
+):
+    monkeypatch.setattr(consumer_module, "VIEW_MAX_BYTES", 1000)
+    tenant, group = view()
+    tenant.receive(TP0, records(0, 1, 2, value=b"x" * 400), seeks=0, highwater=None)
+    assert applied(group) == []  # 802 bytes wait: under the bound
+    tenant.receive(TP1, records(1, 7, value=b"x" * 400), seeks=0, highwater=None)
+    assert applied(group) == [("pause", [(TOPIC, 0, -1), (TOPIC, 1, -1)])]
+    tenant.resume(TP0)  # the pipeline's own resume does not fetch a held partition again
+    assert applied(group) == [("pause", [(TOPIC, 0, -1), (TOPIC, 1, -1)])]
+    taken = await tenant.getmany(timeout_ms=0)
+    assert {tp: [r.offset for r in rs] for tp, rs in taken.items()} == {TP0: [1, 2], TP1: [7]}
+    assert applied(group)[-1][0] == "resume"
+    assert sorted(applied(group)[-1][1]) == [(TOPIC, 0, -1), (TOPIC, 1, -1)]
+
+
+async def test_a_held_partition_the_pipeline_paused_stays_paused_when_the_view_lets_go(monkeypatch):
+    monkeypatch.setattr(consumer_module, "VIEW_MAX_BYTES", 1000)
+    tenant, group = view()
+    tenant.receive(TP0, records(0, 1, value=b"x" * 600), seeks=0, highwater=None)
+    tenant.receive(TP1, records(1, 1, value=b"x" * 600), seeks=0, highwater=None)
+    tenant.pause(TP1)  # a task being rebuilt holds it
+    assert list(await tenant.getmany(timeout_ms=0)) == [TP0]
+    # 602 bytes of TP1's still wait: over half the bound, nothing fetched again yet.
+    assert [call[0] for call in applied(group)] == ["pause", "pause"]
+    tenant.seek(TP1, 1)  # its task reads it again from its position: what waited is dropped
+    assert await tenant.getmany(timeout_ms=0) == {}
     assert applied(group)[-1] == ("resume", [(TOPIC, 0, -1)])

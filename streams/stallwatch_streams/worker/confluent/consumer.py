@@ -46,6 +46,11 @@ FETCH_MAX_RECORDS = 4000
 # The broker holds an empty fetch this long; it answers as soon as a record arrives, so this
 # only bounds how long a resumed partition waits for the fetch in flight.
 FETCH_WAIT_MAX_MS = 100
+# A tenant's records waiting in its view, in bytes, past which its partitions are paused in the
+# group's consumer until its pipeline has taken half of them: a tenant whose pipeline is slower
+# than the group's fetches (a flood of its largest events, a backlog read after a restart) holds
+# at most this, and one consume batch, of the worker's memory.
+VIEW_MAX_BYTES = 32 << 20
 # An idle tenant's consume loop wakes this often (at the latest): a thousand tenants' loops waking
 # every 100 ms as over aiokafka took half a core of an idle worker. Records wake it at once.
 IDLE_WAIT_MS = 1000
@@ -396,7 +401,9 @@ class TenantView:
         self._records: dict[TopicPartition, list[Record]] = {}
         self._arrived = asyncio.Event()
         self._seeks: dict[TopicPartition, int] = {}  # seeks asked for, by partition
-        self._paused: set[TopicPartition] = set()
+        self._paused: set[TopicPartition] = set()  # by the pipeline
+        self._held: set[TopicPartition] = set()  # by the view: too much waiting (VIEW_MAX_BYTES)
+        self._bytes: dict[TopicPartition, int] = {}  # of the records waiting, by partition
         self._owned: set[TopicPartition] = set()
         self._highwaters: dict[TopicPartition, int] = {}
         self._changes: asyncio.Lock = asyncio.Lock()
@@ -428,6 +435,9 @@ class TenantView:
         taken = {tp: records for tp, records in self._records.items() if tp not in self._paused}
         for tp in taken:
             del self._records[tp]
+            self._bytes.pop(tp, None)
+        if self._held and sum(self._bytes.values()) <= VIEW_MAX_BYTES // 2:
+            self._release()
         return taken
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
@@ -444,8 +454,10 @@ class TenantView:
 
     def resume(self, *partitions: TopicPartition) -> None:
         self._paused.difference_update(partitions)
-        rd = [RdTopicPartition(tp.topic, tp.partition) for tp in partitions]
-        self.group.submit(lambda consumer: consumer.resume(rd))
+        # One the view holds is fetched again once its records are taken (`_release`).
+        rd = [RdTopicPartition(tp.topic, tp.partition) for tp in partitions if tp not in self._held]
+        if rd:
+            self.group.submit(lambda consumer: consumer.resume(rd))
         if self._deliverable():
             self._arrived.set()
 
@@ -484,8 +496,11 @@ class TenantView:
         if highwater is not None:
             self._highwaters[tp] = highwater
         self._records.setdefault(tp, []).extend(records)
+        self._bytes[tp] = self._bytes.get(tp, 0) + sum(_size(record) for record in records)
         if tp not in self._paused:
             self._arrived.set()
+        if sum(self._bytes.values()) > VIEW_MAX_BYTES:
+            self._hold()
 
     def assigned(self, owned: list[int], new: list[int]) -> None:
         asyncio.get_running_loop().create_task(self._assigned(owned, new), name=f"assign-{self.topic}")
@@ -495,8 +510,10 @@ class TenantView:
             gone = {TopicPartition(self.topic, p) for p in partitions}
             self._owned -= gone
             self._paused -= gone  # a partition assigned again starts unpaused, as in aiokafka
+            self._held -= gone
             for tp in gone:
                 self._records.pop(tp, None)
+                self._bytes.pop(tp, None)
             if self.listener is not None:
                 await self.listener.on_partitions_revoked(sorted(gone))
 
@@ -518,6 +535,7 @@ class TenantView:
     def _seek(self, tp: TopicPartition, offset: int) -> None:
         self._seeks[tp] = self._seeks.get(tp, 0) + 1
         self._records.pop(tp, None)
+        self._bytes.pop(tp, None)
         group = self.group
 
         def seek(consumer: Consumer) -> None:
@@ -528,6 +546,28 @@ class TenantView:
 
     def _deliverable(self) -> bool:
         return any(tp not in self._paused for tp in self._records)
+
+    def _hold(self) -> None:
+        """The partitions with records waiting paused in the group's consumer: librdkafka fetches
+        none of them until `_release`, and reads on from after the last record it gave."""
+        held = [tp for tp in self._records if tp not in self._held]
+        if not held:
+            return
+        self._held.update(held)
+        rd = [RdTopicPartition(tp.topic, tp.partition) for tp in held]
+        self.group.submit(lambda consumer: consumer.pause(rd))
+
+    def _release(self) -> None:
+        """The held partitions fetched again, but for those the pipeline paused itself."""
+        released = [tp for tp in self._held if tp not in self._paused]
+        self._held.clear()
+        if released:
+            rd = [RdTopicPartition(tp.topic, tp.partition) for tp in released]
+            self.group.submit(lambda consumer: consumer.resume(rd))
+
+
+def _size(record: Record) -> int:
+    return len(record.value or b"") + len(record.key or b"")
 
 
 def _answer(
