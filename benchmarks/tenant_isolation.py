@@ -92,6 +92,7 @@ class Figures:
     b_got: dict[str, list[bytes]] = field(default_factory=dict)
     worker_alive: bool = True
     log_tail: str = ""
+    views_held: int = 0  # times B's waiting records passed its view's bound (the group model)
 
 
 async def produce_elsewhere(settings: Settings, lines: list[bytes], env: dict[str, str]) -> None:
@@ -240,6 +241,7 @@ async def scenario(
         )
         figures.worker_alive = worker.alive()
         figures.log_tail = worker.log_tail()
+        figures.views_held = worker.log_path.read_text().count("bytes wait for its pipeline")
     finally:
         worker.stop()
     return figures
@@ -283,7 +285,8 @@ def main() -> None:
                 f"    A's calls without a verdict in 5 s: {figures.timed_out}; /health/live "
                 f"{figures.probes - figures.probes_failed} of {figures.probes} answered 200, the slowest "
                 f"in {figures.longest_probe_s * 1000:.0f} ms; rebalances {figures.rebalances_during}; "
-                f"worker alive {figures.worker_alive}; B's {len(figures.b_expected)} runs as replay: {same}"
+                f"worker alive {figures.worker_alive}; B's {len(figures.b_expected)} runs as replay: {same}; "
+                f"B's view held {figures.views_held} times"
             )
 
 

@@ -323,6 +323,13 @@ class Settings(Declared):
         description="the group model's tenant groups: a rebalance touches one group's tenants, "
         "and a worker keeps about two clients per group",
     )
+    fetch_buffer_max_bytes_per_tenant: int = Field(
+        32 << 20,
+        ge=1 << 20,
+        description="the group model: a tenant's fetched records waiting for its pipeline, past "
+        "which its partitions are paused until it has taken half of them (a tenant's flood or "
+        "backlog holds no more of the worker's memory)",
+    )
     # One transaction per batch spent the broker's and the worker's CPU; Kafka Streams commits
     # every 100 ms under exactly-once too. A crash reads up to this much again.
     commit_interval_s: float = Field(

@@ -9,7 +9,6 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from stallwatch_streams.worker.confluent import consumer as consumer_module
 from stallwatch_streams.worker.confluent.consumer import TenantView
 from stallwatch_streams.worker.confluent.records import Record
 
@@ -66,9 +65,9 @@ def records(partition: int, *offsets: int, value: bytes = b"v") -> list[Record]:
     return [Record(TOPIC, partition, offset, 0, 1, b"k", value) for offset in offsets]
 
 
-def view() -> tuple[TenantView, FakeGroup]:
+def view(max_bytes: int = 32 << 20) -> tuple[TenantView, FakeGroup]:
     group = FakeGroup()
-    return TenantView(group, TOPIC), group  # type: ignore[arg-type]
+    return TenantView(group, TOPIC, max_bytes), group  # type: ignore[arg-type]
 
 
 def applied(group: FakeGroup) -> list[tuple[str, list[tuple[str, int, int]]]]:
@@ -118,11 +117,8 @@ async def test_a_partition_revoked_and_assigned_again_starts_unpaused_once_its_t
     assert applied(group)[-1] == ("resume", [(TOPIC, 0, -1)])
 
 
-async def test_a_tenant_whose_records_wait_past_the_bound_is_paused_until_its_pipeline_takes_them(
-    monkeypatch,
-):
-    monkeypatch.setattr(consumer_module, "VIEW_MAX_BYTES", 1000)
-    tenant, group = view()
+async def test_a_tenant_whose_records_wait_past_the_bound_is_paused_until_its_pipeline_takes_them():
+    tenant, group = view(max_bytes=1000)
     tenant.receive(TP0, records(0, 1, 2, value=b"x" * 400), seeks=0, highwater=None)
     assert applied(group) == []  # 802 bytes wait: under the bound
     tenant.receive(TP1, records(1, 7, value=b"x" * 400), seeks=0, highwater=None)
@@ -135,9 +131,8 @@ async def test_a_tenant_whose_records_wait_past_the_bound_is_paused_until_its_pi
     assert sorted(applied(group)[-1][1]) == [(TOPIC, 0, -1), (TOPIC, 1, -1)]
 
 
-async def test_a_held_partition_the_pipeline_paused_stays_paused_when_the_view_lets_go(monkeypatch):
-    monkeypatch.setattr(consumer_module, "VIEW_MAX_BYTES", 1000)
-    tenant, group = view()
+async def test_a_held_partition_the_pipeline_paused_stays_paused_when_the_view_lets_go():
+    tenant, group = view(max_bytes=1000)
     tenant.receive(TP0, records(0, 1, value=b"x" * 600), seeks=0, highwater=None)
     tenant.receive(TP1, records(1, 1, value=b"x" * 600), seeks=0, highwater=None)
     tenant.pause(TP1)  # a task being rebuilt holds it

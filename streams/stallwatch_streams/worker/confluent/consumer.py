@@ -46,11 +46,6 @@ FETCH_MAX_RECORDS = 4000
 # The broker holds an empty fetch this long; it answers as soon as a record arrives, so this
 # only bounds how long a resumed partition waits for the fetch in flight.
 FETCH_WAIT_MAX_MS = 100
-# A tenant's records waiting in its view, in bytes, past which its partitions are paused in the
-# group's consumer until its pipeline has taken half of them: a tenant whose pipeline is slower
-# than the group's fetches (a flood of its largest events, a backlog read after a restart) holds
-# at most this, and one consume batch, of the worker's memory.
-VIEW_MAX_BYTES = 32 << 20
 # An idle tenant's consume loop wakes this often (at the latest): a thousand tenants' loops waking
 # every 100 ms as over aiokafka took half a core of an idle worker. Records wake it at once.
 IDLE_WAIT_MS = 1000
@@ -102,6 +97,7 @@ class GroupConsumer:
         }
         if instance_id:
             conf["group.instance.id"] = instance_id
+        self.view_max_bytes = settings.fetch_buffer_max_bytes_per_tenant
         self.group_id = group_id
         self._conf = conf
         self._consumer: Consumer | None = None
@@ -131,7 +127,7 @@ class GroupConsumer:
     def view(self, topic: str) -> TenantView:
         view = self._views.get(topic)
         if view is None:
-            view = self._views[topic] = TenantView(self, topic)
+            view = self._views[topic] = TenantView(self, topic, self.view_max_bytes)
         return view
 
     def start(self) -> None:
@@ -394,15 +390,21 @@ class TenantView:
     """One tenant's share of its group's consumer, in the shape its pipeline uses of aiokafka's
     consumer: its records, its partitions, and operations on them."""
 
-    def __init__(self, group: GroupConsumer, topic: str) -> None:
+    def __init__(self, group: GroupConsumer, topic: str, max_bytes: int) -> None:
+        """`max_bytes`: the tenant's records waiting in the view past which its partitions are
+        paused in the group's consumer until its pipeline has taken half of them. A tenant whose
+        pipeline is slower than the group's fetches (a flood of its largest events, a backlog
+        read after a restart) holds at most this, one consume batch and the batch in its
+        pipeline's hands of the worker's memory."""
         self.group = group
         self.topic = topic
+        self.max_bytes = max_bytes
         self.listener: RebalanceListener | None = None
         self._records: dict[TopicPartition, list[Record]] = {}
         self._arrived = asyncio.Event()
         self._seeks: dict[TopicPartition, int] = {}  # seeks asked for, by partition
         self._paused: set[TopicPartition] = set()  # by the pipeline
-        self._held: set[TopicPartition] = set()  # by the view: too much waiting (VIEW_MAX_BYTES)
+        self._held: set[TopicPartition] = set()  # by the view: too much waiting (`max_bytes`)
         self._bytes: dict[TopicPartition, int] = {}  # of the records waiting, by partition
         self._owned: set[TopicPartition] = set()
         self._highwaters: dict[TopicPartition, int] = {}
@@ -436,7 +438,7 @@ class TenantView:
         for tp in taken:
             del self._records[tp]
             self._bytes.pop(tp, None)
-        if self._held and sum(self._bytes.values()) <= VIEW_MAX_BYTES // 2:
+        if self._held and sum(self._bytes.values()) <= self.max_bytes // 2:
             self._release()
         return taken
 
@@ -499,7 +501,7 @@ class TenantView:
         self._bytes[tp] = self._bytes.get(tp, 0) + sum(_size(record) for record in records)
         if tp not in self._paused:
             self._arrived.set()
-        if sum(self._bytes.values()) > VIEW_MAX_BYTES:
+        if sum(self._bytes.values()) > self.max_bytes:
             self._hold()
 
     def assigned(self, owned: list[int], new: list[int]) -> None:
@@ -556,6 +558,12 @@ class TenantView:
         self._held.update(held)
         rd = [RdTopicPartition(tp.topic, tp.partition) for tp in held]
         self.group.submit(lambda consumer: consumer.pause(rd))
+        log.info(
+            "%s: %d bytes wait for its pipeline; partitions %s paused until it takes them",
+            self.topic,
+            sum(self._bytes.values()),
+            sorted(tp.partition for tp in held),
+        )
 
     def _release(self) -> None:
         """The held partitions fetched again, but for those the pipeline paused itself."""
