@@ -10,6 +10,7 @@ traceback (exit 2). The settings table of docs/operations.md is generated from t
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Annotated, Any, ClassVar, Literal, Self, get_args, get_origin
 
@@ -692,3 +693,13 @@ def types_in(annotation: Any) -> list[Any]:
         return [annotation]
     args = get_args(annotation)
     return [t for a in args for t in types_in(a)] if args else [annotation]
+
+
+def is_loopback(host: str | None) -> bool:
+    """Whether a bind address or a peer is this machine alone (`localhost` or a loopback IP)."""
+    if host == "localhost":
+        return True
+    try:
+        return host is not None and ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

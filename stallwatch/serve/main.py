@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import json
 import secrets
 import signal
@@ -25,7 +24,7 @@ from stallwatch.serve.app import TOKEN_ENV, make_app
 from stallwatch.serve.hooks import HookSettings
 from stallwatch.serve.otlp import OtlpReceiver
 from stallwatch.serve.service import Service
-from stallwatch.settings import ServeSettings, Settings, SetupError, reveal
+from stallwatch.settings import ServeSettings, Settings, SetupError, is_loopback, reveal
 
 DEFAULT_PORT = 8737
 
@@ -38,15 +37,6 @@ class ServeOptions:
     tenant: str | None = None
     policy_file: str | None = None
     open: bool = False  # no token on loopback: any local process may call
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def token_for(host: str) -> str | None:

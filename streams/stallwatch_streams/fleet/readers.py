@@ -15,14 +15,13 @@ a fleet app that binds beyond loopback says so at start.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import logging
 import string
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from stallwatch.settings import SetupError
+from stallwatch.settings import SetupError, is_loopback
 
 log = logging.getLogger("stallwatch_streams.fleet.service")
 
@@ -36,17 +35,6 @@ MIN_TOKEN_CHARS = 16
 # A token file holds one line; anything longer is not a token.
 MAX_TOKEN_BYTES = 4096
 RELOAD_S = 5.0
-
-
-def is_loopback(host: str | None) -> bool:
-    if host is None:
-        return False
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def is_tenant_name(name: str) -> bool:
