@@ -128,6 +128,13 @@ def fleet_overview() -> dashboard.Dashboard:
         )
         .with_panel(
             series(
+                "CPU applying each tenant's events",
+                "percentunit",
+                query("sum by (tenant) (rate(stallwatch_apply_cpu_seconds_total[5m]))", "{{tenant}}"),
+            )
+        )
+        .with_panel(
+            series(
                 "Memory per tenant, estimated: live run states and fleet keys",
                 "bytes",
                 query("sum by (tenant) (stallwatch_live_state_bytes)", "runs {{tenant}}"),

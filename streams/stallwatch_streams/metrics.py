@@ -100,6 +100,13 @@ class StallwatchMetrics:
             ["tenant"],
             registry=r,
         )
+        self.apply_cpu = Counter(
+            "stallwatch_apply_cpu_seconds_total",
+            "CPU seconds spent applying each tenant's events (shared: the shared topic's), on the "
+            "event loop or the apply thread: which tenant a busy worker works for",
+            ["tenant"],
+            registry=r,
+        )
         self.lag = Gauge(
             "stallwatch_consumer_lag",
             "Events not yet committed: end offset minus committed offset",

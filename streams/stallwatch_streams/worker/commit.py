@@ -356,10 +356,12 @@ class BatchCommitter:
         group_offsets_interval_s: float = 0.0,
         replace_ahead: Callable[[AheadProducer], Awaitable[AheadProducer]] | None = None,
         off_loop_event_bytes: int = 0,
+        spent: Callable[[float], None] = lambda cpu_s: None,
     ) -> None:
         self.applier = applier
         # A batch holding an event this large is applied off the event loop (worker/slicing.py).
         self.off_loop_event_bytes = off_loop_event_bytes
+        self.spent = spent  # told the CPU seconds of each slice of an apply
         self.topics = topics
         self.group_id = group_id
         # A fencing met by a transaction older than this may be the broker's abort of it for its
@@ -392,7 +394,7 @@ class BatchCommitter:
         started = time.perf_counter()
         steps = self.applier.steps(records, states.load, states.clock, time.time(), states.live, poison)
         off_loop = holds_a_large_event(records, self.off_loop_event_bytes)
-        result = await apply_in_slices(steps, current, off_loop)
+        result = await apply_in_slices(steps, current, off_loop, self.spent)
         if result is None:
             return None
         for run_id, state in result.states.items():

@@ -127,6 +127,7 @@ class Pipeline(ConsumerRebalanceListener):
             if settings.publish_ahead
             else None,
             off_loop_event_bytes=settings.off_loop_event_bytes,
+            spent=metrics.apply_cpu.labels(settings.tenant or "shared").inc,
         )
         # Shared by the worker's tenants (the group model), else started with the pipeline.
         self.committer.ahead = ahead

@@ -44,31 +44,35 @@ def holds_a_large_event(records: Sequence[SourceRecord], off_loop_event_bytes: i
 
 
 async def apply_in_slices(
-    steps: Steps, current: Callable[[], bool], off_loop: bool = False
+    steps: Steps,
+    current: Callable[[], bool],
+    off_loop: bool = False,
+    spent: Callable[[float], None] = lambda cpu_s: None,
 ) -> BatchResult | None:
     """Run a batch's steps, on the loop pausing every APPLY_SLICE_S, or on the apply thread
-    (`off_loop`) a THREAD_SLICE_S at a time. None when `current()` turns false at a pause."""
+    (`off_loop`) a THREAD_SLICE_S at a time. None when `current()` turns false at a pause.
+    `spent` is told the CPU seconds of each slice (the running thread's own)."""
     if off_loop:
-        return await _on_the_apply_thread(steps, current)
-    slice_began = time.perf_counter()
+        return await _on_the_apply_thread(steps, current, spent)
     while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            return done.value
-        if time.perf_counter() - slice_began >= APPLY_SLICE_S:
-            await asyncio.sleep(0)
-            if not current():
-                steps.close()
-                return None
-            slice_began = time.perf_counter()
+        done, result, cpu_s = _run_for(steps, APPLY_SLICE_S)
+        spent(cpu_s)
+        if done:
+            return result
+        await asyncio.sleep(0)
+        if not current():
+            steps.close()
+            return None
 
 
-async def _on_the_apply_thread(steps: Steps, current: Callable[[], bool]) -> BatchResult | None:
+async def _on_the_apply_thread(
+    steps: Steps, current: Callable[[], bool], spent: Callable[[float], None]
+) -> BatchResult | None:
     loop = asyncio.get_running_loop()
     thread = _apply_thread()
     while True:
-        done, result = await loop.run_in_executor(thread, _run_for, steps, THREAD_SLICE_S)
+        done, result, cpu_s = await loop.run_in_executor(thread, _run_for, steps, THREAD_SLICE_S)
+        spent(cpu_s)
         if done:
             return result
         if not current():
@@ -76,16 +80,17 @@ async def _on_the_apply_thread(steps: Steps, current: Callable[[], bool]) -> Bat
             return None
 
 
-def _run_for(steps: Steps, seconds: float) -> tuple[bool, BatchResult | None]:
-    """On the apply thread: the batch's steps for about `seconds`; (True, result) once done."""
-    began = time.perf_counter()
+def _run_for(steps: Steps, seconds: float) -> tuple[bool, BatchResult | None, float]:
+    """The batch's steps for about `seconds`: (True, result, cpu) once done, else (False, None,
+    cpu), with the CPU seconds the calling thread spent on them."""
+    began, cpu_began = time.perf_counter(), time.thread_time()
     while True:  # one step at least, however short the turn
         try:
             next(steps)
         except StopIteration as done:
-            return True, done.value
+            return True, done.value, time.thread_time() - cpu_began
         if time.perf_counter() - began >= seconds:
-            return False, None
+            return False, None, time.thread_time() - cpu_began
 
 
 @functools.cache

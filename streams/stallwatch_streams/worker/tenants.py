@@ -162,3 +162,5 @@ class Tenants:
         await self.pipelines.pop(tenant).stop(self.settings.tenant_scan_interval_s)
         with contextlib.suppress(KeyError):  # never set when no batch was committed
             self.metrics.state_bytes.remove(tenant)
+        with contextlib.suppress(KeyError):  # never counted when no batch was applied
+            self.metrics.apply_cpu.remove(tenant)

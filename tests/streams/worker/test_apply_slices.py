@@ -150,3 +150,14 @@ def test_only_a_batch_holding_a_large_event_goes_off_the_loop():
     assert not slicing.holds_a_large_event(small, 32 << 10)
     assert slicing.holds_a_large_event(large, 32 << 10)
     assert not slicing.holds_a_large_event(large, 0)  # 0: every batch on the loop
+
+
+@pytest.mark.parametrize("off_loop", [False, True])
+async def test_the_cpu_of_every_slice_is_told(off_loop: bool, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(slicing, "APPLY_SLICE_S", 0.0)
+    monkeypatch.setattr(slicing, "THREAD_SLICE_S", 0.0)
+    batch = looping_batch()
+    told: list[float] = []
+    assert await slicing.apply_in_slices(steps(batch), lambda: True, off_loop, told.append) is not None
+    assert len(told) == len(batch) + 1  # a slice a record, and the one that finds the batch done
+    assert all(cpu_s >= 0 for cpu_s in told) and sum(told) > 0
