@@ -305,6 +305,14 @@ class CommitPartition(Protocol):
     def ledger(self) -> CommitLedger: ...
 
 
+class AbortedForAnother(KafkaError):
+    """A transaction shared with other partitions (the group model) was aborted for another
+    partition's part of it: this partition's writes are gone with it and its batches are read
+    again, but the failure is not its own, so it does not count toward the failures in a row
+    that end the worker. One tenant's failing part never ends the worker for the others of its
+    group; its own part's failures still count for it."""
+
+
 @dataclass(frozen=True, slots=True)
 class Committed:
     """Committed whole: everything the batches wrote is visible, the position moved past them."""
@@ -319,7 +327,9 @@ class Failed:
     (`final`: a failure that repeats is not the broker coming back, and ends the worker)."""
 
     error: KafkaError | IllegalOperation
-    attempt: int  # the partition's transactions failed in a row, this one included
+    # The partition's own transactions failed in a row, this one included (one aborted for
+    # another partition's part, `AbortedForAnother`, is not its own).
+    attempt: int
 
     @property
     def final(self) -> bool:
@@ -470,6 +480,8 @@ class BatchCommitter:
             # Younger than the timeout (on this clock, which started it before the broker saw
             # it), the transaction cannot have been aborted for its age.
             return Fenced(exc, time.monotonic() - txn_began >= self.transaction_timeout_s)
+        except AbortedForAnother as exc:
+            return Failed(exc, ledger.failures)  # not one of its own failures in a row
         except (KafkaError, IllegalOperation) as exc:
             # IllegalOperation: aiokafka's producer left its transaction, and no send of this
             # plan says why (write_plan raises a failed send's own error); a rebuild starts a

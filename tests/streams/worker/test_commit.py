@@ -17,6 +17,7 @@ from stallwatch.settings import Settings
 from stallwatch_streams.metrics import StallwatchMetrics
 from stallwatch_streams.worker.batch import BatchApplier, SourceMessage
 from stallwatch_streams.worker.commit import (
+    AbortedForAnother,
     CommitOutcome,
     Committed,
     Failed,
@@ -118,6 +119,15 @@ async def test_a_commit_says_how_it_went_and_leaves_what_follows_to_the_task():
     assert isinstance(old, Fenced) and old.past_timeout
     task.producer = p.committed
     assert isinstance(await commit(messages[3:]), Committed) and task.ledger.failures == 0
+
+
+async def test_a_transaction_aborted_for_another_partitions_part_never_ends_the_worker():
+    p = await FakePartition().serve()
+    shared = p.task.producer = p.producer = FakeProducer(fail_commit=AbortedForAnother("b's part failed"))
+    for _ in range(8):  # past the failures in a row that end the worker
+        assert not await p.commit(looping_run())
+    assert p.restores == 8 and p.committed.visible == [] and shared.transactions == 8
+    assert p.task.ledger.failures == 0
 
 
 async def test_a_batch_that_keeps_failing_ends_the_worker():

@@ -34,6 +34,7 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka import TopicPartition as RdTopicPartition
 
 from stallwatch.settings import Settings
+from stallwatch_streams.worker.commit import AbortedForAnother
 from stallwatch_streams.worker.confluent.options import librdkafka_options
 
 log = logging.getLogger(__name__)
@@ -175,7 +176,7 @@ class GroupTransactions:
                 await self._abort(
                     TransactionFailed(f"a task's part of the transaction failed: {txn.failed!r}")
                 )
-                txn.error = TransactionFailed(f"aborted with another task's part: {txn.failed!r}")
+                txn.error = AbortedForAnother(f"aborted for another task's part: {txn.failed!r}")
             else:
                 txn.error = await self._end(txn)
         except BaseException as exc:
