@@ -325,11 +325,18 @@ class Settings(Declared):
         "and a worker keeps about two clients per group",
     )
     fetch_buffer_max_bytes_per_tenant: int = Field(
-        32 << 20,
+        8 << 20,
         ge=1 << 20,
         description="the group model: a tenant's fetched records waiting for its pipeline, past "
         "which its partitions are paused until it has taken half of them (a tenant's flood or "
         "backlog holds no more of the worker's memory)",
+    )
+    fetch_buffer_max_bytes: int = Field(
+        256 << 20,
+        ge=16 << 20,
+        description="the group model: every tenant's fetched records waiting in one worker, "
+        "shared evenly by the tenant groups; past a group's share, each of its tenants may keep "
+        "only its fair share waiting (every tenant read back from a backlog at once)",
     )
     # One transaction per batch spent the broker's and the worker's CPU; Kafka Streams commits
     # every 100 ms under exactly-once too. A crash reads up to this much again.

@@ -9,7 +9,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from stallwatch_streams.worker.confluent.consumer import TenantView
+from stallwatch_streams.worker.confluent.consumer import FetchBudget, TenantView
 from stallwatch_streams.worker.confluent.records import Record
 
 TOPIC = "t.tenant.acme.events"
@@ -65,9 +65,13 @@ def records(partition: int, *offsets: int, value: bytes = b"v") -> list[Record]:
     return [Record(TOPIC, partition, offset, 0, 1, b"k", value) for offset in offsets]
 
 
-def view(max_bytes: int = 32 << 20) -> tuple[TenantView, FakeGroup]:
+def view(
+    max_bytes: int = 8 << 20, budget: FetchBudget | None = None, topic: str = TOPIC
+) -> tuple[TenantView, FakeGroup]:
     group = FakeGroup()
-    return TenantView(group, TOPIC, max_bytes), group  # type: ignore[arg-type]
+    budget = budget or FetchBudget(256 << 20)
+    budget.views += 1
+    return TenantView(group, topic, max_bytes, budget), group  # type: ignore[arg-type]
 
 
 def applied(group: FakeGroup) -> list[tuple[str, list[tuple[str, int, int]]]]:
@@ -142,3 +146,23 @@ async def test_a_held_partition_the_pipeline_paused_stays_paused_when_the_view_l
     tenant.seek(TP1, 1)  # its task reads it again from its position: what waited is dropped
     assert await tenant.getmany(timeout_ms=0) == {}
     assert applied(group)[-1] == ("resume", [(TOPIC, 0, -1)])
+
+
+async def test_while_the_group_is_over_its_budget_a_tenant_keeps_no_more_than_its_fair_share():
+    budget = FetchBudget(2000)
+    quiet_topic = "t.tenant.quiet.events"
+    loud, loud_group = view(max_bytes=1 << 20, budget=budget)
+    quiet, quiet_group = view(max_bytes=1 << 20, budget=budget, topic=quiet_topic)
+    loud.receive(TP0, records(0, 1, 2, 3, value=b"x" * 700), seeks=0, highwater=None)
+    # 2,103 bytes wait in the group, past its 2,000: the loud tenant, over its fair share of
+    # 1,000, is paused; the quiet one, under it, is fetched on.
+    assert budget.waiting == 2103 and applied(loud_group) == [("pause", [(TOPIC, 0, -1)])]
+    quiet_tp = TopicPartition(quiet_topic, 0)
+    quiet.receive(quiet_tp, [Record(quiet_topic, 0, 1, 0, 1, b"k", b"x" * 100)], seeks=0, highwater=None)
+    assert applied(quiet_group) == []
+    assert [r.offset for r in (await loud.getmany(timeout_ms=0))[TP0]] == [1, 2, 3]
+    # Taken: the group is under its budget again and the loud tenant is fetched again.
+    assert budget.waiting == 101 and applied(loud_group)[-1] == ("resume", [(TOPIC, 0, -1)])
+    loud.forget_waiting()
+    quiet.forget_waiting()
+    assert budget.waiting == 0

@@ -22,6 +22,7 @@ import contextlib
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -49,6 +50,8 @@ FETCH_WAIT_MAX_MS = 100
 # An idle tenant's consume loop wakes this often (at the latest): a thousand tenants' loops waking
 # every 100 ms as over aiokafka took half a core of an idle worker. Records wake it at once.
 IDLE_WAIT_MS = 1000
+# A tenant's pauses for its records waiting are logged at most this often.
+HOLDS_SAID_EVERY_S = 60.0
 # A blocking call made for the loop (committed offsets, topics) gives up after this long.
 CALL_TIMEOUT_S = 10.0
 
@@ -76,6 +79,23 @@ class RebalanceListener(Protocol):
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None: ...
 
 
+class FetchBudget:
+    """The bytes of fetched records waiting in a group's views, against the group's share of the
+    worker's budget (`STALLWATCH_FETCH_BUFFER_MAX_BYTES`). Kept on the loop by the views."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.waiting = 0
+        self.views = 0
+
+    def over(self) -> bool:
+        return self.waiting > self.max_bytes
+
+    def fair_share(self) -> int:
+        """What one tenant may have waiting while the group is over its budget."""
+        return self.max_bytes // max(1, self.views)
+
+
 class GroupConsumer:
     """One tenant group's consumer and the thread that drives it."""
 
@@ -98,6 +118,7 @@ class GroupConsumer:
         if instance_id:
             conf["group.instance.id"] = instance_id
         self.view_max_bytes = settings.fetch_buffer_max_bytes_per_tenant
+        self.budget = FetchBudget(settings.fetch_buffer_max_bytes // settings.tenant_groups)
         self.group_id = group_id
         self._conf = conf
         self._consumer: Consumer | None = None
@@ -127,7 +148,8 @@ class GroupConsumer:
     def view(self, topic: str) -> TenantView:
         view = self._views.get(topic)
         if view is None:
-            view = self._views[topic] = TenantView(self, topic, self.view_max_bytes)
+            view = self._views[topic] = TenantView(self, topic, self.view_max_bytes, self.budget)
+            self.budget.views += 1
         return view
 
     def start(self) -> None:
@@ -209,7 +231,10 @@ class GroupConsumer:
         self.submit(lambda consumer: self._subscribe(consumer))
 
     def detach(self, topic: str) -> None:
-        self._views.pop(topic, None)
+        view = self._views.pop(topic, None)
+        if view is not None:
+            view.forget_waiting()
+            self.budget.views -= 1
 
     async def stop(self) -> None:
         """Leave the group (the partitions move at once) and end the threads."""
@@ -390,15 +415,18 @@ class TenantView:
     """One tenant's share of its group's consumer, in the shape its pipeline uses of aiokafka's
     consumer: its records, its partitions, and operations on them."""
 
-    def __init__(self, group: GroupConsumer, topic: str, max_bytes: int) -> None:
+    def __init__(self, group: GroupConsumer, topic: str, max_bytes: int, budget: FetchBudget) -> None:
         """`max_bytes`: the tenant's records waiting in the view past which its partitions are
         paused in the group's consumer until its pipeline has taken half of them. A tenant whose
         pipeline is slower than the group's fetches (a flood of its largest events, a backlog
         read after a restart) holds at most this, one consume batch and the batch in its
-        pipeline's hands of the worker's memory."""
+        pipeline's hands of the worker's memory. `budget`: the group's; while its views hold
+        more than it, a tenant holds no more than its fair share of it (every tenant of a
+        group read back from a backlog at once)."""
         self.group = group
         self.topic = topic
         self.max_bytes = max_bytes
+        self.budget = budget
         self.listener: RebalanceListener | None = None
         self._records: dict[TopicPartition, list[Record]] = {}
         self._arrived = asyncio.Event()
@@ -406,6 +434,7 @@ class TenantView:
         self._paused: set[TopicPartition] = set()  # by the pipeline
         self._held: set[TopicPartition] = set()  # by the view: too much waiting (`max_bytes`)
         self._bytes: dict[TopicPartition, int] = {}  # of the records waiting, by partition
+        self._holds, self._held_said_at = 0, -HOLDS_SAID_EVERY_S  # pauses for waiting records
         self._owned: set[TopicPartition] = set()
         self._highwaters: dict[TopicPartition, int] = {}
         self._changes: asyncio.Lock = asyncio.Lock()
@@ -437,8 +466,8 @@ class TenantView:
         taken = {tp: records for tp, records in self._records.items() if tp not in self._paused}
         for tp in taken:
             del self._records[tp]
-            self._bytes.pop(tp, None)
-        if self._held and sum(self._bytes.values()) <= self.max_bytes // 2:
+            self._forget(tp)
+        if self._held and self._may_fetch_again():
             self._release()
         return taken
 
@@ -498,10 +527,12 @@ class TenantView:
         if highwater is not None:
             self._highwaters[tp] = highwater
         self._records.setdefault(tp, []).extend(records)
-        self._bytes[tp] = self._bytes.get(tp, 0) + sum(_size(record) for record in records)
+        size = sum(_size(record) for record in records)
+        self._bytes[tp] = self._bytes.get(tp, 0) + size
+        self.budget.waiting += size
         if tp not in self._paused:
             self._arrived.set()
-        if sum(self._bytes.values()) > self.max_bytes:
+        if self._too_much_waiting():
             self._hold()
 
     def assigned(self, owned: list[int], new: list[int]) -> None:
@@ -515,7 +546,7 @@ class TenantView:
             self._held -= gone
             for tp in gone:
                 self._records.pop(tp, None)
-                self._bytes.pop(tp, None)
+                self._forget(tp)
             if self.listener is not None:
                 await self.listener.on_partitions_revoked(sorted(gone))
 
@@ -537,7 +568,7 @@ class TenantView:
     def _seek(self, tp: TopicPartition, offset: int) -> None:
         self._seeks[tp] = self._seeks.get(tp, 0) + 1
         self._records.pop(tp, None)
-        self._bytes.pop(tp, None)
+        self._forget(tp)
         group = self.group
 
         def seek(consumer: Consumer) -> None:
@@ -549,6 +580,26 @@ class TenantView:
     def _deliverable(self) -> bool:
         return any(tp not in self._paused for tp in self._records)
 
+    def forget_waiting(self) -> None:
+        """The tenant leaves: its records waiting no longer count against the group."""
+        for tp in list(self._bytes):
+            self._forget(tp)
+
+    def _forget(self, tp: TopicPartition) -> None:
+        self.budget.waiting -= self._bytes.pop(tp, 0)
+
+    def _too_much_waiting(self) -> bool:
+        waiting = sum(self._bytes.values())
+        if waiting > self.max_bytes:
+            return True
+        return self.budget.over() and waiting > self.budget.fair_share()
+
+    def _may_fetch_again(self) -> bool:
+        waiting = sum(self._bytes.values())
+        if waiting > self.max_bytes // 2:
+            return False
+        return not self.budget.over() or waiting <= self.budget.fair_share() // 2
+
     def _hold(self) -> None:
         """The partitions with records waiting paused in the group's consumer: librdkafka fetches
         none of them until `_release`, and reads on from after the last record it gave."""
@@ -558,12 +609,19 @@ class TenantView:
         self._held.update(held)
         rd = [RdTopicPartition(tp.topic, tp.partition) for tp in held]
         self.group.submit(lambda consumer: consumer.pause(rd))
-        log.info(
-            "%s: %d bytes wait for its pipeline; partitions %s paused until it takes them",
-            self.topic,
-            sum(self._bytes.values()),
-            sorted(tp.partition for tp in held),
-        )
+        self._holds += 1
+        now = time.monotonic()
+        if now - self._held_said_at >= HOLDS_SAID_EVERY_S:
+            log.info(
+                "%s: %d bytes wait for its pipeline (the group's tenants %d); partitions %s "
+                "paused until it takes them (%d such pauses since last said)",
+                self.topic,
+                sum(self._bytes.values()),
+                self.budget.waiting,
+                sorted(tp.partition for tp in held),
+                self._holds,
+            )
+            self._held_said_at, self._holds = now, 0
 
     def _release(self) -> None:
         """The held partitions fetched again, but for those the pipeline paused itself."""
