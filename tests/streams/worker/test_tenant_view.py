@@ -1,15 +1,19 @@
 """A tenant's view of its group's consumer (stallwatch_streams/worker/confluent/consumer.py) behaves
 as the pipeline expects of aiokafka's consumer: seeks drop what was fetched before them, paused
-partitions hold their records, and a partition assigned again starts unpaused."""
+partitions hold their records, and a partition assigned again starts unpaused. An idle tenant's
+loop stays parked on its view, alive while the group's thread goes round, until records or a
+failure wake it."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from aiokafka import TopicPartition
 
 from stallwatch_streams.worker.confluent.consumer import TenantView
 from stallwatch_streams.worker.confluent.records import Record
+from stallwatch_streams.worker.progress import Progress
 
 TOPIC = "t.tenant.acme.events"
 TP0, TP1 = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)
@@ -21,6 +25,7 @@ class FakeGroup:
     def __init__(self) -> None:
         self.ops: list[Any] = []
         self.failure: BaseException | None = None
+        self.went_round = 0.0
 
     def submit(self, operation: Any, in_callback: bool = True) -> None:
         self.ops.append(operation)
@@ -114,3 +119,36 @@ async def test_a_partition_revoked_and_assigned_again_starts_unpaused_once_its_t
     assert list(await tenant.getmany(timeout_ms=0)) == [TP0]
     # Resumed on the thread once its tenant took it (the thread paused it on assignment).
     assert applied(group)[-1] == ("resume", [(TOPIC, 0, -1)])
+
+
+async def test_a_parked_loop_is_alive_while_the_group_goes_round_and_records_wake_it():
+    tenant, group = view()
+    progress = Progress(clock=lambda: 1000.0)
+    progress.tick()  # the loop went round at 1000, then parks
+    tenant.progress = progress
+    parked = asyncio.create_task(tenant.getmany(timeout_ms=100))
+    while progress.waiting is None:
+        await asyncio.sleep(0)
+    group.went_round = 1990.0  # the group's thread went round long after the loop last did
+    assert progress.stalled_for() == -990.0  # not stalled: the thread's beat is the loop's
+    group.went_round = 900.0
+    assert progress.stalled_for() == 0.0  # a thread behind the loop's own beat changes nothing
+    tenant.receive(TP1, records(1, 4), seeks=0, highwater=None)
+    assert [r.offset for r in (await parked)[TP1]] == [4]
+    assert progress.waiting is None  # round again: its own beat from now on
+
+
+async def test_a_failure_said_before_the_loop_parks_wakes_it_at_once():
+    tenant, _ = view()
+    tenant.wake()  # the pipeline failed while the loop applied a batch
+    # Parked, it would wait PARKED_WAKE_S (10 s) for records that never come.
+    assert await asyncio.wait_for(tenant.getmany(timeout_ms=100), 5.0) == {}
+
+
+async def test_a_failure_wakes_a_parked_loop():
+    tenant, _ = view()
+    parked = asyncio.create_task(tenant.getmany(timeout_ms=100))
+    await asyncio.sleep(0)
+    assert not parked.done()
+    tenant.wake()
+    assert await asyncio.wait_for(parked, 5.0) == {}
