@@ -22,6 +22,7 @@ from stallwatch_streams.worker.confluent.attempts import GroupAttemptLog
 from stallwatch_streams.worker.confluent.consumer import GroupConsumer
 from stallwatch_streams.worker.confluent.transactions import TRANSACTION_TIMEOUT_MS, GroupTransactions
 from stallwatch_streams.worker.pipeline import Pipeline
+from stallwatch_streams.worker.restores import SharedRestores
 
 
 class TenantGroup:
@@ -51,6 +52,8 @@ class TenantGroups:
         process_id = uuid.uuid4().hex[:12]
         self.groups = [TenantGroup(settings, index, process_id) for index in range(settings.tenant_groups)]
         self.ahead: AheadPublisher | None = None
+        # Every tenant's changelog restores, read together when they coincide (a worker joining).
+        self.restores = SharedRestores(settings)
 
     def attempt_log(self) -> AttemptLog:
         """The poison guard's attempts, written through librdkafka like the rest of the worker's
@@ -97,6 +100,7 @@ class TenantGroups:
             ahead=self.ahead,
             replace_ahead=self._replace_ahead,
             transaction_timeout_s=TRANSACTION_TIMEOUT_MS / 1000,
+            read_changelog=self.restores.restore,
         )
         # An idle tenant's loop stays parked on its view (no wake-ups), its progress the
         # group's thread's; its pipeline's failure wakes it to raise.
