@@ -38,6 +38,7 @@ class TenantGroup:
             f"{group_id}.{settings.instance_id or process_id}",
             lambda: self.consumer.metadata,
             self._commands.__contains__,
+            holds=self.consumer.holds,
         )
 
     def serve(self, tenant_settings: Settings) -> None:

@@ -23,7 +23,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -109,6 +109,9 @@ class GroupConsumer:
         self._views: dict[str, TenantView] = {}  # by events topic
         self._subscribed: tuple[str, ...] = ()
         self._owned: dict[str, set[int]] = {}  # the thread's: partitions assigned, by topic
+        # The thread's: partitions a revocation (not a loss) is letting go once their tenants'
+        # batches in flight committed: still this member's to commit offsets for until then.
+        self._revoking: set[TopicPartition] = set()
         self._revoked_topics: set[str] = set()  # revoked since the last assignment
         self._served_topics: set[str] = set()  # topics whose tenants had an assignment
         self._applied_seeks: dict[TopicPartition, int] = {}  # the thread's: seeks applied
@@ -353,13 +356,24 @@ class GroupConsumer:
             view.assigned(owned, new)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[RdTopicPartition]) -> None:
-        self._take_away(consumer, partitions)
+        revoking = {TopicPartition(p.topic, p.partition) for p in partitions}
+        self._revoking |= revoking
+        try:
+            self._take_away(consumer, partitions)
+        finally:
+            self._revoking -= revoking
 
     def _on_lost(self, consumer: Consumer, partitions: list[RdTopicPartition]) -> None:
         log.warning(
             "the consumer of %s lost %d partitions (its session expired)", self.group_id, len(partitions)
         )
         self._take_away(consumer, partitions)
+
+    def holds(self, partitions: Collection[TopicPartition]) -> bool:
+        """Whether every one of these partitions is still this member's to commit offsets for:
+        assigned, or being revoked (the revocation waits for the batches in flight), not lost."""
+        owned, revoking = self._owned, self._revoking
+        return all(tp.partition in owned.get(tp.topic, ()) or tp in revoking for tp in partitions)
 
     def _take_away(self, consumer: Consumer, partitions: list[RdTopicPartition]) -> None:
         """Wait until each tenant's batches in flight committed, applying the loop's operations
