@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import subprocess
 import sys
@@ -153,6 +154,29 @@ def percentile(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else (values or [0.0])[0]
 
 
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds so far of each kind of thread of a process, by its name (librdkafka's C threads
+    are `rdk:main`, `rdk:broker…`; Python's take their names' first 15 characters)."""
+    by_name: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended while listed
+            continue
+        kind = name.rstrip("0123456789-") or name
+        seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        by_name[kind] = by_name.get(kind, 0.0) + seconds
+    return by_name
+
+
+def cpu_by_thread(before: dict[str, float], after: dict[str, float], calls: int) -> str:
+    """µs per call of each kind of thread between two `thread_cpu` readings, the largest first."""
+    spent = {name: (after[name] - before.get(name, 0.0)) / max(1, calls) * 1e6 for name in after}
+    largest = sorted(spent.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{name} {us:.0f}" for name, us in largest if us >= 1)
+
+
 def profiler(pid: int, seconds: float, out: Path | None) -> subprocess.Popen[bytes] | None:
     """py-spy sampling `pid` for `seconds` into `out` (collapsed stacks, threads apart), or None."""
     if out is None:
@@ -190,10 +214,11 @@ async def measure(
         await asyncio.sleep(1)  # the reader placed at the end of every commands topic
         name = f"{model}-{tenants}"
         sampling = profiler(first_worker.proc.pid, seconds, profile and profile / f"{name}-busy.txt")
-        busy_before = cpu_seconds(first_worker.proc.pid)
+        busy_before, threads_before = cpu_seconds(first_worker.proc.pid), thread_cpu(first_worker.proc.pid)
         await traffic.run(seconds)
         await asyncio.sleep(2)  # the last verdicts in
         per_call_us = (cpu_seconds(first_worker.proc.pid) - busy_before) / max(1, traffic.calls) * 1e6
+        by_thread = cpu_by_thread(threads_before, thread_cpu(first_worker.proc.pid), traffic.calls)
         if sampling is not None:
             await asyncio.to_thread(sampling.wait)
         latencies = list(traffic.latencies_ms)
@@ -226,6 +251,7 @@ async def measure(
         "wait_at_s": traffic.longest[2],
         "unanswered": unanswered,
         "late": traffic.lateness(),
+        "by_thread": by_thread,
         "logs": f"{first_worker.log_path} {second.log_path if second else ''}",
     }
 
@@ -255,6 +281,7 @@ def main() -> None:
                 f"began; {r['unanswered']} unanswered)",
                 flush=True,
             )
+            print(f"           µs a call by thread: {r['by_thread']}", flush=True)
             print(f"           {r['late']}; logs: {r['logs']}", flush=True)
 
 
