@@ -10,8 +10,10 @@ import asyncio
 from typing import Any
 
 from aiokafka import TopicPartition
+from confluent_kafka import TopicPartition as RdTopicPartition
 
-from stallwatch_streams.worker.confluent.consumer import TenantView
+from stallwatch.settings import Settings
+from stallwatch_streams.worker.confluent.consumer import GroupConsumer, TenantView
 from stallwatch_streams.worker.confluent.records import Record
 from stallwatch_streams.worker.progress import Progress
 
@@ -152,3 +154,49 @@ async def test_a_failure_wakes_a_parked_loop():
     assert not parked.done()
     tenant.wake()
     assert await asyncio.wait_for(parked, 5.0) == {}
+
+
+class RdConsumer:
+    """librdkafka's consumer as a rebalance callback calls it."""
+
+    def incremental_assign(self, partitions: list[Any]) -> None:
+        pass
+
+    def incremental_unassign(self, partitions: list[Any]) -> None:
+        pass
+
+    def pause(self, partitions: list[Any]) -> None:
+        pass
+
+    def resume(self, partitions: list[Any]) -> None:
+        pass
+
+    def consumer_group_metadata(self) -> str:
+        return "generation-1"
+
+
+async def test_a_revocation_holds_its_partitions_until_it_let_them_go_and_a_loss_does_not():
+    """What a transaction written again after a generation moved asks (`GroupConsumer.holds`): a
+    revoked partition is this member's to commit offsets for until its tenant let it go; a lost
+    one (the session lapsed) is not, so a zombie's offsets are never written again."""
+    group = GroupConsumer(Settings(topic_prefix="t"), "t-detector.tenants-0", None)
+    group._loop = asyncio.get_running_loop()  # noqa: SLF001 - what `start` sets, without the thread
+    tenant = group.view(TOPIC)
+    held: list[bool] = []
+
+    class Holding:
+        async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+            held.append(group.holds(revoked))  # the batches in flight commit here
+
+        async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+            pass
+
+    tenant.listener = Holding()
+    consumer = RdConsumer()
+    group._on_assign(consumer, [RdTopicPartition(TOPIC, 0), RdTopicPartition(TOPIC, 1)])  # noqa: SLF001
+    assert group.holds([TP0, TP1])
+    # The callbacks run on the group's thread, and wait for the tenant's revocation on the loop.
+    await asyncio.to_thread(group._on_revoke, consumer, [RdTopicPartition(TOPIC, 0)])  # noqa: SLF001
+    await asyncio.to_thread(group._on_lost, consumer, [RdTopicPartition(TOPIC, 1)])  # noqa: SLF001
+    assert held == [True, False]
+    assert not group.holds([TP0]) and not group.holds([TP1])
