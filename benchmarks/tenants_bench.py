@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import os
 import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import orjson
@@ -141,13 +143,21 @@ class Traffic:
         sent = sorted(at for _, _, at in self.late)
         tenants = sorted({tenant for _, tenant, _ in self.late}, key=lambda t: int(t[1:] or 0))
         shown = " ".join(tenants[:12]) + (" ..." if len(tenants) > 12 else "")
+        # Under the group model, by tenant group: a stop of one group's consumer shows as one.
+        groups = Counter(tenant_group(tenant, self.tenants[0].tenant_groups) for tenant in tenants)
         return (
-            f"{len(self.late)} calls waited over {LATE_S:g} s, of {len(tenants)} tenants ({shown}), "
+            f"{len(self.late)} calls waited over {LATE_S:g} s, of {len(tenants)} tenants ({shown}; "
+            f"by tenant group {dict(sorted(groups.items()))}), "
             f"sent {sent[0]:.1f}-{sent[-1]:.1f} s after the join began"
         )
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def tenant_group(tenant: str, groups: int) -> int:
+    """The tenant group a tenant is hashed into (`TenantGroups.of`)."""
+    return int.from_bytes(hashlib.sha256(tenant.encode()).digest()[:4], "big") % groups
 
 
 def percentile(values: list[float], q: int) -> float:
