@@ -69,11 +69,12 @@ class AheadPublisher:
     async def stop(self) -> None:
         """Shared: its owner closes it (`close`)."""
 
-    async def close(self) -> None:
+    async def close(self, flush_s: float = 5.0) -> None:
+        """Its thread ended, and what it still holds sent for up to `flush_s`."""
         self._stopped.set()
         await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 5.0)
         with contextlib.suppress(Exception):
-            await asyncio.get_running_loop().run_in_executor(None, self._producer.flush, 5.0)
+            await asyncio.get_running_loop().run_in_executor(None, self._producer.flush, flush_s)
 
     def _serve(self) -> None:
         while not self._stopped.is_set():

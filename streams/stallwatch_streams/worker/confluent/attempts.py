@@ -31,10 +31,11 @@ class GroupAttemptLog(AttemptLog):
         except BaseException:
             if self._publisher is publisher:
                 self._publisher = None
-                await publisher.close()
+                await publisher.close(flush_s=0.0)
             raise
 
     async def close(self) -> None:
+        """Nothing to send on: a write not acknowledged yet let no batch be applied."""
         publisher, self._publisher = self._publisher, None
         if publisher is not None:
-            await publisher.close()
+            await publisher.close(flush_s=0.0)
