@@ -19,23 +19,29 @@ class GroupAttemptLog(AttemptLog):
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
         self._publisher: AheadPublisher | None = None
+        # Replaced after a failed write, kept serving the other writes' acknowledgements (each
+        # of them fails or lands on its own) until the worker stops.
+        self._retired: list[AheadPublisher] = []
 
     async def write(self, key: str, attempt: Attempt) -> None:
-        """Written and acknowledged. A failed write (a fatal error of the producer) lets the
-        producer go, so that the caller's retry starts a fresh one."""
+        """Written and acknowledged. A failed write (a fatal error of the producer) puts a fresh
+        producer in its place for the caller's retry; a cancelled one changes nothing (the
+        producer is every tenant's)."""
         publisher = self._publisher
         if publisher is None:
             publisher = self._publisher = AheadPublisher(self.settings)
         try:
             await (await publisher.send(self.topic, attempt.encode(), key.encode()))
-        except BaseException:
+        except Exception:
             if self._publisher is publisher:
                 self._publisher = None
-                await publisher.close(flush_s=0.0)
+                self._retired.append(publisher)
             raise
 
     async def close(self) -> None:
         """Nothing to send on: a write not acknowledged yet let no batch be applied."""
-        publisher, self._publisher = self._publisher, None
-        if publisher is not None:
-            await publisher.close(flush_s=0.0)
+        publishers, self._retired = [*self._retired, self._publisher], []
+        self._publisher = None
+        for publisher in publishers:
+            if publisher is not None:
+                await publisher.close(flush_s=0.0)
