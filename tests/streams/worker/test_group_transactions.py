@@ -31,11 +31,13 @@ class FakeProducer:
         conf: dict[str, Any],
         fail_commit: KafkaException | None = None,
         refuse_offsets: list[KafkaException] | None = None,
+        refuse_after_abort: KafkaException | None = None,
     ) -> None:
         self.conf = conf
         self.calls: list[tuple[Any, ...]] = []
         self.fail_commit = fail_commit
         self.refuse_offsets = refuse_offsets or []  # the next offsets sent are refused with these
+        self.refuse_after_abort = refuse_after_abort  # refuses every record after an abort
 
     def init_transactions(self, timeout: float) -> None:
         self.calls.append(("init",))
@@ -44,6 +46,8 @@ class FakeProducer:
         self.calls.append(("begin",))
 
     def produce(self, topic: str, value: bytes | None, key: bytes | None, partition: int) -> None:
+        if self.refuse_after_abort is not None and ("abort",) in self.calls:
+            raise self.refuse_after_abort
         self.calls.append(("produce", topic, partition))
 
     def send_offsets_to_transaction(self, offsets: list[Any], metadata: Any, timeout: float) -> None:
@@ -218,3 +222,19 @@ async def test_a_group_that_keeps_moving_fails_the_transaction_after_its_tries()
         await asyncio.wait_for(block(transactions, "a.events", 0, 1, ["a.changelog"]), 30)
     kinds = [call[0] for call in made[0].calls]
     assert kinds.count("begin") == GENERATION_TRIES + 1 and "commit" not in kinds
+
+
+async def test_a_transaction_whose_records_are_refused_when_written_again_is_aborted_and_fails():
+    refused = KafkaException(RdKafkaError(RdKafkaError.INVALID_TXN_STATE, "not in a transaction"))
+    transactions, made = group(
+        linger_s=0.01,
+        holds=lambda _: True,
+        refuse_offsets=[generation_moved()],
+        refuse_after_abort=refused,
+    )
+    with pytest.raises(TransactionFailed):
+        await asyncio.wait_for(block(transactions, "a.events", 0, 1, ["a.changelog"]), 10)
+    kinds = [call[0] for call in made[0].calls]
+    assert kinds == ["init", "begin", "produce", "offsets", "abort", "begin", "abort"]
+    await block(transactions, "a.events", 0, 1, [])  # the producer serves the next transaction
+    assert made[0].calls[-1] == ("commit",)

@@ -237,10 +237,14 @@ class GroupTransactions:
             return False
         try:
             producer.begin_transaction()
+        except KafkaException as exc:
+            log.warning("the transaction of %s could not begin again: %s", self.transactional_id, exc)
+            return False
+        try:
             for topic, value, key, partition in txn.writes:
                 self._write(producer, topic, value, key, partition)
-        except KafkaException as exc:
-            await self._abort(_translated(exc))
+        except KafkaError as exc:  # what `_write` raises of librdkafka's refusal
+            await self._abort(exc)
             return False
         return True
 
