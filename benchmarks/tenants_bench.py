@@ -7,7 +7,13 @@ For each tenant count: the tenants' topics made (`stallwatch tenants add`), one 
 timed until it serves them all (`/health/ready`), its idle CPU and open sockets, then light
 traffic spread over every tenant (a call every so often per tenant, each through its own topic):
 the worker's CPU per call and the verdict latency; then a second worker joins under the same
-traffic: its time to ready and the longest gap between two verdicts of one tenant meanwhile.
+traffic: its time to ready and the longest any call waited for its verdict meanwhile (a
+tenant's verdicts stopped at least that long; the gap between two verdicts of one tenant would
+count the calls' own spacing too, 10 s per tenant at 1,000 tenants and 100 calls a second), with
+the tenant, when, and the calls never answered.
+
+`--profile DIR` samples the first worker with py-spy (in the venv) while the traffic runs, and
+while the second worker joins, into DIR/{model}-{tenants}-{busy,join}.txt (collapsed stacks).
 
     python benchmarks/tenants_bench.py --tenants 1 10 100 --partitions 2 --rate 100 --seconds 20 \
         --models partition group
@@ -17,9 +23,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
+import os
 import statistics
+import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import orjson
@@ -33,6 +43,8 @@ from stallwatch.settings import Settings
 from tests.kafka_harness import WorkerProcess, fresh_settings, run_cli
 
 READY_TIMEOUT_S = 600.0
+# A call whose verdict waits longer than this while a worker joins counts as stopped (the target).
+LATE_S = 5.0
 
 
 async def until_ready(worker: WorkerProcess) -> float:
@@ -46,14 +58,16 @@ async def until_ready(worker: WorkerProcess) -> float:
 
 class Traffic:
     """Calls spread round robin over the tenants, one run per tenant; each call's verdict timed
-    from its send to its arrival, and the gaps between one tenant's verdicts."""
+    from its send to its arrival."""
 
     def __init__(self, tenants: list[Settings], rate: float) -> None:
         self.tenants, self.rate = tenants, rate
-        self.sent: dict[str, float] = {}
+        self.sent: dict[str, tuple[float, str]] = {}  # by call id: when, to which tenant
         self.latencies_ms: list[float] = []
-        self.last_verdict: dict[str, float] = {}
-        self.longest_gap_s = 0.0
+        # The longest wait for a verdict since `watch` (seconds, tenant, sent at), None before it.
+        self.since: float | None = None
+        self.longest: tuple[float, str, float] = (0.0, "", 0.0)
+        self.late: list[tuple[float, str, float]] = []  # since `watch`: waits past LATE_S
         self.calls = 0
         self._stop = asyncio.Event()
 
@@ -72,7 +86,7 @@ class Traffic:
                 call = envelope(
                     "call_proposed", run_id, round=1, call_id=call_id, tool="search", args={"q": self.calls}
                 )
-                self.sent[call_id] = time.monotonic()
+                self.sent[call_id] = (time.monotonic(), tenant.tenant or "")
                 await producer.send(tenant.events_topic, orjson.dumps(call), key=run_id.encode())
                 self.calls += 1
                 await asyncio.sleep(max(0.0, began + (self.calls - first) / self.rate - time.monotonic()))
@@ -89,28 +103,107 @@ class Traffic:
         await consumer.start()
         try:
             while not self._stop.is_set():
-                for tp, records in (await consumer.getmany(timeout_ms=100)).items():
+                for records in (await consumer.getmany(timeout_ms=100)).values():
                     now = time.monotonic()
                     for record in records:
                         sent = self.sent.pop(orjson.loads(record.value).get("call_id", ""), None)
                         if sent is not None:
-                            self.latencies_ms.append((now - sent) * 1000)
-                    previous = self.last_verdict.get(tp.topic)
-                    if previous is not None:
-                        self.longest_gap_s = max(self.longest_gap_s, now - previous)
-                    self.last_verdict[tp.topic] = now
+                            self._answered(sent, now)
         finally:
             await consumer.stop()
 
+    def _answered(self, sent: tuple[float, str], now: float) -> None:
+        at, tenant = sent
+        if self.since is None:
+            self.latencies_ms.append((now - at) * 1000)
+        elif at >= self.since:
+            self._waited(now - at, tenant, at - self.since)
+
+    def _waited(self, wait: float, tenant: str, sent: float) -> None:
+        self.longest = max(self.longest, (wait, tenant, sent))
+        if wait > LATE_S:
+            self.late.append((wait, tenant, sent))
+
+    def watch(self) -> None:
+        """From now on, the longest wait for a verdict is kept instead of the latencies."""
+        self.since = time.monotonic()
+
+    def unanswered(self) -> int:
+        """Calls sent since `watch` that never got a verdict (each counts as a wait until now)."""
+        now, since = time.monotonic(), self.since or 0.0
+        unanswered = [(at, tenant) for at, tenant in self.sent.values() if at >= since]
+        for at, tenant in unanswered:
+            self._waited(now - at, tenant, at - since)
+        return len(unanswered)
+
+    def lateness(self) -> str:
+        """The calls that waited past LATE_S: how many, of how many tenants, sent when."""
+        if not self.late:
+            return f"no call waited over {LATE_S:g} s"
+        sent = sorted(at for _, _, at in self.late)
+        tenants = sorted({tenant for _, tenant, _ in self.late}, key=lambda t: int(t[1:] or 0))
+        shown = " ".join(tenants[:12]) + (" ..." if len(tenants) > 12 else "")
+        # Under the group model, by tenant group: a stop of one group's consumer shows as one.
+        groups = Counter(tenant_group(tenant, self.tenants[0].tenant_groups) for tenant in tenants)
+        return (
+            f"{len(self.late)} calls waited over {LATE_S:g} s, of {len(tenants)} tenants ({shown}; "
+            f"by tenant group {dict(sorted(groups.items()))}), "
+            f"sent {sent[0]:.1f}-{sent[-1]:.1f} s after the join began"
+        )
+
     def stop(self) -> None:
         self._stop.set()
+
+
+def tenant_group(tenant: str, groups: int) -> int:
+    """The tenant group a tenant is hashed into (`TenantGroups.of`)."""
+    return int.from_bytes(hashlib.sha256(tenant.encode()).digest()[:4], "big") % groups
 
 
 def percentile(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else (values or [0.0])[0]
 
 
-async def measure(tenants: int, partitions: int, rate: float, seconds: float, model: str) -> dict[str, float]:
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds so far of each kind of thread of a process, by its name (librdkafka's C threads
+    are `rdk:main`, `rdk:broker…`; Python's take their names' first 15 characters)."""
+    by_name: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended while listed
+            continue
+        kind = name.rstrip("0123456789-") or name
+        seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        by_name[kind] = by_name.get(kind, 0.0) + seconds
+    return by_name
+
+
+def cpu_by_thread(before: dict[str, float], after: dict[str, float], calls: int) -> str:
+    """µs per call of each kind of thread between two `thread_cpu` readings, the largest first."""
+    spent = {name: (after[name] - before.get(name, 0.0)) / max(1, calls) * 1e6 for name in after}
+    largest = sorted(spent.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{name} {us:.0f}" for name, us in largest if us >= 1)
+
+
+def profiler(pid: int, seconds: float, out: Path | None) -> subprocess.Popen[bytes] | None:
+    """py-spy sampling `pid` for `seconds` into `out` (collapsed stacks, threads apart), or None."""
+    if out is None:
+        return None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    py_spy = Path(sys.executable).parent / "py-spy"
+    command = [str(py_spy), "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "200"]
+    return subprocess.Popen(
+        [*command, "--format", "raw", "--threads", "--nonblocking", "--output", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+async def measure(
+    tenants: int, partitions: int, rate: float, seconds: float, model: str, profile: Path | None = None
+) -> dict[str, float | str]:
     settings = fresh_settings(partitions)
     names = [f"t{n}" for n in range(tenants)]
     for first in range(0, tenants, 50):
@@ -129,19 +222,28 @@ async def measure(tenants: int, partitions: int, rate: float, seconds: float, mo
         traffic = Traffic(each, rate)
         reading = asyncio.create_task(traffic.read())
         await asyncio.sleep(1)  # the reader placed at the end of every commands topic
-        busy_before = cpu_seconds(first_worker.proc.pid)
+        name = f"{model}-{tenants}"
+        sampling = profiler(first_worker.proc.pid, seconds, profile and profile / f"{name}-busy.txt")
+        busy_before, threads_before = cpu_seconds(first_worker.proc.pid), thread_cpu(first_worker.proc.pid)
         await traffic.run(seconds)
         await asyncio.sleep(2)  # the last verdicts in
         per_call_us = (cpu_seconds(first_worker.proc.pid) - busy_before) / max(1, traffic.calls) * 1e6
+        by_thread = cpu_by_thread(threads_before, thread_cpu(first_worker.proc.pid), traffic.calls)
+        if sampling is not None:
+            await asyncio.to_thread(sampling.wait)
         latencies = list(traffic.latencies_ms)
-        traffic.longest_gap_s = 0.0
-        traffic.last_verdict.clear()  # gaps within the join's traffic only
+        traffic.watch()  # waits within the join's traffic only
         joining = asyncio.create_task(traffic.run(seconds * 3))
+        sampling = profiler(first_worker.proc.pid, seconds * 2, profile and profile / f"{name}-join.txt")
         second = WorkerProcess(settings, "second", env)
         join_s = await until_ready(second)
         await joining
+        await asyncio.sleep(2)  # the last verdicts in
         traffic.stop()
         await reading
+        unanswered = traffic.unanswered()
+        if sampling is not None:
+            await asyncio.to_thread(sampling.wait)
     finally:
         first_worker.stop()
         if second is not None:
@@ -154,7 +256,13 @@ async def measure(tenants: int, partitions: int, rate: float, seconds: float, mo
         "p50": percentile(latencies, 50),
         "p99": percentile(latencies, 99),
         "join_s": join_s,
-        "gap_s": traffic.longest_gap_s,
+        "wait_s": traffic.longest[0],
+        "wait_tenant": traffic.longest[1],
+        "wait_at_s": traffic.longest[2],
+        "unanswered": unanswered,
+        "late": traffic.lateness(),
+        "by_thread": by_thread,
+        "logs": f"{first_worker.log_path} {second.log_path if second else ''}",
     }
 
 
@@ -165,22 +273,26 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=100.0, help="calls a second over all tenants")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--models", nargs="+", default=["partition", "group"], choices=["partition", "group"])
+    parser.add_argument("--profile", type=Path, help="a folder for py-spy's samples of the first worker")
     args = parser.parse_args()
     print(f"{args.rate:g} calls/s spread over every tenant (each of {args.partitions} partitions)")
     print(
         "model      tenants  served in  idle CPU  sockets  CPU/call  verdict p50 / p99   "
-        "second ready  longest gap"
+        "second ready  longest wait while it joins"
     )
     for tenants in args.tenants:
         for model in args.models:
-            r = asyncio.run(measure(tenants, args.partitions, args.rate, args.seconds, model))
+            r = asyncio.run(measure(tenants, args.partitions, args.rate, args.seconds, model, args.profile))
             print(
                 f"{model:<9}  {tenants:>7}  {r['ready_s']:7.1f} s  {r['idle_cpu']:6.1f} %  "
                 f"{r['sockets']:7.0f}  "
                 f"{r['per_call_us']:6.0f} µs  {r['p50']:6.1f} / {r['p99']:6.1f} ms  {r['join_s']:9.1f} s  "
-                f"{r['gap_s']:8.1f} s",
+                f"{r['wait_s']:6.1f} s ({r['wait_tenant']}, sent {r['wait_at_s']:.1f} s after the join "
+                f"began; {r['unanswered']} unanswered)",
                 flush=True,
             )
+            print(f"           µs a call by thread: {r['by_thread']}", flush=True)
+            print(f"           {r['late']}; logs: {r['logs']}", flush=True)
 
 
 if __name__ == "__main__":

@@ -26,14 +26,20 @@ async def read_to_end(
     handle: Callable[[TopicPartition, list[ConsumerRecord]], None],
     max_records: int | None = None,
     on_fetch: Callable[[], None] | None = None,
+    on_end: Callable[[TopicPartition], None] | None = None,
 ) -> None:
     """Hand every record from each partition's current position up to its end offset, taken now,
     to `handle`, in offset order per partition. `consumer` is started, assigned `tps` and
     positioned (e.g. seek_to_beginning). Done once every position reached its end: transaction
     markers take offsets too, so the last record may lie below the end. `on_fetch` runs after
-    every fetch (a long read is progress, not a hang)."""
+    every fetch (a long read is progress, not a hang), `on_end` as each partition reaches its end."""
     ends = await consumer.end_offsets(list(tps))
-    pending = {tp for tp in tps if await consumer.position(tp) < ends[tp]}
+    pending = set()
+    for tp in tps:
+        if await consumer.position(tp) < ends[tp]:
+            pending.add(tp)
+        elif on_end is not None:
+            on_end(tp)
     while pending:
         batches = await consumer.getmany(*pending, timeout_ms=FETCH_TIMEOUT_MS, max_records=max_records)
         if on_fetch is not None:
@@ -43,3 +49,5 @@ async def read_to_end(
         for tp in list(pending):
             if await consumer.position(tp) >= ends[tp]:
                 pending.discard(tp)
+                if on_end is not None:
+                    on_end(tp)

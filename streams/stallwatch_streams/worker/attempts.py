@@ -118,16 +118,54 @@ def key_of(events_topic: str, partition: int) -> str:
 class AttemptLog:
     """The worker's attempts topic: one producer for every pipeline (started at the first write,
     acknowledged by every in-sync replica, replaced after a failed write), and a read of the
-    whole topic at each takeover (one key per partition of every tenant, compacted)."""
+    whole topic at takeovers (one key per partition of every tenant, compacted). The takeovers
+    asked for while a read is under way are read together in the next one: a worker joining
+    hundreds of tenants reads the topic a few times, not once per tenant."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings.for_tenant(None)
         self.topic = self.settings.attempts_topic
         self._producer: AIOKafkaProducer | None = None
         self._starting = asyncio.Lock()
+        self._wanted: list[tuple[Collection[str], asyncio.Future[dict[str, Attempt]]]] = []
+        self._reading = asyncio.Lock()
+        self._reads: set[asyncio.Task[None]] = set()
 
     async def read(self, keys: Collection[str]) -> dict[str, Attempt]:
-        """The latest attempt of each key in `keys` that has one."""
+        """The latest attempt of each key in `keys` that has one, from a read of the topic that
+        began after this call (so it holds every write acknowledged before it)."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[dict[str, Attempt]] = loop.create_future()
+        self._wanted.append((keys, done))
+        # A task of its own: a caller cancelled meanwhile must not leave the others' reads unanswered.
+        reading = loop.create_task(self._read_wanted(), name="attempts-read")
+        self._reads.add(reading)
+        reading.add_done_callback(self._reads.discard)
+        return await done
+
+    async def _read_wanted(self) -> None:
+        async with self._reading:
+            wanted, self._wanted = self._wanted, []
+            if not wanted:
+                return  # read together with earlier ones
+            try:
+                found = await self._read_all({key for keys, _ in wanted for key in keys})
+            except BaseException as exc:
+                for _, done in wanted:
+                    if done.done():
+                        continue
+                    if isinstance(exc, Exception):
+                        done.set_exception(exc)
+                    else:
+                        done.cancel()
+                if not isinstance(exc, Exception):
+                    raise
+                return
+            for keys, done in wanted:
+                if not done.done():
+                    done.set_result({key: found[key] for key in keys if key in found})
+
+    async def _read_all(self, keys: Collection[str]) -> dict[str, Attempt]:
         wanted = {key.encode(): key for key in keys}
         found: dict[str, Attempt] = {}
 

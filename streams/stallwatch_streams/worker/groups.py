@@ -18,9 +18,11 @@ from stallwatch_streams.metrics import StallwatchMetrics
 from stallwatch_streams.worker.attempts import AttemptLog
 from stallwatch_streams.worker.commit import AheadProducer, TransactionalProducer
 from stallwatch_streams.worker.confluent.ahead import AheadPublisher
+from stallwatch_streams.worker.confluent.attempts import GroupAttemptLog
 from stallwatch_streams.worker.confluent.consumer import GroupConsumer
 from stallwatch_streams.worker.confluent.transactions import TRANSACTION_TIMEOUT_MS, GroupTransactions
 from stallwatch_streams.worker.pipeline import Pipeline
+from stallwatch_streams.worker.restores import SharedRestores
 
 
 class TenantGroup:
@@ -36,6 +38,7 @@ class TenantGroup:
             f"{group_id}.{settings.instance_id or process_id}",
             lambda: self.consumer.metadata,
             self._commands.__contains__,
+            holds=self.consumer.holds,
         )
 
     def serve(self, tenant_settings: Settings) -> None:
@@ -50,6 +53,13 @@ class TenantGroups:
         process_id = uuid.uuid4().hex[:12]
         self.groups = [TenantGroup(settings, index, process_id) for index in range(settings.tenant_groups)]
         self.ahead: AheadPublisher | None = None
+        # Every tenant's changelog restores, read together when they coincide (a worker joining).
+        self.restores = SharedRestores(settings)
+
+    def attempt_log(self) -> AttemptLog:
+        """The poison guard's attempts, written through librdkafka like the rest of the worker's
+        writes under this model."""
+        return GroupAttemptLog(self.settings)
 
     def of(self, tenant: str | None) -> TenantGroup:
         """A tenant's group: the same on every worker (a hash of its name)."""
@@ -79,7 +89,7 @@ class TenantGroups:
             await view.committed(tp)
             return transactions.participant(tp)
 
-        return Pipeline(
+        pipeline = Pipeline(
             # Every transaction carries its tasks' offsets: a successor's stable read of them
             # is what waits for a previous owner's open transaction (KIP-447).
             tenant_settings.model_copy(update={"group_offsets_interval_s": 0.0}),
@@ -91,7 +101,13 @@ class TenantGroups:
             ahead=self.ahead,
             replace_ahead=self._replace_ahead,
             transaction_timeout_s=TRANSACTION_TIMEOUT_MS / 1000,
+            read_changelog=self.restores.restore,
         )
+        # An idle tenant's loop stays parked on its view (no wake-ups), its progress the
+        # group's thread's; its pipeline's failure wakes it to raise.
+        view.progress = pipeline.progress
+        pipeline.membership.on_failure = view.wake
+        return pipeline
 
     async def _replace_ahead(self, broken: AheadProducer) -> AheadProducer:
         if isinstance(broken, AheadPublisher) and broken is self.ahead:

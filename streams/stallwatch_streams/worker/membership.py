@@ -30,6 +30,8 @@ class Membership:
         # The first batch that raised (or was cancelled): the consume loop raises it too.
         self.batch_failure: BaseException | None = None
         self.stopping = False  # set by a stop: a batch cancelled from then on is abandoned
+        # Said a failure: the consume loop, parked waiting for records, goes round to raise it.
+        self.on_failure: Callable[[], None] = lambda: None
 
     @property
     def failure(self) -> BaseException | None:
@@ -37,9 +39,11 @@ class Membership:
 
     def rebalance_failed(self, exc: BaseException) -> None:
         self.rebalance_failure = self.rebalance_failure or exc
+        self.on_failure()
 
     def batch_failed(self, exc: BaseException) -> None:
         self.batch_failure = self.batch_failure or exc
+        self.on_failure()
 
     def ask_the_group(self) -> None:
         """Rebalance now: the group says whose each partition is, and the assignment that follows

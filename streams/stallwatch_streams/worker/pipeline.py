@@ -80,6 +80,7 @@ class Pipeline(ConsumerRebalanceListener):
         ahead: AheadProducer | None = None,
         replace_ahead: Callable[[AheadProducer], Awaitable[AheadProducer]] | None = None,
         transaction_timeout_s: float = producers.TRANSACTION_TIMEOUT_MS / 1000,
+        read_changelog: store.ReadChangelog = store.restore,
     ) -> None:
         self.settings = settings
         self.metrics = metrics
@@ -100,7 +101,7 @@ class Pipeline(ConsumerRebalanceListener):
         async def restore_from_changelog(
             partitions: list[int], tick: Callable[[], None]
         ) -> dict[int, PartitionStates]:
-            restored = await store.restore(settings, partitions, tick, quota)
+            restored = await read_changelog(settings, partitions, tick, quota)
             outcome = await rebuild.rebuild_unreadable(settings, rebuilder, restored, tick)
             for rebuilt, left in outcome.values():
                 metrics.unreadable_states.labels("rebuilt").inc(rebuilt)

@@ -25,6 +25,10 @@ class Progress:
     # checks' and the watchdog's threads.
     batches_since: Callable[[], Iterable[float]] = field(default=_none)
     clock: Callable[[], float] = time.monotonic  # what `beat` and the batches' begin times are read on
+    # While the loop is parked waiting for records (the group model's tenant view), when what it
+    # waits on last went round (its group consumer's thread): a loop parked on a live consumer is
+    # not stalled, and need not wake to say so.
+    waiting: Callable[[], float] | None = None
 
     def tick(self) -> None:
         self.beat = self.clock()
@@ -36,7 +40,9 @@ class Progress:
     def stalled_for(self) -> float:
         """Seconds since the oldest sign of progress: a loop that goes round while one
         partition's batch hangs is stalled all the same."""
-        oldest = min([self.beat, *self.batches_since()])
+        waiting = self.waiting
+        beat = self.beat if waiting is None else max(self.beat, waiting())
+        oldest = min([beat, *self.batches_since()])
         return self.clock() - oldest
 
 

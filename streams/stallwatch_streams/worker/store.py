@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import orjson
 from aiokafka import TopicPartition
@@ -176,6 +176,44 @@ class PartitionStates:
         return len(self._raw) + len(self._decoded)
 
 
+# How a pipeline reads its partitions' states: `restore`, or the worker's restores shared by its
+# tenants (stallwatch_streams/worker/restores.py, the group model).
+ReadChangelog = Callable[
+    [Settings, list[int], Callable[[], None], RunQuota | None], Awaitable[dict[int, "PartitionStates"]]
+]
+
+
+class ChangelogImage:
+    """One changelog partition as read so far: its runs' stored bytes and its position."""
+
+    def __init__(self, partition: int) -> None:
+        self.partition = partition
+        self.raw: dict[str, bytes] = {}
+        self.position: tuple[int, float | None] | None = None
+        # A position record in a shape this version does not read (UnreadablePosition).
+        self.unreadable = False
+
+    def take(self, records: list[ConsumerRecord]) -> None:
+        raw = self.raw
+        for record in records:
+            if record.key == POSITION_KEY:
+                try:
+                    self.position = decode_position(record.value)
+                except (ValueError, TypeError, IndexError, AttributeError):
+                    self.unreadable = True
+            elif record.key.startswith(CONTROL_KEY_PREFIX):
+                continue
+            elif record.value is None:
+                raw.pop(record.key.decode(), None)
+            else:
+                raw[record.key.decode()] = record.value
+
+    def states(self, quota: RunQuota | None = None) -> PartitionStates:
+        """Its states to serve from (their own copy of the bytes read)."""
+        position, clock = self.position or (None, None)
+        return PartitionStates(dict(self.raw), position, clock, quota)
+
+
 async def restore(
     settings: Settings, partitions: list[int], on_progress: Callable[[], None], quota: RunQuota | None = None
 ) -> dict[int, PartitionStates]:
@@ -186,8 +224,7 @@ async def restore(
     never restored, so states match the committed input offsets exactly.
     """
     started = time.monotonic()
-    raw: dict[int, dict[str, bytes]] = {p: {} for p in partitions}
-    positions: dict[int, tuple[int, float | None]] = {}
+    images = {p: ChangelogImage(p) for p in partitions}
     consumer = committed_reader(
         aiokafka_options(settings),
         fetch_max_bytes=RESTORE_FETCH_BYTES,
@@ -195,19 +232,10 @@ async def restore(
     )
 
     def take(tp: TopicPartition, records: list[ConsumerRecord]) -> None:
-        states = raw[tp.partition]
-        for record in records:
-            if record.key == POSITION_KEY:
-                try:
-                    positions[tp.partition] = decode_position(record.value)
-                except (ValueError, TypeError, IndexError, AttributeError) as exc:
-                    raise UnreadablePosition(tp.partition) from exc
-            elif record.key.startswith(CONTROL_KEY_PREFIX):
-                continue
-            elif record.value is None:
-                states.pop(record.key.decode(), None)
-            else:
-                states[record.key.decode()] = record.value
+        image = images[tp.partition]
+        image.take(records)
+        if image.unreadable:
+            raise UnreadablePosition(tp.partition)
 
     try:
         await consumer.start()
@@ -217,14 +245,10 @@ async def restore(
         await read_to_end(consumer, tps, take, max_records=100_000, on_fetch=on_progress)
     finally:
         await consumer.stop()
-    restored = {}
-    for partition in partitions:
-        position, clock = positions.get(partition, (None, None))
-        restored[partition] = PartitionStates(raw[partition], position, clock, quota)
     log.info(
         "restored %d runs of partitions %s in %.2f s",
-        sum(len(r) for r in raw.values()),
+        sum(len(image.raw) for image in images.values()),
         partitions,
         time.monotonic() - started,
     )
-    return restored
+    return {partition: image.states(quota) for partition, image in images.items()}

@@ -48,11 +48,13 @@ class Tenants:
     ) -> None:
         self.settings = settings.for_tenant(None)
         self.metrics = metrics
-        # Every pipeline's, on one producer (None: STALLWATCH_POISON_GUARD off).
-        self.attempts = AttemptLog(self.settings) if settings.poison_guard else None
         # The group model's shared clients (None: a consumer group and producers per tenant).
         self.groups = TenantGroups(self.settings) if settings.transaction_model == "group" else None
         groups = self.groups
+        # Every pipeline's, on one producer (None: STALLWATCH_POISON_GUARD off).
+        self.attempts: AttemptLog | None = None
+        if settings.poison_guard:
+            self.attempts = groups.attempt_log() if groups is not None else AttemptLog(self.settings)
         if pipeline is not None:
             self._pipeline = pipeline
         elif groups is not None:

@@ -1,13 +1,19 @@
-"""What a takeover makes of the record its predecessor left (no broker), and the batch step's
-treatment of an event that killed the worker applying it."""
+"""What a takeover makes of the record its predecessor left (no broker), the batch step's
+treatment of an event that killed the worker applying it, and takeovers' reads of the attempts
+shared."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Collection
+
 import orjson
+from aiokafka.errors import KafkaConnectionError
 
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.expiry import PartitionClock
-from stallwatch_streams.worker.attempts import Attempt, takeover
+from stallwatch.settings import Settings
+from stallwatch_streams.worker.attempts import Attempt, AttemptLog, takeover
 from stallwatch_streams.worker.batch import WORKER_CRASH, BatchApplier
 from tests.script import RunScript
 from tests.streams.worker.test_batch import messages
@@ -68,3 +74,55 @@ def _drain(steps):
             next(steps)
         except StopIteration as done:
             return done.value
+
+
+class TopicStandIn(AttemptLog):
+    """The attempts topic as a dict; each read of it waits until the test lets it end."""
+
+    def __init__(self) -> None:
+        super().__init__(Settings(topic_prefix="t"))
+        self.records: dict[str, Attempt] = {}
+        self.reads: list[set[str]] = []
+        self.ends = asyncio.Event()
+
+    async def _read_all(self, keys: Collection[str]) -> dict[str, Attempt]:
+        self.reads.append(set(keys))
+        seen = dict(self.records)  # what the topic holds as the read begins
+        await self.ends.wait()
+        return {key: seen[key] for key in keys if key in seen}
+
+
+async def test_takeovers_asked_for_during_a_read_are_read_together_in_the_next_one():
+    log = TopicStandIn()
+    log.records["a/0"] = Attempt(careful_through=4)
+    first = asyncio.create_task(log.read(["a/0"]))
+    while not log.reads:
+        await asyncio.sleep(0)
+    # Written after the first read began: only a read that begins later holds it.
+    log.records["b/1"] = Attempt(careful_through=9)
+    later = [asyncio.create_task(log.read([key])) for key in ("b/1", "c/0", "a/0")]
+    log.ends.set()
+    assert await first == {"a/0": Attempt(careful_through=4)}
+    assert [await read for read in later] == [
+        {"b/1": Attempt(careful_through=9)},
+        {},
+        {"a/0": Attempt(careful_through=4)},
+    ]
+    assert log.reads == [{"a/0"}, {"b/1", "c/0", "a/0"}]  # two reads for four takeovers
+
+
+async def test_a_failed_read_fails_every_takeover_waiting_on_it_and_the_next_one_reads_again():
+    log = TopicStandIn()
+    failing = [KafkaConnectionError()]
+
+    async def read_all(keys: Collection[str]) -> dict[str, Attempt]:
+        log.reads.append(set(keys))
+        if failing:
+            raise failing.pop()
+        return {}
+
+    log._read_all = read_all  # type: ignore[method-assign]  # noqa: SLF001 - the read's stand-in
+    results = await asyncio.gather(log.read(["a/0"]), log.read(["b/0"]), return_exceptions=True)
+    assert [type(r) for r in results] == [KafkaConnectionError, KafkaConnectionError]
+    assert await log.read(["a/0"]) == {}
+    assert len(log.reads) == 2

@@ -1,9 +1,11 @@
 """The group model's transactions (stallwatch_streams/worker/confluent/transactions.py) on a fake
-librdkafka producer: every task's block in one transaction, committed once, in phases."""
+librdkafka producer: every task's block in one transaction, committed once, in phases; written
+again when the group's generation moved under it, while the group holds its partitions."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,17 +16,29 @@ from confluent_kafka import KafkaException
 
 from stallwatch.settings import Settings
 from stallwatch_streams.worker.commit import AbortedForAnother
-from stallwatch_streams.worker.confluent.transactions import GroupTransactions, TransactionFailed
+from stallwatch_streams.worker.confluent.transactions import (
+    GENERATION_TRIES,
+    GroupTransactions,
+    TransactionFailed,
+)
 from tests.waiting import until
 
 
 class FakeProducer:
     """librdkafka's transactional producer as the group uses it: what it was asked, in order."""
 
-    def __init__(self, conf: dict[str, Any], fail_commit: KafkaException | None = None) -> None:
+    def __init__(
+        self,
+        conf: dict[str, Any],
+        fail_commit: KafkaException | None = None,
+        refuse_offsets: list[KafkaException] | None = None,
+        refuse_after_abort: KafkaException | None = None,
+    ) -> None:
         self.conf = conf
         self.calls: list[tuple[Any, ...]] = []
         self.fail_commit = fail_commit
+        self.refuse_offsets = refuse_offsets or []  # the next offsets sent are refused with these
+        self.refuse_after_abort = refuse_after_abort  # refuses every record after an abort
 
     def init_transactions(self, timeout: float) -> None:
         self.calls.append(("init",))
@@ -33,10 +47,14 @@ class FakeProducer:
         self.calls.append(("begin",))
 
     def produce(self, topic: str, value: bytes | None, key: bytes | None, partition: int) -> None:
+        if self.refuse_after_abort is not None and ("abort",) in self.calls:
+            raise self.refuse_after_abort
         self.calls.append(("produce", topic, partition))
 
     def send_offsets_to_transaction(self, offsets: list[Any], metadata: Any, timeout: float) -> None:
         self.calls.append(("offsets", sorted((o.topic, o.partition, o.offset) for o in offsets), metadata))
+        if self.refuse_offsets:
+            raise self.refuse_offsets.pop(0)
 
     def commit_transaction(self, timeout: float) -> None:
         if self.fail_commit is not None:
@@ -56,7 +74,12 @@ class FakeProducer:
         return 0
 
 
-def group(linger_s: float = 0.05, **fake: Any) -> tuple[GroupTransactions, list[FakeProducer]]:
+def group(
+    linger_s: float = 0.05,
+    metadata: Callable[[], str] = lambda: "generation-7",
+    holds: Callable[[Any], bool] = lambda _: False,
+    **fake: Any,
+) -> tuple[GroupTransactions, list[FakeProducer]]:
     made: list[FakeProducer] = []
 
     def make(conf: dict[str, Any]) -> FakeProducer:
@@ -65,9 +88,18 @@ def group(linger_s: float = 0.05, **fake: Any) -> tuple[GroupTransactions, list[
 
     settings = Settings(commit_interval_s=linger_s)
     transactions = GroupTransactions(
-        settings, "g.tenants-0.w1", lambda: "generation-7", lambda topic: topic.endswith(".commands"), make
+        settings,
+        "g.tenants-0.w1",
+        metadata,
+        lambda topic: topic.endswith(".commands"),
+        make,
+        holds=holds,
     )
     return transactions, made
+
+
+def generation_moved() -> KafkaException:
+    return KafkaException(RdKafkaError(RdKafkaError.ILLEGAL_GENERATION, "generation id is not valid"))
 
 
 async def block(
@@ -148,3 +180,62 @@ async def test_a_fatal_error_is_a_fencing_of_every_block_and_the_next_transactio
     with pytest.raises(ProducerFenced):  # its fake fails the same way
         await block(transactions, "a.events", 0, 1, ["a.changelog"])
     assert len(made) == 2 and made[1].calls[:2] == [("init",), ("begin",)]
+
+
+async def test_a_transaction_the_group_moved_under_is_written_again_with_the_new_generation():
+    def metadata() -> str:
+        """The group's generation: one more once the refused transaction was aborted."""
+        return f"generation-{7 + sum(call == ('abort',) for call in made[0].calls)}"
+
+    transactions, made = group(
+        linger_s=0.01, metadata=metadata, holds=lambda _: True, refuse_offsets=[generation_moved()]
+    )
+    # No failure for the task: committed on the second try.
+    await asyncio.wait_for(block(transactions, "a.events", 0, 10, ["a.changelog", "a.tallies"]), 5)
+    producer = made[0]
+    refused = ["init", "begin", "produce", "produce", "offsets", "abort"]
+    again = ["begin", "produce", "produce", "offsets", "commit"]
+    assert [call[0] for call in producer.calls] == refused + again
+    assert producer.calls[7:9] == producer.calls[2:4]  # the same records, in the same order
+    assert producer.calls[9] == ("offsets", [("a.events", 0, 10)], "generation-8")
+    assert transactions.transactions == 1
+
+
+async def test_a_transaction_is_not_written_again_once_the_group_took_a_partition_of_it_away():
+    held = {TopicPartition("a.events", 0)}
+    transactions, made = group(
+        linger_s=0.01, holds=lambda tps: set(tps) <= held, refuse_offsets=[generation_moved()]
+    )
+    results = await asyncio.gather(
+        block(transactions, "a.events", 0, 10, ["a.changelog"]),
+        block(transactions, "b.events", 0, 3, ["b.changelog"]),  # lost: its session lapsed
+        return_exceptions=True,
+    )
+    assert all(isinstance(result, TransactionFailed) for result in results)
+    kinds = [call[0] for call in made[0].calls]
+    assert kinds.count("begin") == 1 and "commit" not in kinds and kinds[-1] == "abort"
+
+
+async def test_a_group_that_keeps_moving_fails_the_transaction_after_its_tries():
+    refusals = [generation_moved() for _ in range(GENERATION_TRIES + 1)]
+    transactions, made = group(linger_s=0.01, holds=lambda _: True, refuse_offsets=refusals)
+    with pytest.raises(TransactionFailed):
+        await asyncio.wait_for(block(transactions, "a.events", 0, 1, ["a.changelog"]), 30)
+    kinds = [call[0] for call in made[0].calls]
+    assert kinds.count("begin") == GENERATION_TRIES + 1 and "commit" not in kinds
+
+
+async def test_a_transaction_whose_records_are_refused_when_written_again_is_aborted_and_fails():
+    refused = KafkaException(RdKafkaError(RdKafkaError.INVALID_TXN_STATE, "not in a transaction"))
+    transactions, made = group(
+        linger_s=0.01,
+        holds=lambda _: True,
+        refuse_offsets=[generation_moved()],
+        refuse_after_abort=refused,
+    )
+    with pytest.raises(TransactionFailed):
+        await asyncio.wait_for(block(transactions, "a.events", 0, 1, ["a.changelog"]), 10)
+    kinds = [call[0] for call in made[0].calls]
+    assert kinds == ["init", "begin", "produce", "offsets", "abort", "begin", "abort"]
+    await block(transactions, "a.events", 0, 1, [])  # the producer serves the next transaction
+    assert made[0].calls[-1] == ("commit",)

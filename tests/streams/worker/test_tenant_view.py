@@ -1,16 +1,22 @@
 """A tenant's view of its group's consumer (stallwatch_streams/worker/confluent/consumer.py) behaves
 as the pipeline expects of aiokafka's consumer: seeks drop what was fetched before them, paused
 partitions hold their records, a partition assigned again starts unpaused, and a tenant whose
-records wait past the view's bound has its partitions paused until its pipeline takes them."""
+records wait past the view's bound has its partitions paused until its pipeline takes them. An
+idle tenant's loop stays parked on its view, alive while the group's thread goes round, until
+records or a failure wake it."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from aiokafka import TopicPartition
+from confluent_kafka import TopicPartition as RdTopicPartition
 
-from stallwatch_streams.worker.confluent.consumer import FetchBudget, TenantView
+from stallwatch.settings import Settings
+from stallwatch_streams.worker.confluent.consumer import FetchBudget, GroupConsumer, TenantView
 from stallwatch_streams.worker.confluent.records import Record
+from stallwatch_streams.worker.progress import Progress
 
 TOPIC = "t.tenant.acme.events"
 TP0, TP1 = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)
@@ -22,6 +28,7 @@ class FakeGroup:
     def __init__(self) -> None:
         self.ops: list[Any] = []
         self.failure: BaseException | None = None
+        self.went_round = 0.0
 
     def submit(self, operation: Any, in_callback: bool = True) -> None:
         self.ops.append(operation)
@@ -166,3 +173,82 @@ async def test_while_the_group_is_over_its_budget_a_tenant_keeps_no_more_than_it
     loud.forget_waiting()
     quiet.forget_waiting()
     assert budget.waiting == 0
+
+
+async def test_a_parked_loop_is_alive_while_the_group_goes_round_and_records_wake_it():
+    tenant, group = view()
+    progress = Progress(clock=lambda: 1000.0)
+    progress.tick()  # the loop went round at 1000, then parks
+    tenant.progress = progress
+    parked = asyncio.create_task(tenant.getmany(timeout_ms=100))
+    while progress.waiting is None:
+        await asyncio.sleep(0)
+    group.went_round = 1990.0  # the group's thread went round long after the loop last did
+    assert progress.stalled_for() == -990.0  # not stalled: the thread's beat is the loop's
+    group.went_round = 900.0
+    assert progress.stalled_for() == 0.0  # a thread behind the loop's own beat changes nothing
+    tenant.receive(TP1, records(1, 4), seeks=0, highwater=None)
+    assert [r.offset for r in (await parked)[TP1]] == [4]
+    assert progress.waiting is None  # round again: its own beat from now on
+
+
+async def test_a_failure_said_before_the_loop_parks_wakes_it_at_once():
+    tenant, _ = view()
+    tenant.wake()  # the pipeline failed while the loop applied a batch
+    # Parked, it would wait PARKED_WAKE_S (10 s) for records that never come.
+    assert await asyncio.wait_for(tenant.getmany(timeout_ms=100), 5.0) == {}
+
+
+async def test_a_failure_wakes_a_parked_loop():
+    tenant, _ = view()
+    parked = asyncio.create_task(tenant.getmany(timeout_ms=100))
+    await asyncio.sleep(0)
+    assert not parked.done()
+    tenant.wake()
+    assert await asyncio.wait_for(parked, 5.0) == {}
+
+
+class RdConsumer:
+    """librdkafka's consumer as a rebalance callback calls it."""
+
+    def incremental_assign(self, partitions: list[Any]) -> None:
+        pass
+
+    def incremental_unassign(self, partitions: list[Any]) -> None:
+        pass
+
+    def pause(self, partitions: list[Any]) -> None:
+        pass
+
+    def resume(self, partitions: list[Any]) -> None:
+        pass
+
+    def consumer_group_metadata(self) -> str:
+        return "generation-1"
+
+
+async def test_a_revocation_holds_its_partitions_until_it_let_them_go_and_a_loss_does_not():
+    """What a transaction written again after a generation moved asks (`GroupConsumer.holds`): a
+    revoked partition is this member's to commit offsets for until its tenant let it go; a lost
+    one (the session lapsed) is not, so a zombie's offsets are never written again."""
+    group = GroupConsumer(Settings(topic_prefix="t"), "t-detector.tenants-0", None)
+    group._loop = asyncio.get_running_loop()  # noqa: SLF001 - what `start` sets, without the thread
+    tenant = group.view(TOPIC)
+    held: list[bool] = []
+
+    class Holding:
+        async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+            held.append(group.holds(revoked))  # the batches in flight commit here
+
+        async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+            pass
+
+    tenant.listener = Holding()
+    consumer = RdConsumer()
+    group._on_assign(consumer, [RdTopicPartition(TOPIC, 0), RdTopicPartition(TOPIC, 1)])  # noqa: SLF001
+    assert group.holds([TP0, TP1])
+    # The callbacks run on the group's thread, and wait for the tenant's revocation on the loop.
+    await asyncio.to_thread(group._on_revoke, consumer, [RdTopicPartition(TOPIC, 0)])  # noqa: SLF001
+    await asyncio.to_thread(group._on_lost, consumer, [RdTopicPartition(TOPIC, 1)])  # noqa: SLF001
+    assert held == [True, False]
+    assert not group.holds([TP0]) and not group.holds([TP1])

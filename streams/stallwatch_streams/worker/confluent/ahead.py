@@ -1,7 +1,8 @@
 """The worker's one producer of commands published ahead of their batch's transaction, on
 librdkafka: idempotent (a retried send is written once, in order; librdkafka bumps its epoch
 after a lost send instead of refusing every later one), acknowledged by every in-sync replica,
-never part of a transaction. A thread of its own serves its acknowledgements to the loop."""
+never part of a transaction. A thread of its own serves its acknowledgements to the loop. The
+poison guard's attempts go through another one of these (confluent/attempts.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ POLL_S = 0.05
 
 
 class CommandSendFailed(KafkaError):
-    """A command published ahead was not acknowledged."""
+    """A record sent (a command published ahead, an attempt) was not acknowledged."""
 
 
 class AheadPublisher:
@@ -68,11 +69,12 @@ class AheadPublisher:
     async def stop(self) -> None:
         """Shared: its owner closes it (`close`)."""
 
-    async def close(self) -> None:
+    async def close(self, flush_s: float = 5.0) -> None:
+        """Its thread ended, and what it still holds sent for up to `flush_s`."""
         self._stopped.set()
         await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 5.0)
         with contextlib.suppress(Exception):
-            await asyncio.get_running_loop().run_in_executor(None, self._producer.flush, 5.0)
+            await asyncio.get_running_loop().run_in_executor(None, self._producer.flush, flush_s)
 
     def _serve(self) -> None:
         while not self._stopped.is_set():

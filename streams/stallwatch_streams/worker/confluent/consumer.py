@@ -23,7 +23,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -36,6 +36,7 @@ from stallwatch.settings import Settings
 from stallwatch_streams.worker.confluent.options import librdkafka_options
 from stallwatch_streams.worker.confluent.records import Record, record_of
 from stallwatch_streams.worker.membership import SESSION_TIMEOUT_MS
+from stallwatch_streams.worker.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +48,11 @@ FETCH_MAX_RECORDS = 4000
 # The broker holds an empty fetch this long; it answers as soon as a record arrives, so this
 # only bounds how long a resumed partition waits for the fetch in flight.
 FETCH_WAIT_MAX_MS = 100
-# An idle tenant's consume loop wakes this often (at the latest): a thousand tenants' loops waking
-# every 100 ms as over aiokafka took half a core of an idle worker. Records wake it at once.
-IDLE_WAIT_MS = 1000
+# An idle tenant's consume loop is parked until its records arrive, a failure of its pipeline
+# wakes it, or this long passed: a thousand tenants' loops waking every second cost a sixth of a
+# core with nothing to do (every 100 ms, as over aiokafka, half a core). Parked, its progress is
+# the group's thread's (`Progress.waiting`): a loop parked on a live consumer is not stalled.
+PARKED_WAKE_S = 10.0
 # A tenant's pauses for its records waiting are logged at most this often.
 HOLDS_SAID_EVERY_S = 60.0
 # A blocking call made for the loop (committed offsets, topics) gives up after this long.
@@ -127,6 +130,9 @@ class GroupConsumer:
         self._views: dict[str, TenantView] = {}  # by events topic
         self._subscribed: tuple[str, ...] = ()
         self._owned: dict[str, set[int]] = {}  # the thread's: partitions assigned, by topic
+        # The thread's: partitions a revocation (not a loss) is letting go once their tenants'
+        # batches in flight committed: still this member's to commit offsets for until then.
+        self._revoking: set[TopicPartition] = set()
         self._revoked_topics: set[str] = set()  # revoked since the last assignment
         self._served_topics: set[str] = set()  # topics whose tenants had an assignment
         self._applied_seeks: dict[TopicPartition, int] = {}  # the thread's: seeks applied
@@ -142,6 +148,9 @@ class GroupConsumer:
         )
         self.closing = False  # the worker stops: its tenants leave with the group, not one by one
         self.failure: BaseException | None = None
+        # When (monotonic) the thread last went round, or waited on a revocation: the progress of
+        # every tenant's loop parked on this consumer.
+        self.went_round = time.monotonic()
 
     # -- the loop's side ---------------------------------------------------------------------
 
@@ -256,6 +265,7 @@ class GroupConsumer:
         assert consumer is not None
         try:
             while not self._stopping.is_set():
+                self.went_round = time.monotonic()
                 self._apply_ops(consumer)
                 messages = self._consume(consumer)
                 with contextlib.suppress(KafkaException, RuntimeError):
@@ -265,6 +275,9 @@ class GroupConsumer:
         except BaseException as exc:
             self.failure = exc
             log.exception("the consumer of %s failed", self.group_id)
+            if self._loop is not None:
+                for view in list(self._views.values()):
+                    self._loop.call_soon_threadsafe(view.wake)  # to raise it
         finally:
             with contextlib.suppress(Exception):
                 consumer.close()
@@ -368,13 +381,24 @@ class GroupConsumer:
             view.assigned(owned, new)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[RdTopicPartition]) -> None:
-        self._take_away(consumer, partitions)
+        revoking = {TopicPartition(p.topic, p.partition) for p in partitions}
+        self._revoking |= revoking
+        try:
+            self._take_away(consumer, partitions)
+        finally:
+            self._revoking -= revoking
 
     def _on_lost(self, consumer: Consumer, partitions: list[RdTopicPartition]) -> None:
         log.warning(
             "the consumer of %s lost %d partitions (its session expired)", self.group_id, len(partitions)
         )
         self._take_away(consumer, partitions)
+
+    def holds(self, partitions: Collection[TopicPartition]) -> bool:
+        """Whether every one of these partitions is still this member's to commit offsets for:
+        assigned, or being revoked (the revocation waits for the batches in flight), not lost."""
+        owned, revoking = self._owned, self._revoking
+        return all(tp.partition in owned.get(tp.topic, ()) or tp in revoking for tp in partitions)
 
     def _take_away(self, consumer: Consumer, partitions: list[RdTopicPartition]) -> None:
         """Wait until each tenant's batches in flight committed, applying the loop's operations
@@ -395,6 +419,7 @@ class GroupConsumer:
                 waits.append(asyncio.run_coroutine_threadsafe(view.revoked(lost), loop))
         for wait in waits:
             while not self._stopping.is_set():
+                self.went_round = time.monotonic()
                 self._apply_ops(consumer, in_callback=True)
                 try:
                     wait.result(CONSUME_TIMEOUT_S)
@@ -428,8 +453,11 @@ class TenantView:
         self.max_bytes = max_bytes
         self.budget = budget
         self.listener: RebalanceListener | None = None
+        # Its pipeline's progress, whose beat is the group's thread's while the loop is parked.
+        self.progress: Progress | None = None
         self._records: dict[TopicPartition, list[Record]] = {}
         self._arrived = asyncio.Event()
+        self._woken = False  # a wake not yet seen by the loop
         self._seeks: dict[TopicPartition, int] = {}  # seeks asked for, by partition
         self._paused: set[TopicPartition] = set()  # by the pipeline
         self._held: set[TopicPartition] = set()  # by the view: too much waiting (`max_bytes`)
@@ -460,9 +488,7 @@ class TenantView:
         if self.group.failure is not None:
             raise self.group.failure
         if timeout_ms and not self._deliverable():
-            self._arrived.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._arrived.wait(), max(timeout_ms, IDLE_WAIT_MS) / 1000)
+            await self._parked()
         taken = {tp: records for tp, records in self._records.items() if tp not in self._paused}
         for tp in taken:
             del self._records[tp]
@@ -518,6 +544,12 @@ class TenantView:
 
     def set_fetch_max_wait(self, wait_ms: int) -> None:
         """The group's fetches serve every tenant: its wait is fixed (FETCH_WAIT_MAX_MS)."""
+
+    def wake(self) -> None:
+        """The parked loop goes round now (its pipeline failed: the loop raises it), or at its
+        next `getmany` if it is not parked."""
+        self._woken = True
+        self._arrived.set()
 
     # -- what the group calls ----------------------------------------------------------------
 
@@ -630,6 +662,27 @@ class TenantView:
         if released:
             rd = [RdTopicPartition(tp.topic, tp.partition) for tp in released]
             self.group.submit(lambda consumer: consumer.resume(rd))
+
+    async def _parked(self) -> None:
+        """Until records it may take arrive, a wake, or PARKED_WAKE_S: one timer, no task."""
+        if self._woken:
+            self._woken = False
+            return
+        self._arrived.clear()
+        progress = self.progress
+        if progress is not None:
+            progress.waiting = self._went_round
+        timer = asyncio.get_running_loop().call_later(PARKED_WAKE_S, self._arrived.set)
+        try:
+            await self._arrived.wait()
+        finally:
+            timer.cancel()
+            self._woken = False
+            if progress is not None:
+                progress.waiting = None
+
+    def _went_round(self) -> float:
+        return self.group.went_round
 
 
 def _size(record: Record) -> int:

@@ -23,13 +23,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
+from confluent_kafka import KafkaError as RdKafkaError
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka import TopicPartition as RdTopicPartition
 
@@ -47,6 +48,14 @@ TRANSACTION_TIMEOUT_MS = 10_000
 CALL_TIMEOUT_S = 30.0
 # A commit refused with a retriable error is tried again this many times.
 COMMIT_TRIES = 5
+# A transaction whose offsets the group refused because it moved to a new generation meanwhile
+# (a rebalance completed between the metadata's read and the offsets' arrival: a worker joining
+# makes two in a row under the cooperative protocol) is written again in a new one, with the
+# group's metadata as it stands then, this many times at most, a pause between two. Only while
+# the group has not taken any of its partitions away: see `GroupTransactions._again`.
+GENERATION_TRIES = 5
+GENERATION_PAUSE_S = 0.2
+_GENERATION_MOVED = (RdKafkaError.ILLEGAL_GENERATION, RdKafkaError.REBALANCE_IN_PROGRESS)
 
 
 class TransactionFailed(KafkaError):
@@ -61,6 +70,8 @@ class _Transaction:
     urgent: bool = False  # a block wrote commands: a verdict waits for this commit
     failed: BaseException | None = None  # a block's own failure: the transaction is aborted
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    # Every record its blocks wrote, in order: written again if the group's generation moved.
+    writes: list[tuple[str, bytes | None, bytes | None, int]] = field(default_factory=list)
     sealed: bool = False  # committing: no block enters any more
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     error: BaseException | None = None  # how it ended, for every block in it
@@ -77,6 +88,7 @@ class GroupTransactions:
         metadata: Callable[[], Any],
         commands_topics: Callable[[str], bool],
         make_producer: Callable[[dict[str, Any]], Producer] = Producer,
+        holds: Callable[[Collection[TopicPartition]], bool] = lambda _: False,
     ) -> None:
         self._conf: dict[str, Any] = {
             **librdkafka_options(settings),
@@ -91,6 +103,9 @@ class GroupTransactions:
         self.transactional_id = transactional_id
         self._metadata = metadata
         self._is_commands = commands_topics
+        # Whether the group still holds these partitions (a revocation waiting for this
+        # transaction counts, a loss does not): the group consumer's answer.
+        self._holds = holds
         self._linger_s = settings.commit_interval_s
         self._make_producer = make_producer  # librdkafka's, or a fake in the unit tests
         self._producer: Producer | None = None
@@ -132,11 +147,18 @@ class GroupTransactions:
         producer = self._producer
         if producer is None:
             raise TransactionFailed("the group's producer is gone")
-        if self._is_commands(topic) and self._txn is not None:
-            self._txn.urgent = True
+        txn = self._txn
+        if txn is not None:
+            txn.writes.append((topic, value, key, partition))
+            if self._is_commands(topic):
+                txn.urgent = True
+        self._write(producer, topic, value, key, partition)
+
+    @staticmethod
+    def _write(producer: Producer, topic: str, value: bytes | None, key: bytes | None, number: int) -> None:
         while True:
             try:
-                producer.produce(topic, value, key, partition)
+                producer.produce(topic, value, key, number)
                 return
             except BufferError:
                 producer.poll(0.01)  # the queue full: delivery reports served, then again
@@ -187,6 +209,47 @@ class GroupTransactions:
             txn.ended.set()
 
     async def _end(self, txn: _Transaction) -> BaseException | None:
+        """The offsets and the commit; written again in a new transaction while the group's
+        generation moved under it (GENERATION_TRIES)."""
+        attempt = 0
+        while True:
+            error = await self._end_once(txn)
+            if error is None or not await self._again(txn, error, attempt):
+                return error
+            attempt += 1
+
+    async def _again(self, txn: _Transaction, error: BaseException, attempt: int) -> bool:
+        """Whether the transaction, aborted because the group moved to a new generation, is written
+        again: not on the last attempt, and only while the group holds every partition of its
+        offsets. A member the group removed (its session lapsed: the partitions lost) is a zombie,
+        and its offsets stay refused; a member that only rebalanced holds its partitions until it
+        lets them go, which a revocation does only once this transaction ended (the group's thread
+        waits for it), so no other member can own them yet and fencing is not weakened."""
+        moved = isinstance(error, GenerationMoved)
+        if not moved or attempt == GENERATION_TRIES or self._producer is None or not self._holds(txn.offsets):
+            return False
+        log.info(
+            "the group of %s moved to a new generation under its transaction; writing it again",
+            self.transactional_id,
+        )
+        await asyncio.sleep(GENERATION_PAUSE_S * (attempt + 1))
+        producer = self._producer
+        if producer is None or not self._holds(txn.offsets):
+            return False
+        try:
+            producer.begin_transaction()
+        except KafkaException as exc:
+            log.warning("the transaction of %s could not begin again: %s", self.transactional_id, exc)
+            return False
+        try:
+            for topic, value, key, partition in txn.writes:
+                self._write(producer, topic, value, key, partition)
+        except KafkaError as exc:  # what `_write` raises of librdkafka's refusal
+            await self._abort(exc)
+            return False
+        return True
+
+    async def _end_once(self, txn: _Transaction) -> BaseException | None:
         producer = self._producer
         assert producer is not None
         offsets = [RdTopicPartition(tp.topic, tp.partition, offset) for tp, offset in txn.offsets.items()]
@@ -303,10 +366,16 @@ class TaskProducer:
         """The task lets go of its share; the group's producer stays for the others."""
 
 
+class GenerationMoved(TransactionFailed):
+    """The group refused the transaction's offsets: it moved to a new generation meanwhile."""
+
+
 def _translated(exc: KafkaException) -> KafkaError:
     """librdkafka's error as the commit path's outcomes read it: a fatal one (the producer
     fenced, or unusable) as a fencing, any other as a failed transaction."""
     error = exc.args[0] if exc.args else None
     if error is not None and hasattr(error, "fatal") and error.fatal():
         return ProducerFenced()
+    if error is not None and hasattr(error, "code") and error.code() in _GENERATION_MOVED:
+        return GenerationMoved(str(error))
     return TransactionFailed(str(error))
