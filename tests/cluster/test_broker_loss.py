@@ -21,6 +21,7 @@ from stallwatch.client import KafkaClient
 from stallwatch.client.kafka import DEFAULT_VERDICT_TIMEOUT_S
 from stallwatch.kafka.topics import ensure_topics
 from stallwatch.settings import Settings
+from stallwatch_streams.worker.confluent.consumer import SESSION_TIMEOUT_MS as GROUP_SESSION_TIMEOUT_MS
 from stallwatch_streams.worker.confluent.transactions import TRANSACTION_TIMEOUT_MS
 from stallwatch_streams.worker.membership import SESSION_TIMEOUT_MS
 from tests import cluster_harness as nodes
@@ -55,16 +56,19 @@ RESTORE_S = 5.0
 # How much longer than the load's own events a partition's commands may stop: the worker's
 # fetch, apply and publish on new leaders, and the reader's (measured 0.1-0.4 s on a whole cluster).
 WORKER_MARGIN_S = 2.0
+# The workers' group session, by transaction model: the group model's outlasts a coordinator's
+# move (stallwatch_streams/worker/confluent/consumer.py), so a dead worker's partitions move later.
+SESSION_S = {"partition": SESSION_TIMEOUT_MS / 1000, "group": GROUP_SESSION_TIMEOUT_MS / 1000}
 # Under the group model a successor's stable read of the dead worker's offsets also waits for its
 # open transaction (docs/exactly-once.md, "Under the group model"): the coordinator aborts it once
 # the transaction timeout passed since it began, at its next sweep for timed-out transactions
 # (`transaction.abort.timed.out.transaction.cleanup.interval.ms`, Kafka's default 10 s), while the
 # group expires the dead member's session.
 TRANSACTION_SWEEP_S = 10.0
-DEAD_MEMBER_S = BROKER_SESSION_S + CONTROLLER_MOVE_S + SESSION_TIMEOUT_MS / 1000
+TRANSACTION_WAIT_S = {"partition": 0.0, "group": TRANSACTION_TIMEOUT_MS / 1000 + TRANSACTION_SWEEP_S}
 NODE_AND_WORKER_BOUND_S = {
-    "partition": DEAD_MEMBER_S + RESTORE_S,
-    "group": max(DEAD_MEMBER_S, TRANSACTION_TIMEOUT_MS / 1000 + TRANSACTION_SWEEP_S) + RESTORE_S,
+    model: BROKER_SESSION_S + CONTROLLER_MOVE_S + max(SESSION_S[model], TRANSACTION_WAIT_S[model]) + RESTORE_S
+    for model in MODELS
 }
 
 
