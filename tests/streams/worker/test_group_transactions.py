@@ -20,10 +20,16 @@ from tests.waiting import until
 class FakeProducer:
     """librdkafka's transactional producer as the group uses it: what it was asked, in order."""
 
-    def __init__(self, conf: dict[str, Any], fail_commit: KafkaException | None = None) -> None:
+    def __init__(
+        self,
+        conf: dict[str, Any],
+        fail_commit: KafkaException | None = None,
+        fail_offsets_once: KafkaException | None = None,
+    ) -> None:
         self.conf = conf
         self.calls: list[tuple[Any, ...]] = []
         self.fail_commit = fail_commit
+        self.fail_offsets_once = fail_offsets_once
 
     def init_transactions(self, timeout: float) -> None:
         self.calls.append(("init",))
@@ -35,6 +41,10 @@ class FakeProducer:
         self.calls.append(("produce", topic, partition))
 
     def send_offsets_to_transaction(self, offsets: list[Any], metadata: Any, timeout: float) -> None:
+        failure, self.fail_offsets_once = self.fail_offsets_once, None
+        if failure is not None:
+            self.calls.append(("offsets refused",))
+            raise failure
         self.calls.append(("offsets", sorted((o.topic, o.partition, o.offset) for o in offsets), metadata))
 
     def commit_transaction(self, timeout: float) -> None:
@@ -147,3 +157,15 @@ async def test_a_fatal_error_is_a_fencing_of_every_block_and_the_next_transactio
     with pytest.raises(ProducerFenced):  # its fake fails the same way
         await block(transactions, "a.events", 0, 1, ["a.changelog"])
     assert len(made) == 2 and made[1].calls[:2] == [("init",), ("begin",)]
+
+
+async def test_offsets_refused_with_a_retriable_error_are_sent_again_and_the_transaction_commits():
+    # A coordinator loading the group's offsets after a broker's loss: the step is tried again,
+    # not the transaction aborted (every task in it would be rebuilt).
+    loading = 14  # COORDINATOR_LOAD_IN_PROGRESS
+    refused = KafkaException(RdKafkaError(loading, "coordinator load in progress", retriable=True))
+    transactions, made = group(linger_s=0.01, fail_offsets_once=refused)
+    await block(transactions, "a.events", 0, 7, ["a.changelog"])
+    kinds = [call[0] for call in made[0].calls]
+    assert kinds == ["init", "begin", "produce", "offsets refused", "offsets", "commit"]
+    assert transactions.transactions == 1

@@ -192,16 +192,10 @@ class GroupTransactions:
         try:
             if offsets:
                 metadata = self._metadata()
-                await self._run(
+                await self._retried(
                     lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT_S)
                 )
-            for attempt in range(COMMIT_TRIES):
-                try:
-                    await self._run(lambda: producer.commit_transaction(CALL_TIMEOUT_S))
-                    break
-                except KafkaException as exc:
-                    if not exc.args[0].retriable() or attempt == COMMIT_TRIES - 1:
-                        raise
+            await self._retried(lambda: producer.commit_transaction(CALL_TIMEOUT_S))
         except KafkaException as exc:
             error = _translated(exc)
             if isinstance(error, ProducerFenced):
@@ -211,6 +205,17 @@ class GroupTransactions:
             return error
         self.transactions += 1
         return None
+
+    async def _retried(self, call: Callable[[], Any]) -> None:
+        """`call` tried again while it fails with a retriable error (a coordinator moving or
+        loading after a broker's loss): librdkafka resumes the step where it stopped."""
+        for attempt in range(COMMIT_TRIES):
+            try:
+                await self._run(call)
+                return
+            except KafkaException as exc:
+                if not exc.args[0].retriable() or attempt == COMMIT_TRIES - 1:
+                    raise
 
     async def _abort(self, error: KafkaError) -> None:
         """The open transaction aborted, tried again while the broker is away (librdkafka resumes
