@@ -38,10 +38,13 @@ from stallwatch_streams.worker.confluent.options import librdkafka_options
 
 log = logging.getLogger(__name__)
 
-# A transaction's coordinator aborts it when its producer goes silent this long: the longest a
-# dead worker's open transaction holds back a successor (as Kafka Streams sets under
-# exactly-once v2).
-TRANSACTION_TIMEOUT_MS = 10_000
+# A transaction's coordinator aborts it this long after it began, and librdkafka fails its
+# records still unsent by then: what a dead worker's open transaction holds back a successor
+# (plus the broker's sweep). The partition model's 15 s, not Kafka Streams' 10 s: a lost broker's
+# partitions move after its fencing and, when it was the controller, an election (up to 11 s on
+# the test cluster, about 14 s with Kafka's default broker session), and a transaction open
+# across that move would otherwise fail and rebuild every task of the group.
+TRANSACTION_TIMEOUT_MS = 15_000
 # A blocking call of the producer (its start, a commit, an abort) gives up after this long.
 CALL_TIMEOUT_S = 30.0
 # A commit refused with a retriable error is tried again this many times.
