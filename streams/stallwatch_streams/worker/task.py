@@ -183,11 +183,14 @@ class PartitionTask:
         consumer put it at the group's offset, which may lag (group_offsets_interval_s). No I/O:
         a slow assignment callback misses the group's rebalance and is thrown out of the group.
         With no position yet it starts where the consumer put it (the group's offset, else the
-        beginning), as a partition did before positions were written."""
+        beginning), as a partition did before positions were written. And unpaused, as aiokafka's
+        eager assignment leaves every partition: a cooperative one (the group model) hands a kept
+        partition nothing, so a task dropped and restored meanwhile would stay paused."""
         if self.state is TaskState.SUSPENDED:
             self.lifecycle.to(TaskState.RUNNING)
         if self._states is not None and self._states.position is not None:
             self.context.consumer.seek(self.tp, self._states.position)
+        self._resume()
 
     async def close(self) -> None:
         """Given away, or the worker stops: its producer closed, its states let go. Nothing of

@@ -42,6 +42,10 @@ STEADY_EVERY, STEADY_PAUSE_S = 80, 0.1
 # The workers' group session (stallwatch_streams/worker/membership.py): a member silent this long
 # is removed.
 SESSION_S = 6.0
+# How long a cut-off worker's partitions may take to move to the other, by model: the group
+# model's session is longer (stallwatch_streams/worker/confluent/consumer.py), and its successor
+# then waits for the cut-off worker's open transaction to be aborted for its age.
+TAKEOVER_S = {"partition": 30.0, "group": 60.0}
 # A cut meant to end before the session expires ends this long before it would: room for the
 # heartbeat held by the cut to reach the broker on a loaded machine.
 HEAL_MARGIN_S = 1.5
@@ -237,7 +241,7 @@ async def cut_off(
                 # The thing under test: a cut that ends just before the session would expire.
                 await asyncio.sleep(max(0.0, heal_at - time.monotonic()))
             else:
-                await b.serving(partitions, 30)
+                await b.serving(partitions, TAKEOVER_S[model])
             served_before_heal = len(a.assignments())
             link.heal()
             outcome.cut_s = time.monotonic() - cut

@@ -33,12 +33,14 @@ class FakeProducer:
         fail_commit: KafkaException | None = None,
         refuse_offsets: list[KafkaException] | None = None,
         refuse_after_abort: KafkaException | None = None,
+        fail_offsets_once: KafkaException | None = None,
     ) -> None:
         self.conf = conf
         self.calls: list[tuple[Any, ...]] = []
         self.fail_commit = fail_commit
         self.refuse_offsets = refuse_offsets or []  # the next offsets sent are refused with these
         self.refuse_after_abort = refuse_after_abort  # refuses every record after an abort
+        self.fail_offsets_once = fail_offsets_once
 
     def init_transactions(self, timeout: float) -> None:
         self.calls.append(("init",))
@@ -52,6 +54,10 @@ class FakeProducer:
         self.calls.append(("produce", topic, partition))
 
     def send_offsets_to_transaction(self, offsets: list[Any], metadata: Any, timeout: float) -> None:
+        failure, self.fail_offsets_once = self.fail_offsets_once, None
+        if failure is not None:
+            self.calls.append(("offsets refused",))
+            raise failure
         self.calls.append(("offsets", sorted((o.topic, o.partition, o.offset) for o in offsets), metadata))
         if self.refuse_offsets:
             raise self.refuse_offsets.pop(0)
@@ -239,3 +245,15 @@ async def test_a_transaction_whose_records_are_refused_when_written_again_is_abo
     assert kinds == ["init", "begin", "produce", "offsets", "abort", "begin", "abort"]
     await block(transactions, "a.events", 0, 1, [])  # the producer serves the next transaction
     assert made[0].calls[-1] == ("commit",)
+
+
+async def test_offsets_refused_with_a_retriable_error_are_sent_again_and_the_transaction_commits():
+    # A coordinator loading the group's offsets after a broker's loss: the step is tried again,
+    # not the transaction aborted (every task in it would be rebuilt).
+    loading = 14  # COORDINATOR_LOAD_IN_PROGRESS
+    refused = KafkaException(RdKafkaError(loading, "coordinator load in progress", retriable=True))
+    transactions, made = group(linger_s=0.01, fail_offsets_once=refused)
+    await block(transactions, "a.events", 0, 7, ["a.changelog"])
+    kinds = [call[0] for call in made[0].calls]
+    assert kinds == ["init", "begin", "produce", "offsets refused", "offsets", "commit"]
+    assert transactions.transactions == 1

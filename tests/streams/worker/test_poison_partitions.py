@@ -23,6 +23,7 @@ from tests.kafka_harness import (
 )
 from tests.script import RunScript
 from tests.streams.worker import injected_bug
+from tests.streams.worker.faults import MODELS
 from tests.streams.worker.fleet_logs import interleave, mixed_fleet
 from tests.waiting import until
 
@@ -62,9 +63,12 @@ def poison_runs() -> list[RunScript]:
     return runs
 
 
-async def test_a_poison_run_on_every_partition_leaves_both_workers_and_every_other_run(tmp_path, monkeypatch):
+@pytest.mark.parametrize("model", MODELS)
+async def test_a_poison_run_on_every_partition_leaves_both_workers_and_every_other_run(
+    tmp_path, monkeypatch, model: str
+):
     (tmp_path / "sitecustomize.py").write_text(injected_bug.SITECUSTOMIZE)
-    env = {"PYTHONPATH": f"{tmp_path}:{Path(__file__).resolve().parents[3]}"}
+    env = {**MODELS[model], "PYTHONPATH": f"{tmp_path}:{Path(__file__).resolve().parents[3]}"}
     settings = fresh_settings(PARTITIONS)
     healthy = mixed_fleet(120)
     log = interleave([*healthy[:60], *poison_runs(), *healthy[60:]])

@@ -166,6 +166,8 @@ async def test_a_fenced_task_is_dropped_and_the_group_asked_and_the_assignment_t
     await tasks.assign([TP])  # the group gives it back
     assert tasks.get(TP.partition) is task and task.state is TaskState.RUNNING
     assert (p.started, p.restores) == (started + 1, restores + 1)
+    # Read on: a cooperative assignment that keeps the partition does not unpause it for the task.
+    assert TP not in p.consumer.paused
     await tasks.assign([])  # or the group gives it away: closed
     assert task.state is TaskState.CLOSED and len(tasks) == 0
 

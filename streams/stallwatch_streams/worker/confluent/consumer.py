@@ -35,7 +35,6 @@ from confluent_kafka import TopicPartition as RdTopicPartition
 from stallwatch.settings import Settings
 from stallwatch_streams.worker.confluent.options import librdkafka_options
 from stallwatch_streams.worker.confluent.records import Record, record_of
-from stallwatch_streams.worker.membership import SESSION_TIMEOUT_MS
 from stallwatch_streams.worker.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -57,6 +56,14 @@ PARKED_WAKE_S = 10.0
 HOLDS_SAID_EVERY_S = 60.0
 # A blocking call made for the loop (committed offsets, topics) gives up after this long.
 CALL_TIMEOUT_S = 10.0
+# The group's session, longer than the partition model's (membership.SESSION_TIMEOUT_MS):
+# librdkafka takes its partitions for lost, and rejoins as a new member, once its coordinator has
+# not answered a heartbeat for a session, where aiokafka keeps them and finds the new coordinator.
+# A broker's loss moves the coordinators it hosted after its fencing and, when it was the
+# controller, an election (up to 11 s measured on the three-node cluster, about 14 s with Kafka's
+# default broker session): the session outlasts that, so such a loss stops no partition of the
+# groups. The price: a dead worker's partitions move after it (docs/decisions.md).
+SESSION_TIMEOUT_MS = 20_000
 
 Operation = Callable[[Consumer], None]
 

@@ -40,10 +40,13 @@ from stallwatch_streams.worker.confluent.options import librdkafka_options
 
 log = logging.getLogger(__name__)
 
-# A transaction's coordinator aborts it when its producer goes silent this long: the longest a
-# dead worker's open transaction holds back a successor (as Kafka Streams sets under
-# exactly-once v2).
-TRANSACTION_TIMEOUT_MS = 10_000
+# A transaction's coordinator aborts it this long after it began, and librdkafka fails its
+# records still unsent by then: what a dead worker's open transaction holds back a successor
+# (plus the broker's sweep). The partition model's 15 s, not Kafka Streams' 10 s: a lost broker's
+# partitions move after its fencing and, when it was the controller, an election (up to 11 s on
+# the test cluster, about 14 s with Kafka's default broker session), and a transaction open
+# across that move would otherwise fail and rebuild every task of the group.
+TRANSACTION_TIMEOUT_MS = 15_000
 # A blocking call of the producer (its start, a commit, an abort) gives up after this long.
 CALL_TIMEOUT_S = 30.0
 # A commit refused with a retriable error is tried again this many times.
@@ -256,16 +259,10 @@ class GroupTransactions:
         try:
             if offsets:
                 metadata = self._metadata()
-                await self._run(
+                await self._retried(
                     lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT_S)
                 )
-            for attempt in range(COMMIT_TRIES):
-                try:
-                    await self._run(lambda: producer.commit_transaction(CALL_TIMEOUT_S))
-                    break
-                except KafkaException as exc:
-                    if not exc.args[0].retriable() or attempt == COMMIT_TRIES - 1:
-                        raise
+            await self._retried(lambda: producer.commit_transaction(CALL_TIMEOUT_S))
         except KafkaException as exc:
             error = _translated(exc)
             if isinstance(error, ProducerFenced):
@@ -275,6 +272,17 @@ class GroupTransactions:
             return error
         self.transactions += 1
         return None
+
+    async def _retried(self, call: Callable[[], Any]) -> None:
+        """`call` tried again while it fails with a retriable error (a coordinator moving or
+        loading after a broker's loss): librdkafka resumes the step where it stopped."""
+        for attempt in range(COMMIT_TRIES):
+            try:
+                await self._run(call)
+                return
+            except KafkaException as exc:
+                if not exc.args[0].retriable() or attempt == COMMIT_TRIES - 1:
+                    raise
 
     async def _abort(self, error: KafkaError) -> None:
         """The open transaction aborted, tried again while the broker is away (librdkafka resumes
