@@ -6,6 +6,7 @@ however and wherever it is sliced."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 from collections.abc import Generator
 
@@ -161,3 +162,16 @@ async def test_the_cpu_of_every_slice_is_told(off_loop: bool, monkeypatch: pytes
     assert await slicing.apply_in_slices(steps(batch), lambda: True, off_loop, told.append) is not None
     assert len(told) == len(batch) + 1  # a slice a record, and the one that finds the batch done
     assert all(cpu_s >= 0 for cpu_s in told) and sum(told) > 0
+
+
+async def test_on_the_apply_thread_the_collector_is_paused_and_then_as_it_was():
+    seen: list[bool] = []
+
+    def one_step() -> Generator[None, None, str]:
+        seen.append(gc.isenabled())
+        yield
+        return "done"
+
+    assert gc.isenabled()
+    assert await slicing.apply_in_slices(one_step(), lambda: True, off_loop=True) == "done"  # type: ignore[arg-type]
+    assert seen == [False] and gc.isenabled()
