@@ -7,12 +7,14 @@ to tens of milliseconds in a single step that no slice can split, and a verdict 
 tenant takes several turns of the loop (its fetch, apply, send, acknowledgement and commit), each
 of which would wait for such a step. A batch holding an event of at least `off_loop_event_bytes`
 is therefore applied on the worker's apply thread: the interpreter hands its lock from a running
-thread to a waiting one every switch interval (1 ms in the worker, `SWITCH_INTERVAL_S`; 5 ms by default), so the loop runs within about that of
-wanting to, whatever the event costs. One thread serves the whole worker, so large batches queue
-behind each other in THREAD_SLICE_S turns and never take more than one thread's share of the
-lock. A batch's steps run one at a time either way (`BatchApplier.steps`): its result is the
-same wherever it ran, and the partition's states are touched by its own apply alone meanwhile
-(its commit loop reads only what earlier applies planned).
+thread to a waiting one every switch interval (SWITCH_INTERVAL_S, 1 ms in the worker), so the
+loop runs within about that of wanting to, whatever the event costs, and the cyclic collector is
+paused while the thread runs (`_on_thread_run_for`). One thread serves the whole worker, so
+large batches queue behind each other in THREAD_SLICE_S turns and never take more than one
+thread's share of the lock. A batch's steps run one at a time either way
+(`BatchApplier.steps`): its result is the same wherever it ran, and the partition's states are
+touched by its own apply alone meanwhile (its commit loop reads only what earlier applies
+planned).
 """
 
 from __future__ import annotations
