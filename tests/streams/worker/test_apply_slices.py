@@ -67,24 +67,24 @@ async def test_a_sliced_batch_gives_the_same_result_as_one_apply(monkeypatch: py
     assert any(c.decision == "refuse" for c in whole.commands)  # the batch does decide something
 
 
-async def test_a_batch_whose_partition_moved_meanwhile_is_given_up(monkeypatch: pytest.MonkeyPatch):
+@pytest.mark.parametrize("off_loop", [False, True])
+async def test_a_batch_whose_partition_moved_meanwhile_is_given_up(
+    off_loop: bool, monkeypatch: pytest.MonkeyPatch
+):
+    """On the loop or on the apply thread, a record a turn: none is applied after the look that
+    found the partition moved."""
     monkeypatch.setattr(slicing, "APPLY_SLICE_S", 0.0)
+    monkeypatch.setattr(slicing, "THREAD_SLICE_S", 0.0)
     batch = looping_batch()
-    loaded: list[str] = []
-    pauses = 0
+    looks = 0
 
     def current() -> bool:
-        nonlocal pauses
-        pauses += 1
-        return pauses < 3  # rebuilt during the third pause
+        nonlocal looks
+        looks += 1
+        return looks < 3  # rebuilt before the third look
 
-    def load(run_id: str):
-        loaded.append(run_id)
-
-    applier = BatchApplier(Detector(), "events")
-    result = await slicing.apply_in_slices(applier.steps(batch, load, PartitionClock(), 0.0), current)
-    assert result is None
-    assert pauses == 3  # no record applied after the pause that found it moved
+    assert await slicing.apply_in_slices(steps(batch), current, off_loop) is None
+    assert looks == 3  # one look a record: the batch's 161 records would make 161
 
 
 async def test_on_the_apply_thread_a_batch_gives_the_same_result_as_one_apply(
@@ -118,29 +118,6 @@ async def test_the_loop_runs_during_one_long_step_on_the_apply_thread():
     result = await slicing.apply_in_slices(one_long_step(), lambda: True, off_loop=True)  # type: ignore[arg-type]
     await other
     assert result == "done"
-
-
-async def test_a_batch_on_the_apply_thread_is_given_up_when_its_partition_moved(
-    monkeypatch: pytest.MonkeyPatch,
-):
-    monkeypatch.setattr(slicing, "THREAD_SLICE_S", 0.0)
-    batch = looping_batch()
-    applied: list[str] = []
-    checks = 0
-
-    def current() -> bool:
-        nonlocal checks
-        checks += 1
-        return checks < 2  # rebuilt before the second look
-
-    def load(run_id: str):
-        applied.append(run_id)
-
-    applier = BatchApplier(Detector(), "events")
-    steps = applier.steps(batch, load, PartitionClock(), 0.0)
-    assert await slicing.apply_in_slices(steps, current, off_loop=True) is None
-    assert checks == 2
-    assert len(applied) <= 2  # one record a turn, none after the look that found it moved
 
 
 def test_only_a_batch_holding_a_large_event_goes_off_the_loop():
