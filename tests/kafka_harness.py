@@ -28,7 +28,7 @@ from aiokafka.errors import KafkaError
 
 from stallwatch.contract.commands import encode_command
 from stallwatch.engine.embedded import EmbeddedEngine, Rejected
-from stallwatch.kafka.options import aiokafka_options
+from stallwatch.kafka.options import connection_options
 from stallwatch.kafka.read import committed_reader, read_to_end
 from stallwatch.settings import Settings
 from tests.addresses import BOOTSTRAP as BOOTSTRAP
@@ -416,16 +416,6 @@ async def serving_worker(partitions: int = 4) -> AsyncIterator[tuple[Settings, W
         worker.stop()
 
 
-def connection(settings: Settings) -> dict[str, object]:
-    """The broker's address and, on a secured broker, the settings' credentials: what a test's
-    own producers and consumers connect with (no failover options of the product's clients)."""
-    return {
-        key: value
-        for key, value in aiokafka_options(settings).items()
-        if key in ("bootstrap_servers", "security_protocol") or key.startswith(("sasl_", "ssl_"))
-    }
-
-
 async def produce(
     settings: Settings,
     lines: list[bytes],
@@ -433,7 +423,7 @@ async def produce(
     pause_every: int = 0,
     pause_s: float = 0.0,
 ) -> None:
-    producer = AIOKafkaProducer(acks="all", linger_ms=5, **connection(settings))
+    producer = AIOKafkaProducer(acks="all", linger_ms=5, **connection_options(settings))
     await producer.start()
     try:
         for i, line in enumerate(lines):
@@ -466,7 +456,7 @@ async def collect(
         isolation_level="read_committed",
         auto_offset_reset="earliest",
         enable_auto_commit=False,
-        **connection(settings),
+        **connection_options(settings),
     )
     await consumer.start()
     values: list[bytes] = []
@@ -566,11 +556,11 @@ async def wait_until_serving(
         isolation_level="read_committed",
         auto_offset_reset="earliest",
         enable_auto_commit=False,
-        **connection(settings),
+        **connection_options(settings),
     )
     await consumer.start()
     try:
-        producer = AIOKafkaProducer(acks="all", **connection(settings))
+        producer = AIOKafkaProducer(acks="all", **connection_options(settings))
         await producer.start()
         try:
             await producer.send_and_wait(

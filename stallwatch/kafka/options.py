@@ -85,10 +85,14 @@ def failover_options(settings: Settings) -> dict[str, Any]:
 def aiokafka_options(settings: Settings) -> dict[str, Any]:
     """Connection keyword arguments for the project's producer, consumer and admin client
     (stallwatch/kafka/aiokafka_patch.py), with the failover options."""
+    return {**connection_options(settings), **failover_options(settings)}
+
+
+def connection_options(settings: Settings) -> dict[str, Any]:
+    """The broker's address, the security protocol and the settings' credentials alone."""
     options: dict[str, Any] = {
         "bootstrap_servers": settings.bootstrap,
         "security_protocol": settings.security_protocol,
-        **failover_options(settings),
     }
     if settings.sasl_mechanism == "OAUTHBEARER":
         options.update(sasl_mechanism="OAUTHBEARER", sasl_oauth_token_provider=oauth_token_provider(settings))
