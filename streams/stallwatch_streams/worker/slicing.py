@@ -56,29 +56,18 @@ async def apply_in_slices(
     """Run a batch's steps, on the loop pausing every APPLY_SLICE_S, or on the apply thread
     (`off_loop`) a THREAD_SLICE_S at a time. None when `current()` turns false at a pause.
     `spent` is told the CPU seconds of each slice (the running thread's own)."""
-    if off_loop:
-        return await _on_the_apply_thread(steps, current, spent)
-    while True:
-        done, result, cpu_s = _run_for(steps, APPLY_SLICE_S)
-        spent(cpu_s)
-        if done:
-            return result
-        await asyncio.sleep(0)
-        if not current():
-            steps.close()
-            return None
-
-
-async def _on_the_apply_thread(
-    steps: Steps, current: Callable[[], bool], spent: Callable[[float], None]
-) -> BatchResult | None:
     loop = asyncio.get_running_loop()
-    thread = _apply_thread()
     while True:
-        done, result, cpu_s = await loop.run_in_executor(thread, _on_thread_run_for, steps, THREAD_SLICE_S)
+        if off_loop:
+            turn = loop.run_in_executor(_apply_thread(), _on_thread_run_for, steps, THREAD_SLICE_S)
+            done, result, cpu_s = await turn
+        else:
+            done, result, cpu_s = _run_for(steps, APPLY_SLICE_S)
         spent(cpu_s)
         if done:
             return result
+        if not off_loop:
+            await asyncio.sleep(0)  # the other ready tasks run before the batch goes on
         if not current():
             steps.close()
             return None
