@@ -530,6 +530,22 @@ def by_run(commands: list[bytes]) -> dict[str, list[bytes]]:
     return dict(runs)
 
 
+def run_difference(expected: list[bytes], got: list[bytes] | None) -> str:
+    """How one run's commands differ from replay's, command by command (type, round, call,
+    decision or code, cause), for a failure's message."""
+
+    def short(raw: bytes) -> str:
+        c = orjson.loads(raw)
+        said = c.get("decision") or c.get("code") or ""
+        if c.get("decision") and c.get("code"):
+            said = f"{c['decision']}:{c['code']}"
+        return f"{c['type']}@{c['round']}/{c.get('call_id', '-')}/{said}/{c['caused_by']}"
+
+    want = [short(r) for r in expected]
+    have = [short(r) for r in got or []]
+    return f"replay {want}; got {have}"
+
+
 # The run ids of `wait_until_serving`'s probes (a command's key is its run id).
 PROBE_PREFIX = "probe-"
 

@@ -25,7 +25,7 @@ from stallwatch_streams.worker.confluent.consumer import SESSION_TIMEOUT_MS as G
 from stallwatch_streams.worker.confluent.transactions import TRANSACTION_TIMEOUT_MS
 from stallwatch_streams.worker.membership import SESSION_TIMEOUT_MS
 from tests import cluster_harness as nodes
-from tests.kafka_harness import WorkerProcess, by_run, replay_commands, stored_events
+from tests.kafka_harness import WorkerProcess, by_run, replay_commands, run_difference, stored_events
 from tests.steady_load import arrivals, load, longest_gaps, partition_of
 from tests.streams.worker.faults import MODELS
 from tests.waiting import until
@@ -139,7 +139,9 @@ class Arrivals:
 
         def what() -> str:
             left = differing()
-            return f"every run's commands as replay's; {len(left)} of {len(expected)} differ, e.g. {left[:3]}"
+            got = by_run(self.values)
+            shown = "; ".join(f"{run}: {run_difference(expected[run], got.get(run))}" for run in left[:3])
+            return f"every run's commands as replay's; {len(left)} of {len(expected)} differ: {shown}"
 
         await until(lambda: not differing(), timeout_s, what, interval_s=0.5)
 

@@ -14,15 +14,24 @@ A poison event costs two deaths: the first finds the batch, the second the event
 A careful successor follows every unclean handover (a worker killed, its node lost, its session
 expired), but only over the one batch its predecessor had in hand: a round trip per record of
 that batch. A clean handover (a rebalance, a stop) commits its batches first, so the record names
-nothing above the successor's position. A careful owner that dies for another reason while an
-event is applied, before the event commits, has that event taken for the cause: its run is
-quarantined, which leans to "keep going".
+nothing above the successor's position.
+
+Only a death counts. Each record names the process that wrote it (`owner`, drawn at its start: a
+pod restarted under its StatefulSet name is another process). A takeover that finds its own
+process's record takes nothing from it: this process lives, so nothing it applied killed it (a
+partition fenced by a frozen broker and given back). An owner that loses a partition alive (its
+producer fenced, its transaction failed) says so before the group can move it (`idle`: applying
+nothing), and a careful owner says so once its careful events are applied, so a record names an
+event only while that event is applied or just after. An owner that dies for another reason in
+that window, or loses its partition alive while cut off from the attempts' leader, has the event
+taken for the cause: its run is quarantined, which leans to "keep going".
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 
@@ -41,6 +50,8 @@ FORMAT_VERSION = 1
 # Events found to kill a worker that a record carries at most (the newest kept): past this, an
 # older one may be met again and cost two more deaths.
 MAX_POISON = 64
+# This process, in the records it writes: a worker restarted is another owner.
+THIS_PROCESS = uuid.uuid4().hex[:16]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,12 +59,14 @@ class Attempt:
     """What an owner of a partition is applying: a batch (`batch`, first and last offset), or,
     while it is careful, one event (`applying`); through which offset it applies carefully
     (`careful_through`: the batch its predecessor died on), and the events known to kill a worker
-    that are not committed yet (`poison`)."""
+    that are not committed yet (`poison`); `owner`, the process that wrote it (None: not
+    written yet, or by a release that did not say)."""
 
     careful_through: int | None = None
     poison: tuple[int, ...] = ()
     batch: tuple[int, int] | None = None
     applying: int | None = None
+    owner: str | None = None
 
     def careful(self, offset: int) -> bool:
         return self.careful_through is not None and offset <= self.careful_through
@@ -66,6 +79,17 @@ class Attempt:
         """About to apply the batch from `first` to `last`."""
         return replace(self, batch=(first, last), applying=None)
 
+    @property
+    def idle(self) -> Attempt:
+        """Applying nothing: what it applied did not kill it (its careful stretch and the known
+        poison kept)."""
+        return replace(self, batch=None, applying=None)
+
+    @property
+    def busy(self) -> bool:
+        """Whether it names something being applied."""
+        return self.batch is not None or self.applying is not None
+
     def encode(self) -> bytes:
         return orjson.dumps(
             {
@@ -74,6 +98,7 @@ class Attempt:
                 "poison": list(self.poison),
                 "batch": None if self.batch is None else list(self.batch),
                 "applying": self.applying,
+                "owner": self.owner,
             }
         )
 
@@ -86,23 +111,28 @@ class Attempt:
             if data.get("v") != FORMAT_VERSION:
                 return None
             batch, applying, through = data["batch"], data["applying"], data["careful_through"]
+            owner = data.get("owner")  # absent from the release before
             return cls(
                 None if through is None else int(through),
                 tuple(int(p) for p in data["poison"][-MAX_POISON:]),
                 None if batch is None else (int(batch[0]), int(batch[1])),
                 None if applying is None else int(applying),
+                owner if isinstance(owner, str) else None,
             )
         except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError, IndexError):
             return None
 
 
-def takeover(previous: Attempt | None, position: int) -> Attempt:
+def takeover(previous: Attempt | None, position: int, owner: str | None = None) -> Attempt:
     """The attempt of an owner that starts at `position` (its committed position, -1 for none)
     after `previous`, the last record of the partition's owners: careful through the batch the
     previous owner had in hand, the event it died on (if careful) added to the poison, everything
-    at or below `position` committed and so forgotten."""
+    at or below `position` committed and so forgotten. A record `owner` (this process) wrote
+    tells of no death: only its careful stretch and its poison carry over."""
     if previous is None:
         return Attempt()
+    if owner is not None and previous.owner == owner:
+        previous = previous.idle
     poison = {p for p in previous.poison if p >= position}
     if previous.applying is not None and previous.applying >= position:
         poison.add(previous.applying)
@@ -122,9 +152,10 @@ class AttemptLog:
     asked for while a read is under way are read together in the next one: a worker joining
     hundreds of tenants reads the topic a few times, not once per tenant."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, owner: str = THIS_PROCESS) -> None:
         self.settings = settings.for_tenant(None)
         self.topic = self.settings.attempts_topic
+        self.owner = owner  # written into every record
         self._producer: AIOKafkaProducer | None = None
         self._starting = asyncio.Lock()
         self._wanted: list[tuple[Collection[str], asyncio.Future[dict[str, Attempt]]]] = []
@@ -198,12 +229,16 @@ class AttemptLog:
         broker restart a producer can refuse every later send."""
         producer = await self._started()
         try:
-            await producer.send_and_wait(self.topic, attempt.encode(), key=key.encode())
+            await producer.send_and_wait(self.topic, self.encode(attempt), key=key.encode())
         except BaseException:
             if self._producer is producer:
                 self._producer = None
             await producers.stop_quietly(producer)
             raise
+
+    def encode(self, attempt: Attempt) -> bytes:
+        """The record's value, signed with this owner."""
+        return replace(attempt, owner=self.owner).encode()
 
     async def close(self) -> None:
         producer, self._producer = self._producer, None

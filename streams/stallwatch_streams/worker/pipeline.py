@@ -30,12 +30,11 @@ from stallwatch.kafka.options import aiokafka_options
 from stallwatch.settings import Settings
 from stallwatch_streams.metrics import StallwatchMetrics
 from stallwatch_streams.worker import producers, rebuild, store
-from stallwatch_streams.worker.attempts import Attempt, AttemptLog, key_of
+from stallwatch_streams.worker.attempts import AttemptLog
 from stallwatch_streams.worker.batch import LOG_APPEND_TIME, BatchApplier
 from stallwatch_streams.worker.commit import AheadProducer, Applied, BatchCommitter, CommitTopics
 from stallwatch_streams.worker.membership import SESSION_TIMEOUT_MS, Membership
 from stallwatch_streams.worker.progress import Progress
-from stallwatch_streams.worker.retry import until_done
 from stallwatch_streams.worker.store import PartitionStates
 from stallwatch_streams.worker.tallies import Tallies
 from stallwatch_streams.worker.task import PartitionTask, ReadFrom
@@ -260,24 +259,30 @@ class Pipeline(ConsumerRebalanceListener):
 
     async def _apply(self, task: PartitionTask, records: list[ConsumerRecord], epoch: int | None) -> None:
         """The records applied and handed to the task's commit loop. Those its previous owner died
-        applying are applied one at a time, each one's offset written to the attempts first; the
-        rest at once, their first and last offsets written first unless `_mark` did
-        (stallwatch_streams/worker/attempts.py)."""
+        applying are applied one at a time, each one's offset written to the attempts first, and
+        the task's record made idle once they are; the rest at once, their first and last offsets
+        written first unless `_mark` did (stallwatch_streams/worker/attempts.py). Nothing is
+        written for a task that no longer takes the records: the partition may be another's."""
         attempts, attempt = self.tasks.context.attempts, task.attempt
         if attempts is None or attempt is None or not attempt.careful(records[0].offset):
             await self._apply_batch(task, records, epoch)
             return
-        key = key_of(task.tp.topic, task.tp.partition)
         for index, record in enumerate(records):
+            if not task.takes(epoch):
+                return
             if not attempt.careful(record.offset):
                 rest = records[index:]
-                await self._write(task, key, attempt.over(rest[0].offset, rest[-1].offset))
+                await task.record(attempt.over(rest[0].offset, rest[-1].offset))
                 await self._apply_batch(task, rest, epoch)
                 return
-            await self._write(task, key, attempt.at(record.offset))
+            await task.record(attempt.at(record.offset))
             if not await self._apply_batch(task, [record], epoch):
                 return
             self.progress.tick()  # a round trip a record: progress, not a hang
+        if task.takes(epoch):
+            # Until the next batch, the record would name the last event as being applied: a
+            # death meanwhile (a kill while its transaction waits) would make it poison.
+            await task.record(attempt.idle)
 
     async def _mark(self, batches: list[tuple[PartitionTask, list[ConsumerRecord]]]) -> None:
         """Each batch's first and last offsets written to the attempts, all at once, before any is
@@ -289,15 +294,8 @@ class Pipeline(ConsumerRebalanceListener):
         for task, records in batches:
             attempt, first = task.attempt, records[0].offset
             if attempt is not None and not attempt.careful(first):
-                key = key_of(task.tp.topic, task.tp.partition)
-                writes.append(self._write(task, key, attempt.over(first, records[-1].offset)))
+                writes.append(task.record(attempt.over(first, records[-1].offset)))
         await asyncio.gather(*writes)
-
-    async def _write(self, task: PartitionTask, key: str, attempt: Attempt) -> None:
-        attempts = self.tasks.context.attempts
-        if attempts is not None:
-            await until_done(partial(attempts.write, key, attempt))
-            task.attempt = attempt
 
     async def _apply_batch(
         self, task: PartitionTask, records: list[ConsumerRecord], epoch: int | None

@@ -18,11 +18,18 @@ RETRY_FIRST_S, RETRY_MAX_S = 0.5, 5.0
 T = TypeVar("T")
 
 
-async def until_done(attempt: Callable[[], Awaitable[T]]) -> T:
+class Abandoned(Exception):
+    """A call no longer wanted (`until_done`'s `unless`) before it was tried again."""
+
+
+async def until_done(attempt: Callable[[], Awaitable[T]], unless: Callable[[], bool] | None = None) -> T:
     """Retry a call while the broker is away (connection refused, timeouts); a worker waiting
-    here makes no progress, so the stall timeout still bounds it."""
+    here makes no progress, so the stall timeout still bounds it. With `unless`, asked before
+    each try after the first: true, the call is given up (`Abandoned`)."""
     wait, failures, since = RETRY_FIRST_S, 0, time.monotonic()
     while True:
+        if failures and unless is not None and unless():
+            raise Abandoned(f"given up after {failures} tries")
         try:
             result = await attempt()
         except ProducerFenced:

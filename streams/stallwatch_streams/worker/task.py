@@ -18,12 +18,13 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 from aiokafka import TopicPartition
 
 from stallwatch_streams.worker import producers
-from stallwatch_streams.worker.attempts import Attempt
+from stallwatch_streams.worker.attempts import Attempt, key_of
 from stallwatch_streams.worker.commit import (
     Applied,
     CommitLedger,
@@ -33,7 +34,7 @@ from stallwatch_streams.worker.commit import (
     TransactionalProducer,
 )
 from stallwatch_streams.worker.expiry import ExpiryScan
-from stallwatch_streams.worker.retry import until_done
+from stallwatch_streams.worker.retry import Abandoned, until_done
 from stallwatch_streams.worker.store import PartitionStates
 from stallwatch_streams.worker.task_context import TaskContext
 from stallwatch_streams.worker.task_state import SERVING, Lifecycle, TaskState
@@ -44,6 +45,8 @@ log = logging.getLogger(__name__)
 # transaction ends: bounds the memory of pending writes and what a failed transaction makes the
 # partition read again.
 PENDING_MAX_RECORDS = 4000
+# How long a task that loses its partition alive waits for its attempts record to be made idle.
+RELEASE_WAIT_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,6 +350,7 @@ class PartitionTask:
             )
         self.context.metrics.batch_retries.inc()
         self._discard()
+        await self._release()
         await self._close_producer()
         self._drop()
         self.context.membership.ask_the_group()
@@ -358,6 +362,7 @@ class PartitionTask:
         producer started now could fence the member the group gave it to meanwhile (a three-node
         cluster showed both workers fenced at their first rebalance)."""
         self._discard()
+        await self._release()
         await self._close_producer()
         if self.context.membership.revoking:
             log.info(
@@ -378,6 +383,46 @@ class PartitionTask:
         self.ledger.discarded()
         self.context.consumer.pause(self.tp)
         self.epoch += 1
+
+    async def record(self, attempt: Attempt) -> bool:
+        """Its attempts record written and acknowledged, before it applies what the record names
+        (stallwatch_streams/worker/attempts.py). Not once it is held (rebuilt or dropped: the
+        partition may be another's by now): False, nothing written, and a write under way is
+        given up before it is tried again."""
+        attempts = self.context.attempts
+        if attempts is None:
+            return True
+        if self.held:
+            return False
+        key = key_of(self.tp.topic, self.tp.partition)
+        try:
+            await until_done(partial(attempts.write, key, attempt), unless=lambda: self.held)
+        except Abandoned:
+            return False
+        self.attempt = attempt
+        return True
+
+    async def _release(self) -> None:
+        """Alive, it may lose the partition now: its attempts record made idle first, so that a
+        successor takes nothing it had in hand for a death (stallwatch_streams/worker/attempts.py).
+        Written before the group is asked, through the producer of the record's earlier writes
+        (which keeps their order); a write the broker holds past RELEASE_WAIT_S is given up, and
+        the partition moves on anyway."""
+        attempts, attempt = self.context.attempts, self.attempt
+        if attempts is None or attempt is None or not attempt.busy:
+            return
+        key = key_of(self.tp.topic, self.tp.partition)
+        try:
+            await asyncio.wait_for(until_done(partial(attempts.write, key, attempt.idle)), RELEASE_WAIT_S)
+        except TimeoutError:
+            log.warning(
+                "partition %d: its attempts record could not be made idle within %.0f s; a "
+                "successor may take the event it names for a worker's death",
+                self.tp.partition,
+                RELEASE_WAIT_S,
+            )
+            return
+        self.attempt = attempt.idle
 
     def _drop(self) -> None:
         self._states = None

@@ -100,7 +100,10 @@ class PartitionTasks:
             return
         keys = {task.tp.partition: key_of(task.tp.topic, task.tp.partition) for task in tasks}
         previous = await until_done(lambda: attempts.read(keys.values()))
-        begun = {task: takeover(previous.get(keys[task.tp.partition]), task.position(-1)) for task in tasks}
+        begun = {
+            task: takeover(previous.get(keys[task.tp.partition]), task.position(-1), attempts.owner)
+            for task in tasks
+        }
 
         async def write_all() -> None:
             await asyncio.gather(*(attempts.write(keys[t.tp.partition], a) for t, a in begun.items()))

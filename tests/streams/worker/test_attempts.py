@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection
+from dataclasses import replace
 
 import orjson
 from aiokafka.errors import KafkaConnectionError
@@ -40,11 +41,34 @@ def test_a_careful_owner_that_died_on_an_event_makes_it_poison_until_committed()
     assert takeover(after.at(30), 31).poison == ()  # both committed
 
 
+def test_a_record_of_this_very_process_tells_of_no_death():
+    """A partition fenced and given back to the process that held it: that process lives, so
+    neither the event nor the batch it had in hand killed anything."""
+    careful = replace(takeover(Attempt().over(10, 40), 10).at(17), poison=(12,), owner="this")
+    after = takeover(careful, 15, owner="this")
+    assert after.poison == () and after.careful_through == 40  # 12 committed; 17 no poison
+    assert takeover(careful, 11, owner="this").poison == (12,)  # an earlier death's, kept
+    assert takeover(careful, 15, owner="another").poison == (17,)
+    in_batch = replace(Attempt().over(50, 90), owner="this")
+    assert takeover(in_batch, 50, owner="this") == Attempt()
+
+
+def test_an_idle_record_keeps_the_careful_stretch_and_names_nothing_applied():
+    careful = Attempt(40, (17,)).at(20)
+    assert careful.busy and Attempt().over(1, 2).busy and not careful.idle.busy
+    after = takeover(careful.idle, 18)
+    assert after.poison == () and after.careful_through == 40  # 17 committed, 20 not taken
+
+
 def test_records_of_another_format_or_broken_are_a_first_takeover():
     assert Attempt.decode(b'{"v": 2, "batch": [1, 2]}') is None
     assert Attempt.decode(b"{") is None and Attempt.decode(None) is None
     attempt = Attempt(40, (17,)).at(20)
     assert Attempt.decode(attempt.encode()) == attempt
+    # The release before wrote no owner: its records read as another process's.
+    earlier = orjson.dumps({"v": 1, "careful_through": 40, "poison": [17], "batch": None, "applying": 20})
+    assert Attempt.decode(earlier) == attempt and takeover(attempt, 18, owner="this").poison == (20,)
+    assert AttemptLog(Settings(), owner="this").encode(attempt) == replace(attempt, owner="this").encode()
 
 
 def test_the_poison_event_is_dead_lettered_unread_and_its_run_quarantined():

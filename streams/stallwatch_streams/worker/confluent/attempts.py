@@ -31,7 +31,7 @@ class GroupAttemptLog(AttemptLog):
         if publisher is None:
             publisher = self._publisher = AheadPublisher(self.settings)
         try:
-            await (await publisher.send(self.topic, attempt.encode(), key.encode()))
+            await (await publisher.send(self.topic, self.encode(attempt), key.encode()))
         except Exception:
             if self._publisher is publisher:
                 self._publisher = None
