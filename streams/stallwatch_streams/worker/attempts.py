@@ -11,20 +11,20 @@ its successor finds the offset of the event it died on: that event is dead-lette
 (`worker_crash`), its run quarantined (calls allowed, nothing judged), and the partition moves on.
 A poison event costs two deaths: the first finds the batch, the second the event.
 
-A careful successor follows every unclean handover (a worker killed, its node lost, its session
-expired), but only over the one batch its predecessor had in hand: a round trip per record of
-that batch. A clean handover (a rebalance, a stop) commits its batches first, so the record names
-nothing above the successor's position.
+A careful successor follows an owner that died with a batch in hand, and only over that batch:
+a round trip per record of it. A clean handover (a rebalance, a stop) commits its batches first,
+so the record names nothing above the successor's position.
 
-Only a death counts. Each record names the process that wrote it (`owner`, drawn at its start: a
-pod restarted under its StatefulSet name is another process). A takeover that finds its own
-process's record takes nothing from it: this process lives, so nothing it applied killed it (a
-partition fenced by a frozen broker and given back). An owner that loses a partition alive (its
-producer fenced, its transaction failed) says so before the group can move it (`idle`: applying
-nothing), and a careful owner says so once its careful events are applied, so a record names an
-event only while that event is applied or just after. An owner that dies for another reason in
-that window, or loses its partition alive while cut off from the attempts' leader, has the event
-taken for the cause: its run is quarantined, which leans to "keep going".
+Only a death counts. Once what a record names is applied, its owner makes it idle (`idle`: the
+careful stretch and the known poison kept, nothing in hand), so a record names a batch or an
+event only while it is applied: a kill while its transaction waits makes no successor careful.
+Each record names the process that wrote it (`owner`, drawn at its start: a pod restarted under
+its StatefulSet name is another process), and a takeover that finds its own process's record
+takes nothing from it: this process lives (a partition fenced by a frozen broker and given
+back). An owner that loses a partition alive (its producer fenced, its transaction failed)
+leaves no busy record before the group can move it. An owner that dies for another reason while
+an event is applied has that event taken for the cause: its run is quarantined, which leans to
+"keep going".
 """
 
 from __future__ import annotations

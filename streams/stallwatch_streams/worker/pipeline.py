@@ -259,13 +259,15 @@ class Pipeline(ConsumerRebalanceListener):
 
     async def _apply(self, task: PartitionTask, records: list[ConsumerRecord], epoch: int | None) -> None:
         """The records applied and handed to the task's commit loop. Those its previous owner died
-        applying are applied one at a time, each one's offset written to the attempts first, and
-        the task's record made idle once they are; the rest at once, their first and last offsets
-        written first unless `_mark` did (stallwatch_streams/worker/attempts.py). Nothing is
-        written for a task that no longer takes the records: the partition may be another's."""
+        applying are applied one at a time, each one's offset written to the attempts first; the
+        rest at once, their first and last offsets written first unless `_mark` did. Once they
+        are applied, the task's record is made idle: a death while their transaction waits is
+        none of theirs (stallwatch_streams/worker/attempts.py). Nothing is written for a task
+        that no longer takes the records: the partition may be another's."""
         attempts, attempt = self.tasks.context.attempts, task.attempt
         if attempts is None or attempt is None or not attempt.careful(records[0].offset):
-            await self._apply_batch(task, records, epoch)
+            if await self._apply_batch(task, records, epoch):
+                task.applied()
             return
         for index, record in enumerate(records):
             if not task.takes(epoch):
@@ -273,16 +275,14 @@ class Pipeline(ConsumerRebalanceListener):
             if not attempt.careful(record.offset):
                 rest = records[index:]
                 await task.record(attempt.over(rest[0].offset, rest[-1].offset))
-                await self._apply_batch(task, rest, epoch)
+                if await self._apply_batch(task, rest, epoch):
+                    task.applied()
                 return
             await task.record(attempt.at(record.offset))
             if not await self._apply_batch(task, [record], epoch):
                 return
             self.progress.tick()  # a round trip a record: progress, not a hang
-        if task.takes(epoch):
-            # Until the next batch, the record would name the last event as being applied: a
-            # death meanwhile (a kill while its transaction waits) would make it poison.
-            await task.record(attempt.idle)
+        task.applied()
 
     async def _mark(self, batches: list[tuple[PartitionTask, list[ConsumerRecord]]]) -> None:
         """Each batch's first and last offsets written to the attempts, all at once, before any is

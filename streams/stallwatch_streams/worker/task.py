@@ -89,6 +89,7 @@ class PartitionTask:
         self._loop: asyncio.Task[None] | None = None  # its commit loop
         # What it is applying, as written to the attempts before it applies it (None: not kept).
         self.attempt: Attempt | None = None
+        self._idling: set[asyncio.Future[None]] = set()  # its record's idle writes under way
 
     def __repr__(self) -> str:
         return f"PartitionTask({self.tp.topic}-{self.tp.partition}, {self.state.name})"
@@ -401,6 +402,27 @@ class PartitionTask:
             return False
         self.attempt = attempt
         return True
+
+    def applied(self) -> None:
+        """What its record names is applied: the record made idle, its acknowledgement awaited by
+        no one. The next batch's record, written after it by the same producer, replaces it; one
+        lost leaves the record busy, which a successor takes for a death (careful: the safe
+        side), and which `_release` makes idle when the partition is lost alive."""
+        attempts, attempt = self.context.attempts, self.attempt
+        if attempts is None or attempt is None or not attempt.busy or self.held:
+            return
+        idle = attempt.idle
+        written = asyncio.ensure_future(attempts.write(key_of(self.tp.topic, self.tp.partition), idle))
+        self._idling.add(written)
+
+        def done(write: asyncio.Future[None]) -> None:
+            self._idling.discard(write)
+            if write.cancelled() or write.exception() is not None:
+                return  # the record stays busy; so does what the task knows of it
+            if self.attempt == attempt:  # not replaced meanwhile by a later record
+                self.attempt = idle
+
+        written.add_done_callback(done)
 
     async def _release(self) -> None:
         """Alive, it may lose the partition now: its attempts record made idle first, so that a

@@ -33,17 +33,21 @@ class AttemptsStandIn:
     """The attempts topic as the last record of each key; every write noted with how many times
     the pipeline had asked its group to rebalance by then."""
 
-    def __init__(self, previous: Attempt | None) -> None:
+    def __init__(self, previous: Attempt | None, refused_idle: int = 0) -> None:
         self.owner = "this"
         self.records = {} if previous is None else {KEY: previous}
         self.written: list[tuple[Attempt, int]] = []
         self.pipeline: Pipeline | None = None
+        self.refused_idle = refused_idle  # idle records after a busy one refused, the first so many
 
     async def read(self, keys: Collection[str]) -> dict[str, Attempt]:
         return {key: self.records[key] for key in keys if key in self.records}
 
     async def write(self, key: str, attempt: Attempt) -> None:
         assert self.pipeline is not None
+        if not attempt.busy and self.records.get(key, Attempt()).busy and self.refused_idle:
+            self.refused_idle -= 1
+            raise KafkaConnectionError("the broker went away")
         stamped = replace(attempt, owner=self.owner)
         self.records[key] = stamped
         self.written.append((stamped, self.pipeline.membership.rejoins))
@@ -53,10 +57,12 @@ class AttemptsStandIn:
         return self.records[KEY]
 
 
-async def serving(previous: Attempt | None, *producers: FakeProducer) -> tuple[Pipeline, AttemptsStandIn]:
+async def serving(
+    previous: Attempt | None, *producers: FakeProducer, refused_idle: int = 0
+) -> tuple[Pipeline, AttemptsStandIn]:
     """A pipeline that takes partition 0 over after `previous` (the record a dead owner left) and
     has the looping run to read, its producers started in the order given (then new ones)."""
-    attempts = AttemptsStandIn(previous)
+    attempts = AttemptsStandIn(previous, refused_idle)
     queue = list(producers)
 
     async def start_producer(partition: int) -> FakeProducer:
@@ -104,6 +110,19 @@ async def test_a_careful_owner_leaves_its_record_idle_once_its_events_are_applie
     await stopped(loop)
 
 
+async def test_an_owner_leaves_its_record_idle_once_its_batch_is_applied_while_its_transaction_waits():
+    gate = asyncio.Event()
+    pipeline, attempts = await serving(None, FakeProducer(gate=gate))
+    loop = asyncio.create_task(pipeline.run())
+    await until(lambda: len(attempts.written) == 3, 5, lambda: attempts.written)
+    assert [a.batch for a, _ in attempts.written] == [None, (0, RECORDS - 1), None]
+    assert pipeline.tasks.committing()  # its transaction still waits
+    # A kill now: the batch killed nothing, and its successor applies it as any batch.
+    assert takeover(attempts.last, -1, owner="a successor") == Attempt()
+    gate.set()
+    await stopped(loop)
+
+
 @pytest.mark.parametrize("previous", [DIED_IN_A_BATCH, None], ids=["careful", "batch"])
 async def test_an_owner_fenced_alive_makes_its_record_idle_before_the_group_is_asked(previous):
     pipeline, attempts = await serving(previous, FakeProducer(fail_commit=ProducerFenced()))
@@ -118,13 +137,19 @@ async def test_an_owner_fenced_alive_makes_its_record_idle_before_the_group_is_a
     await stopped(loop)
 
 
-async def test_an_owner_whose_transaction_failed_makes_its_record_idle_before_it_rebuilds():
-    failing = FakeProducer(fail_commit=KafkaConnectionError("the broker went away"))
-    pipeline, attempts = await serving(None, failing)
+@pytest.mark.parametrize(
+    "failure", [ProducerFenced(), KafkaConnectionError("the broker went away")], ids=["fenced", "failed"]
+)
+async def test_a_record_left_busy_is_made_idle_before_the_partition_can_move(failure):
+    """The idle write after the apply was lost: the task that loses its partition alive (fenced,
+    or rebuilt after its transaction failed) writes it again, and waits for it."""
+    failing = FakeProducer(fail_commit=failure)
+    pipeline, attempts = await serving(None, failing, refused_idle=1)
     loop = asyncio.create_task(pipeline.run())
-    await until(lambda: failing.stopped and state(pipeline) is TaskState.RUNNING, 5, "rebuilt")
-    batch, idle = (a for a, _ in attempts.written[-2:])
-    assert batch.batch == (0, RECORDS - 1) and not idle.busy
+    await until(lambda: failing.stopped and attempts.refused_idle == 0, 5, "the task let its producer go")
+    await until(lambda: not attempts.last.busy, 5, lambda: attempts.written)
+    batch, idle = attempts.written[-2:]
+    assert batch[0].batch == (0, RECORDS - 1) and idle == (replace(batch[0].idle), 0)  # group not asked yet
     await stopped(loop)
 
 
