@@ -16,8 +16,9 @@ a round trip per record of it. A clean handover (a rebalance, a stop) commits it
 so the record names nothing above the successor's position.
 
 Only a death counts. Once what a record names is applied, its owner makes it idle (`idle`: the
-careful stretch and the known poison kept, nothing in hand), so a record names a batch or an
-event only while it is applied: a kill while its transaction waits makes no successor careful.
+careful stretch and the known poison kept, nothing in hand; a task's writes go one at a time, in
+order), so a record names a batch or an event only while it is applied: a kill while its
+transaction waits makes no successor careful.
 Each record names the process that wrote it (`owner`, drawn at its start: a pod restarted under
 its StatefulSet name is another process), and a takeover that finds its own process's record
 takes nothing from it: this process lives (a partition fenced by a frozen broker and given
@@ -230,7 +231,7 @@ class AttemptLog:
         producer = await self._started()
         try:
             await producer.send_and_wait(self.topic, self.encode(attempt), key=key.encode())
-        except BaseException:
+        except Exception:  # a write cancelled (a stop) leaves the producer as it was
             if self._producer is producer:
                 self._producer = None
             await producers.stop_quietly(producer)

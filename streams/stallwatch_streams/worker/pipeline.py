@@ -255,34 +255,34 @@ class Pipeline(ConsumerRebalanceListener):
                     if records[0].timestamp_type == LOG_APPEND_TIME:
                         self.metrics.fetch_delay.observe(max(0.0, time.time() - records[0].timestamp / 1000))
                     await self._apply(task, records, epoch)
+                # Applied: their records idle, all at once, before the next batches' are written.
+                await asyncio.gather(*(task.applied() for task, _, _ in admitted))
             self.progress.tick()
 
     async def _apply(self, task: PartitionTask, records: list[ConsumerRecord], epoch: int | None) -> None:
         """The records applied and handed to the task's commit loop. Those its previous owner died
         applying are applied one at a time, each one's offset written to the attempts first; the
-        rest at once, their first and last offsets written first unless `_mark` did. Once they
-        are applied, the task's record is made idle: a death while their transaction waits is
-        none of theirs (stallwatch_streams/worker/attempts.py). Nothing is written for a task
-        that no longer takes the records: the partition may be another's."""
+        rest at once, their first and last offsets written first unless `_mark` did
+        (stallwatch_streams/worker/attempts.py; `run` makes the records idle once applied).
+        Nothing is written for a task that no longer takes the records: the partition may be
+        another's."""
         attempts, attempt = self.tasks.context.attempts, task.attempt
         if attempts is None or attempt is None or not attempt.careful(records[0].offset):
-            if await self._apply_batch(task, records, epoch):
-                task.applied()
+            await self._apply_batch(task, records, epoch)
             return
         for index, record in enumerate(records):
             if not task.takes(epoch):
                 return
             if not attempt.careful(record.offset):
                 rest = records[index:]
-                await task.record(attempt.over(rest[0].offset, rest[-1].offset))
-                if await self._apply_batch(task, rest, epoch):
-                    task.applied()
+                if await task.record(attempt.over(rest[0].offset, rest[-1].offset)):
+                    await self._apply_batch(task, rest, epoch)
                 return
-            await task.record(attempt.at(record.offset))
+            if not await task.record(attempt.at(record.offset)):
+                return
             if not await self._apply_batch(task, [record], epoch):
                 return
             self.progress.tick()  # a round trip a record: progress, not a hang
-        task.applied()
 
     async def _mark(self, batches: list[tuple[PartitionTask, list[ConsumerRecord]]]) -> None:
         """Each batch's first and last offsets written to the attempts, all at once, before any is

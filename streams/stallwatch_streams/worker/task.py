@@ -89,7 +89,7 @@ class PartitionTask:
         self._loop: asyncio.Task[None] | None = None  # its commit loop
         # What it is applying, as written to the attempts before it applies it (None: not kept).
         self.attempt: Attempt | None = None
-        self._idling: set[asyncio.Future[None]] = set()  # its record's idle writes under way
+        self._recording = asyncio.Lock()  # its record's writes: one at a time, in call order
 
     def __repr__(self) -> str:
         return f"PartitionTask({self.tp.topic}-{self.tp.partition}, {self.state.name})"
@@ -388,63 +388,64 @@ class PartitionTask:
     async def record(self, attempt: Attempt) -> bool:
         """Its attempts record written and acknowledged, before it applies what the record names
         (stallwatch_streams/worker/attempts.py). Not once it is held (rebuilt or dropped: the
-        partition may be another's by now): False, nothing written, and a write under way is
-        given up before it is tried again."""
-        attempts = self.context.attempts
-        if attempts is None:
+        partition may be another's by now): False, nothing written, a write under way given up
+        before it is tried again; False too when it was let go while the write was under way
+        (`_release` then makes the record idle: it waits for this write)."""
+        if self.context.attempts is None:
             return True
-        if self.held:
-            return False
-        key = key_of(self.tp.topic, self.tp.partition)
-        try:
-            await until_done(partial(attempts.write, key, attempt), unless=lambda: self.held)
-        except Abandoned:
-            return False
+        async with self._recording:
+            if self.held:
+                return False
+            try:
+                await until_done(partial(self._write, attempt), unless=lambda: self.held)
+            except Abandoned:
+                return False
+            return not self.held
+
+    async def applied(self) -> None:
+        """What its record names is applied: the record made idle, so that a death while the
+        batch's transaction waits is none of the batch's."""
+        attempt = self.attempt
+        if attempt is not None and attempt.busy:
+            await self.record(attempt.idle)
+
+    async def rewrite(self, attempt: Attempt) -> None:
+        """Its record written whatever its state (a takeover's first), after any write under way."""
+        async with self._recording:
+            await self._write(attempt)
+
+    async def _write(self, attempt: Attempt) -> None:
+        attempts = self.context.attempts
+        assert attempts is not None  # callers write only where the guard is kept
+        await attempts.write(key_of(self.tp.topic, self.tp.partition), attempt)
         self.attempt = attempt
-        return True
-
-    def applied(self) -> None:
-        """What its record names is applied: the record made idle, its acknowledgement awaited by
-        no one. The next batch's record, written after it by the same producer, replaces it; one
-        lost leaves the record busy, which a successor takes for a death (careful: the safe
-        side), and which `_release` makes idle when the partition is lost alive."""
-        attempts, attempt = self.context.attempts, self.attempt
-        if attempts is None or attempt is None or not attempt.busy or self.held:
-            return
-        idle = attempt.idle
-        written = asyncio.ensure_future(attempts.write(key_of(self.tp.topic, self.tp.partition), idle))
-        self._idling.add(written)
-
-        def done(write: asyncio.Future[None]) -> None:
-            self._idling.discard(write)
-            if write.cancelled() or write.exception() is not None:
-                return  # the record stays busy; so does what the task knows of it
-            if self.attempt == attempt:  # not replaced meanwhile by a later record
-                self.attempt = idle
-
-        written.add_done_callback(done)
 
     async def _release(self) -> None:
         """Alive, it may lose the partition now: its attempts record made idle first, so that a
         successor takes nothing it had in hand for a death (stallwatch_streams/worker/attempts.py).
-        Written before the group is asked, through the producer of the record's earlier writes
-        (which keeps their order); a write the broker holds past RELEASE_WAIT_S is given up, and
-        the partition moves on anyway."""
-        attempts, attempt = self.context.attempts, self.attempt
-        if attempts is None or attempt is None or not attempt.busy:
+        After the write under way, if any, and before the group is asked; one the broker holds
+        past RELEASE_WAIT_S goes on (shielded, never cancelled halfway) while the partition moves
+        on."""
+        if self.context.attempts is None:
             return
-        key = key_of(self.tp.topic, self.tp.partition)
+
+        async def idle() -> None:
+            async with self._recording:
+                attempt = self.attempt
+                if attempt is not None and attempt.busy:
+                    await until_done(partial(self._write, attempt.idle))
+
+        releasing = asyncio.ensure_future(idle())
+        releasing.add_done_callback(_retrieved)
         try:
-            await asyncio.wait_for(until_done(partial(attempts.write, key, attempt.idle)), RELEASE_WAIT_S)
+            await asyncio.wait_for(asyncio.shield(releasing), RELEASE_WAIT_S)
         except TimeoutError:
             log.warning(
                 "partition %d: its attempts record could not be made idle within %.0f s; a "
-                "successor may take the event it names for a worker's death",
+                "successor may take what it names for a worker's death",
                 self.tp.partition,
                 RELEASE_WAIT_S,
             )
-            return
-        self.attempt = attempt.idle
 
     def _drop(self) -> None:
         self._states = None
@@ -484,3 +485,9 @@ class PartitionTask:
         producer, self.producer = self.producer, None
         if producer is not None:
             await producers.stop_quietly(producer)
+
+
+def _retrieved(done: asyncio.Future[None]) -> None:
+    """A write nobody awaits any more: its failure seen, and logged."""
+    if not done.cancelled() and done.exception() is not None:
+        log.warning("an attempts record was not written: %r", done.exception())

@@ -106,7 +106,7 @@ class PartitionTasks:
         }
 
         async def write_all() -> None:
-            await asyncio.gather(*(attempts.write(keys[t.tp.partition], a) for t, a in begun.items()))
+            await asyncio.gather(*(t.rewrite(a) for t, a in begun.items()))
 
         await until_done(write_all)
         for task, attempt in begun.items():

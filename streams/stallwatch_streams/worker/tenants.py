@@ -125,7 +125,9 @@ class Tenants:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.groups.close(), timeout_s)
         if self.attempts is not None:
-            with contextlib.suppress(Exception):  # acknowledged before each use: nothing is pending
+            # Each write was awaited before the apply it guards; one still under way (a release the
+            # broker held) is given up with the producer.
+            with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.attempts.close(), timeout_s)
         return all(stopped)
 

@@ -1,7 +1,8 @@
-"""The poison guard's record as a live owner leaves it (no broker): a careful owner's record names
-no event once its events are applied, and an owner that loses its partition alive (fenced, or its
-transaction failed) makes its record idle before anyone else can take the partition, so that no
-successor takes an event it applied for the cause of a death."""
+"""The poison guard's record as a live owner leaves it (no broker): a record is idle once what it
+names is applied, an owner that loses its partition alive (fenced, or its transaction failed)
+leaves no busy record before anyone else can take the partition, a task's writes land in the
+order it made them, and a takeover of this process's own record finds no death. So no successor
+takes a batch or an event that killed nothing for the cause of a death."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from aiokafka.errors import KafkaConnectionError, ProducerFenced
 from stallwatch.engine.detector import Detector
 from stallwatch.settings import Settings
 from stallwatch_streams.metrics import StallwatchMetrics
+from stallwatch_streams.worker import retry
 from stallwatch_streams.worker.attempts import Attempt, key_of, takeover
 from stallwatch_streams.worker.pipeline import Pipeline
 from stallwatch_streams.worker.task_state import TaskState
@@ -26,27 +28,44 @@ from tests.waiting import until
 SETTINGS = Settings(topic_prefix="t")
 TP = TopicPartition(SETTINGS.events_topic, 0)
 KEY = key_of(TP.topic, TP.partition)
-RECORDS = len(looping_run())
+VALUES = [m.value for m in looping_run()]
+RECORDS = len(VALUES)
+
+
+@pytest.fixture(autouse=True)
+def retried_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refused write is tried again without the backoff's wait."""
+    monkeypatch.setattr(retry, "RETRY_FIRST_S", 0.0)
 
 
 class AttemptsStandIn:
-    """The attempts topic as the last record of each key; every write noted with how many times
-    the pipeline had asked its group to rebalance by then."""
+    """The attempts topic as the last record of each key. Every write lets the event loop run
+    before it lands (as a broker's acknowledgement does) and is noted with how many times the
+    pipeline had asked its group to rebalance by then. `held`: writes naming that batch wait for
+    the event before they land; `refused_idle`: idle records after a busy one are refused while
+    the task serves (the broker answers again as it loses its partition)."""
 
-    def __init__(self, previous: Attempt | None, refused_idle: int = 0) -> None:
+    def __init__(self, previous: Attempt | None, refused_idle: bool = False) -> None:
         self.owner = "this"
         self.records = {} if previous is None else {KEY: previous}
         self.written: list[tuple[Attempt, int]] = []
         self.pipeline: Pipeline | None = None
-        self.refused_idle = refused_idle  # idle records after a busy one refused, the first so many
+        self.refused_idle = refused_idle
+        self.refusals = 0
+        self.held: tuple[tuple[int, int], asyncio.Event] | None = None
 
     async def read(self, keys: Collection[str]) -> dict[str, Attempt]:
         return {key: self.records[key] for key in keys if key in self.records}
 
     async def write(self, key: str, attempt: Attempt) -> None:
         assert self.pipeline is not None
-        if not attempt.busy and self.records.get(key, Attempt()).busy and self.refused_idle:
-            self.refused_idle -= 1
+        await asyncio.sleep(0)
+        if self.held is not None and attempt.batch == self.held[0]:
+            await self.held[1].wait()
+        task = self.pipeline.tasks.get(0)
+        serving = task is not None and not task.held
+        if not attempt.busy and self.records.get(key, Attempt()).busy and self.refused_idle and serving:
+            self.refusals += 1
             raise KafkaConnectionError("the broker went away")
         stamped = replace(attempt, owner=self.owner)
         self.records[key] = stamped
@@ -56,12 +75,20 @@ class AttemptsStandIn:
     def last(self) -> Attempt:
         return self.records[KEY]
 
+    @property
+    def records_written(self) -> list[Attempt]:
+        return [attempt for attempt, _ in self.written]
+
 
 async def serving(
-    previous: Attempt | None, *producers: FakeProducer, refused_idle: int = 0
+    previous: Attempt | None,
+    *producers: FakeProducer,
+    fetches: tuple[int, ...] = (RECORDS,),
+    refused_idle: int = 0,
 ) -> tuple[Pipeline, AttemptsStandIn]:
-    """A pipeline that takes partition 0 over after `previous` (the record a dead owner left) and
-    has the looping run to read, its producers started in the order given (then new ones)."""
+    """A pipeline that takes partition 0 over after `previous` (the record its last owner left)
+    and reads the looping run in fetches of the sizes given, its producers started in the order
+    given (then new ones)."""
     attempts = AttemptsStandIn(previous, refused_idle)
     queue = list(producers)
 
@@ -80,7 +107,11 @@ async def serving(
     )
     attempts.pipeline = pipeline
     await pipeline.on_partitions_assigned([TP])
-    consumer.queued.append({TP: consumer_records(TP.topic, 0, b"r1", [m.value for m in looping_run()])})
+    first = 0
+    for size in fetches:
+        values = VALUES[first : first + size]
+        consumer.queued.append({TP: consumer_records(TP.topic, 0, b"r1", values, first)})
+        first += size
     return pipeline, attempts
 
 
@@ -102,11 +133,19 @@ async def test_a_careful_owner_leaves_its_record_idle_once_its_events_are_applie
     pipeline, attempts = await serving(DIED_IN_A_BATCH)
     loop = asyncio.create_task(pipeline.run())
     await until(lambda: len(attempts.written) == 1 + RECORDS + 1, 5, lambda: attempts.written)
-    written = [a for a, _ in attempts.written]
-    assert [a.applying for a in written[1:-1]] == list(range(RECORDS))  # one at a time
+    assert [a.applying for a in attempts.records_written[1:-1]] == list(range(RECORDS))  # one by one
     assert not attempts.last.busy and attempts.last.careful_through == 100
     # A kill now, while its transaction waits: its successor is careful, and finds no poison.
     assert takeover(attempts.last, -1, owner="a successor") == Attempt(careful_through=100)
+    await stopped(loop)
+
+
+async def test_a_careful_stretch_over_two_fetches_names_each_event_while_it_is_applied():
+    pipeline, attempts = await serving(DIED_IN_A_BATCH, fetches=(5, RECORDS - 5))
+    loop = asyncio.create_task(pipeline.run())
+    await until(lambda: len(attempts.written) == 1 + RECORDS + 2, 5, lambda: attempts.written)
+    said = [a.applying if a.busy else "idle" for a in attempts.records_written[1:]]
+    assert said == [0, 1, 2, 3, 4, "idle", *range(5, RECORDS), "idle"]
     await stopped(loop)
 
 
@@ -115,7 +154,7 @@ async def test_an_owner_leaves_its_record_idle_once_its_batch_is_applied_while_i
     pipeline, attempts = await serving(None, FakeProducer(gate=gate))
     loop = asyncio.create_task(pipeline.run())
     await until(lambda: len(attempts.written) == 3, 5, lambda: attempts.written)
-    assert [a.batch for a, _ in attempts.written] == [None, (0, RECORDS - 1), None]
+    assert [a.batch for a in attempts.records_written] == [None, (0, RECORDS - 1), None]
     assert pipeline.tasks.committing()  # its transaction still waits
     # A kill now: the batch killed nothing, and its successor applies it as any batch.
     assert takeover(attempts.last, -1, owner="a successor") == Attempt()
@@ -123,17 +162,12 @@ async def test_an_owner_leaves_its_record_idle_once_its_batch_is_applied_while_i
     await stopped(loop)
 
 
-@pytest.mark.parametrize("previous", [DIED_IN_A_BATCH, None], ids=["careful", "batch"])
-async def test_an_owner_fenced_alive_makes_its_record_idle_before_the_group_is_asked(previous):
-    pipeline, attempts = await serving(previous, FakeProducer(fail_commit=ProducerFenced()))
+async def test_a_takeover_of_this_process_record_finds_no_death():
+    """The partition fenced and given back to the process that held it: not careful."""
+    pipeline, attempts = await serving(replace(Attempt().over(0, 100), owner="this"))
     loop = asyncio.create_task(pipeline.run())
-    await until(lambda: pipeline.membership.rejoins == 1, 5, "the group asked")
-    assert state(pipeline) is TaskState.DROPPED
-    assert attempts.written[-1][1] == 0  # written before the group was asked
-    assert not attempts.last.busy
-    # Whoever the group gives the partition to finds no death and no poison.
-    successor = takeover(attempts.last, -1, owner="a successor")
-    assert successor.poison == () and successor.careful_through == (100 if previous else None)
+    await until(lambda: len(attempts.written) == 3, 5, lambda: attempts.written)
+    assert [a.batch for a in attempts.records_written] == [None, (0, RECORDS - 1), None]
     await stopped(loop)
 
 
@@ -141,15 +175,38 @@ async def test_an_owner_fenced_alive_makes_its_record_idle_before_the_group_is_a
     "failure", [ProducerFenced(), KafkaConnectionError("the broker went away")], ids=["fenced", "failed"]
 )
 async def test_a_record_left_busy_is_made_idle_before_the_partition_can_move(failure):
-    """The idle write after the apply was lost: the task that loses its partition alive (fenced,
-    or rebuilt after its transaction failed) writes it again, and waits for it."""
-    failing = FakeProducer(fail_commit=failure)
-    pipeline, attempts = await serving(None, failing, refused_idle=1)
+    """The idle write after the apply was refused: the task that loses its partition alive
+    (fenced, or rebuilt after its transaction failed) writes it again, and waits for it."""
+    gate = asyncio.Event()
+    failing = FakeProducer(fail_commit=failure, gate=gate)
+    pipeline, attempts = await serving(None, failing, refused_idle=True)
     loop = asyncio.create_task(pipeline.run())
-    await until(lambda: failing.stopped and attempts.refused_idle == 0, 5, "the task let its producer go")
-    await until(lambda: not attempts.last.busy, 5, lambda: attempts.written)
+    await until(lambda: attempts.refusals, 5, "the idle write refused")
+    gate.set()
+    await until(lambda: failing.stopped and not attempts.last.busy, 5, lambda: attempts.written)
     batch, idle = attempts.written[-2:]
-    assert batch[0].batch == (0, RECORDS - 1) and idle == (replace(batch[0].idle), 0)  # group not asked yet
+    assert batch[0].batch == (0, RECORDS - 1) and idle == (batch[0].idle, 0)  # group not asked yet
+    await stopped(loop)
+
+
+async def test_a_write_under_way_when_the_partition_is_lost_lands_before_its_release():
+    """The second batch's record is held by the broker while the first batch's transaction is
+    fenced: the release waits for it, and the record ends idle, before the group is asked."""
+    gate, landing = asyncio.Event(), asyncio.Event()
+    fenced = FakeProducer(fail_commit=ProducerFenced(), gate=gate)
+    pipeline, attempts = await serving(None, fenced, fetches=(5, RECORDS - 5))
+    attempts.held = ((5, RECORDS - 1), landing)
+    loop = asyncio.create_task(pipeline.run())
+    await until(
+        lambda: pipeline.tasks.committing() and len(attempts.written) == 3, 5, lambda: attempts.written
+    )
+    gate.set()  # the first batch's transaction is fenced while the second's record waits
+    await until(lambda: state(pipeline) is TaskState.REBUILDING, 5, "the fenced task discarded")
+    assert pipeline.membership.rejoins == 0  # the release waits for the write under way
+    landing.set()
+    await until(lambda: pipeline.membership.rejoins == 1, 5, "the group asked")
+    assert [(a.batch, asked) for a, asked in attempts.written[-2:]] == [((5, RECORDS - 1), 0), (None, 0)]
+    assert state(pipeline) is TaskState.DROPPED
     await stopped(loop)
 
 
