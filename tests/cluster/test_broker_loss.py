@@ -216,11 +216,6 @@ async def test_a_frozen_node_costs_no_run_its_commands_and_verdicts_flow_once_it
     partitions come back within the fencing plus a request timeout, but one whose client keeps
     waiting on the frozen broker can stall until it thaws (docs/decisions.md, "A broker fails";
     `make bench-cluster` prints them beside the echo's)."""
-    if served.model == "group":
-        # Known and open: a worker's partitions handed back after the freeze fenced its producer
-        # served nothing in 2 of 3 runs (docs/decisions.md, "A broker fails"); the group model
-        # is opt-in until it is found.
-        pytest.skip("the group model's stall after a frozen coordinator is open (docs/decisions.md)")
     settings = served.settings
     await nodes.until_whole()
     async with Arrivals(settings) as commands:
