@@ -304,6 +304,7 @@ class KafkaClient(Client):
                 delivery = await producer.send(
                     self.settings.events_topic, orjson.dumps(event), key=run_id.encode(), partition=partition
                 )
+                delivery.add_done_callback(_retrieve)  # awaited below or not
                 if not followed or self._is_stalled(partition):
                     return False
                 # Shielded: the event stays queued for the partition when the wait times out.
@@ -371,6 +372,14 @@ class KafkaClient(Client):
                         run.deliver(decode_command(record.value))
                     except ValueError as exc:
                         log.warning("undecodable command at offset %d: %s", record.offset, exc)
+
+
+def _retrieve(delivery: asyncio.Future[Any]) -> None:
+    """Mark a delivery's failure as retrieved: a send not awaited (a stalled partition, a lost
+    broker) would otherwise have asyncio log its traceback when the future is collected. The
+    failure is already told by the stall or the loss it comes with."""
+    if not delivery.cancelled() and delivery.exception() is not None:
+        log.debug("an event was not delivered: %r", delivery.exception())
 
 
 async def stop_quietly(part: AIOKafkaProducer | AIOKafkaConsumer) -> None:
