@@ -15,10 +15,11 @@ from stallwatch_streams.metrics import StallwatchMetrics
 from stallwatch_streams.worker.batch import BatchApplier, SourceRecord
 from stallwatch_streams.worker.commit import Applied, BatchCommitter, CommitTopics
 from stallwatch_streams.worker.membership import Membership
+from stallwatch_streams.worker.pipeline import Pipeline
 from stallwatch_streams.worker.progress import Progress
 from stallwatch_streams.worker.store import POSITION_KEY, PartitionStates, decode_position
 from stallwatch_streams.worker.task import PartitionTask
-from stallwatch_streams.worker.task_context import TaskContext
+from stallwatch_streams.worker.task_context import Restore, TaskContext
 from tests.streams.worker.fake_kafka import FakeConsumer, FakeProducer
 
 TOPICS = CommitTopics("commands", "deadletter", "changelog", "tallies")
@@ -106,3 +107,49 @@ class FakePartition:
     @property
     def retries(self) -> float:
         return self.metrics.registry.get_sample_value("stallwatch_batch_retries_total") or 0.0
+
+
+async def nothing_committed(partitions: list[int], tick: object) -> dict[int, PartitionStates]:
+    """A restore that finds an empty changelog."""
+    return {partition: PartitionStates() for partition in partitions}
+
+
+class FakePipeline:
+    """A real `Pipeline` over fakes, serving partition 0 of `settings`' events topic once
+    `assigned()`: its producers started in the order given, then `then` for every later start (a
+    new one each time if None); `started` counts the producers started after the assignment, and
+    `consumer.queued` takes the fetches to give it."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *producers: FakeProducer,
+        restore: Restore = nothing_committed,
+        attempts: object | None = None,
+        then: FakeProducer | None = None,
+    ) -> None:
+        self.tp = TopicPartition(settings.events_topic, 0)
+        self.consumer = FakeConsumer([self.tp])
+        self.started: list[int] = []
+        self._queue = list(producers)
+        self._then = then
+        self.pipeline = Pipeline(
+            settings,
+            StallwatchMetrics(),
+            Detector(),
+            consumer=self.consumer,  # type: ignore[arg-type]
+            start_producer=self._start_producer,
+            restore=restore,
+            attempts=attempts,  # type: ignore[arg-type]
+        )
+
+    async def assigned(self) -> Pipeline:
+        await self.pipeline.on_partitions_assigned([self.tp])
+        self.started.clear()
+        return self.pipeline
+
+    async def _start_producer(self, partition: int) -> FakeProducer:
+        self.started.append(partition)
+        if self._queue:
+            return self._queue.pop(0)
+        return self._then or FakeProducer()

@@ -14,15 +14,14 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaConnectionError, ProducerFenced
 
-from stallwatch.engine.detector import Detector
 from stallwatch.settings import Settings
-from stallwatch_streams.metrics import StallwatchMetrics
 from stallwatch_streams.worker import retry
 from stallwatch_streams.worker.attempts import Attempt, key_of, takeover
 from stallwatch_streams.worker.pipeline import Pipeline
 from stallwatch_streams.worker.task_state import TaskState
-from tests.streams.worker.fake_kafka import FakeConsumer, FakeProducer, consumer_records
-from tests.streams.worker.test_commit import looping_run, nothing_committed
+from tests.streams.worker.fake_kafka import FakeProducer, consumer_records
+from tests.streams.worker.fake_tasks import FakePipeline
+from tests.streams.worker.test_commit import looping_run
 from tests.waiting import until
 
 SETTINGS = Settings(topic_prefix="t")
@@ -90,23 +89,10 @@ async def serving(
     and reads the looping run in fetches of the sizes given, its producers started in the order
     given (then new ones)."""
     attempts = AttemptsStandIn(previous, refused_idle)
-    queue = list(producers)
-
-    async def start_producer(partition: int) -> FakeProducer:
-        return queue.pop(0) if queue else FakeProducer()
-
-    consumer = FakeConsumer([TP])
-    pipeline = Pipeline(
-        SETTINGS,
-        StallwatchMetrics(),
-        Detector(),
-        consumer=consumer,  # type: ignore[arg-type]
-        start_producer=start_producer,
-        restore=nothing_committed,
-        attempts=attempts,  # type: ignore[arg-type]
-    )
+    fakes = FakePipeline(SETTINGS, *producers, attempts=attempts)
+    consumer, pipeline = fakes.consumer, fakes.pipeline
     attempts.pipeline = pipeline
-    await pipeline.on_partitions_assigned([TP])
+    await fakes.assigned()
     first = 0
     for size in fetches:
         values = VALUES[first : first + size]

@@ -14,7 +14,6 @@ from stallwatch.contract.commands import decode_command
 from stallwatch.engine.detector import Detector
 from stallwatch.engine.expiry import PartitionClock
 from stallwatch.settings import Settings
-from stallwatch_streams.metrics import StallwatchMetrics
 from stallwatch_streams.worker.batch import BatchApplier, SourceMessage
 from stallwatch_streams.worker.commit import (
     AbortedForAnother,
@@ -31,7 +30,14 @@ from stallwatch_streams.worker.task_context import Restore
 from stallwatch_streams.worker.task_state import TaskState
 from tests.script import RunScript
 from tests.streams.worker.fake_kafka import FakeConsumer, FakeProducer, consumer_records
-from tests.streams.worker.fake_tasks import SOURCE, TOPICS, FakePartition, committed_changelog
+from tests.streams.worker.fake_tasks import (
+    SOURCE,
+    TOPICS,
+    FakePartition,
+    FakePipeline,
+    committed_changelog,
+    nothing_committed,
+)
 from tests.waiting import until
 
 
@@ -140,41 +146,18 @@ async def test_a_batch_that_keeps_failing_ends_the_worker():
     assert p.restores == 5 and p.committed.visible == [] and failing.transactions == 6
 
 
-async def nothing_committed(partitions: list[int], tick: object) -> dict[int, PartitionStates]:
-    return {partition: PartitionStates() for partition in partitions}
-
-
 async def pipeline_of(
     producer: FakeProducer,
     restore: Restore = nothing_committed,
 ) -> tuple[Pipeline, FakeConsumer, list[int]]:
-    """A pipeline serving partition 0 of `events` with fakes, on `producer`; the list counts the
-    producers started after that (each a new FakeProducer)."""
-    started: list[int] = []
-    producing: list[FakeProducer] = []  # the first producer started, then new ones
-
-    async def start_producer(partition: int) -> FakeProducer:
-        started.append(partition)
-        return producing.pop() if producing else FakeProducer()
-
-    settings = Settings(topic_prefix="t")
-    tp = TopicPartition(settings.events_topic, 0)
-    consumer = FakeConsumer([tp])
-    pipeline = Pipeline(
-        settings,
-        StallwatchMetrics(),
-        Detector(),
-        consumer=consumer,  # type: ignore[arg-type]
-        start_producer=start_producer,
-        restore=restore,
+    """A pipeline serving partition 0 of `events` with fakes, on `producer`, the looping run
+    queued to it; the list counts the producers started after that (each a new FakeProducer)."""
+    fakes = FakePipeline(Settings(topic_prefix="t"), producer, restore=restore)
+    pipeline = await fakes.assigned()
+    fakes.consumer.queued.append(
+        {fakes.tp: consumer_records(fakes.tp.topic, 0, b"r1", [m.value for m in looping_run()])}
     )
-    producing.append(producer)
-    await pipeline.on_partitions_assigned([tp])
-    started.clear()
-    consumer.queued.append(
-        {tp: consumer_records(settings.events_topic, 0, b"r1", [m.value for m in looping_run()])}
-    )
-    return pipeline, consumer, started
+    return pipeline, fakes.consumer, fakes.started
 
 
 def in_state(pipeline: Pipeline, state: TaskState) -> bool:

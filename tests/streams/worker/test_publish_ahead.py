@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 
 import pytest
-from aiokafka import TopicPartition
 from aiokafka.errors import (
     KafkaConnectionError,
     KafkaTimeoutError,
@@ -18,16 +17,12 @@ from aiokafka.errors import (
 )
 from aiokafka.structs import ConsumerRecord
 
-from stallwatch.engine.detector import Detector
 from stallwatch.settings import Settings
-from stallwatch_streams.metrics import StallwatchMetrics
 from stallwatch_streams.worker.batch import LOG_APPEND_TIME, SourceMessage
 from stallwatch_streams.worker.commit import Committed, Fenced
-from stallwatch_streams.worker.pipeline import Pipeline
-from stallwatch_streams.worker.store import PartitionStates
 from stallwatch_streams.worker.task_state import TaskState
-from tests.streams.worker.fake_kafka import FakeAheadProducer, FakeConsumer, FakeProducer
-from tests.streams.worker.fake_tasks import SOURCE, FakePartition
+from tests.streams.worker.fake_kafka import FakeAheadProducer, FakeProducer
+from tests.streams.worker.fake_tasks import SOURCE, FakePartition, FakePipeline
 from tests.streams.worker.test_commit import looping_run, timed_out_partition
 from tests.waiting import until
 
@@ -189,25 +184,9 @@ async def test_a_batch_whose_sends_outlast_a_rebuild_of_its_partition_is_never_c
     failing = FakeProducer(fail_commit=KafkaConnectionError("the broker went away"), gate=gate)
     fresh = FakeProducer()
     settings = Settings(topic_prefix="t")
-    tp = TopicPartition(settings.events_topic, 0)
-    consumer = FakeConsumer([tp])
-
-    async def start_producer(partition: int) -> FakeProducer:
-        return starting.pop() if starting else fresh
-
-    async def restore(partitions: list[int], tick: object) -> dict[int, PartitionStates]:
-        return {0: PartitionStates()}  # nothing committed: the changelog is empty
-
-    pipeline = Pipeline(
-        settings,
-        StallwatchMetrics(),
-        Detector(),
-        consumer=consumer,  # type: ignore[arg-type]
-        start_producer=start_producer,
-        restore=restore,
-    )
-    starting = [failing]  # the first producer, then the fresh one
-    await pipeline.on_partitions_assigned([tp])
+    # The first producer, then the fresh one; nothing committed: the changelog is empty.
+    fakes = FakePipeline(settings, failing, then=fresh)
+    pipeline, consumer, tp = await fakes.assigned(), fakes.consumer, fakes.tp
     ahead = pipeline.committer.ahead = HeldAheadProducer(b"r2")
     first = append_timed(settings.events_topic, b"r1", 0)
     consumer.queued.append({tp: first})
