@@ -15,6 +15,7 @@ partition paused and is the pipeline's failure, which its consume loop raises.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -425,15 +426,20 @@ class PartitionTask:
         successor takes nothing it had in hand for a death (stallwatch_streams/worker/attempts.py).
         After the write under way, if any, and before the group is asked; one the broker holds
         past RELEASE_WAIT_S goes on (shielded, never cancelled halfway) while the partition moves
-        on."""
+        on, until the worker stops: its attempts log stops with it."""
         if self.context.attempts is None:
             return
+        membership = self.context.membership
+
+        def stopping() -> bool:
+            return membership.stopping
 
         async def idle() -> None:
             async with self._recording:
                 attempt = self.attempt
                 if attempt is not None and attempt.busy:
-                    await until_done(partial(self._write, attempt.idle))
+                    with contextlib.suppress(Abandoned):
+                        await until_done(partial(self._write, attempt.idle), unless=stopping)
 
         releasing = asyncio.ensure_future(idle())
         releasing.add_done_callback(_retrieved)

@@ -212,3 +212,32 @@ async def test_a_held_task_writes_no_record_and_a_write_under_way_is_given_up():
     assert not await task.record(Attempt().over(0, 5))
     assert not await task.record(Attempt().over(0, 5))  # held: not tried at all
     assert task.attempt == Attempt()  # what its takeover wrote
+
+
+async def test_a_release_the_broker_keeps_refusing_ends_when_the_worker_stops():
+    """The idle write of a fenced task's release is refused again and again: once the worker
+    stops, the release gives up at once (its attempts log stops with the worker) instead of
+    trying on for RELEASE_WAIT_S and then in the background."""
+    gate = asyncio.Event()
+    fenced = FakeProducer(fail_commit=ProducerFenced(), gate=gate)
+    pipeline, attempts = await serving(None, fenced, refused_idle=True)
+    loop = asyncio.create_task(pipeline.run())
+    await until(lambda: attempts.refusals, 5, "the idle write after the apply refused")
+    tries: list[Attempt] = []
+
+    async def refused(key: str, attempt: Attempt) -> None:
+        tries.append(attempt)
+        await asyncio.sleep(0)
+        raise KafkaConnectionError("the broker went away")
+
+    attempts.write = refused  # type: ignore[method-assign]
+    gate.set()  # fenced: the task releases its busy record, and the broker refuses it
+    await until(lambda: len(tries) >= 3, 5, "the release tried again")
+    assert state(pipeline) is TaskState.REBUILDING and not tries[-1].busy
+    pipeline.membership.stopping = True
+    await until(lambda: state(pipeline) is TaskState.DROPPED, 5, "the release given up")
+    given_up_after = len(tries)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert len(tries) == given_up_after  # no write tried after it gave up
+    await stopped(loop)
