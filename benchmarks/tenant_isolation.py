@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import os
 import statistics
 import sys
@@ -93,6 +94,8 @@ class Figures:
     worker_alive: bool = True
     log_tail: str = ""
     views_held: int = 0  # times B's waiting records passed its view's bound (the group model)
+    # A's calls of the flood phase answered before B's producer had sent its last event.
+    flooded_while_sending: int = 0
 
 
 async def produce_elsewhere(settings: Settings, lines: list[bytes], env: dict[str, str]) -> None:
@@ -189,7 +192,15 @@ def live_status(port: int) -> int:
 WARMUP_CALLS = 5
 
 
-async def tenant_calls(settings: Settings, calls: int, into: list[float], figures: Figures) -> None:
+async def tenant_calls(
+    settings: Settings,
+    calls: int,
+    into: list[float],
+    figures: Figures,
+    during: asyncio.Task[None] | None = None,
+) -> None:
+    """A's calls, their latencies into `into`; with `during` (B's flood), the calls answered
+    before it ended counted."""
     async with KafkaClient(settings, verdict_timeout_s=5.0) as client:
         run = await client.start_run(f"steady-{time.monotonic_ns()}", "researcher")
         for n in range(WARMUP_CALLS + calls):
@@ -198,6 +209,7 @@ async def tenant_calls(settings: Settings, calls: int, into: list[float], figure
             call_id, decision = await run.propose("search", {"q": n})
             if n >= WARMUP_CALLS:
                 into.append((time.perf_counter() - began) * 1000)
+                figures.flooded_while_sending += during is not None and not during.done()
             figures.timed_out += decision.timed_out
             await run.result(call_id, "search", "ok", {"n": n})
             await run.end_round()
@@ -236,7 +248,7 @@ async def scenario(
         stop = asyncio.Event()
         probing = asyncio.create_task(probe_health(worker, figures, stop))
         flooding = asyncio.create_task(produce_elsewhere(b, log, deployment.b_env))
-        await tenant_calls(a, calls, figures.flooded_ms, figures)
+        await tenant_calls(a, calls, figures.flooded_ms, figures, during=flooding)
         await flooding
         got = await collect(b, b.commands_topic, sum(map(len, figures.b_expected.values())), 180)
         figures.b_got = {run: c for run, c in by_run(got).items() if not run.startswith(PROBE_PREFIX)}
@@ -259,10 +271,19 @@ def percentile(values: list[float], q: float) -> float:
 
 # Every batch applied on the event loop, beside the worker as it runs by default; the default
 # second, so that its baseline is not the one measured while a broker just started warms up.
+SHIPPED = "large events on the apply thread"
 WAYS = {
     "every batch on the event loop": {"STALLWATCH_OFF_LOOP_EVENT_BYTES": "0"},
-    "large events on the apply thread": {},
+    SHIPPED: {},
 }
+# B's quota (acls.sh) and what one of its runs sends: the flood outlasts A's calls by half again.
+B_QUOTA_BYTES_S = 1_048_576
+RUN_BYTES = 2_550_000
+CALL_S = CALL_EVERY_S + 0.015  # a call's pace and its round trips
+
+
+def flood_runs_for(calls: int) -> int:
+    return max(4, math.ceil(1.5 * calls * CALL_S * B_QUOTA_BYTES_S / RUN_BYTES))
 
 
 def main() -> None:
@@ -272,18 +293,34 @@ def main() -> None:
         action="store_true",
         help="on the secured broker (SASL, the shipped ACLs and tenants' quotas), started if it is not up",
     )
-    parser.add_argument("--flood-runs", type=int, default=40, help="B's runs, 13 events of up to 900 KB each")
+    parser.add_argument(
+        "--calls",
+        type=int,
+        default=1000,
+        help="A's calls in each phase: the p99 is their 10th slowest at 1,000 (a call every 50 ms)",
+    )
+    parser.add_argument(
+        "--flood-runs",
+        type=int,
+        default=0,
+        help="B's runs, 13 events of up to 900 KB each (default: enough to outlast A's calls at B's quota)",
+    )
+    parser.add_argument(
+        "--ways", choices=["both", "shipped"], default="both", help="the loop's way beside, or not"
+    )
     args = parser.parse_args()
-    b_events = flood(args.flood_runs)
+    runs = args.flood_runs or flood_runs_for(args.calls)
+    b_events = flood(runs)
     print(
         f"tenant B's flood: {sum(map(len, b_events)) / 1e6:.0f} MB in {len(b_events)} events "
         f"of up to {EVENT_BYTES:,} bytes; {'SASL, ACLs and quotas' if args.secure else 'no access control'}"
     )
     print(f"{'tenant A':<52} {'p50':>9} {'p99':>9} {'max':>9}")
     with running_secure_broker() if args.secure else contextlib.nullcontext() as broker:
-        for way, env in WAYS.items():
+        ways = WAYS if args.ways == "both" else {SHIPPED: WAYS[SHIPPED]}
+        for way, env in ways.items():
             deployment = Deployment.secured(broker) if broker is not None else Deployment.plain()
-            figures = asyncio.run(scenario(deployment, flood_runs=args.flood_runs, calls=200, env=env))
+            figures = asyncio.run(scenario(deployment, flood_runs=runs, calls=args.calls, env=env))
             for name, values in (("alone", figures.alone_ms), ("during B's flood", figures.flooded_ms)):
                 p50, p99 = percentile(values, 50), percentile(values, 99)
                 print(f"  {way + ', ' + name:<50} {p50:6.1f} ms {p99:6.1f} ms {max(values):6.1f} ms")
@@ -293,8 +330,11 @@ def main() -> None:
                 f"{figures.probes - figures.probes_failed} of {figures.probes} answered 200, the slowest "
                 f"in {figures.longest_probe_s * 1000:.0f} ms; rebalances {figures.rebalances_during}; "
                 f"worker alive {figures.worker_alive}; B's {len(figures.b_expected)} runs as replay: {same}; "
-                f"B's view held {figures.views_held} times"
+                f"B's view held {figures.views_held} times; A's calls answered while B still sent: "
+                f"{figures.flooded_while_sending} of {len(figures.flooded_ms)}"
             )
+            ratio = percentile(figures.flooded_ms, 99) / percentile(figures.alone_ms, 99)
+            print(f"    A's p99 during the flood / alone: {ratio:.2f}x (the target is 2x at most)")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ to tens of milliseconds in a single step that no slice can split, and a verdict 
 tenant takes several turns of the loop (its fetch, apply, send, acknowledgement and commit), each
 of which would wait for such a step. A batch holding an event of at least `off_loop_event_bytes`
 is therefore applied on the worker's apply thread: the interpreter hands its lock from a running
-thread to a waiting one every switch interval (SWITCH_INTERVAL_S, 1 ms in the worker), so the
+thread to a waiting one every switch interval (SWITCH_INTERVAL_S, 0.2 ms in the worker), so the
 loop runs within about that of wanting to, whatever the event costs, and the cyclic collector is
 paused while the thread runs (`_on_thread_run_for`). One thread serves the whole worker, so
 large batches queue behind each other in THREAD_SLICE_S turns and never take more than one
@@ -102,8 +102,11 @@ def _on_thread_run_for(steps: Steps, seconds: float) -> tuple[bool, BatchResult 
 
 
 # How long a thread that wants the interpreter's lock waits for the one holding it (Python's
-# default is 5 ms): each turn of another tenant's verdict waits about this for the apply thread.
-SWITCH_INTERVAL_S = 0.001
+# default is 5 ms). The loop lets the lock go at every socket call and waits about this to take it
+# back from the apply thread, many times per verdict of another tenant: at 1 ms, A's verdict p99
+# during B's flood was 2.3x its p99 alone, at 0.2 ms 1.0-1.6x (benchmarks/README.md). The apply
+# thread pays a few per cent in handovers, and only while the loop wants the lock.
+SWITCH_INTERVAL_S = 0.0002
 
 
 @functools.cache
