@@ -105,7 +105,9 @@ def _on_thread_run_for(steps: Steps, seconds: float) -> tuple[bool, BatchResult 
 # default is 5 ms). The loop lets the lock go at every socket call and waits about this to take it
 # back from the apply thread, many times per verdict of another tenant: at 1 ms, A's verdict p99
 # during B's flood was 2.3x its p99 alone, at 0.2 ms 1.0-1.6x (benchmarks/README.md). The apply
-# thread pays a few per cent in handovers, and only while the loop wants the lock.
+# thread pays a few per cent in handovers, and only while the loop wants the lock. Set once the
+# apply thread starts, not at the worker's: there the group model's consumer threads would take
+# the lock from the loop as often (its verdict p99 in kafka_bench.py went from 11.1 to 16.9 ms).
 SWITCH_INTERVAL_S = 0.0002
 
 
