@@ -7,7 +7,7 @@ to tens of milliseconds in a single step that no slice can split, and a verdict 
 tenant takes several turns of the loop (its fetch, apply, send, acknowledgement and commit), each
 of which would wait for such a step. A batch holding an event of at least `off_loop_event_bytes`
 is therefore applied on the worker's apply thread: the interpreter hands its lock from a running
-thread to a waiting one every switch interval (SWITCH_INTERVAL_S, 0.2 ms in the worker), so the
+thread to a waiting one every switch interval (SWITCH_INTERVAL_S, 0.2 ms while it runs), so the
 loop runs within about that of wanting to, whatever the event costs, and the cyclic collector is
 paused while the thread runs (`_on_thread_run_for`). One thread serves the whole worker, so
 large batches queue behind each other in THREAD_SLICE_S turns and never take more than one
@@ -87,16 +87,20 @@ def _run_for(steps: Steps, seconds: float) -> tuple[bool, BatchResult | None, fl
 
 
 def _on_thread_run_for(steps: Steps, seconds: float) -> tuple[bool, BatchResult | None, float]:
-    """`_run_for` with the cyclic collector paused. A large event parses into tens of thousands
-    of objects that live through the collections their own allocation sets off, so they are
-    promoted until a full collection walks every object of the worker, holding the interpreter's
-    lock from the loop for that long (136 ms over a million objects, measured). Paused, they die
-    by reference count (an event's tree holds no cycle) and are never promoted."""
+    """`_run_for` with the cyclic collector paused and the interpreter's lock handed over every
+    SWITCH_INTERVAL_S. A large event parses into tens of thousands of objects that live through
+    the collections their own allocation sets off, so they are promoted until a full collection
+    walks every object of the worker, holding the interpreter's lock from the loop for that long
+    (136 ms over a million objects, measured). Paused, they die by reference count (an event's
+    tree holds no cycle) and are never promoted."""
     collecting = gc.isenabled()
+    interval = sys.getswitchinterval()
     gc.disable()
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     try:
         return _run_for(steps, seconds)
     finally:
+        sys.setswitchinterval(interval)
         if collecting:
             gc.enable()
 
@@ -105,14 +109,13 @@ def _on_thread_run_for(steps: Steps, seconds: float) -> tuple[bool, BatchResult 
 # default is 5 ms). The loop lets the lock go at every socket call and waits about this to take it
 # back from the apply thread, many times per verdict of another tenant: at 1 ms, A's verdict p99
 # during B's flood was 2.3x its p99 alone, at 0.2 ms 1.0-1.6x (benchmarks/README.md). The apply
-# thread pays a few per cent in handovers, and only while the loop wants the lock. Set once the
-# apply thread starts, not at the worker's: there the group model's consumer threads would take
-# the lock from the loop as often (its verdict p99 in kafka_bench.py went from 11.1 to 16.9 ms).
+# thread pays a few per cent in handovers, and only while the loop wants the lock. Set only while
+# the apply thread runs a turn: set for the whole worker, the group model's consumer threads would
+# take the lock from the loop as often (its verdict p99 in kafka_bench.py went from 11.1 to 16.9 ms).
 SWITCH_INTERVAL_S = 0.0002
 
 
 @functools.cache
 def _apply_thread() -> ThreadPoolExecutor:
     """The worker's one apply thread, started on its first large batch."""
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="stallwatch-apply")

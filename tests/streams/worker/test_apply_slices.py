@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import sys
 import threading
 from collections.abc import Generator
 
@@ -152,3 +153,19 @@ async def test_on_the_apply_thread_the_collector_is_paused_and_then_as_it_was():
     assert gc.isenabled()
     assert await slicing.apply_in_slices(one_step(), lambda: True, off_loop=True) == "done"  # type: ignore[arg-type]
     assert seen == [False] and gc.isenabled()
+
+
+async def test_the_apply_thread_hands_the_lock_over_often_only_while_it_runs():
+    """The short switch interval while a turn runs; the worker's own once it ends, so that its
+    other threads do not take the lock from the loop as often."""
+    seen: list[float] = []
+    before = sys.getswitchinterval()
+    assert before != slicing.SWITCH_INTERVAL_S
+
+    def one_step() -> Generator[None, None, str]:
+        seen.append(sys.getswitchinterval())
+        yield
+        return "done"
+
+    assert await slicing.apply_in_slices(one_step(), lambda: True, off_loop=True) == "done"  # type: ignore[arg-type]
+    assert seen == [pytest.approx(slicing.SWITCH_INTERVAL_S)] and sys.getswitchinterval() == before
