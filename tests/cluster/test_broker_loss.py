@@ -45,9 +45,6 @@ BROKER_SESSION_S = 6.0
 CONTROLLER_MOVE_S = 4.0
 KILL_BOUND_S = BROKER_SESSION_S + CONTROLLER_MOVE_S + 1.0
 FREEZE_S = 20.0
-# A runtime's calls on a partition whose leader is away fail open; its verdicts come again once
-# the workers' do, at most one verdict's wait later (a call proposed just before).
-CLIENT_BOUND_S = KILL_BOUND_S + DEFAULT_VERDICT_TIMEOUT_S
 # A node and a worker killed together: when the node held the workers' group coordinator, the
 # new coordinator starts the dead worker's session only once it has the group (after the fencing
 # and the coordinator's move); the survivor then rejoins and restores the dead one's partitions.
@@ -70,6 +67,16 @@ TRANSACTION_WAIT_S = {"partition": 0.0, "group": TRANSACTION_TIMEOUT_MS / 1000 +
 NODE_AND_WORKER_BOUND_S = {
     model: BROKER_SESSION_S + CONTROLLER_MOVE_S + max(SESSION_S[model], TRANSACTION_WAIT_S[model]) + RESTORE_S
     for model in MODELS
+}
+# A runtime's calls on a partition whose leader is away fail open; its verdicts come again once
+# the workers' do, at most one verdict's wait later (a call proposed just before). Under the group
+# model, a node that held a worker's transaction coordinator with that worker's transaction in
+# flight fences its producer, and the restores of its partitions read their offsets stable, which
+# waits for the new coordinator's next sweep for timed-out transactions: measured 15.4 s after
+# the kill in 2 of 6 runs (docs/decisions.md, "A broker fails").
+CLIENT_BOUND_S = {
+    "partition": KILL_BOUND_S + DEFAULT_VERDICT_TIMEOUT_S,
+    "group": KILL_BOUND_S + TRANSACTION_SWEEP_S + DEFAULT_VERDICT_TIMEOUT_S,
 }
 
 
@@ -240,6 +247,7 @@ async def test_a_frozen_node_costs_no_run_its_commands_and_verdicts_flow_once_it
 
 async def test_a_client_keeps_getting_verdicts_on_every_partition_after_a_node_is_killed(served) -> None:
     settings = served.settings
+    bound_s = CLIENT_BOUND_S[served.model]
     await nodes.until_whole()
     decided: dict[int, list[tuple[float, bool]]] = defaultdict(list)  # (when, a verdict came)
     stop = asyncio.Event()
@@ -274,15 +282,15 @@ async def test_a_client_keeps_getting_verdicts_on_every_partition_after_a_node_i
         )
         node = await nodes.leader_of_most(settings.events_topic)
         killed = nodes.kill(node)
-        await asyncio.sleep(CLIENT_BOUND_S + 5)  # the thing under test: the gaps within this window
+        await asyncio.sleep(bound_s + 5)  # the thing under test: the gaps within this window
         stop.set()
         await asyncio.gather(*agents)
     await asyncio.to_thread(nodes.start, node)
     answered = {p: [when for when, ok in decided[p] if ok] for p in range(PARTITIONS)}
     assert all(any(when < killed for when in answered[p]) for p in range(PARTITIONS)), answered
-    gaps = longest_gaps(answered, PARTITIONS, killed, killed + CLIENT_BOUND_S + 5)
+    gaps = longest_gaps(answered, PARTITIONS, killed, killed + bound_s + 5)
     print(f"longest gaps per partition (s): { ({p: round(g, 1) for p, g in gaps.items()}) }")
-    assert max(gaps.values()) <= CLIENT_BOUND_S, gaps
+    assert max(gaps.values()) <= bound_s, gaps
 
 
 async def test_a_node_and_a_worker_killed_together_stop_no_partitions_verdicts_longer_than_their_bound(
