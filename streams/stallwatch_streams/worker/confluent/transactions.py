@@ -13,9 +13,8 @@ or raises what failed (post-commit), and the task goes on as after its own trans
 Fencing is the group's generation (KIP-447): the offsets of a member the group moved on from are
 refused, and its transaction is aborted. A successor reads the offsets stable (the consumer's
 `committed`), so it waits for a previous owner's open transaction to end before it restores.
-A fatal error of the producer (another process under its transactional id, or a broker's fencing
-when the transaction's coordinator is lost) is a fencing of every task in the transaction; a new
-producer is started at once, so that its start ends the fenced transaction for the takeovers.
+A fatal error of the producer (another process under its transactional id) is a fencing of every
+task in the transaction; the next transaction starts a new producer.
 """
 
 from __future__ import annotations
@@ -118,18 +117,12 @@ class GroupTransactions:
         # Producers replaced after a fatal error, kept until the worker stops (see `_retire`).
         self._retired: list[Producer] = []
         self._calls = ThreadPoolExecutor(1, thread_name_prefix=f"stallwatch-txn-{transactional_id}")
-        self._closed = False
-        self._restart: asyncio.Task[None] | None = None  # see `_start_again`
         self.transactions = 0  # committed, for the metrics and the benchmarks
 
     def participant(self, tp: TopicPartition) -> TaskProducer:
         return TaskProducer(self, tp)
 
     async def close(self) -> None:
-        self._closed = True
-        if self._restart is not None:
-            self._restart.cancel()  # a start under way is let go: the worker stops
-            await asyncio.gather(self._restart, return_exceptions=True)
         await self._retire()
         self._calls.shutdown(wait=False)
 
@@ -273,8 +266,7 @@ class GroupTransactions:
         except KafkaException as exc:
             error = _translated(exc)
             if isinstance(error, ProducerFenced):
-                await self._retire()
-                self._start_again()
+                await self._retire()  # the next transaction starts a new one
             else:
                 await self._abort(error)
             return error
@@ -312,7 +304,6 @@ class GroupTransactions:
             error,
         )
         await self._retire()
-        self._start_again()
 
     async def _retire(self) -> None:
         """The producer let go, its queue emptied first: librdkafka would otherwise serve what is
@@ -330,31 +321,11 @@ class GroupTransactions:
         await self._run(empty)
         self._retired.append(producer)
 
-    def _start_again(self) -> None:
-        """A new producer started now, not at the next transaction. Its start aborts the fenced
-        one's transaction if that is still open (its coordinator was lost with a broker, say),
-        and every takeover of its partitions reads their offsets stable, which waits for that
-        transaction to end: left to the next transaction, which waits for those takeovers, it
-        would end only at its timeout. A failed start is tried again by the next transaction."""
-        if self._closed or (self._restart is not None and not self._restart.done()):
-            return
-
-        async def start() -> None:
-            try:
-                await self._started()
-            except KafkaError as exc:
-                log.info("the producer of %s did not start again yet: %s", self.transactional_id, exc)
-
-        loop = asyncio.get_running_loop()
-        self._restart = loop.create_task(start(), name=f"txn-start-{self.transactional_id}")
-
     async def _started(self) -> Producer:
         """The group's producer, started once: a second one under the same transactional id
         would fence the first."""
         async with self._starting:
             if self._producer is None:
-                if self._closed:
-                    raise TransactionFailed("the group's producer is closed")
                 producer = self._make_producer(self._conf)
                 try:
                     await self._run(lambda: producer.init_transactions(CALL_TIMEOUT_S))
