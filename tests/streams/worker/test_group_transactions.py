@@ -5,6 +5,7 @@ again when the group's generation moved under it, while the group holds its part
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -16,8 +17,10 @@ from confluent_kafka import KafkaException
 
 from stallwatch.settings import Settings
 from stallwatch_streams.worker.commit import AbortedForAnother
+from stallwatch_streams.worker.confluent import calls, transactions
 from stallwatch_streams.worker.confluent.transactions import (
     GENERATION_TRIES,
+    TRANSACTION_TIMEOUT_MS,
     GroupTransactions,
     TransactionFailed,
 )
@@ -34,6 +37,7 @@ class FakeProducer:
         refuse_offsets: list[KafkaException] | None = None,
         refuse_after_abort: KafkaException | None = None,
         fail_offsets_once: KafkaException | None = None,
+        hold_offsets: list[threading.Event] | None = None,
     ) -> None:
         self.conf = conf
         self.calls: list[tuple[Any, ...]] = []
@@ -41,6 +45,10 @@ class FakeProducer:
         self.refuse_offsets = refuse_offsets or []  # the next offsets sent are refused with these
         self.refuse_after_abort = refuse_after_abort  # refuses every record after an abort
         self.fail_offsets_once = fail_offsets_once
+        # Shared by the producers: the next offsets sent block, whatever their timeout, until the
+        # first event is set.
+        self.hold_offsets = hold_offsets if hold_offsets is not None else []
+        self.timeouts: list[float] = []  # given to the calls of a transaction's commit
 
     def init_transactions(self, timeout: float) -> None:
         self.calls.append(("init",))
@@ -54,6 +62,11 @@ class FakeProducer:
         self.calls.append(("produce", topic, partition))
 
     def send_offsets_to_transaction(self, offsets: list[Any], metadata: Any, timeout: float) -> None:
+        self.timeouts.append(timeout)
+        if self.hold_offsets:
+            self.calls.append(("offsets held",))
+            self.hold_offsets.pop(0).wait()
+            return
         failure, self.fail_offsets_once = self.fail_offsets_once, None
         if failure is not None:
             self.calls.append(("offsets refused",))
@@ -63,6 +76,7 @@ class FakeProducer:
             raise self.refuse_offsets.pop(0)
 
     def commit_transaction(self, timeout: float) -> None:
+        self.timeouts.append(timeout)
         if self.fail_commit is not None:
             raise self.fail_commit
         self.calls.append(("commit",))
@@ -257,3 +271,49 @@ async def test_offsets_refused_with_a_retriable_error_are_sent_again_and_the_tra
     kinds = [call[0] for call in made[0].calls]
     assert kinds == ["init", "begin", "produce", "offsets refused", "offsets", "commit"]
     assert transactions.transactions == 1
+
+
+async def test_a_commits_calls_are_given_no_longer_than_their_transaction_has_left():
+    transactions, made = group(linger_s=0.01)
+    await block(transactions, "a.events", 0, 7, ["a.changelog"])
+    assert len(made[0].timeouts) == 2  # the offsets, the commit
+    assert all(0 < timeout <= TRANSACTION_TIMEOUT_MS / 1000 for timeout in made[0].timeouts)
+
+
+async def test_a_retriable_refusal_is_not_tried_again_once_the_transaction_is_past_its_timeout(monkeypatch):
+    # Its coordinator aborts it from then on: a commit can only fail.
+    monkeypatch.setattr(transactions, "TRANSACTION_TIMEOUT_MS", 0)
+    loading = 14  # COORDINATOR_LOAD_IN_PROGRESS
+    refused = KafkaException(RdKafkaError(loading, "coordinator load in progress", retriable=True))
+    group_transactions, made = group(linger_s=0.01, fail_offsets_once=refused)
+    with pytest.raises(TransactionFailed):
+        await block(group_transactions, "a.events", 0, 7, ["a.changelog"])
+    kinds = [call[0] for call in made[0].calls]
+    assert kinds == ["init", "begin", "produce", "offsets refused", "abort"]
+
+
+async def test_a_call_still_out_past_its_timeout_fences_the_blocks_and_a_new_producer_serves_on(monkeypatch):
+    # librdkafka's send_offsets_to_transaction can block past its timeout once the group's
+    # coordinator is lost: its producer is left to it and never called again.
+    monkeypatch.setattr(transactions, "TRANSACTION_TIMEOUT_MS", 100)
+    monkeypatch.setattr(transactions, "MIN_CALL_S", 0.05)
+    monkeypatch.setattr(calls, "WEDGED_AFTER_S", 0.05)
+    held = threading.Event()
+    group_transactions, made = group(linger_s=0.01, hold_offsets=[held])
+    try:
+        results = await asyncio.wait_for(
+            asyncio.gather(
+                block(group_transactions, "a.events", 0, 1, ["a.changelog"]),
+                block(group_transactions, "b.events", 0, 1, ["b.changelog"]),
+                return_exceptions=True,
+            ),
+            10,
+        )
+        assert all(isinstance(result, ProducerFenced) for result in results), results
+        await block(group_transactions, "a.events", 0, 1, ["a.changelog"])
+        assert [call[0] for call in made[1].calls] == ["init", "begin", "produce", "offsets", "commit"]
+    finally:
+        held.set()
+    wedged_calls = [call[0] for call in made[0].calls]
+    assert wedged_calls[-1] == "offsets held" and "abort" not in wedged_calls and "purge" not in wedged_calls
+    await group_transactions.close()

@@ -14,17 +14,18 @@ Fencing is the group's generation (KIP-447): the offsets of a member the group m
 refused, and its transaction is aborted. A successor reads the offsets stable (the consumer's
 `committed`), so it waits for a previous owner's open transaction to end before it restores.
 A fatal error of the producer (another process under its transactional id) is a fencing of every
-task in the transaction; the next transaction starts a new producer.
+task in the transaction; the next transaction starts a new producer. So is a call of the producer
+that outlives its timeout (`calls.CallWedged`): the producer is left to the call, never used again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Collection
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,8 @@ from confluent_kafka import TopicPartition as RdTopicPartition
 
 from stallwatch.settings import Settings
 from stallwatch_streams.worker.commit import AbortedForAnother
+from stallwatch_streams.worker.confluent import calls
+from stallwatch_streams.worker.confluent.calls import CallThread, CallWedged
 from stallwatch_streams.worker.confluent.options import librdkafka_options
 
 log = logging.getLogger(__name__)
@@ -49,6 +52,9 @@ log = logging.getLogger(__name__)
 TRANSACTION_TIMEOUT_MS = 15_000
 # A blocking call of the producer (its start, a commit, an abort) gives up after this long.
 CALL_TIMEOUT_S = 30.0
+# A call for a transaction gives up once the transaction is as old as its timeout, when its
+# coordinator aborts it anyway, but is given at least this long.
+MIN_CALL_S = 2.0
 # A commit refused with a retriable error is tried again this many times.
 COMMIT_TRIES = 5
 # A transaction whose offsets the group refused because it moved to a new generation meanwhile
@@ -69,6 +75,7 @@ class TransactionFailed(KafkaError):
 class _Transaction:
     opened: float  # monotonic
     linger_s: float
+    deadline: float  # monotonic: its coordinator aborts it from then on (TRANSACTION_TIMEOUT_MS)
     members: int = 0
     urgent: bool = False  # a block wrote commands: a verdict waits for this commit
     failed: BaseException | None = None  # a block's own failure: the transaction is aborted
@@ -116,7 +123,7 @@ class GroupTransactions:
         self._starting = asyncio.Lock()
         # Producers replaced after a fatal error, kept until the worker stops (see `_retire`).
         self._retired: list[Producer] = []
-        self._calls = ThreadPoolExecutor(1, thread_name_prefix=f"stallwatch-txn-{transactional_id}")
+        self._calls = CallThread(f"stallwatch-txn-{transactional_id}")
         self.transactions = 0  # committed, for the metrics and the benchmarks
 
     def participant(self, tp: TopicPartition) -> TaskProducer:
@@ -124,7 +131,7 @@ class GroupTransactions:
 
     async def close(self) -> None:
         await self._retire()
-        self._calls.shutdown(wait=False)
+        self._calls.stop()
 
     # -- the phases --------------------------------------------------------------------------
 
@@ -137,7 +144,8 @@ class GroupTransactions:
                 if self._txn is not None:
                     continue  # another block opened one while this one started the producer
                 producer.begin_transaction()
-                txn = self._txn = _Transaction(time.monotonic(), self._linger_s)
+                now = time.monotonic()
+                txn = self._txn = _Transaction(now, self._linger_s, now + TRANSACTION_TIMEOUT_MS / 1000)
                 asyncio.get_running_loop().create_task(self._commit(txn), name=f"txn-{self.transactional_id}")
             if txn.sealed:
                 await txn.ended.wait()
@@ -244,6 +252,7 @@ class GroupTransactions:
         except KafkaException as exc:
             log.warning("the transaction of %s could not begin again: %s", self.transactional_id, exc)
             return False
+        txn.deadline = time.monotonic() + TRANSACTION_TIMEOUT_MS / 1000
         try:
             for topic, value, key, partition in txn.writes:
                 self._write(producer, topic, value, key, partition)
@@ -260,9 +269,13 @@ class GroupTransactions:
             if offsets:
                 metadata = self._metadata()
                 await self._retried(
-                    lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT_S)
+                    txn,
+                    producer,
+                    lambda timeout_s: producer.send_offsets_to_transaction(offsets, metadata, timeout_s),
                 )
-            await self._retried(lambda: producer.commit_transaction(CALL_TIMEOUT_S))
+            await self._retried(txn, producer, producer.commit_transaction)
+        except CallWedged as exc:
+            return ProducerFenced(f"the producer of {self.transactional_id} is wedged: {exc}")
         except KafkaException as exc:
             error = _translated(exc)
             if isinstance(error, ProducerFenced):
@@ -273,15 +286,18 @@ class GroupTransactions:
         self.transactions += 1
         return None
 
-    async def _retried(self, call: Callable[[], Any]) -> None:
-        """`call` tried again while it fails with a retriable error (a coordinator moving or
-        loading after a broker's loss): librdkafka resumes the step where it stopped."""
+    async def _retried(self, txn: _Transaction, producer: Producer, call: Callable[[float], Any]) -> None:
+        """`call`, given the time its transaction has left, tried again while it fails with a
+        retriable error (a coordinator moving or loading after a broker's loss) and the
+        transaction has time left: librdkafka resumes the step where it stopped."""
         for attempt in range(COMMIT_TRIES):
+            timeout_s = min(CALL_TIMEOUT_S, max(MIN_CALL_S, txn.deadline - time.monotonic()))
             try:
-                await self._run(call)
+                await self._run(functools.partial(call, timeout_s), producer, timeout_s)
                 return
             except KafkaException as exc:
-                if not exc.args[0].retriable() or attempt == COMMIT_TRIES - 1:
+                last = attempt == COMMIT_TRIES - 1 or time.monotonic() >= txn.deadline
+                if not exc.args[0].retriable() or last:
                     raise
 
     async def _abort(self, error: KafkaError) -> None:
@@ -292,8 +308,10 @@ class GroupTransactions:
             return
         for _ in range(COMMIT_TRIES):
             try:
-                await self._run(lambda: producer.abort_transaction(CALL_TIMEOUT_S))
+                await self._run(lambda: producer.abort_transaction(CALL_TIMEOUT_S), producer)
                 return
+            except CallWedged:
+                return  # the producer left to its call (`_run`)
             except KafkaException as exc:
                 if exc.args[0].fatal():
                     break
@@ -318,8 +336,9 @@ class GroupTransactions:
             with contextlib.suppress(Exception):
                 producer.flush(1.0)
 
-        await self._run(empty)
         self._retired.append(producer)
+        with contextlib.suppress(CallWedged):
+            await self._run(empty, producer)
 
     async def _started(self) -> Producer:
         """The group's producer, started once: a second one under the same transactional id
@@ -328,14 +347,37 @@ class GroupTransactions:
             if self._producer is None:
                 producer = self._make_producer(self._conf)
                 try:
-                    await self._run(lambda: producer.init_transactions(CALL_TIMEOUT_S))
+                    await self._run(lambda: producer.init_transactions(CALL_TIMEOUT_S), producer)
                 except KafkaException as exc:
                     raise _translated(exc) from exc
+                except CallWedged as exc:
+                    raise ProducerFenced(f"the producer of {self.transactional_id} is wedged: {exc}") from exc
                 self._producer = producer
             return self._producer
 
-    async def _run(self, call: Callable[[], Any]) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._calls, call)
+    async def _run(
+        self, call: Callable[[], Any], producer: Producer, timeout_s: float = CALL_TIMEOUT_S
+    ) -> Any:
+        """`call` (a call of `producer` that gives up after `timeout_s`) made on the calls'
+        thread. One still out WEDGED_AFTER_S later leaves its producer wedged: it is kept from
+        collection and never called again, and a new thread makes the next calls (CallWedged
+        raised)."""
+        try:
+            return await self._calls.run(call, timeout_s)
+        except CallWedged:
+            if producer is self._producer:
+                self._producer = None
+            if producer not in self._retired:
+                self._retired.append(producer)
+            self._calls = CallThread(f"stallwatch-txn-{self.transactional_id}")
+            log.warning(
+                "a call of the producer of %s was still out %.1f s past its timeout (%.1f s); the "
+                "producer is left to it, and the next transaction starts a new one",
+                self.transactional_id,
+                calls.WEDGED_AFTER_S,
+                timeout_s,
+            )
+            raise
 
 
 class TaskProducer:
