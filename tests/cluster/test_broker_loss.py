@@ -70,10 +70,10 @@ NODE_AND_WORKER_BOUND_S = {
 }
 # A runtime's calls on a partition whose leader is away fail open; its verdicts come again once
 # the workers' do, at most one verdict's wait later (a call proposed just before). Under the group
-# model, a node that held a worker's transaction coordinator with that worker's transaction in
-# flight fences its producer, and the restores of its partitions read their offsets stable, which
-# waits for the new coordinator's next sweep for timed-out transactions: measured 15.4 s after
-# the kill in 2 of 6 runs (docs/decisions.md, "A broker fails").
+# model, a worker whose transaction's coordinator was on the node, or whose producer's call is
+# left wedged by the loss (docs/decisions.md, "A broker fails"), is fenced and restores its
+# partitions with their offsets read stable, which may wait for the new coordinator's next sweep
+# for timed-out transactions.
 CLIENT_BOUND_S = {
     "partition": KILL_BOUND_S + DEFAULT_VERDICT_TIMEOUT_S,
     "group": KILL_BOUND_S + TRANSACTION_SWEEP_S + DEFAULT_VERDICT_TIMEOUT_S,
