@@ -62,10 +62,11 @@ class CallThread:
             except BaseException as exc:
                 outcome = (None, exc)
             with contextlib.suppress(RuntimeError):  # the loop closed while the call was out
-                loop.call_soon_threadsafe(_settle, done, *outcome)
+                loop.call_soon_threadsafe(settle, done, *outcome)
 
 
-def _settle(done: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+def settle(done: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    """`done` given its outcome, unless it has one (its waiter gave up)."""
     if done.done():
         return
     if error is not None:

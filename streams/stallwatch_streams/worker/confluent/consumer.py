@@ -33,6 +33,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message
 from confluent_kafka import TopicPartition as RdTopicPartition
 
 from stallwatch.settings import Settings
+from stallwatch_streams.worker.confluent.calls import settle
 from stallwatch_streams.worker.confluent.options import librdkafka_options
 from stallwatch_streams.worker.confluent.records import Record, record_of
 from stallwatch_streams.worker.progress import Progress
@@ -188,11 +189,11 @@ class GroupConsumer:
             try:
                 result = blocking(consumer)
             except KafkaException as exc:
-                loop.call_soon_threadsafe(_settle, done, None, ConsumerCallFailed(str(exc)))
+                loop.call_soon_threadsafe(settle, done, None, ConsumerCallFailed(str(exc)))
             except BaseException as exc:
-                loop.call_soon_threadsafe(_settle, done, None, exc)
+                loop.call_soon_threadsafe(settle, done, None, exc)
             else:
-                loop.call_soon_threadsafe(_settle, done, result, None)
+                loop.call_soon_threadsafe(settle, done, result, None)
 
         self.submit(operation, in_callback)
         return await done
@@ -705,15 +706,6 @@ def _answer(
         answer = error if answers is None else answers.get(tp, ConsumerCallFailed(f"no offset for {tp}"))
         for future in futures:
             if isinstance(answer, BaseException):
-                _settle(future, None, answer)
+                settle(future, None, answer)
             else:
-                _settle(future, answer, None)
-
-
-def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if future.done():
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
+                settle(future, answer, None)
