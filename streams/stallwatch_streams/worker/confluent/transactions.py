@@ -121,7 +121,8 @@ class GroupTransactions:
         self._producer: Producer | None = None
         self._txn: _Transaction | None = None
         self._starting = asyncio.Lock()
-        # Producers replaced after a fatal error, kept until the worker stops (see `_retire`).
+        # Producers replaced after a fatal error or a wedged call, kept from collection until the
+        # worker stops (see `_retire` and `_run`).
         self._retired: list[Producer] = []
         self._calls = CallThread(f"stallwatch-txn-{transactional_id}")
         self.transactions = 0  # committed, for the metrics and the benchmarks
