@@ -276,7 +276,7 @@ class GroupTransactions:
                 )
             await self._retried(txn, producer, producer.commit_transaction)
         except CallWedged as exc:
-            return ProducerFenced(f"the producer of {self.transactional_id} is wedged: {exc}")
+            return self._wedged(exc)
         except KafkaException as exc:
             error = _translated(exc)
             if isinstance(error, ProducerFenced):
@@ -352,9 +352,13 @@ class GroupTransactions:
                 except KafkaException as exc:
                     raise _translated(exc) from exc
                 except CallWedged as exc:
-                    raise ProducerFenced(f"the producer of {self.transactional_id} is wedged: {exc}") from exc
+                    raise self._wedged(exc) from exc
                 self._producer = producer
             return self._producer
+
+    def _wedged(self, exc: CallWedged) -> ProducerFenced:
+        """A wedged call as the commit path reads it: a fencing of every block it served."""
+        return ProducerFenced(f"the producer of {self.transactional_id} is wedged: {exc}")
 
     async def _run(
         self, call: Callable[[], Any], producer: Producer, timeout_s: float = CALL_TIMEOUT_S
