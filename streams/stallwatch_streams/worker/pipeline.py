@@ -217,7 +217,10 @@ class Pipeline(ConsumerRebalanceListener):
 
     async def _leave(self) -> None:
         await self.consumer.stop()  # leaves the group: the partitions move at once
-        await self.tasks.close()
+        # Under the lock: an assignment under way (a group model's view runs it in a task of its
+        # own) ends before its tasks are closed, not with them gone from under it.
+        async with self.membership.lock:
+            await self.tasks.close()
         ahead, self.committer.ahead = self.committer.ahead, None
         if ahead is not None and self._own_ahead:
             await producers.stop_quietly(ahead)

@@ -90,6 +90,7 @@ class FakeConsumer:
         self.paused: set[TopicPartition] = set()
         self.seeks: list[tuple[TopicPartition, int]] = []
         self.committed_offsets: dict[TopicPartition, int] = {}
+        self.stopped = False
 
     async def getmany(self, timeout_ms: int = 0, **_: Any) -> dict[TopicPartition, list[ConsumerRecord]]:
         if self.queued:
@@ -126,7 +127,7 @@ class FakeConsumer:
         self.fetch_max_wait_ms = wait_ms
 
     async def stop(self) -> None:
-        pass
+        self.stopped = True
 
 
 def consumer_records(
