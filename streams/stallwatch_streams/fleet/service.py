@@ -140,8 +140,8 @@ class FleetService:
         # This worker's view of its keys, a task per partials partition it judges (fleet/task.py).
         self.tasks = IncidentTasks(cfg, self.table, self.rules, self.metrics, self.secret)
         self.clock = 0.0  # event time: the newest tick this worker's judge has seen
-        self.watermark = 0.0  # event time: the newest tally this worker's merge has seen
-        app.agent(self.tallies, name="merge")(self._merge)
+        self.watermark = 0.0  # event time: the newest tally whose partials the merge has sent
+        app.agent(self.tallies, name="merge")(self.merge_tallies)
         app.agent(self.partials, name="judge")(self._judge)
         app.timer(cfg.tick_interval_s)(self._tick)
         app.task(self._scan_tenants)  # once at start, before any incident can open
@@ -159,15 +159,16 @@ class FleetService:
 
     # The merge step: tallies (partitioned like the runs) to partials (partitioned by tool).
 
-    async def _merge(self, stream: faust.StreamT) -> Any:
+    async def merge_tallies(self, stream: faust.StreamT) -> Any:
         # take_events is Stream's, missing from the StreamT that Faust's agents are typed with.
         batches = stream.take_events(MERGE_BATCH, within=self.cfg.merge_interval_s)  # type: ignore[attr-defined]
         async for events in batches:
             partials: dict[tuple[bytes, int], Tally] = {}
+            newest = self.watermark
             for event in events:
                 message = event.message
                 try:
-                    self._merge_one(partials, message)
+                    newest = self._merge_one(partials, message, newest)
                 except InvalidTally as error:
                     await self._dead_letter(message, str(error))
                 except Exception as error:
@@ -182,20 +183,26 @@ class FleetService:
                     await self._dead_letter(message, f"merge: {type(error).__name__}", "merge_error")
             for (key, _), partial in partials.items():
                 await self.partials.send(key=key, value=orjson.dumps(partial))
+            # The ticks carry event time only once the partials behind it are handed to the
+            # producer: a tick sent first would close an incident before a run's partial in the
+            # same batch was judged, and that run would never be told.
+            self.watermark = newest
             yield len(events)
 
-    def _merge_one(self, partials: dict[tuple[bytes, int], Tally], message: Any) -> None:
-        """One tally record into the batch's partials; raises InvalidTally for bad input."""
+    def _merge_one(self, partials: dict[tuple[bytes, int], Tally], message: Any, newest: float) -> float:
+        """One tally record into the batch's partials, and the batch's event time after it;
+        raises InvalidTally for bad input."""
         tally = parse_tally(message.value, message.key)
         self.metrics.tallies.inc()
         key = message.key or b""
         if tally["ts"] <= time.time() + MAX_CLOCK_AHEAD_S:
-            self.watermark = max(self.watermark, tally["ts"])
+            newest = max(newest, tally["ts"])
         slot = (key, bucket_of(tally["ts"], self.cfg.step_s))
         partial = partials.get(slot)
         if partial is None:
             partial = partials[slot] = new_partial(tally["tenant"], tally["tool"], tally["ts"])
         merge(partial, tally)
+        return newest
 
     async def _dead_letter(self, message: Any, error: str, reason: str = "invalid_tally") -> None:
         log.warning(
