@@ -18,7 +18,9 @@ so the record names nothing above the successor's position.
 Only a death counts. Once what a record names is applied, its owner makes it idle (`idle`: the
 careful stretch and the known poison kept, nothing in hand; a task's writes go one at a time, in
 order), so a record names a batch or an event only while it is applied: a kill while its
-transaction waits makes no successor careful.
+transaction waits makes no successor careful. The idle records go with the next fetch's batch
+records, in one round of writes (a batch's record replaces its partition's idle one), or alone
+before the owner waits for more records.
 Each record names the process that wrote it (`owner`, drawn at its start: a pod restarted under
 its StatefulSet name is another process), and a takeover that finds its own process's record
 takes nothing from it: this process lives (a partition fenced by a frozen broker and given

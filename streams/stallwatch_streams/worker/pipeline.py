@@ -229,10 +229,19 @@ class Pipeline(ConsumerRebalanceListener):
         """Until cancelled; any failure (of a batch or of a rebalance) propagates and ends the
         worker."""
         membership, tasks = self.membership, self.tasks
+        # The tasks whose attempts records still name a batch applied in memory. Their records
+        # go idle in the next fetch's round of writes (a next batch's own record replaces one),
+        # or at once when nothing more has arrived: one round trip a fetch, not two.
+        applied: list[PartitionTask] = []
         while True:
             generation = membership.generation
             epochs = tasks.epochs()
-            batches = await self.consumer.getmany(timeout_ms=FETCH_TIMEOUT_MS)
+            batches = await self.consumer.getmany(timeout_ms=0 if applied else FETCH_TIMEOUT_MS)
+            if applied and not batches:
+                async with membership.lock:
+                    await self._mark([], applied)
+                applied = []
+                continue
             self._set_fetch_wait(bool(batches))
             failure = membership.failure
             if failure is not None:
@@ -253,20 +262,21 @@ class Pipeline(ConsumerRebalanceListener):
                         self.consumer.seek(tp, admission.offset)
                     elif admission == "apply":
                         admitted.append((task, records, epoch))
-                await self._mark([(task, records) for task, records, _ in admitted])
+                await self._mark([(task, records) for task, records, _ in admitted], applied)
+                applied = []
                 for task, records, epoch in admitted:
                     if records[0].timestamp_type == LOG_APPEND_TIME:
                         self.metrics.fetch_delay.observe(max(0.0, time.time() - records[0].timestamp / 1000))
                     await self._apply(task, records, epoch)
-                # Applied: their records idle, all at once, before the next batches' are written.
-                await asyncio.gather(*(task.applied() for task, _, _ in admitted))
+                applied = [task for task, _, _ in admitted]
             self.progress.tick()
 
     async def _apply(self, task: PartitionTask, records: list[ConsumerRecord], epoch: int | None) -> None:
         """The records applied and handed to the task's commit loop. Those its previous owner died
         applying are applied one at a time, each one's offset written to the attempts first; the
         rest at once, their first and last offsets written first unless `_mark` did
-        (stallwatch_streams/worker/attempts.py; `run` makes the records idle once applied).
+        (stallwatch_streams/worker/attempts.py; `run` makes the records idle once applied, with
+        the next fetch's records written).
         Nothing is written for a task that no longer takes the records: the partition may be
         another's."""
         attempts, attempt = self.tasks.context.attempts, task.attempt
@@ -287,17 +297,22 @@ class Pipeline(ConsumerRebalanceListener):
                 return
             self.progress.tick()  # a round trip a record: progress, not a hang
 
-    async def _mark(self, batches: list[tuple[PartitionTask, list[ConsumerRecord]]]) -> None:
+    async def _mark(
+        self, batches: list[tuple[PartitionTask, list[ConsumerRecord]]], applied: list[PartitionTask]
+    ) -> None:
         """Each batch's first and last offsets written to the attempts, all at once, before any is
-        applied (those of a careful task are written one by one as it applies them)."""
+        applied (those of a careful task are written one by one as it applies them); in the same
+        round, the records of the `applied` tasks that name no new batch made idle."""
         attempts = self.tasks.context.attempts
         if attempts is None:
             return
-        writes = []
+        writes, marked = [], set()
         for task, records in batches:
             attempt, first = task.attempt, records[0].offset
             if attempt is not None and not attempt.careful(first):
                 writes.append(task.record(attempt.over(first, records[-1].offset)))
+                marked.add(id(task))
+        writes.extend(task.applied() for task in applied if id(task) not in marked)
         await asyncio.gather(*writes)
 
     async def _apply_batch(
