@@ -306,7 +306,8 @@ class Pipeline(ConsumerRebalanceListener):
         attempts = self.tasks.context.attempts
         if attempts is None:
             return
-        writes, marked = [], set()
+        writes: list[Awaitable[object]] = []
+        marked: set[int] = set()
         for task, records in batches:
             attempt, first = task.attempt, records[0].offset
             if attempt is not None and not attempt.careful(first):
