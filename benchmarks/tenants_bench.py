@@ -193,6 +193,8 @@ def profiler(pid: int, seconds: float, out: Path | None) -> subprocess.Popen[byt
         return None
     out.parent.mkdir(parents=True, exist_ok=True)
     py_spy = Path(sys.executable).parent / "py-spy"
+    if not py_spy.exists():
+        raise SystemExit(f"--profile needs py-spy in the venv: `{sys.executable} -m pip install py-spy`")
     command = [str(py_spy), "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "200"]
     return subprocess.Popen(
         [*command, "--format", "raw", "--threads", "--nonblocking", "--output", str(out)],
