@@ -193,8 +193,6 @@ def profiler(pid: int, seconds: float, out: Path | None) -> subprocess.Popen[byt
         return None
     out.parent.mkdir(parents=True, exist_ok=True)
     py_spy = Path(sys.executable).parent / "py-spy"
-    if not py_spy.exists():
-        raise SystemExit(f"--profile needs py-spy in the venv: `{sys.executable} -m pip install py-spy`")
     command = [str(py_spy), "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "200"]
     return subprocess.Popen(
         [*command, "--format", "raw", "--threads", "--nonblocking", "--output", str(out)],
@@ -277,6 +275,8 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["partition", "group"], choices=["partition", "group"])
     parser.add_argument("--profile", type=Path, help="a folder for py-spy's samples of the first worker")
     args = parser.parse_args()
+    if args.profile and not (Path(sys.executable).parent / "py-spy").exists():
+        parser.error(f"--profile needs py-spy in the venv: `{sys.executable} -m pip install py-spy`")
     print(f"{args.rate:g} calls/s spread over every tenant (each of {args.partitions} partitions)")
     print(
         "model      tenants  served in  idle CPU  sockets  CPU/call  verdict p50 / p99   "
