@@ -133,7 +133,7 @@ def freeze_startup_heap() -> None:
     """What is alive when the worker process starts (modules, classes, settings) lives as long as
     the worker: kept out of the cyclic collector's full collections, which walk every
     tracked object while holding the interpreter's lock from every tenant (33-99 ms each on a
-    worker under load, 3-10 ms with the start's objects frozen). Nothing of a tenant is frozen:
+    worker under load, 2-5 ms with the start's objects frozen). Nothing of a tenant is frozen:
     its states come and go, and a frozen cycle is never collected."""
     gc.collect()
     gc.freeze()
