@@ -261,6 +261,48 @@ async def test_a_transaction_whose_records_are_refused_when_written_again_is_abo
     assert made[0].calls[-1] == ("commit",)
 
 
+def sequence_gap() -> KafkaException:
+    """How librdkafka fails a transaction on records an abort purged (OUT_OF_ORDER_SEQUENCE)."""
+    state = -172  # librdkafka's RD_KAFKA_RESP_ERR__STATE
+    return KafkaException(RdKafkaError(state, "Erroneous state"))
+
+
+async def test_a_transaction_written_again_that_fails_on_the_aborts_gap_is_written_once_more():
+    transactions, made = group(
+        linger_s=0.01, holds=lambda _: True, refuse_offsets=[generation_moved(), sequence_gap()]
+    )
+    await asyncio.wait_for(block(transactions, "a.events", 0, 10, ["a.changelog"]), 10)
+    kinds = [call[0] for call in made[0].calls]
+    tried = ["begin", "produce", "offsets", "abort"]
+    assert kinds == ["init", *tried, *tried, "begin", "produce", "offsets", "commit"]
+    assert transactions.transactions == 1
+
+
+async def test_a_transaction_begun_after_an_abort_is_written_again_once_for_a_failure_of_its_own():
+    transactions, made = group(linger_s=0.01, holds=lambda _: True)
+    participant = transactions.participant(TopicPartition("a.events", 0))
+
+    async def failing() -> None:
+        async with participant.transaction():
+            raise KafkaError("a send failed")
+
+    with pytest.raises(KafkaError):
+        await failing()
+    made[0].refuse_offsets = [sequence_gap()]
+    await asyncio.wait_for(block(transactions, "a.events", 0, 3, ["a.changelog"]), 10)
+    assert [call[0] for call in made[0].calls].count("begin") == 3 and made[0].calls[-1] == ("commit",)
+    # The next one began after a commit: a failure of its own fails it, with no second writing.
+    made[0].refuse_offsets = [sequence_gap()]
+    with pytest.raises(TransactionFailed):
+        await asyncio.wait_for(block(transactions, "a.events", 0, 4, ["a.changelog"]), 10)
+    assert [call[0] for call in made[0].calls].count("begin") == 4
+    # After that abort, the same failure twice: written again once only, then it fails.
+    made[0].refuse_offsets = [sequence_gap(), sequence_gap()]
+    with pytest.raises(TransactionFailed):
+        await asyncio.wait_for(block(transactions, "a.events", 0, 5, ["a.changelog"]), 10)
+    assert [call[0] for call in made[0].calls].count("begin") == 6
+
+
 async def test_offsets_refused_with_a_retriable_error_are_sent_again_and_the_transaction_commits():
     # A coordinator loading the group's offsets after a broker's loss: the step is tried again,
     # not the transaction aborted (every task in it would be rebuilt).

@@ -64,6 +64,10 @@ COMMIT_TRIES = 5
 # the group has not taken any of its partitions away: see `GroupTransactions._again`.
 GENERATION_TRIES = 5
 GENERATION_PAUSE_S = 0.2
+# So is a transaction begun just after an abort of the producer that fails on its own: an abort
+# purges the records librdkafka had not sent yet, sequence numbers and all, and the producer's next
+# transaction fails once on that gap (OUT_OF_ORDER_SEQUENCE_NUMBER, "requires epoch bump"), seen
+# while a worker joined 300 tenants. Its abort bumps the epoch; written again, it commits.
 _GENERATION_MOVED = (RdKafkaError.ILLEGAL_GENERATION, RdKafkaError.REBALANCE_IN_PROGRESS)
 
 
@@ -83,6 +87,8 @@ class _Transaction:
     # Every record its blocks wrote, in order: written again if the group's generation moved.
     writes: list[tuple[str, bytes | None, bytes | None, int]] = field(default_factory=list)
     sealed: bool = False  # committing: no block enters any more
+    after_abort: bool = False  # begun just after an abort of the producer (see GENERATION_TRIES)
+    written_for_gap: bool = False  # written again once already for failing after an abort
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     error: BaseException | None = None  # how it ended, for every block in it
     members_done: asyncio.Event = field(default_factory=asyncio.Event)
@@ -125,6 +131,7 @@ class GroupTransactions:
         # worker stops (see `_retire` and `_run`).
         self._retired: list[Producer] = []
         self._calls = CallThread(f"stallwatch-txn-{transactional_id}")
+        self._aborted = False  # the producer's last transaction was aborted
         self.transactions = 0  # committed, for the metrics and the benchmarks
 
     def participant(self, tp: TopicPartition) -> TaskProducer:
@@ -147,6 +154,7 @@ class GroupTransactions:
                 producer.begin_transaction()
                 now = time.monotonic()
                 txn = self._txn = _Transaction(now, self._linger_s, now + TRANSACTION_TIMEOUT_MS / 1000)
+                txn.after_abort, self._aborted = self._aborted, False
                 asyncio.get_running_loop().create_task(self._commit(txn), name=f"txn-{self.transactional_id}")
             if txn.sealed:
                 await txn.ended.wait()
@@ -231,18 +239,24 @@ class GroupTransactions:
             attempt += 1
 
     async def _again(self, txn: _Transaction, error: BaseException, attempt: int) -> bool:
-        """Whether the transaction, aborted because the group moved to a new generation, is written
-        again: not on the last attempt, and only while the group holds every partition of its
-        offsets. A member the group removed (its session lapsed: the partitions lost) is a zombie,
-        and its offsets stay refused; a member that only rebalanced holds its partitions until it
-        lets them go, which a revocation does only once this transaction ended (the group's thread
-        waits for it), so no other member can own them yet and fencing is not weakened."""
+        """Whether the aborted transaction is written again: when the group moved to a new
+        generation under it, or when it began just after an abort (GENERATION_TRIES); not on the
+        last attempt, and only while the group holds every partition of its offsets. A member the
+        group removed (its session lapsed: the partitions lost) is a zombie, and its offsets stay
+        refused; a member that only rebalanced holds its partitions until it lets them go, which a
+        revocation does only once this transaction ended (the group's thread waits for it), so no
+        other member can own them yet and fencing is not weakened."""
         moved = isinstance(error, GenerationMoved)
-        if not moved or attempt == GENERATION_TRIES or self._producer is None or not self._holds(txn.offsets):
+        # Once only: a failure of its own that comes again is the transaction's, not the gap's.
+        gap = isinstance(error, TransactionFailed) and txn.after_abort and not txn.written_for_gap
+        if not (moved or gap) or attempt == GENERATION_TRIES:
+            return False
+        if self._producer is None or not self._holds(txn.offsets):
             return False
         log.info(
-            "the group of %s moved to a new generation under its transaction; writing it again",
+            "the transaction of %s failed %s; writing it again",
             self.transactional_id,
+            "as the group moved to a new generation under it" if moved else "just after an abort",
         )
         await asyncio.sleep(GENERATION_PAUSE_S * (attempt + 1))
         producer = self._producer
@@ -254,6 +268,8 @@ class GroupTransactions:
             log.warning("the transaction of %s could not begin again: %s", self.transactional_id, exc)
             return False
         txn.deadline = time.monotonic() + TRANSACTION_TIMEOUT_MS / 1000
+        txn.written_for_gap = txn.written_for_gap or not moved
+        txn.after_abort, self._aborted = True, False
         try:
             for topic, value, key, partition in txn.writes:
                 self._write(producer, topic, value, key, partition)
@@ -310,6 +326,7 @@ class GroupTransactions:
         for _ in range(COMMIT_TRIES):
             try:
                 await self._run(lambda: producer.abort_transaction(CALL_TIMEOUT_S), producer)
+                self._aborted = True
                 return
             except CallWedged:
                 return  # the producer left to its call (`_run`)
@@ -347,6 +364,7 @@ class GroupTransactions:
         async with self._starting:
             if self._producer is None:
                 producer = self._make_producer(self._conf)
+                self._aborted = False  # a new producer's sequence numbers start afresh
                 try:
                     await self._run(lambda: producer.init_transactions(CALL_TIMEOUT_S), producer)
                 except KafkaException as exc:
