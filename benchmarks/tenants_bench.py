@@ -34,6 +34,7 @@ from pathlib import Path
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -155,6 +156,20 @@ class Traffic:
         self._stop.set()
 
 
+async def drop_topics(settings: Settings) -> int:
+    """Every topic of the run's prefix deleted: a broker kept for the next run carries none of
+    this one's thousands of partitions (their files and memory), which would weigh on it."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
+    await admin.start()
+    try:
+        ours = [t for t in await admin.list_topics() if t.startswith(f"{settings.topic_prefix}.")]
+        for first in range(0, len(ours), 200):
+            await admin.delete_topics(ours[first : first + 200])
+        return len(ours)
+    finally:
+        await admin.close()
+
+
 def tenant_group(tenant: str, groups: int) -> int:
     """The tenant group a tenant is hashed into (`TenantGroups.of`)."""
     return int.from_bytes(hashlib.sha256(tenant.encode()).digest()[:4], "big") % groups
@@ -248,6 +263,7 @@ async def measure(
         first_worker.stop()
         if second is not None:
             second.stop()
+        await drop_topics(settings)
     return {
         "ready_s": ready_s,
         "idle_cpu": idle * 100,

@@ -28,6 +28,11 @@ cache="${STALLWATCH_KAFKA_CACHE:-$root/.cache/kafka}"
 # STALLWATCH_KAFKA_HEAP: the broker's heap (768m; 2g for a thousand tenants' topics, benchmarks/tenants_bench.py).
 libs="$cache/libs"
 data="$root/.cache/kafka-data/$port"
+# STALLWATCH_KAFKA_LOG_ROOT: where the node keeps its partitions, under <root>/<port> (by default
+# beside its config in .cache/kafka-data). A tmpfs (/dev/shm/...) keeps the disk out of a
+# benchmark of the worker: on this VM's disk the broker's appends stalled for up to 18 s now and
+# then (benchmarks/README.md, "Many tenants").
+logs="${STALLWATCH_KAFKA_LOG_ROOT:-$root/.cache/kafka-data}/$port/logs"
 # STALLWATCH_KAFKA_SECURE=1: the same node with SASL and authorization on, as a shared cluster
 # runs: clients authenticate on the port (SASL_PLAINTEXT: PLAIN with the users below, or
 # OAUTHBEARER with Kafka's unsecured JWS tokens, whose `sub` is the principal: anyone can claim
@@ -100,7 +105,7 @@ PROPS
 }
 
 write_config() {
-  mkdir -p "$data/logs"
+  mkdir -p "$data" "$logs"
   # Made anew with umask 077: the secure node's config holds every user's password.
   rm -f "$data/server.properties"
   (umask 077; cat > "$data/server.properties") <<PROPS
@@ -115,7 +120,7 @@ inter.broker.listener.name=PLAINTEXT
 PLAIN
 fi)
 controller.listener.names=CONTROLLER
-log.dirs=$data/logs
+log.dirs=$logs
 num.partitions=1
 offsets.topic.replication.factor=$internal_replicas
 offsets.topic.num.partitions=8
@@ -150,14 +155,17 @@ up() {
   resolve_jars
   if [ "$secure" = 1 ]; then write_passwords; fi
   write_config
-  if [ ! -f "$data/logs/meta.properties" ]; then
+  if [ ! -f "$logs/meta.properties" ]; then
     cluster_id="${STALLWATCH_KAFKA_CLUSTER_ID:-$(java_cmd kafka.tools.StorageTool random-uuid)}"
     java_cmd kafka.tools.StorageTool format -t "$cluster_id" -c "$data/server.properties" >/dev/null
   fi
   # A thousand tenants' topics are tens of thousands of segment files: the broker takes the
   # highest open-file limit it may.
   ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+  # The collector's pauses in $data/gc.log: a stop of every client's requests is told from the
+  # broker's own pause there.
   nohup java -Xms256m -Xmx"${STALLWATCH_KAFKA_HEAP:-768m}" -XX:+UseG1GC -Djava.awt.headless=true \
+    -Xlog:gc:file="$data/gc.log":time,uptime:filecount=2,filesize=10m \
     -Dlog4j2.configurationFile="$data/log4j2.properties" -cp "$libs/*" \
     kafka.Kafka "$data/server.properties" >"$log" 2>&1 &
   echo $! > "$pidfile"
