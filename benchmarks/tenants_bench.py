@@ -156,7 +156,7 @@ class Traffic:
         self._stop.set()
 
 
-async def drop_topics(settings: Settings) -> int:
+async def drop_topics(settings: Settings) -> None:
     """Every topic of the run's prefix deleted: a broker kept for the next run carries none of
     this one's thousands of partitions (their files and memory), which would weigh on it."""
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
@@ -165,7 +165,6 @@ async def drop_topics(settings: Settings) -> int:
         ours = [t for t in await admin.list_topics() if t.startswith(f"{settings.topic_prefix}.")]
         for first in range(0, len(ours), 200):
             await admin.delete_topics(ours[first : first + 200])
-        return len(ours)
     finally:
         await admin.close()
 

@@ -61,13 +61,13 @@ COMMIT_TRIES = 5
 # (a rebalance completed between the metadata's read and the offsets' arrival: a worker joining
 # makes two in a row under the cooperative protocol) is written again in a new one, with the
 # group's metadata as it stands then, this many times at most, a pause between two. Only while
-# the group has not taken any of its partitions away: see `GroupTransactions._again`.
-GENERATION_TRIES = 5
-GENERATION_PAUSE_S = 0.2
-# So is a transaction begun just after an abort of the producer that fails on its own: an abort
-# purges the records librdkafka had not sent yet, sequence numbers and all, and the producer's next
+# the group has not taken any of its partitions away: see `GroupTransactions._again`. So is, once,
+# a transaction begun just after an abort of the producer that fails on its own: an abort purges
+# the records librdkafka had not sent yet, sequence numbers and all, and the producer's next
 # transaction fails once on that gap (OUT_OF_ORDER_SEQUENCE_NUMBER, "requires epoch bump"), seen
 # while a worker joined 300 tenants. Its abort bumps the epoch; written again, it commits.
+GENERATION_TRIES = 5
+GENERATION_PAUSE_S = 0.2
 _GENERATION_MOVED = (RdKafkaError.ILLEGAL_GENERATION, RdKafkaError.REBALANCE_IN_PROGRESS)
 
 
