@@ -1,7 +1,7 @@
 """Bare transactional echoes of the worker's two transaction models (docs/tenants.md): the floor
 that `kafka_bench.py --model` measures the worker's verdicts against.
 
-    python benchmarks/model_echo.py partition|group BOOTSTRAP EVENTS COMMANDS CHANGELOG GROUP
+    python benchmarks/model_echo.py partition|group BOOTSTRAP EVENTS COMMANDS CHANGELOG GROUP [GROUPS]
 
 Both do the worker's Kafka work with no engine and no state: every message read (read committed)
 is answered on COMMANDS at once by an idempotent producer outside any transaction, as the worker
@@ -13,7 +13,9 @@ most one every commit interval (the worker's default), and the reading goes on m
   each partition's transactions on their own (the pre-KIP-447 scheme).
 - group: confluent-kafka, one consumer (cooperative-sticky) and one transactional producer, with
   the worker's librdkafka options; every partition's positions and offsets go in one
-  transaction with the group's metadata (KIP-447), committed on a thread of its own.
+  transaction with the group's metadata (KIP-447), committed on a thread of its own. Given many
+  tenants' topics (comma-separated, below), they are dealt into GROUPS tenant groups of that
+  each, as the worker deals tenants (`benchmarks/tenants_bench.py`).
 
 Runs until SIGTERM or SIGKILL.
 """
@@ -26,7 +28,9 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
@@ -102,11 +106,59 @@ async def partition_echo(bootstrap: str, events: str, commands: str, changelog: 
                 committing[tp.partition] = asyncio.create_task(commit(tp.partition))
 
 
-def group_echo(bootstrap: str, events: str, commands: str, changelog: str, group: str) -> None:
+def group_echo(
+    bootstrap: str, events: str, commands: str, changelog: str, group: str, groups: str = "1"
+) -> None:
+    """EVENTS, COMMANDS and CHANGELOG may each name several topics, comma-separated and in the
+    same order (one tenant's three each): the topics are dealt round robin into GROUPS tenant
+    groups, each with a consumer, a transactional producer and a committer of its own, as the
+    worker keeps them; every answer goes out on the one idempotent producer."""
+    from confluent_kafka import Producer
+
+    options = librdkafka_options(Settings(bootstrap=bootstrap))
+    ahead = Producer({**options, "enable.idempotence": True, "acks": "all", "linger.ms": 0})
+    routes = dict(
+        zip(events.split(","), zip(commands.split(","), changelog.split(","), strict=True), strict=True)
+    )
+    topics = list(routes)
+    count = max(1, min(int(groups), len(topics)))
+    echoes = [
+        threading.Thread(
+            target=_dying_on_failure(_group_echo),
+            args=(
+                options,
+                ahead,
+                {t: routes[t] for t in topics[n::count]},
+                f"{group}-{n}" if count > 1 else group,
+            ),
+            daemon=True,
+        )
+        for n in range(count)
+    ]
+    for echo in echoes:
+        echo.start()
+    while True:
+        ahead.poll(0.1)  # the answers' acknowledgements served
+
+
+def _dying_on_failure(run: Callable[..., None]) -> Callable[..., None]:
+    def dying(*args: object) -> None:
+        try:
+            run(*args)
+        except BaseException:
+            traceback.print_exc()
+            os._exit(1)  # a failed commit ends the echo
+
+    return dying
+
+
+def _group_echo(
+    options: dict[str, object], ahead: Any, routes: dict[str, tuple[str, str]], group: str
+) -> None:
+    """One tenant group: its consumer read on this thread, its transactions on another."""
     from confluent_kafka import Consumer, Producer
     from confluent_kafka import TopicPartition as RdTopicPartition
 
-    options = librdkafka_options(Settings(bootstrap=bootstrap))
     consumer = Consumer(
         {
             **options,
@@ -121,7 +173,6 @@ def group_echo(bootstrap: str, events: str, commands: str, changelog: str, group
             "queued.max.messages.kbytes": 16384,
         }
     )
-    ahead = Producer({**options, "enable.idempotence": True, "acks": "all", "linger.ms": 0})
     transactional = Producer(
         {
             **options,
@@ -131,17 +182,10 @@ def group_echo(bootstrap: str, events: str, commands: str, changelog: str, group
         }
     )
     transactional.init_transactions()
-    consumer.subscribe([events])
+    consumer.subscribe(list(routes))
     lock = threading.Lock()
-    read_to: dict[int, int] = {}  # the consumer's thread's, taken by the committer's
+    read_to: dict[tuple[str, int], int] = {}  # the consumer's thread's, taken by the committer's
     metadata: list[object] = []
-
-    def commit_forever() -> None:
-        try:
-            commit_every_interval()
-        except BaseException:
-            traceback.print_exc()
-            os._exit(1)  # a failed commit ends the echo
 
     def commit_every_interval() -> None:
         while True:
@@ -152,26 +196,28 @@ def group_echo(bootstrap: str, events: str, commands: str, changelog: str, group
             if offsets and group_metadata is not None:
                 ahead.flush()  # the answers acknowledged before what they answer is committed
                 transactional.begin_transaction()
-                for partition, offset in offsets.items():
-                    transactional.produce(changelog, str(offset).encode(), f"position-{partition}".encode())
+                for (topic, partition), offset in offsets.items():
+                    transactional.produce(
+                        routes[topic][1], str(offset).encode(), f"position-{partition}".encode(), partition
+                    )
                 transactional.send_offsets_to_transaction(
-                    [RdTopicPartition(events, p, offset) for p, offset in offsets.items()], group_metadata
+                    [RdTopicPartition(t, p, offset) for (t, p), offset in offsets.items()], group_metadata
                 )
                 transactional.commit_transaction()
             time.sleep(max(0.0, began + COMMIT_INTERVAL_S - time.monotonic()))
 
-    threading.Thread(target=commit_forever, daemon=True).start()
+    threading.Thread(target=_dying_on_failure(commit_every_interval), daemon=True).start()
     while True:
         first = consumer.poll(0.02)
-        ahead.poll(0)
         if first is None:
             continue
-        read: dict[int, int] = {}
+        read: dict[tuple[str, int], int] = {}
         for message in [first, *consumer.consume(3999, 0)]:
             if message.error() is not None:
                 continue
-            ahead.produce(commands, message.value(), message.key())
-            read[message.partition()] = message.offset() + 1
+            topic, partition = message.topic(), message.partition()
+            ahead.produce(routes[topic][0], message.value(), message.key(), partition)
+            read[(topic, partition)] = message.offset() + 1
         with lock:
             read_to.update(read)
             metadata[:] = [consumer.consumer_group_metadata()]

@@ -10,7 +10,9 @@ the worker's CPU per call and the verdict latency; then a second worker joins un
 traffic: its time to ready and the longest any call waited for its verdict meanwhile (a
 tenant's verdicts stopped at least that long; the gap between two verdicts of one tenant would
 count the calls' own spacing too, 10 s per tenant at 1,000 tenants and 100 calls a second), with
-the tenant, when, and the calls never answered.
+the tenant, when, and the calls never answered. Before the group model's rows, its bare echo
+(benchmarks/model_echo.py) over the same tenants' topics and tenant groups under the same traffic:
+the floor of its CPU per call and latency (`--no-echo` skips it).
 
 `--profile DIR` samples the first worker with py-spy (in the venv) while the traffic runs, and
 while the second worker joins, into DIR/{model}-{tenants}-{busy,join}.txt (collapsed stacks).
@@ -215,15 +217,94 @@ def profiler(pid: int, seconds: float, out: Path | None) -> subprocess.Popen[byt
     )
 
 
-async def measure(
-    tenants: int, partitions: int, rate: float, seconds: float, model: str, profile: Path | None = None
-) -> dict[str, float | str]:
+async def made_tenants(tenants: int, partitions: int) -> tuple[Settings, list[Settings]]:
+    """A fresh prefix with `tenants` tenants' topics made: its settings, and each tenant's."""
     settings = fresh_settings(partitions)
     names = [f"t{n}" for n in range(tenants)]
     for first in range(0, tenants, 50):
         made = await asyncio.to_thread(run_cli, settings, "tenants", "add", *names[first : first + 50])
         assert made.returncode == 0, made.stderr
-    each = [settings.for_tenant(name) for name in names]
+    return settings, [settings.for_tenant(name) for name in names]
+
+
+class TenantsEcho:
+    """The floor: the group model's bare transactional echo (benchmarks/model_echo.py) over every
+    tenant's topics, in as many tenant groups as the worker keeps."""
+
+    def __init__(self, settings: Settings, each: list[Settings]) -> None:
+        def topics(of: str) -> str:
+            return ",".join(getattr(tenant, of) for tenant in each)
+
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(Path(__file__).with_name("model_echo.py")),
+                "group",
+                settings.bootstrap,
+                topics("events_topic"),
+                topics("commands_topic"),
+                topics("changelog_topic"),
+                f"echo-{settings.topic_prefix}",
+                str(settings.tenant_groups),
+            ]
+        )
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+async def measure_echo(tenants: int, partitions: int, rate: float, seconds: float) -> dict[str, float | str]:
+    """The echo under the worker's traffic: served once one call per tenant is answered, then its
+    idle CPU, sockets, CPU per call and latencies as the worker's are measured."""
+    settings, each = await made_tenants(tenants, partitions)
+    traffic = Traffic(each, rate)
+    reading = asyncio.create_task(traffic.read())
+    await asyncio.sleep(1)  # the reader placed at the end of every commands topic
+    echo = TenantsEcho(settings, each)
+    try:
+        began = time.monotonic()
+        await traffic.run(len(each) / rate)
+        while traffic.sent:
+            if echo.proc.poll() is not None or time.monotonic() - began > READY_TIMEOUT_S:
+                raise RuntimeError(
+                    f"the echo answered {traffic.calls - len(traffic.sent)} of {traffic.calls}"
+                )
+            await asyncio.sleep(0.2)
+        ready_s = time.monotonic() - began
+        idle_before = cpu_seconds(echo.proc.pid)
+        await asyncio.sleep(10)  # idle: nothing sent
+        idle = (cpu_seconds(echo.proc.pid) - idle_before) / 10
+        sockets = open_sockets(echo.proc.pid)
+        traffic.latencies_ms.clear()
+        calls_before, busy_before = traffic.calls, cpu_seconds(echo.proc.pid)
+        threads_before = thread_cpu(echo.proc.pid)
+        await traffic.run(seconds)
+        await asyncio.sleep(2)  # the last answers in
+        calls = traffic.calls - calls_before
+        per_call_us = (cpu_seconds(echo.proc.pid) - busy_before) / max(1, calls) * 1e6
+        by_thread = cpu_by_thread(threads_before, thread_cpu(echo.proc.pid), calls)
+        traffic.stop()
+        await reading
+    finally:
+        echo.stop()
+        await drop_topics(settings)
+    latencies = list(traffic.latencies_ms)
+    return {
+        "ready_s": ready_s,
+        "idle_cpu": idle * 100,
+        "sockets": sockets,
+        "per_call_us": per_call_us,
+        "p50": percentile(latencies, 50),
+        "p99": percentile(latencies, 99),
+        "by_thread": by_thread,
+    }
+
+
+async def measure(
+    tenants: int, partitions: int, rate: float, seconds: float, model: str, profile: Path | None = None
+) -> dict[str, float | str]:
+    settings, each = await made_tenants(tenants, partitions)
     env = {"STALLWATCH_TENANT_SCAN_INTERVAL_S": "2", "STALLWATCH_TRANSACTION_MODEL": model}
     first_worker = WorkerProcess(settings, "first", env)
     second = None
@@ -289,6 +370,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--models", nargs="+", default=["partition", "group"], choices=["partition", "group"])
     parser.add_argument("--profile", type=Path, help="a folder for py-spy's samples of the first worker")
+    parser.add_argument("--no-echo", action="store_true", help="skip the group model's bare echo")
     args = parser.parse_args()
     if args.profile and not (Path(sys.executable).parent / "py-spy").exists():
         parser.error(f"--profile needs py-spy in the venv: `{sys.executable} -m pip install py-spy`")
@@ -298,6 +380,14 @@ def main() -> None:
         "second ready  longest wait while it joins"
     )
     for tenants in args.tenants:
+        if "group" in args.models and not args.no_echo:
+            r = asyncio.run(measure_echo(tenants, args.partitions, args.rate, args.seconds))
+            print(
+                f"{'echo':<9}  {tenants:>7}  {r['ready_s']:7.1f} s  {r['idle_cpu']:6.1f} %  "
+                f"{r['sockets']:7.0f}  {r['per_call_us']:6.0f} µs  {r['p50']:6.1f} / {r['p99']:6.1f} ms",
+                flush=True,
+            )
+            print(f"           µs a call by thread: {r['by_thread']}", flush=True)
         for model in args.models:
             r = asyncio.run(measure(tenants, args.partitions, args.rate, args.seconds, model, args.profile))
             print(
