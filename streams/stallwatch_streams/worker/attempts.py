@@ -20,7 +20,10 @@ careful stretch and the known poison kept, nothing in hand; a task's writes go o
 order), so a record names a batch or an event only while it is applied: a kill while its
 transaction waits makes no successor careful. The idle records go with the next fetch's batch
 records, in one round of writes (a batch's record replaces its partition's idle one), or alone
-before the owner waits for more records.
+before the owner waits for more records. Where the producer takes a record at once (librdkafka's),
+an idle one is sent without waiting for its acknowledgement: the task's next record goes through
+the same idempotent producer after it, so it lands after it, and an idle record lost in a
+producer's failure leaves the busy one before it, the careful side.
 Each record names the process that wrote it (`owner`, drawn at its start: a pod restarted under
 its StatefulSet name is another process), and a takeover that finds its own process's record
 takes nothing from it: this process lives (a partition fenced by a frozen broker and given
@@ -238,6 +241,12 @@ class AttemptLog:
                 self._producer = None
             await producers.stop_quietly(producer)
             raise
+
+    def post(self, key: str, attempt: Attempt) -> bool:
+        """Sent without waiting for its acknowledgement, where the producer takes it at once:
+        an idle record, which no apply waits for. False when it was not sent (aiokafka's producer
+        sends from the loop): the caller writes it instead."""
+        return False
 
     def encode(self, attempt: Attempt) -> bytes:
         """The record's value, signed with this owner."""

@@ -302,7 +302,8 @@ class Pipeline(ConsumerRebalanceListener):
     ) -> None:
         """Each batch's first and last offsets written to the attempts, all at once, before any is
         applied (those of a careful task are written one by one as it applies them); in the same
-        round, the records of the `applied` tasks that name no new batch made idle."""
+        round, the records of the `applied` tasks that name no new batch made idle (posted, with
+        no wait, where the attempts log can)."""
         attempts = self.tasks.context.attempts
         if attempts is None:
             return
@@ -313,8 +314,9 @@ class Pipeline(ConsumerRebalanceListener):
             if attempt is not None and not attempt.careful(first):
                 writes.append(task.record(attempt.over(first, records[-1].offset)))
                 marked.add(id(task))
-        writes.extend(task.applied() for task in applied if id(task) not in marked)
-        await asyncio.gather(*writes)
+        writes.extend(task.applied() for task in applied if id(task) not in marked and not task.post_idle())
+        if writes:
+            await asyncio.gather(*writes)
 
     async def _apply_batch(
         self, task: PartitionTask, records: list[ConsumerRecord], epoch: int | None

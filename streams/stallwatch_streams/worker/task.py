@@ -410,6 +410,19 @@ class PartitionTask:
         if attempt is not None and attempt.busy:
             await self.record(attempt.idle)
 
+    def post_idle(self) -> bool:
+        """Its record made idle without waiting for the acknowledgement (`AttemptLog.post`), when
+        no write of its own is under way and the log can: True when nothing is left to write."""
+        attempt, attempts = self.attempt, self.context.attempts
+        if attempts is None or attempt is None or not attempt.busy:
+            return True
+        if self._recording.locked() or self.held:
+            return False
+        if not attempts.post(key_of(self.tp.topic, self.tp.partition), attempt.idle):
+            return False
+        self.attempt = attempt.idle
+        return True
+
     async def rewrite(self, attempt: Attempt) -> None:
         """Its record written whatever its state (a takeover's first), after any write under way."""
         async with self._recording:

@@ -44,8 +44,10 @@ class AttemptsStandIn:
     the event before they land; `refused_idle`: idle records after a busy one are refused while
     the task serves (the broker answers again as it loses its partition)."""
 
-    def __init__(self, previous: Attempt | None, refused_idle: bool = False) -> None:
+    def __init__(self, previous: Attempt | None, refused_idle: bool = False, posts: bool = False) -> None:
         self.owner = "this"
+        self.posts = posts  # idle records taken at once, as librdkafka's producer takes them
+        self.posted = 0
         self.records = {} if previous is None else {KEY: previous}
         self.written: list[tuple[Attempt, int]] = []
         self.pipeline: Pipeline | None = None
@@ -70,6 +72,16 @@ class AttemptsStandIn:
         self.records[key] = stamped
         self.written.append((stamped, self.pipeline.membership.rejoins))
 
+    def post(self, key: str, attempt: Attempt) -> bool:
+        assert self.pipeline is not None
+        if not self.posts:
+            return False
+        self.posted += 1
+        stamped = replace(attempt, owner=self.owner)
+        self.records[key] = stamped
+        self.written.append((stamped, self.pipeline.membership.rejoins))
+        return True
+
     @property
     def last(self) -> Attempt:
         return self.records[KEY]
@@ -84,11 +96,12 @@ async def serving(
     *producers: FakeProducer,
     fetches: tuple[int, ...] = (RECORDS,),
     refused_idle: int = 0,
+    posts: bool = False,
 ) -> tuple[Pipeline, AttemptsStandIn]:
     """A pipeline that takes partition 0 over after `previous` (the record its last owner left)
     and reads the looping run in fetches of the sizes given, its producers started in the order
     given (then new ones)."""
-    attempts = AttemptsStandIn(previous, refused_idle)
+    attempts = AttemptsStandIn(previous, refused_idle, posts)
     fakes = FakePipeline(SETTINGS, *producers, attempts=attempts)
     consumer, pipeline = fakes.consumer, fakes.pipeline
     attempts.pipeline = pipeline
@@ -143,6 +156,18 @@ async def test_an_owner_leaves_its_record_idle_once_its_batch_is_applied_while_i
     assert [a.batch for a in attempts.records_written] == [None, (0, RECORDS - 1), None]
     assert pipeline.tasks.committing()  # its transaction still waits
     # A kill now: the batch killed nothing, and its successor applies it as any batch.
+    assert takeover(attempts.last, -1, owner="a successor") == Attempt()
+    gate.set()
+    await stopped(loop)
+
+
+async def test_an_idle_record_is_posted_with_no_wait_where_the_log_takes_it_at_once():
+    gate = asyncio.Event()
+    pipeline, attempts = await serving(None, FakeProducer(gate=gate), posts=True)
+    loop = asyncio.create_task(pipeline.run())
+    await until(lambda: len(attempts.written) == 3, 5, lambda: attempts.written)
+    assert [a.batch for a in attempts.records_written] == [None, (0, RECORDS - 1), None]
+    assert attempts.posted == 1  # the idle record; the batch's record was written and awaited
     assert takeover(attempts.last, -1, owner="a successor") == Attempt()
     gate.set()
     await stopped(loop)

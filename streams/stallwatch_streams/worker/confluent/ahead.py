@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 from typing import Any
 
@@ -16,6 +17,8 @@ from confluent_kafka import KafkaException, Producer
 
 from stallwatch.settings import Settings
 from stallwatch_streams.worker.confluent.options import librdkafka_options
+
+log = logging.getLogger(__name__)
 
 # How long the thread waits for acknowledgements at a time (also how soon it sees a stop).
 POLL_S = 0.05
@@ -66,6 +69,15 @@ class AheadPublisher:
             except KafkaException as exc:
                 raise CommandSendFailed(str(exc)) from exc
 
+    def post(self, topic: str, value: bytes, key: bytes) -> bool:
+        """Queued without a future: its acknowledgement is not awaited, and a failure is logged on
+        this producer's thread. False when the queue is full or the producer refuses it."""
+        try:
+            self._producer.produce(topic, value, key, on_delivery=_logged_failure)
+        except (BufferError, KafkaException):
+            return False
+        return True
+
     async def stop(self) -> None:
         """Shared: its owner closes it (`close`)."""
 
@@ -79,6 +91,11 @@ class AheadPublisher:
     def _serve(self) -> None:
         while not self._stopped.is_set():
             self._producer.poll(POLL_S)
+
+
+def _logged_failure(error: Any, message: Any) -> None:
+    if error is not None:
+        log.warning("a record posted to %s was not acknowledged: %s", message.topic(), error)
 
 
 def _settle(future: asyncio.Future[Any], error: BaseException | None) -> None:

@@ -38,6 +38,12 @@ class GroupAttemptLog(AttemptLog):
                 self._retired.append(publisher)
             raise
 
+    def post(self, key: str, attempt: Attempt) -> bool:
+        """Queued in the producer; its acknowledgement wakes nothing. A failure there fails the
+        producer's next write too, which replaces it (`write`)."""
+        publisher = self._publisher
+        return publisher is not None and publisher.post(self.topic, self.encode(attempt), key.encode())
+
     async def close(self) -> None:
         """Nothing to send on: a write not acknowledged yet let no batch be applied."""
         publishers, self._retired = [*self._retired, self._publisher], []
