@@ -26,7 +26,7 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from aiokafka import TopicPartition
 from aiokafka.errors import IllegalOperation, KafkaError, ProducerFenced
@@ -135,6 +135,15 @@ class TransactionalProducer(Protocol):
     async def stop(self) -> None: ...
 
 
+@runtime_checkable
+class TransactionWriter(Protocol):
+    """A transactional producer that takes each record into its open transaction at once, all of
+    them acknowledged by the commit (the group model's task producer): written with no future a
+    record."""
+
+    def write(self, topic: str, value: bytes | None, key: bytes | None, partition: int) -> None: ...
+
+
 class AheadProducer(Protocol):
     """What publishing ahead uses of aiokafka's idempotent producer (a fake in the unit tests)."""
 
@@ -179,6 +188,12 @@ async def write_plan(producer: TransactionalProducer, plan: CommitPlan, group_id
     partition = plan.source.partition
     try:
         async with producer.transaction():
+            if isinstance(producer, TransactionWriter):
+                for w in plan.writes:
+                    producer.write(w.topic, w.value, w.key, partition)
+                if plan.group_offsets:
+                    await producer.send_offsets_to_transaction({plan.source: plan.next_offset}, group_id)
+                return
             sent: list[asyncio.Future[Any]] = []
             try:
                 for w in plan.writes:
@@ -506,6 +521,8 @@ class BatchCommitter:
         producer's state for: a fresh producer's later sends there are accepted, so its batches
         must never be lost unsent (`aiokafka_patch.batches_wait_for_a_leader`)."""
         sends = [(ack, batch.publisher) for batch in batches for ack in batch.acks]
+        if all(ack.done() and not ack.cancelled() and ack.exception() is None for ack, _ in sends):
+            return  # most often, a commit interval after the sends: no turn of the loop to wait
         try:
             await asyncio.gather(*(ack for ack, _ in sends))
         except KafkaError:

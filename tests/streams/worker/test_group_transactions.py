@@ -16,7 +16,7 @@ from confluent_kafka import KafkaError as RdKafkaError
 from confluent_kafka import KafkaException
 
 from stallwatch.settings import Settings
-from stallwatch_streams.worker.commit import AbortedForAnother
+from stallwatch_streams.worker.commit import AbortedForAnother, CommitPlan, Write, write_plan
 from stallwatch_streams.worker.confluent import calls, transactions
 from stallwatch_streams.worker.confluent.transactions import (
     GENERATION_TRIES,
@@ -130,6 +130,27 @@ async def block(
         for write in writes:
             await producer.send(write, b"v", key=b"k", partition=partition)
         await producer.send_offsets_to_transaction({TopicPartition(topic, partition): offset}, "ignored")
+
+
+async def test_a_plan_goes_into_the_groups_transaction_record_by_record_with_no_future_each():
+    transactions, made = group()
+    tp = TopicPartition("a.events", 1)
+    writes = [Write("a.changelog", b"run", b"state"), Write("a.deadletter", b"run", b"letter")]
+    participant = transactions.participant(tp)
+
+    async def no_send(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a record sent with a future")
+
+    participant.send = no_send  # type: ignore[method-assign]
+    await write_plan(participant, CommitPlan(tp, writes, 9, {}, []), "ignored")
+    assert made[0].calls == [
+        ("init",),
+        ("begin",),
+        ("produce", "a.changelog", 1),
+        ("produce", "a.deadletter", 1),
+        ("offsets", [("a.events", 1, 9)], "generation-7"),
+        ("commit",),
+    ]
 
 
 async def test_blocks_entering_within_the_interval_share_one_transaction_with_all_their_offsets():

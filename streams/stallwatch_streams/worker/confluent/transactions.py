@@ -427,10 +427,14 @@ class TaskProducer:
     ) -> asyncio.Future[Any]:
         """Written into the open transaction; acknowledged with its commit, which fails whole if
         any record of it failed."""
-        self.group.produce(topic, value, key, self.tp.partition if partition is None else partition)
+        self.write(topic, value, key, self.tp.partition if partition is None else partition)
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         done.set_result(None)
         return done
+
+    def write(self, topic: str, value: bytes | None, key: bytes | None, partition: int) -> None:
+        """`send` with no future (`commit.TransactionWriter`)."""
+        self.group.produce(topic, value, key, partition)
 
     async def send_offsets_to_transaction(self, offsets: dict[TopicPartition, int], group_id: str) -> None:
         self._offsets.update(offsets)
