@@ -23,7 +23,8 @@ records, in one round of writes (a batch's record replaces its partition's idle 
 before the owner waits for more records. Where the producer takes a record at once (librdkafka's),
 an idle one is sent without waiting for its acknowledgement: the task's next record goes through
 the same idempotent producer after it, so it lands after it, and an idle record lost in a
-producer's failure leaves the busy one before it, the careful side.
+producer's failure leaves the busy one before it, the careful side; a task that loses its
+partition alive writes a posted record again, awaited.
 Each record names the process that wrote it (`owner`, drawn at its start: a pod restarted under
 its StatefulSet name is another process), and a takeover that finds its own process's record
 takes nothing from it: this process lives (a partition fenced by a frozen broker and given

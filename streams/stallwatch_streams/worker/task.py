@@ -91,6 +91,8 @@ class PartitionTask:
         # What it is applying, as written to the attempts before it applies it (None: not kept).
         self.attempt: Attempt | None = None
         self._recording = asyncio.Lock()  # its record's writes: one at a time, in call order
+        # Its last record was posted (`post_idle`), its acknowledgement not awaited yet.
+        self._posted = False
 
     def __repr__(self) -> str:
         return f"PartitionTask({self.tp.topic}-{self.tp.partition}, {self.state.name})"
@@ -420,7 +422,7 @@ class PartitionTask:
             return False
         if not attempts.post(key_of(self.tp.topic, self.tp.partition), attempt.idle):
             return False
-        self.attempt = attempt.idle
+        self.attempt, self._posted = attempt.idle, True
         return True
 
     async def rewrite(self, attempt: Attempt) -> None:
@@ -432,7 +434,7 @@ class PartitionTask:
         attempts = self.context.attempts
         assert attempts is not None  # callers write only where the guard is kept
         await attempts.write(key_of(self.tp.topic, self.tp.partition), attempt)
-        self.attempt = attempt
+        self.attempt, self._posted = attempt, False  # a posted record before it landed first
 
     async def _release(self) -> None:
         """Alive, it may lose the partition now: its attempts record made idle first, so that a
@@ -450,7 +452,9 @@ class PartitionTask:
         async def idle() -> None:
             async with self._recording:
                 attempt = self.attempt
-                if attempt is not None and attempt.busy:
+                # A posted idle record is written again and awaited: the same producer lands it
+                # after the posted one, so both are in before the group is asked.
+                if attempt is not None and (attempt.busy or self._posted):
                     with contextlib.suppress(Abandoned):
                         await until_done(partial(self._write, attempt.idle), unless=stopping)
 

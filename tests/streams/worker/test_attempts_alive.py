@@ -210,6 +210,21 @@ async def test_a_record_left_busy_is_made_idle_before_the_partition_can_move(fai
     await stopped(loop)
 
 
+async def test_a_posted_idle_record_is_written_again_and_awaited_before_the_partition_can_move():
+    """Its acknowledgement was never awaited: the fenced task writes it again through the same
+    log, and waits for that write, before the group is asked."""
+    gate = asyncio.Event()
+    fenced = FakeProducer(fail_commit=ProducerFenced(), gate=gate)
+    pipeline, attempts = await serving(None, fenced, posts=True)
+    loop = asyncio.create_task(pipeline.run())
+    await until(lambda: attempts.posted == 1, 5, lambda: attempts.written)
+    gate.set()
+    await until(lambda: pipeline.membership.rejoins == 1, 5, "the group asked")
+    said = [(a.batch, asked) for a, asked in attempts.written]
+    assert said == [(None, 0), ((0, RECORDS - 1), 0), (None, 0), (None, 0)]  # posted, then awaited
+    await stopped(loop)
+
+
 async def test_a_write_under_way_when_the_partition_is_lost_lands_before_its_release():
     """The second batch's record is held by the broker while the first batch's transaction is
     fenced: the release waits for it, and the record ends idle, before the group is asked."""
