@@ -289,7 +289,13 @@ async def measure_echo(tenants: int, partitions: int, rate: float, seconds: floa
     finally:
         echo.stop()
         await drop_topics(settings)
-    latencies = list(traffic.latencies_ms)
+    return served(ready_s, idle, sockets, per_call_us, list(traffic.latencies_ms), by_thread)
+
+
+def served(
+    ready_s: float, idle: float, sockets: int, per_call_us: float, latencies: list[float], by_thread: str
+) -> dict[str, float | str]:
+    """The figures a served process is measured by, the worker's and its echo's alike."""
     return {
         "ready_s": ready_s,
         "idle_cpu": idle * 100,
@@ -345,19 +351,13 @@ async def measure(
             second.stop()
         await drop_topics(settings)
     return {
-        "ready_s": ready_s,
-        "idle_cpu": idle * 100,
-        "sockets": sockets,
-        "per_call_us": per_call_us,
-        "p50": percentile(latencies, 50),
-        "p99": percentile(latencies, 99),
+        **served(ready_s, idle, sockets, per_call_us, latencies, by_thread),
         "join_s": join_s,
         "wait_s": traffic.longest[0],
         "wait_tenant": traffic.longest[1],
         "wait_at_s": traffic.longest[2],
         "unanswered": unanswered,
         "late": traffic.lateness(),
-        "by_thread": by_thread,
         "logs": f"{first_worker.log_path} {second.log_path if second else ''}",
     }
 
