@@ -434,7 +434,7 @@ class PartitionTask:
         attempts = self.context.attempts
         assert attempts is not None  # callers write only where the guard is kept
         await attempts.write(key_of(self.tp.topic, self.tp.partition), attempt)
-        self.attempt, self._posted = attempt, False  # a posted record before it landed first
+        self.attempt, self._posted = attempt, False  # landed after any record posted before it
 
     async def _release(self) -> None:
         """Alive, it may lose the partition now: its attempts record made idle first, so that a

@@ -39,8 +39,9 @@ class GroupAttemptLog(AttemptLog):
             raise
 
     def post(self, key: str, attempt: Attempt) -> bool:
-        """Queued in the producer; its acknowledgement wakes nothing. A failure there fails the
-        producer's next write too, which replaces it (`write`)."""
+        """Queued in the producer; its acknowledgement wakes nothing. A failure there (a fatal
+        error of the producer, or the topic refused) fails the producer's next write too, which
+        replaces it (`write`)."""
         publisher = self._publisher
         return publisher is not None and publisher.post(self.topic, self.encode(attempt), key.encode())
 
