@@ -14,8 +14,8 @@ most one every commit interval (the worker's default), and the reading goes on m
 - group: confluent-kafka, one consumer (cooperative-sticky) and one transactional producer, with
   the worker's librdkafka options; every partition's positions and offsets go in one
   transaction with the group's metadata (KIP-447), committed on a thread of its own. Given many
-  tenants' topics (comma-separated, below), they are dealt into GROUPS tenant groups of that
-  each, as the worker deals tenants (`benchmarks/tenants_bench.py`).
+  tenants' topics (comma-separated, below), they are dealt round robin into GROUPS tenant groups
+  (the worker hashes its tenants into as many; `benchmarks/tenants_bench.py`).
 
 Runs until SIGTERM or SIGKILL.
 """
