@@ -1,17 +1,22 @@
 """The worker against a bare transactional echo of its model, side by side on the same broker.
 
     python benchmarks/kafka_bench.py [--model partition|group] [--runs 200] [--rate 300]
-                                     [--seconds 15] [--log-runs 1000] [--recovery-runs 100000]
+                                     [--seconds 15] [--slices 6] [--log-runs 1000]
+                                     [--recovery-runs 100000]
 
 `--model`: the workers' STALLWATCH_TRANSACTION_MODEL, and the echo's (benchmarks/model_echo.py:
 the model's clients and transactions, every message answered ahead of its transaction, no
 engine).
 
 (a) decision latency: `call_proposed` produced to its verdict received, p50/p99, under a steady
-    load of many concurrent runs; the floor is the echo. Printed side by side with the CPU
-    time per event of the worker (or echo), the broker and the client (this process), each read
-    from /proc/<pid>/stat (utime+stime) before and after, at that load and at (b)'s. At
-    `--rate 300` a p99 rests on 3 samples a second above it: `--seconds 90` gives ~270.
+    load of many concurrent runs; the floor is the echo. The echo and one worker serve at once,
+    each on its own topics, and the load goes to one, then the other, in `--slices` turns of
+    `--seconds / --slices` each: both meet the broker's and the machine's bursts alike, where
+    one after the other they met different ones (the echo's own p99 moved 3.5-31 ms between
+    runs). Printed side by side with the CPU time per event of the worker (or echo), the broker
+    and the client (this process), each read from /proc/<pid>/stat (utime+stime) before and
+    after each turn, at that load and at (b)'s. At `--rate 300` a p99 rests on 3 samples a
+    second above it: `--seconds 90` gives ~270.
 (b) sustained events/s of one worker on a fleet log, against the echo on the same log.
 (c) recovery: a worker whose table holds N runs is killed with SIGKILL; the time until a new
     worker has restored the table and answers again.
@@ -40,6 +45,7 @@ from benchmarks.fleet_log import fleet_events
 from stallwatch.contract.envelope import envelope
 from stallwatch.kafka.topics import ensure_topics
 from stallwatch.logs import configure as configure_logging
+from stallwatch.settings import Settings
 from stallwatch_streams.worker.confluent.consumer import SESSION_TIMEOUT_MS as GROUP_SESSION_TIMEOUT_MS
 from stallwatch_streams.worker.pipeline import SESSION_TIMEOUT_MS
 from tests.kafka_harness import (
@@ -312,6 +318,9 @@ async def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--rate", type=float, default=300.0)
     parser.add_argument("--seconds", type=float, default=15.0)
+    parser.add_argument(
+        "--slices", type=int, default=6, help="turns of the latency load each for the echo and the worker"
+    )
     parser.add_argument("--log-runs", type=int, default=1000)
     parser.add_argument("--recovery-runs", type=int, default=100_000)
     parser.add_argument("--only", choices=["all", "recovery"], default="all")
@@ -339,38 +348,9 @@ async def main() -> None:
         f"{'':<9} {'p50 ms':>7} {'p99 ms':>7} {'verdicts':>9} {'events/s':>9}   "
         "CPU us/event service / broker / client: at the latency load | at full throughput"
     )
-    results = {}
-    for name in ("echo", "worker", "2 workers"):
-        settings = fresh_settings(partitions=args.partitions)
-        await ensure_topics(settings)
-        services: list = []
-        env = {"STALLWATCH_TRANSACTION_MODEL": args.model}
-        if name == "echo":
-            services.append(Echo(settings, args.model))
-            await wait_until_serving(settings)
-        else:
-            services.append(WorkerProcess(settings, "bench", env))
-            await wait_until_serving(settings)
-            if name == "2 workers":
-                services.append(WorkerProcess(settings, "bench2", env))
-                await services[-1].ready()
-                await asyncio.sleep(2)  # the group has settled on two members
-        pids = {"service": [s.proc.pid for s in services], "broker": [broker_pid()], "client": [os.getpid()]}
-        try:
-            took, cpu_steady = await latency(settings, args.runs, args.rate, args.seconds, pids)
-            inside = internals(services[0].metrics_port) if name == "worker" else ""
-            rate, cpu_full = await throughput(settings, log, len(log) if name == "echo" else commands, pids)
-        finally:
-            for service in services:
-                service.stop()
-        results[name] = (quantile(took, 0.5) * 1e3, quantile(took, 0.99) * 1e3, len(took), rate)
-        p50, p99, n, eps = results[name]
-        print(
-            f"{name:<9} {p50:7.1f} {p99:7.1f} {n:9,} {eps:9,.0f}   {micros(cpu_steady)} | {micros(cpu_full)}",
-            flush=True,
-        )
-        if inside:
-            print(inside, flush=True)
+    env = {"STALLWATCH_TRANSACTION_MODEL": args.model}
+    results = await echo_and_worker(args, log, commands, env)
+    results["2 workers"] = await two_workers(args, log, commands, env)
     (e50, e99, _, e_eps), (w50, w99, _, w_eps) = results["echo"], results["worker"]
     print(
         f"worker/echo: p50 latency {w50 / e50:.2f}x, p99 latency {w99 / e99:.2f}x (target <= 1.5), "
@@ -379,6 +359,92 @@ async def main() -> None:
     )
     if args.recovery_runs:
         await report_recovery(args.recovery_runs, args.model)
+
+
+Cpu = dict[str, float | None]
+
+
+async def echo_and_worker(
+    args: argparse.Namespace, log: list[bytes], commands: int, env: dict[str, str]
+) -> dict[str, tuple[float, float, int, float]]:
+    """The echo and one worker serving at once, the latency load turning between them; then each
+    one's throughput."""
+    results = {}
+    served: dict[str, tuple[Settings, list]] = {}
+    try:
+        for name in ("echo", "worker"):
+            settings = fresh_settings(partitions=args.partitions)
+            await ensure_topics(settings)
+            service = Echo(settings, args.model) if name == "echo" else WorkerProcess(settings, "bench", env)
+            served[name] = (settings, [service])
+            await wait_until_serving(settings)
+        took: dict[str, list[float]] = {name: [] for name in served}
+        turn_p99: dict[str, list[float]] = {name: [] for name in served}
+        cpu_turns: dict[str, list[Cpu]] = {name: [] for name in served}
+        for _ in range(args.slices):
+            for name, (settings, services) in served.items():
+                turn, cpu = await latency(
+                    settings, args.runs, args.rate, args.seconds / args.slices, pids_of(services)
+                )
+                took[name] += turn
+                turn_p99[name].append(quantile(turn, 0.99) * 1e3)
+                cpu_turns[name].append(cpu)
+        inside = internals(served["worker"][1][0].metrics_port)
+        for name, (settings, services) in served.items():
+            replies = len(log) if name == "echo" else commands
+            rate, cpu_full = await throughput(settings, log, replies, pids_of(services))
+            results[name] = row(name, took[name], rate, mean_cpu(cpu_turns[name]), cpu_full)
+            if name == "worker":
+                print(inside, flush=True)
+    finally:
+        for _, services in served.values():
+            for service in services:
+                service.stop()
+    turns = "; ".join(f"{name} {'/'.join(f'{p:.1f}' for p in turn_p99[name])}" for name in served)
+    print(f"  p99 ms by turn: {turns}", flush=True)
+    return results
+
+
+async def two_workers(
+    args: argparse.Namespace, log: list[bytes], commands: int, env: dict[str, str]
+) -> tuple[float, float, int, float]:
+    settings = fresh_settings(partitions=args.partitions)
+    await ensure_topics(settings)
+    services = [WorkerProcess(settings, "bench", env)]
+    try:
+        await wait_until_serving(settings)
+        services.append(WorkerProcess(settings, "bench2", env))
+        await services[-1].ready()
+        await asyncio.sleep(2)  # the group has settled on two members
+        took, cpu_steady = await latency(settings, args.runs, args.rate, args.seconds, pids_of(services))
+        rate, cpu_full = await throughput(settings, log, commands, pids_of(services))
+    finally:
+        for service in services:
+            service.stop()
+    return row("2 workers", took, rate, cpu_steady, cpu_full)
+
+
+def pids_of(services: list) -> dict[str, list[int | None]]:
+    return {"service": [s.proc.pid for s in services], "broker": [broker_pid()], "client": [os.getpid()]}
+
+
+def mean_cpu(turns: list[Cpu]) -> Cpu:
+    """Each process's CPU per event over turns of equal length."""
+    out: Cpu = {}
+    for name in turns[0]:
+        values = [turn[name] for turn in turns]
+        out[name] = None if any(v is None for v in values) else statistics.fmean(values)  # type: ignore[arg-type]
+    return out
+
+
+def row(
+    name: str, took: list[float], rate: float, cpu_steady: Cpu, cpu_full: Cpu
+) -> tuple[float, float, int, float]:
+    """The service's line printed, and its p50 and p99 (ms), verdicts and events/s returned."""
+    p50, p99 = quantile(took, 0.5) * 1e3, quantile(took, 0.99) * 1e3
+    cpu = f"{micros(cpu_steady)} | {micros(cpu_full)}"
+    print(f"{name:<9} {p50:7.1f} {p99:7.1f} {len(took):9,} {rate:9,.0f}   {cpu}", flush=True)
+    return p50, p99, len(took), rate
 
 
 async def report_recovery(runs: int, model: str) -> None:
