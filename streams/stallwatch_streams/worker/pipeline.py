@@ -268,6 +268,8 @@ class Pipeline(ConsumerRebalanceListener):
                     if records[0].timestamp_type == LOG_APPEND_TIME:
                         self.metrics.fetch_delay.observe(max(0.0, time.time() - records[0].timestamp / 1000))
                     await self._apply(task, records, epoch)
+                    # The next batch is named before it comes, where the attempts log can post.
+                    task.post_ahead()
                 applied = [task for task, _, _ in admitted]
             self.progress.tick()
 
@@ -301,9 +303,10 @@ class Pipeline(ConsumerRebalanceListener):
         self, batches: list[tuple[PartitionTask, list[ConsumerRecord]]], applied: list[PartitionTask]
     ) -> None:
         """Each batch's first and last offsets written to the attempts, all at once, before any is
-        applied (those of a careful task are written one by one as it applies them); in the same
-        round, the records of the `applied` tasks that name no new batch made idle (posted, with
-        no wait, where the attempts log can)."""
+        applied (those of a careful task are written one by one as it applies them), unless the
+        task's record posted ahead names them; in the same round, the records of the `applied`
+        tasks that name no new batch made to name the offsets ahead, or idle (posted, with no
+        wait, where the attempts log can)."""
         attempts = self.tasks.context.attempts
         if attempts is None:
             return
@@ -312,9 +315,13 @@ class Pipeline(ConsumerRebalanceListener):
         for task, records in batches:
             attempt, first = task.attempt, records[0].offset
             if attempt is not None and not attempt.careful(first):
-                writes.append(task.record(attempt.over(first, records[-1].offset)))
+                writes.append(task.mark(first, records[-1].offset))
                 marked.add(id(task))
-        writes.extend(task.applied() for task in applied if id(task) not in marked and not task.post_idle())
+        writes.extend(
+            task.applied()
+            for task in applied
+            if id(task) not in marked and not task.post_ahead() and not task.post_idle()
+        )
         if writes:
             await asyncio.gather(*writes)
 

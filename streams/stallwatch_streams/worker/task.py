@@ -20,12 +20,12 @@ import logging
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Literal
+from typing import Any, Literal
 
 from aiokafka import TopicPartition
 
 from stallwatch_streams.worker import producers
-from stallwatch_streams.worker.attempts import Attempt, key_of
+from stallwatch_streams.worker.attempts import AHEAD_RECORDS, AHEAD_UNCOMMITTED_MAX, Attempt, key_of
 from stallwatch_streams.worker.commit import (
     Applied,
     CommitLedger,
@@ -91,8 +91,10 @@ class PartitionTask:
         # What it is applying, as written to the attempts before it applies it (None: not kept).
         self.attempt: Attempt | None = None
         self._recording = asyncio.Lock()  # its record's writes: one at a time, in call order
-        # Its last record was posted (`post_idle`), its acknowledgement not awaited yet.
+        # Its last record was posted (`post_idle`, `post_ahead`), its acknowledgement not awaited yet.
         self._posted = False
+        # The acknowledgement of its record posted ahead (`post_ahead`), while that is its last.
+        self._ahead: asyncio.Future[Any] | None = None
 
     def __repr__(self) -> str:
         return f"PartitionTask({self.tp.topic}-{self.tp.partition}, {self.state.name})"
@@ -405,6 +407,45 @@ class PartitionTask:
                 return False
             return not self.held
 
+    async def mark(self, first: int, last: int) -> bool:
+        """Its record names `first` to `last`, acknowledged, before they are applied: the record
+        it posted ahead when that names them all and landed, else one written now (`record`)."""
+        attempt, ahead = self.attempt, self._ahead
+        assert attempt is not None  # the guard is kept and the task has begun
+        if ahead is not None and attempt.covers(first, last):
+            try:
+                await asyncio.shield(ahead)
+            except Exception:  # not acknowledged: written now, through a producer that works
+                log.debug("partition %d: its record posted ahead was not acknowledged", self.tp.partition)
+            else:
+                return not self.held
+        return await self.record(attempt.over(first, last))
+
+    def post_ahead(self) -> bool:
+        """Its record made to name the next offsets once what it named is applied (AHEAD_RECORDS
+        of them, posted with no wait, where the attempts log can), unless it names enough of them
+        already: True when nothing is left to write. False while it is careful (its careful
+        events' records go idle), a write of its own is under way, or more than
+        AHEAD_UNCOMMITTED_MAX of its events wait for their commit: the caller makes it idle."""
+        attempt, attempts, offset = self.attempt, self.context.attempts, self.next_offset
+        if attempts is None or attempt is None or offset is None or self.held:
+            return False
+        if attempt.applying is not None or attempt.careful(offset) or self._recording.locked():
+            return False
+        # Commits held back: a death would leave a long careful pass. A position not known yet
+        # (nothing committed since positions were written) counts as this one.
+        if offset - self.position(offset) > AHEAD_UNCOMMITTED_MAX:
+            return False
+        if self._ahead is not None and attempt.covers(offset, offset + AHEAD_RECORDS // 2 - 1):
+            return True
+        ahead = attempt.ahead_of(offset)
+        acked = attempts.post_ahead(key_of(self.tp.topic, self.tp.partition), ahead)
+        if acked is None:
+            return False
+        acked.add_done_callback(_retrieved)
+        self.attempt, self._posted, self._ahead = ahead, True, acked
+        return True
+
     async def applied(self) -> None:
         """What its record names is applied: the record made idle, so that a death while the
         batch's transaction waits is none of the batch's."""
@@ -422,7 +463,7 @@ class PartitionTask:
             return False
         if not attempts.post(key_of(self.tp.topic, self.tp.partition), attempt.idle):
             return False
-        self.attempt, self._posted = attempt.idle, True
+        self.attempt, self._posted, self._ahead = attempt.idle, True, None
         return True
 
     async def rewrite(self, attempt: Attempt) -> None:
@@ -434,7 +475,8 @@ class PartitionTask:
         attempts = self.context.attempts
         assert attempts is not None  # callers write only where the guard is kept
         await attempts.write(key_of(self.tp.topic, self.tp.partition), attempt)
-        self.attempt, self._posted = attempt, False  # landed after any record posted before it
+        # Landed after any record posted before it.
+        self.attempt, self._posted, self._ahead = attempt, False, None
 
     async def _release(self) -> None:
         """Alive, it may lose the partition now: its attempts record made idle first, so that a

@@ -16,7 +16,8 @@ from aiokafka.errors import KafkaConnectionError, ProducerFenced
 
 from stallwatch.settings import Settings
 from stallwatch_streams.worker import retry
-from stallwatch_streams.worker.attempts import Attempt, key_of, takeover
+from stallwatch_streams.worker import task as task_module
+from stallwatch_streams.worker.attempts import AHEAD_RECORDS, Attempt, key_of, takeover
 from stallwatch_streams.worker.pipeline import Pipeline
 from stallwatch_streams.worker.task_state import TaskState
 from tests.streams.worker.fake_kafka import FakeProducer, consumer_records
@@ -44,10 +45,13 @@ class AttemptsStandIn:
     the event before they land; `refused_idle`: idle records after a busy one are refused while
     the task serves (the broker answers again as it loses its partition)."""
 
-    def __init__(self, previous: Attempt | None, refused_idle: bool = False, posts: bool = False) -> None:
+    def __init__(
+        self, previous: Attempt | None, refused_idle: bool = False, posts: bool = False, ahead: bool = False
+    ) -> None:
         self.owner = "this"
         self.posts = posts  # idle records taken at once, as librdkafka's producer takes them
         self.posted = 0
+        self.ahead = ahead  # records naming offsets ahead taken at once, acknowledged later
         self.records = {} if previous is None else {KEY: previous}
         self.written: list[tuple[Attempt, int]] = []
         self.pipeline: Pipeline | None = None
@@ -82,6 +86,18 @@ class AttemptsStandIn:
         self.written.append((stamped, self.pipeline.membership.rejoins))
         return True
 
+    def post_ahead(self, key: str, attempt: Attempt) -> asyncio.Future[None] | None:
+        assert self.pipeline is not None
+        if not self.ahead:
+            return None
+        self.posted += 1
+        stamped = replace(attempt, owner=self.owner)
+        self.records[key] = stamped
+        self.written.append((stamped, self.pipeline.membership.rejoins))
+        acked: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_soon(acked.set_result, None)  # as a broker's acknowledgement
+        return acked
+
     @property
     def last(self) -> Attempt:
         return self.records[KEY]
@@ -97,11 +113,12 @@ async def serving(
     fetches: tuple[int, ...] = (RECORDS,),
     refused_idle: int = 0,
     posts: bool = False,
+    ahead: bool = False,
 ) -> tuple[Pipeline, AttemptsStandIn]:
     """A pipeline that takes partition 0 over after `previous` (the record its last owner left)
-    and reads the looping run in fetches of the sizes given, its producers started in the order
-    given (then new ones)."""
-    attempts = AttemptsStandIn(previous, refused_idle, posts)
+    and reads the looping run in fetches of the sizes given (0: a fetch that finds nothing), its
+    producers started in the order given (then new ones)."""
+    attempts = AttemptsStandIn(previous, refused_idle, posts, ahead)
     fakes = FakePipeline(SETTINGS, *producers, attempts=attempts)
     consumer, pipeline = fakes.consumer, fakes.pipeline
     attempts.pipeline = pipeline
@@ -109,7 +126,7 @@ async def serving(
     first = 0
     for size in fetches:
         values = VALUES[first : first + size]
-        consumer.queued.append({TP: consumer_records(TP.topic, 0, b"r1", values, first)})
+        consumer.queued.append({TP: consumer_records(TP.topic, 0, b"r1", values, first)} if size else {})
         first += size
     return pipeline, attempts
 
@@ -170,6 +187,70 @@ async def test_an_idle_record_is_posted_with_no_wait_where_the_log_takes_it_at_o
     assert attempts.posted == 1  # the idle record; the batch's record was written and awaited
     assert takeover(attempts.last, -1, owner="a successor") == Attempt()
     gate.set()
+    await stopped(loop)
+
+
+async def test_an_applied_batch_record_names_the_offsets_ahead_and_the_next_batch_waits_for_no_write():
+    gate = asyncio.Event()
+    pipeline, attempts = await serving(None, FakeProducer(gate=gate), fetches=(3, 0, 2, 0, 1), ahead=True)
+    loop = asyncio.create_task(pipeline.run())
+    await until(lambda: pipeline.tasks.get(0).next_offset == 6, 5, lambda: attempts.written)
+    # Written and awaited for the first batch; posted ahead of it once applied, which named the
+    # next two batches: nothing more written for them.
+    assert [a.batch for a in attempts.records_written] == [None, (0, 2), (3, 3 + AHEAD_RECORDS - 1)]
+    assert attempts.posted == 1
+    # A death now: its successor is careful through the offsets named ahead, and finds no poison.
+    assert takeover(attempts.last, 3, owner="a successor") == Attempt(careful_through=3 + AHEAD_RECORDS - 1)
+    gate.set()
+    await stopped(loop)
+
+
+async def test_a_record_posted_ahead_is_posted_again_once_fewer_than_half_its_offsets_are_left():
+    half = AHEAD_RECORDS // 2
+    fetches = (1, 0, half, 0, 1, 0)
+    pipeline, attempts = await serving(None, fetches=fetches, ahead=True)
+    loop = asyncio.create_task(pipeline.run())
+    await until(lambda: len(attempts.written) == 4, 5, lambda: attempts.written)
+    assert [a.batch for a in attempts.records_written] == [
+        None,
+        (0, 0),
+        (1, AHEAD_RECORDS),
+        (half + 2, half + 1 + AHEAD_RECORDS),
+    ]
+    await stopped(loop)
+
+
+async def test_batches_fetched_one_after_another_are_named_by_the_record_posted_ahead():
+    pipeline, attempts = await serving(None, fetches=(1, 2, 3), ahead=True)
+    loop = asyncio.create_task(pipeline.run())
+    await until(lambda: pipeline.tasks.get(0).next_offset == 6, 5, lambda: attempts.written)
+    assert [a.batch for a in attempts.records_written] == [None, (0, 0), (1, AHEAD_RECORDS)]
+    await stopped(loop)
+
+
+async def test_a_task_whose_commits_are_held_back_makes_its_record_idle_past_the_bound(monkeypatch):
+    monkeypatch.setattr(task_module, "AHEAD_UNCOMMITTED_MAX", 2)
+    gate = asyncio.Event()
+    gate.set()
+    pipeline, attempts = await serving(None, FakeProducer(gate=gate), fetches=(1,), ahead=True)
+    loop = asyncio.create_task(pipeline.run())
+    task = pipeline.tasks.get(0)
+    await until(lambda: task.position(-1) == 1, 5, lambda: attempts.written)
+    gate.clear()  # its commits held back from here, as a frozen broker holds them
+    pipeline.consumer.queued.append({TP: consumer_records(TP.topic, 0, b"r1", VALUES[1:5], 1)})
+    await until(lambda: task.next_offset == 5 and not attempts.last.busy, 5, lambda: attempts.written)
+    # Four events wait for their commit, past the bound of two: the record is idle, not ahead.
+    assert [a.batch for a in attempts.records_written] == [None, (0, 0), (1, AHEAD_RECORDS), None]
+    gate.set()
+    await stopped(loop)
+
+
+async def test_a_careful_owner_makes_its_records_idle_where_it_could_post_them_ahead():
+    pipeline, attempts = await serving(DIED_IN_A_BATCH, ahead=True)
+    loop = asyncio.create_task(pipeline.run())
+    await until(lambda: len(attempts.written) == 1 + RECORDS + 1, 5, lambda: attempts.written)
+    assert [a.applying for a in attempts.records_written[1:-1]] == list(range(RECORDS))
+    assert not attempts.last.busy
     await stopped(loop)
 
 

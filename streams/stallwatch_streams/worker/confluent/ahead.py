@@ -50,6 +50,25 @@ class AheadPublisher:
     async def send(
         self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int | None = None
     ) -> asyncio.Future[Any]:
+        while True:
+            try:
+                return self._produce(topic, value, key, partition)
+            except BufferError:
+                await asyncio.sleep(POLL_S)  # the queue full: its acknowledgements come first
+            except KafkaException as exc:
+                raise CommandSendFailed(str(exc)) from exc
+
+    def offer(self, topic: str, value: bytes, key: bytes) -> asyncio.Future[Any] | None:
+        """Queued at once, its acknowledgement's future returned; None when the queue is full or
+        the producer refuses it."""
+        try:
+            return self._produce(topic, value, key, None)
+        except (BufferError, KafkaException):
+            return None
+
+    def _produce(
+        self, topic: str, value: bytes | None, key: bytes | None, partition: int | None
+    ) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         acked: asyncio.Future[Any] = loop.create_future()
 
@@ -58,16 +77,10 @@ class AheadPublisher:
                 _settle, acked, None if error is None else CommandSendFailed(str(error))
             )
 
-        while True:
-            try:
-                self._producer.produce(
-                    topic, value, key, -1 if partition is None else partition, on_delivery=delivered
-                )
-                return acked
-            except BufferError:
-                await asyncio.sleep(POLL_S)  # the queue full: its acknowledgements come first
-            except KafkaException as exc:
-                raise CommandSendFailed(str(exc)) from exc
+        self._producer.produce(
+            topic, value, key, -1 if partition is None else partition, on_delivery=delivered
+        )
+        return acked
 
     def post(self, topic: str, value: bytes, key: bytes) -> bool:
         """Queued without a future: its acknowledgement is not awaited, and a failure is logged on

@@ -7,6 +7,9 @@ takeover stay on aiokafka."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 from stallwatch.settings import Settings
 from stallwatch_streams.worker.attempts import Attempt, AttemptLog
 from stallwatch_streams.worker.confluent.ahead import AheadPublisher
@@ -44,6 +47,12 @@ class GroupAttemptLog(AttemptLog):
         replaces it (`write`)."""
         publisher = self._publisher
         return publisher is not None and publisher.post(self.topic, self.encode(attempt), key.encode())
+
+    def post_ahead(self, key: str, attempt: Attempt) -> asyncio.Future[Any] | None:
+        """Queued in the producer, its acknowledgement's future returned. A failure there fails
+        that future, and the task writes its batch's record itself (`PartitionTask.mark`)."""
+        publisher = self._publisher
+        return None if publisher is None else publisher.offer(self.topic, self.encode(attempt), key.encode())
 
     async def close(self) -> None:
         """Nothing to send on: a write not acknowledged yet let no batch be applied."""
