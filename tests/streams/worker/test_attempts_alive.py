@@ -77,26 +77,25 @@ class AttemptsStandIn:
         self.written.append((stamped, self.pipeline.membership.rejoins))
 
     def post(self, key: str, attempt: Attempt) -> bool:
-        assert self.pipeline is not None
         if not self.posts:
             return False
-        self.posted += 1
-        stamped = replace(attempt, owner=self.owner)
-        self.records[key] = stamped
-        self.written.append((stamped, self.pipeline.membership.rejoins))
+        self._landed_at_once(key, attempt)
         return True
 
     def post_ahead(self, key: str, attempt: Attempt) -> asyncio.Future[None] | None:
-        assert self.pipeline is not None
         if not self.ahead:
             return None
+        self._landed_at_once(key, attempt)
+        acked: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_soon(acked.set_result, None)  # as a broker's acknowledgement
+        return acked
+
+    def _landed_at_once(self, key: str, attempt: Attempt) -> None:
+        assert self.pipeline is not None
         self.posted += 1
         stamped = replace(attempt, owner=self.owner)
         self.records[key] = stamped
         self.written.append((stamped, self.pipeline.membership.rejoins))
-        acked: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        asyncio.get_running_loop().call_soon(acked.set_result, None)  # as a broker's acknowledgement
-        return acked
 
     @property
     def last(self) -> Attempt:
