@@ -32,9 +32,8 @@ steady traffic writes one record every AHEAD_RECORDS // 2 events and its verdict
 round trip of the guard's. The price is a death's: a successor is careful through the offsets
 that record names, whenever its owner dies, not only while it applies: what its owner had
 applied and not committed (at most AHEAD_UNCOMMITTED_MAX events, past which the record goes idle
-as before) and at most AHEAD_RECORDS more. A careful owner's records still go idle
-once each event is applied, so a second death makes an event poison only while that event is
-applied.
+as before) and at most AHEAD_RECORDS more. A careful owner's records still go idle once each
+event is applied, so a second death makes an event poison only while that event is applied.
 Each record names the process that wrote it (`owner`, drawn at its start: a pod restarted under
 its StatefulSet name is another process), and a takeover that finds its own process's record
 takes nothing from it: this process lives (a partition fenced by a frozen broker and given
