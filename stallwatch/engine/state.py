@@ -6,6 +6,7 @@ import base64
 import struct
 from dataclasses import dataclass, field, fields
 from itertools import islice
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 import orjson
@@ -201,22 +202,22 @@ class RunState:
         )
 
     def to_bytes(self) -> bytes:
-        observing = self.policy.observe_only
-        values: list[Any] = [STATE_FORMAT if observing else _NO_OBSERVE_ONLY_FORMAT]
-        for name in _FIELD_NAMES:
-            value = getattr(self, name)
-            if name in _DIGEST_SETS:
-                value = base64.b64encode(b"".join(value)).decode()
-            elif name == "event_ids":
-                value = base64.b64encode(struct.pack(f">{len(value)}Q", *value)).decode()
-            elif name == "last_signature" and value is not None:
-                value = value.hex()
-            elif name == "policy":  # its fields in line, as when each was a field of the state
-                values.extend(value if observing else value[:-1])
-                continue
-            values.append(value)
+        # Every field read in one call (a changelog record is written for each run a batch
+        # touches), then the few stored in another form replaced in place.
+        values: list[Any] = list(_ALL_FIELDS(self))
+        policy = values[_AT_POLICY]
+        observing = policy.observe_only
+        for at in _AT_DIGEST_SETS:
+            values[at] = base64.b64encode(b"".join(values[at])).decode()
+        ids = values[_AT_EVENT_IDS]
+        values[_AT_EVENT_IDS] = base64.b64encode(struct.pack(f">{len(ids)}Q", *ids)).decode()
+        if values[_AT_LAST_SIGNATURE] is not None:
+            values[_AT_LAST_SIGNATURE] = values[_AT_LAST_SIGNATURE].hex()
         if not self.quarantined:
             values.pop()
+        # The policy's fields in line, as when each was a field of the state.
+        values[_AT_POLICY : _AT_POLICY + 1] = policy if observing else policy[:-1]
+        values.insert(0, STATE_FORMAT if observing else _NO_OBSERVE_ONLY_FORMAT)
         return orjson.dumps(values)
 
     @classmethod
@@ -368,6 +369,11 @@ def _add(ordered: dict[Any, None], key: object, cap: int) -> None:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(RunState))
+_ALL_FIELDS = attrgetter(*_FIELD_NAMES)
+_AT_POLICY = _FIELD_NAMES.index("policy")
+_AT_DIGEST_SETS = tuple(_FIELD_NAMES.index(name) for name in _DIGEST_SETS)
+_AT_EVENT_IDS = _FIELD_NAMES.index("event_ids")
+_AT_LAST_SIGNATURE = _FIELD_NAMES.index("last_signature")
 # Where the policy's values start in a stored state (after the format number).
 _POLICY_AT = 1 + _FIELD_NAMES.index("policy")
 # Where a field after the policy stands in a stored state.
