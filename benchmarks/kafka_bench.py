@@ -1,7 +1,8 @@
 """The worker against a bare transactional echo of its model, side by side on the same broker.
 
     python benchmarks/kafka_bench.py [--model partition|group] [--runs 200] [--rate 300]
-                                     [--seconds 15] [--slices 6] [--log-runs 1000]
+                                     [--seconds 15] [--slices 6] [--warmup 5]
+                                     [--log-runs 1000]
                                      [--recovery-runs 100000]
 
 `--model`: the workers' STALLWATCH_TRANSACTION_MODEL, and the echo's (benchmarks/model_echo.py:
@@ -11,7 +12,8 @@ engine).
 (a) decision latency: `call_proposed` produced to its verdict received, p50/p99, under a steady
     load of many concurrent runs; the floor is the echo. The echo and one worker serve at once,
     each on its own topics, and the load goes to one, then the other, in `--slices` turns of
-    `--seconds / --slices` each: both meet the broker's and the machine's bursts alike, where
+    `--seconds / --slices` each, after a first turn of `--warmup` seconds each that is not
+    counted: both meet the broker's and the machine's bursts alike, where
     one after the other they met different ones (the echo's own p99 moved 3.5-31 ms between
     runs). Printed side by side with the CPU time per event of the worker (or echo), the broker
     and the client (this process), each read from /proc/<pid>/stat (utime+stime) before and
@@ -321,6 +323,9 @@ async def main() -> None:
     parser.add_argument(
         "--slices", type=int, default=6, help="turns of the latency load each for the echo and the worker"
     )
+    parser.add_argument(
+        "--warmup", type=float, default=5.0, help="seconds of the load each takes first, not counted"
+    )
     parser.add_argument("--log-runs", type=int, default=1000)
     parser.add_argument("--recovery-runs", type=int, default=100_000)
     parser.add_argument("--only", choices=["all", "recovery"], default="all")
@@ -381,6 +386,12 @@ async def echo_and_worker(
         took: dict[str, list[float]] = {name: [] for name in served}
         turn_p99: dict[str, list[float]] = {name: [] for name in served}
         cpu_turns: dict[str, list[Cpu]] = {name: [] for name in served}
+        # A first turn each, not counted: the first seconds under load (new connections, the
+        # broker's compiler) were some runs' slowest turn by far (the echo's p99 14.9 and 27.4 ms
+        # against 4.6-6.5 after), and the echo's turn comes first.
+        for settings, services in served.values():
+            if args.warmup > 0:
+                await latency(settings, args.runs, args.rate, args.warmup, pids_of(services))
         for _ in range(args.slices):
             for name, (settings, services) in served.items():
                 turn, cpu = await latency(
