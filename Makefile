@@ -9,7 +9,7 @@ export STALLWATCH_BOOTSTRAP ?= 127.0.0.1:$(STALLWATCH_KAFKA_PORT)
 export STALLWATCH_REPLICATION_FACTOR ?= 1
 export STALLWATCH_MIN_INSYNC_REPLICAS ?= 1
 
-.PHONY: setup run test test-ts test-fast lint bench-cluster kafka-up kafka-down bench fuzz schemas docs dashboards clean prometheus
+.PHONY: setup run test test-ts test-fast lint bench-cluster bench-tenants kafka-up kafka-down bench fuzz schemas docs dashboards clean prometheus
 
 # Both distributions editable, in one resolution: stallwatch-streams' requirement of stallwatch is
 # met by the editable root. Re-run when either project's metadata (dependencies, entry points) changes.
@@ -88,6 +88,20 @@ bench-cluster: setup
 	$(BIN)/python benchmarks/cluster_bench.py --fault kill-worker
 	$(BIN)/python benchmarks/cluster_bench.py --fault rolling
 	deploy/kafka/cluster.sh down
+
+# Hundreds of tenants on one worker, then a second joining (docs/tenants.md), the group model
+# beside its bare echo, on a broker of its own sized for a thousand tenants' topics: fresh, its
+# own port, a 2 GB heap, its partitions on a tmpfs (on this VM's disk the broker now and then held
+# appends 9-18 s in a join of 300 tenants, which no worker can answer: benchmarks/README.md).
+bench-tenants: export STALLWATCH_KAFKA_PORT = 9300
+bench-tenants: export STALLWATCH_BOOTSTRAP = 127.0.0.1:9300
+bench-tenants: export STALLWATCH_KAFKA_HEAP = 2g
+bench-tenants: export STALLWATCH_KAFKA_LOG_ROOT = /dev/shm/stallwatch-bench-tenants
+bench-tenants: setup
+	deploy/kafka/kafka.sh down; rm -rf "$$STALLWATCH_KAFKA_LOG_ROOT/$$STALLWATCH_KAFKA_PORT"
+	deploy/kafka/kafka.sh up
+	$(BIN)/python benchmarks/tenants_bench.py --shapes 1x2 10x2 100x2 300x2 1000x1 --models group \
+		--seconds 30; rc=$$?; deploy/kafka/kafka.sh down; rm -rf "$$STALLWATCH_KAFKA_LOG_ROOT"; exit $$rc
 
 # The fuzz harness, the parser's quick check and the scanners' equivalence tests at length (make
 # test runs a fixed number of their examples, tests/fuzz_budget.py): no broker needed.

@@ -19,6 +19,10 @@ while the second worker joins, into DIR/{model}-{tenants}-{busy,join}.txt (colla
 
     python benchmarks/tenants_bench.py --tenants 1 10 100 --partitions 2 --rate 100 --seconds 20 \
         --models partition group
+    python benchmarks/tenants_bench.py --shapes 1x2 10x2 100x2 300x2 1000x1 --models group
+
+`make bench-tenants` runs the second on a broker of its own, sized for a thousand tenants (see the
+Makefile).
 """
 
 from __future__ import annotations
@@ -362,10 +366,25 @@ async def measure(
     }
 
 
+def shape(text: str) -> tuple[int, int]:
+    """`300x2`: 300 tenants of 2 partitions each."""
+    tenants, _, partitions = text.partition("x")
+    try:
+        return int(tenants), int(partitions)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not TENANTSxPARTITIONS, as 300x2") from None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tenants", type=int, nargs="+", default=[1, 10, 100])
     parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument(
+        "--shapes",
+        type=shape,
+        nargs="+",
+        help="tenants x partitions each, as 300x2 1000x1 (in place of --tenants and --partitions)",
+    )
     parser.add_argument("--rate", type=float, default=100.0, help="calls a second over all tenants")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--models", nargs="+", default=["partition", "group"], choices=["partition", "group"])
@@ -374,24 +393,26 @@ def main() -> None:
     args = parser.parse_args()
     if args.profile and not (Path(sys.executable).parent / "py-spy").exists():
         parser.error(f"--profile needs py-spy in the venv: `{sys.executable} -m pip install py-spy`")
-    print(f"{args.rate:g} calls/s spread over every tenant (each of {args.partitions} partitions)")
+    shapes = args.shapes or [(tenants, args.partitions) for tenants in args.tenants]
+    print(f"{args.rate:g} calls/s spread over every tenant")
     print(
-        "model      tenants  served in  idle CPU  sockets  CPU/call  verdict p50 / p99   "
+        "model      tenants × partitions  served in  idle CPU  sockets  CPU/call  verdict p50 / p99   "
         "second ready  longest wait while it joins"
     )
-    for tenants in args.tenants:
+    for tenants, partitions in shapes:
+        what = f"{tenants:>7} × {partitions:<10}"
         if "group" in args.models and not args.no_echo:
-            r = asyncio.run(measure_echo(tenants, args.partitions, args.rate, args.seconds))
+            r = asyncio.run(measure_echo(tenants, partitions, args.rate, args.seconds))
             print(
-                f"{'echo':<9}  {tenants:>7}  {r['ready_s']:7.1f} s  {r['idle_cpu']:6.1f} %  "
+                f"{'echo':<9}  {what}  {r['ready_s']:7.1f} s  {r['idle_cpu']:6.1f} %  "
                 f"{r['sockets']:7.0f}  {r['per_call_us']:6.0f} µs  {r['p50']:6.1f} / {r['p99']:6.1f} ms",
                 flush=True,
             )
             print(f"           µs a call by thread: {r['by_thread']}", flush=True)
         for model in args.models:
-            r = asyncio.run(measure(tenants, args.partitions, args.rate, args.seconds, model, args.profile))
+            r = asyncio.run(measure(tenants, partitions, args.rate, args.seconds, model, args.profile))
             print(
-                f"{model:<9}  {tenants:>7}  {r['ready_s']:7.1f} s  {r['idle_cpu']:6.1f} %  "
+                f"{model:<9}  {what}  {r['ready_s']:7.1f} s  {r['idle_cpu']:6.1f} %  "
                 f"{r['sockets']:7.0f}  "
                 f"{r['per_call_us']:6.0f} µs  {r['p50']:6.1f} / {r['p99']:6.1f} ms  {r['join_s']:9.1f} s  "
                 f"{r['wait_s']:6.1f} s ({r['wait_tenant']}, sent {r['wait_at_s']:.1f} s after the join "
