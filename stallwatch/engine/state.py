@@ -205,18 +205,18 @@ class RunState:
         # Every field read in one call (a changelog record is written for each run a batch
         # touches), then the few stored in another form replaced in place.
         values: list[Any] = list(_ALL_FIELDS(self))
-        policy = values[_AT_POLICY]
+        policy = values[_FIELD_POLICY]
         observing = policy.observe_only
-        for at in _AT_DIGEST_SETS:
+        for at in _FIELD_DIGEST_SETS:
             values[at] = base64.b64encode(b"".join(values[at])).decode()
-        ids = values[_AT_EVENT_IDS]
-        values[_AT_EVENT_IDS] = base64.b64encode(struct.pack(f">{len(ids)}Q", *ids)).decode()
-        if values[_AT_LAST_SIGNATURE] is not None:
-            values[_AT_LAST_SIGNATURE] = values[_AT_LAST_SIGNATURE].hex()
+        ids = values[_FIELD_EVENT_IDS]
+        values[_FIELD_EVENT_IDS] = base64.b64encode(struct.pack(f">{len(ids)}Q", *ids)).decode()
+        if values[_FIELD_LAST_SIGNATURE] is not None:
+            values[_FIELD_LAST_SIGNATURE] = values[_FIELD_LAST_SIGNATURE].hex()
         if not self.quarantined:
             values.pop()
         # The policy's fields in line, as when each was a field of the state.
-        values[_AT_POLICY : _AT_POLICY + 1] = policy if observing else policy[:-1]
+        values[_FIELD_POLICY : _FIELD_POLICY + 1] = policy if observing else policy[:-1]
         values.insert(0, STATE_FORMAT if observing else _NO_OBSERVE_ONLY_FORMAT)
         return orjson.dumps(values)
 
@@ -231,15 +231,19 @@ class RunState:
         if values[0] == _NO_TENANT_FORMAT:
             values = [_NO_OBSERVE_ONLY_FORMAT, *values[1:], None]
         if values[0] == _NO_OBSERVE_ONLY_FORMAT:
-            before = _POLICY_AT + len(POLICY_FIELDS) - 1  # its policy's end: observe_only goes there
+            before = _STORED_POLICY_AT + len(POLICY_FIELDS) - 1  # its policy's end: observe_only goes there
             values = [STATE_FORMAT, *values[1:before], False, *values[before:]]
         if len(values) == _STORED_WITHOUT_QUARANTINE:
             values.append(False)
-        policy_end = _POLICY_AT + len(POLICY_FIELDS)
+        policy_end = _STORED_POLICY_AT + len(POLICY_FIELDS)
         data = dict(
             zip(
                 _FIELD_NAMES,
-                [*values[1:_POLICY_AT], RunPolicy(*values[_POLICY_AT:policy_end]), *values[policy_end:]],
+                [
+                    *values[1:_STORED_POLICY_AT],
+                    RunPolicy(*values[_STORED_POLICY_AT:policy_end]),
+                    *values[policy_end:],
+                ],
                 strict=True,
             )
         )
@@ -344,7 +348,7 @@ def _from_clock_offset_format(values: list[Any]) -> list[Any]:
     """A format 3 state's values in format 4's places: its policy had no `fleet_breaker`
     (off), it was told of no fleet incident, and its last field, a clock offset, gives way to an
     unknown broker time."""
-    policy_end = _POLICY_AT + _FORMAT_3_POLICY_FIELDS
+    policy_end = _STORED_POLICY_AT + _FORMAT_3_POLICY_FIELDS
     after_ids = len(values) - _FORMAT_3_FIELDS_AFTER_EVENT_IDS
     return [
         _NO_TENANT_FORMAT,
@@ -370,12 +374,13 @@ def _add(ordered: dict[Any, None], key: object, cap: int) -> None:
 
 _FIELD_NAMES = tuple(f.name for f in fields(RunState))
 _ALL_FIELDS = attrgetter(*_FIELD_NAMES)
-_AT_POLICY = _FIELD_NAMES.index("policy")
-_AT_DIGEST_SETS = tuple(_FIELD_NAMES.index(name) for name in _DIGEST_SETS)
-_AT_EVENT_IDS = _FIELD_NAMES.index("event_ids")
-_AT_LAST_SIGNATURE = _FIELD_NAMES.index("last_signature")
+# Where a field stands among the fields `_ALL_FIELDS` reads (not in the stored list).
+_FIELD_POLICY = _FIELD_NAMES.index("policy")
+_FIELD_DIGEST_SETS = tuple(_FIELD_NAMES.index(name) for name in _DIGEST_SETS)
+_FIELD_EVENT_IDS = _FIELD_NAMES.index("event_ids")
+_FIELD_LAST_SIGNATURE = _FIELD_NAMES.index("last_signature")
 # Where the policy's values start in a stored state (after the format number).
-_POLICY_AT = 1 + _FIELD_NAMES.index("policy")
+_STORED_POLICY_AT = 1 + _FIELD_NAMES.index("policy")
 # Where a field after the policy stands in a stored state.
 _STORED_AT = {
     name: 1 + i + len(POLICY_FIELDS) - 1
