@@ -5,6 +5,7 @@ takes it as the engine's `Counters`."""
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
 
@@ -21,6 +22,19 @@ _RECOVERY_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
 # pair's tool is counted as `_other`, so a flood of made-up tool names cannot grow the registry.
 MAX_OBSERVED_LABELS = 2_000
 OTHER_TOOL = "_other"
+
+
+class _Children(dict[tuple[str, ...], Any]):
+    """A metric's children by their label values, each looked up once: `labels()` checks and locks
+    at every call, and a batch counts several. Only for metrics whose children stay registered."""
+
+    def __init__(self, metric: Any) -> None:
+        super().__init__()
+        self._metric = metric
+
+    def __missing__(self, values: tuple[str, ...]) -> Any:
+        child = self[values] = self._metric.labels(*values)
+        return child
 
 
 class StallwatchMetrics:
@@ -159,6 +173,10 @@ class StallwatchMetrics:
             ["outcome"],
             registry=r,
         )
+        self._events = _Children(self.events)
+        self._dead_letters = _Children(self.dead_letters)
+        self._verdicts = _Children(self.verdicts)
+        self._lag = _Children(self.lag)
         self.build = Info("stallwatch_build", "Version of the running worker", registry=r)
         try:
             self.build.info({"version": version("stallwatch")})
@@ -170,15 +188,22 @@ class StallwatchMetrics:
         start_http_server(port, addr=addr, registry=self.registry)
 
     def count_event(self, kind: str) -> None:
-        self.events.labels(kind).inc()
+        self._events[(kind,)].inc()
+
+    def count_events(self, by_type: dict[str, int]) -> None:
+        for kind, count in by_type.items():
+            self._events[(kind,)].inc(count)
 
     def count_dead_letter(self, reason: str) -> None:
-        self.dead_letters.labels(reason).inc()
+        self._dead_letters[(reason,)].inc()
+
+    def set_lag(self, topic: str, partition: int, events: int) -> None:
+        self._lag[(topic, str(partition))].set(events)
 
     def count_commands(self, commands: list[Command]) -> None:
         for command in commands:
             if command.type == "verdict":
-                self.verdicts.labels(command.decision, command.code or "none").inc()
+                self._verdicts[(command.decision, command.code or "none")].inc()
             elif command.type == "nudge":
                 self.nudges.inc()
                 if "same_result_runs" in command.detail:

@@ -60,6 +60,9 @@ FETCH_MAX_WAIT_MS = 5
 # next batch's partition out for up to its whole wait).
 IDLE_FETCH_MAX_WAIT_MS = 500
 IDLE_AFTER_S = 1.0
+# The held runs' gauges are counted at most this often, by the consume loop: a count walks every
+# task, and a gauge is read once a scrape.
+COUNT_INTERVAL_S = 1.0
 
 
 class Pipeline(ConsumerRebalanceListener):
@@ -166,6 +169,7 @@ class Pipeline(ConsumerRebalanceListener):
         # must not walk the states while a batch changes them.
         self.live_runs = 0
         self.fingerprints = 0
+        self._counted_at = 0.0  # monotonic time of the last count
         self._fetch_wait_ms = IDLE_FETCH_MAX_WAIT_MS
         self._busy_at = 0.0  # monotonic time of the last fetch that returned records
 
@@ -272,6 +276,8 @@ class Pipeline(ConsumerRebalanceListener):
                     task.post_ahead()
                 applied = [task for task, _, _ in admitted]
             self.progress.tick()
+            if time.monotonic() - self._counted_at >= COUNT_INTERVAL_S:
+                self._count()
 
     async def _apply(self, task: PartitionTask, records: list[ConsumerRecord], epoch: int | None) -> None:
         """The records applied and handed to the task's commit loop. Those its previous owner died
@@ -352,13 +358,11 @@ class Pipeline(ConsumerRebalanceListener):
     def _observe(self, tp: TopicPartition, batch: Applied) -> None:
         """A batch committed: its counts, and the seconds from its apply to its commit."""
         metrics, result, events = self.metrics, batch.result, batch.records
-        self._count()
         seconds = time.perf_counter() - batch.started
         committed = time.time()
-        for kind, count in result.events_by_type.items():
-            metrics.events.labels(kind).inc(count)
+        metrics.count_events(result.events_by_type)
         for _, _, reason in result.letters:
-            metrics.dead_letters.labels(reason).inc()
+            metrics.count_dead_letter(reason)
         metrics.skipped.inc(result.skipped)
         metrics.count_commands(result.commands)
         for tenant, observed in result.observed:
@@ -373,9 +377,10 @@ class Pipeline(ConsumerRebalanceListener):
         metrics.batch_events.observe(events)
         highwater = self.consumer.highwater(tp)
         if highwater is not None:
-            metrics.lag.labels(tp.topic, str(tp.partition)).set(max(0, highwater - batch.last_offset - 1))
+            metrics.set_lag(tp.topic, tp.partition, max(0, highwater - batch.last_offset - 1))
 
     def _count(self) -> None:
+        self._counted_at = time.monotonic()
         self.live_runs = self.tasks.live_runs()
         self.fingerprints = self.tasks.fingerprints()
         self.metrics.state_bytes.labels(self.settings.tenant or "shared").set(self.tasks.state_bytes())
