@@ -319,9 +319,11 @@ class Pipeline(ConsumerRebalanceListener):
         writes: list[Awaitable[object]] = []
         marked: set[int] = set()
         for task, records in batches:
-            attempt, first = task.attempt, records[0].offset
+            attempt, first, last = task.attempt, records[0].offset, records[-1].offset
             if attempt is not None and not attempt.careful(first):
-                writes.append(task.mark(first, records[-1].offset))
+                # Named and landed already: no task, and no turn of the loop before the apply.
+                if not task.landed_ahead(first, last):
+                    writes.append(task.mark(first, last))
                 marked.add(id(task))
         writes.extend(
             task.applied()

@@ -407,6 +407,19 @@ class PartitionTask:
                 return False
             return not self.held
 
+    def landed_ahead(self, first: int, last: int) -> bool:
+        """Whether its record posted ahead names `first` to `last` and is acknowledged: `mark`
+        has nothing to write or wait for (most batches, once the next ones are named)."""
+        attempt, ahead = self.attempt, self._ahead
+        return (
+            attempt is not None
+            and ahead is not None
+            and ahead.done()
+            and not ahead.cancelled()
+            and ahead.exception() is None
+            and attempt.covers(first, last)
+        )
+
     async def mark(self, first: int, last: int) -> bool:
         """Its record names `first` to `last`, acknowledged, before they are applied: the record
         it posted ahead when that names them all and landed, else one written now (`record`)."""
