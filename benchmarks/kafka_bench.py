@@ -389,8 +389,8 @@ async def echo_and_worker(
         # A first turn each, not counted: the first seconds under load (new connections, the
         # broker's compiler) were some runs' slowest turn by far (the echo's p99 14.9 and 27.4 ms
         # against 4.6-6.5 after), and the echo's turn comes first.
-        for settings, services in served.values():
-            if args.warmup > 0:
+        if args.warmup > 0:
+            for settings, services in served.values():
                 await latency(settings, args.runs, args.rate, args.warmup, pids_of(services))
         for _ in range(args.slices):
             for name, (settings, services) in served.items():
