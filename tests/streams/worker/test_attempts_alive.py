@@ -58,6 +58,7 @@ class AttemptsStandIn:
         self.refused_idle = refused_idle
         self.refusals = 0
         self.held: tuple[tuple[int, int], asyncio.Event] | None = None
+        self.acks_held: asyncio.Event | None = None  # records posted ahead acknowledged once set
 
     async def read(self, keys: Collection[str]) -> dict[str, Attempt]:
         return {key: self.records[key] for key in keys if key in self.records}
@@ -87,7 +88,13 @@ class AttemptsStandIn:
             return None
         self._landed_at_once(key, attempt)
         acked: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        asyncio.get_running_loop().call_soon(acked.set_result, None)  # as a broker's acknowledgement
+        if self.acks_held is None:
+            asyncio.get_running_loop().call_soon(acked.set_result, None)  # as a broker's acknowledgement
+        else:
+            gate = self.acks_held
+            asyncio.get_running_loop().create_task(gate.wait()).add_done_callback(
+                lambda _: acked.set_result(None)
+            )
         return acked
 
     def _landed_at_once(self, key: str, attempt: Attempt) -> None:
@@ -201,6 +208,21 @@ async def test_an_applied_batch_record_names_the_offsets_ahead_and_the_next_batc
     # A death now: its successor is careful through the offsets named ahead, and finds no poison.
     assert takeover(attempts.last, 3, owner="a successor") == Attempt(careful_through=3 + AHEAD_RECORDS - 1)
     gate.set()
+    await stopped(loop)
+
+
+async def test_a_record_posted_ahead_spares_a_batch_its_mark_only_once_acknowledged_and_naming_it():
+    pipeline, attempts = await serving(None, fetches=(1,), ahead=True)
+    attempts.acks_held = gate = asyncio.Event()
+    loop = asyncio.create_task(pipeline.run())
+    await until(lambda: attempts.posted == 1, 5, lambda: attempts.written)
+    task = pipeline.tasks.get(0)
+    assert attempts.last.batch == (1, AHEAD_RECORDS)
+    assert not task.landed_ahead(1, 1)  # posted, not acknowledged: the mark waits for it
+    gate.set()
+    await until(lambda: task.landed_ahead(1, 1), 5, lambda: attempts.written)
+    assert task.landed_ahead(1, AHEAD_RECORDS)
+    assert not task.landed_ahead(1, AHEAD_RECORDS + 1)  # past what it names: written first
     await stopped(loop)
 
 
