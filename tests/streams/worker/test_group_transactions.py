@@ -207,7 +207,9 @@ async def test_a_failing_block_aborts_the_transaction_and_every_other_block_in_i
     assert made[0].calls[-1] == ("commit",) and len(made) == 1
 
 
-async def test_a_fatal_error_is_a_fencing_of_every_block_and_the_next_transaction_starts_a_new_producer():
+async def test_a_fatal_error_is_a_fencing_of_every_block_and_a_new_producer_starts_at_once():
+    # The new producer's start aborts what the old one left open: the fenced tasks' restores read
+    # their offsets stable, which waits for that transaction, so it starts before any block enters.
     fenced = -144  # librdkafka's RD_KAFKA_RESP_ERR__FENCED
     fatal = KafkaException(RdKafkaError(fenced, "fenced by a newer instance", fatal=True))
     transactions, made = group(linger_s=0.01, fail_commit=fatal)
@@ -218,9 +220,11 @@ async def test_a_fatal_error_is_a_fencing_of_every_block_and_the_next_transactio
     )
     assert all(isinstance(result, ProducerFenced) for result in results), results
     assert ("purge",) in made[0].calls  # emptied before it is let go
+    await until(lambda: len(made) == 2 and made[1].calls == [("init",)], 5, "a new producer started")
     with pytest.raises(ProducerFenced):  # its fake fails the same way
         await block(transactions, "a.events", 0, 1, ["a.changelog"])
-    assert len(made) == 2 and made[1].calls[:2] == [("init",), ("begin",)]
+    assert made[1].calls[:2] == [("init",), ("begin",)]  # the next transaction on the started one
+    await transactions.close()
 
 
 async def test_a_transaction_the_group_moved_under_is_written_again_with_the_new_generation():
@@ -373,6 +377,7 @@ async def test_a_call_still_out_past_its_timeout_fences_the_blocks_and_a_new_pro
             10,
         )
         assert all(isinstance(result, ProducerFenced) for result in results), results
+        await until(lambda: len(made) == 2 and made[1].calls == [("init",)], 5, "a new producer started")
         await block(group_transactions, "a.events", 0, 1, ["a.changelog"])
         assert [call[0] for call in made[1].calls] == ["init", "begin", "produce", "offsets", "commit"]
     finally:

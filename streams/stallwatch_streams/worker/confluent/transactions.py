@@ -14,8 +14,10 @@ Fencing is the group's generation (KIP-447): the offsets of a member the group m
 refused, and its transaction is aborted. A successor reads the offsets stable (the consumer's
 `committed`), so it waits for a previous owner's open transaction to end before it restores.
 A fatal error of the producer (another process under its transactional id) is a fencing of every
-task in the transaction; the next transaction starts a new producer. So is a call of the producer
-that outlives its timeout (`calls.CallWedged`): the producer is left to the call, never used again.
+task in the transaction, and a new producer starts at once: its start under the same transactional
+id aborts the transaction the old one left open, which the fenced tasks' restores would otherwise
+wait for until its coordinator's sweep. So is a call of the producer that outlives its timeout
+(`calls.CallWedged`): the producer is left to the call, never used again.
 """
 
 from __future__ import annotations
@@ -131,6 +133,7 @@ class GroupTransactions:
         # worker stops (see `_retire` and `_run`).
         self._retired: list[Producer] = []
         self._calls = CallThread(f"stallwatch-txn-{transactional_id}")
+        self._restarting: asyncio.Task[None] | None = None  # see `_replace`
         self._aborted = False  # the producer's last transaction was aborted
         self.transactions = 0  # committed, for the metrics and the benchmarks
 
@@ -138,6 +141,9 @@ class GroupTransactions:
         return TaskProducer(self, tp)
 
     async def close(self) -> None:
+        if self._restarting is not None:
+            self._restarting.cancel()
+            await asyncio.gather(self._restarting, return_exceptions=True)
         await self._retire()
         self._calls.stop()
 
@@ -292,11 +298,12 @@ class GroupTransactions:
                 )
             await self._retried(txn, producer, producer.commit_transaction)
         except CallWedged as exc:
+            await self._replace()
             return self._wedged(exc)
         except KafkaException as exc:
             error = _translated(exc)
             if isinstance(error, ProducerFenced):
-                await self._retire()  # the next transaction starts a new one
+                await self._replace()
             else:
                 await self._abort(error)
             return error
@@ -329,7 +336,8 @@ class GroupTransactions:
                 self._aborted = True
                 return
             except CallWedged:
-                return  # the producer left to its call (`_run`)
+                await self._replace()  # the producer left to its call (`_run`)
+                return
             except KafkaException as exc:
                 if exc.args[0].fatal():
                     break
@@ -339,7 +347,25 @@ class GroupTransactions:
             self.transactional_id,
             error,
         )
+        await self._replace()
+
+    async def _replace(self) -> None:
+        """The producer let go and a new one started now, not at the next transaction: the new
+        one's start under the same transactional id aborts whatever transaction the old one left
+        open, and the fenced tasks' restores read their offsets stable, which waits for that
+        transaction to end (else until its coordinator aborts it: its timeout, then a sweep of up
+        to 10 s)."""
         await self._retire()
+        if self._restarting is None or self._restarting.done():
+            self._restarting = asyncio.get_running_loop().create_task(
+                self._start_early(), name=f"restart-{self.transactional_id}"
+            )
+
+    async def _start_early(self) -> None:
+        try:
+            await self._started()
+        except KafkaError as exc:  # the next transaction tries again
+            log.info("the new producer of %s did not start yet: %r", self.transactional_id, exc)
 
     async def _retire(self) -> None:
         """The producer let go, its queue emptied first: librdkafka would otherwise serve what is
@@ -367,6 +393,9 @@ class GroupTransactions:
                 self._aborted = False  # a new producer's sequence numbers start afresh
                 try:
                     await self._run(lambda: producer.init_transactions(CALL_TIMEOUT_S), producer)
+                except asyncio.CancelledError:
+                    self._retired.append(producer)  # its start goes on on the calls' thread
+                    raise
                 except KafkaException as exc:
                     raise _translated(exc) from exc
                 except CallWedged as exc:
