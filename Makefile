@@ -36,9 +36,10 @@ lint: setup
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
 
-# Runs a command with the local broker up; stops the broker afterwards only if it started it.
+# Runs a command with the local broker up; stops the broker afterwards only if it started it, and
+# then it starts it from empty storage (kafka.sh fresh).
 with_kafka = if deploy/kafka/kafka.sh status >/dev/null 2>&1; then started=0; else started=1; \
-	deploy/kafka/kafka.sh up || exit 1; fi; $(1); rc=$$?; \
+	deploy/kafka/kafka.sh fresh || exit 1; fi; $(1); rc=$$?; \
 	if [ $$started = 1 ]; then deploy/kafka/kafka.sh down; fi; exit $$rc
 
 # The main job: a local broker, a worker, and a simulated fleet driven through them.

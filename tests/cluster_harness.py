@@ -53,9 +53,10 @@ def answering() -> bool:
 
 
 def up() -> bool:
-    """The cluster up and whole; True when this call started any node (so it stops them)."""
+    """The cluster up and whole; True when this call started any node (so it stops them). A
+    cluster it starts whole starts from empty storage (`cluster.sh fresh`)."""
     started = not answering()
-    script("up")
+    script("fresh")
     until_whole_sync()
     return started
 

@@ -5,7 +5,7 @@
 # Each node is deploy/kafka/kafka.sh on its own ports: node N serves clients on
 # STALLWATCH_CLUSTER_PORT + 10*(N-1) (default 9200, 9210, 9220) and its controller one above.
 #
-#   cluster.sh up|down|status|bootstrap      the whole cluster
+#   cluster.sh up|fresh|down|status|bootstrap  the whole cluster (fresh: from empty storage)
 #   cluster.sh kill|stop|cont|start|pid N    one node: SIGKILL, SIGSTOP (frozen), SIGCONT, start again
 #   cluster.sh stop-clean N                  one node shut down cleanly (SIGTERM: it hands its
 #                                            leaderships over first), as in a rolling restart
@@ -71,8 +71,24 @@ up() {
   echo "cluster: up on $(bootstrap)" >&2
 }
 
+# `up` from empty storage when no node runs (kafka.sh fresh); as `up` when any does: a node wiped
+# beside live ones would rejoin the quorum with none of its metadata.
+fresh() {
+  for n in $NODES; do
+    if answers "$n" || { [ -f "$root/.cache/kafka-data/$(port_of "$n")/kafka.pid" ] && kill -0 "$(pid_of "$n")" 2>/dev/null; }; then
+      up
+      return
+    fi
+  done
+  STALLWATCH_KAFKA_PORT="$base" "$here/kafka.sh" jars
+  for n in $NODES; do node "$n" fresh; done
+  wait_for $NODES
+  echo "cluster: up from empty storage on $(bootstrap)" >&2
+}
+
 case "${1:-}" in
   up) up ;;
+  fresh) fresh ;;
   down) for n in $NODES; do node "$n" down; done ;;
   status) for n in $NODES; do if answers "$n"; then echo "node $n: answering"; else echo "node $n: down"; fi; done ;;
   bootstrap) bootstrap ;;
