@@ -3,11 +3,15 @@
     python benchmarks/kafka_bench.py [--model partition|group] [--runs 200] [--rate 300]
                                      [--seconds 15] [--slices 6] [--warmup 5]
                                      [--log-runs 1000]
-                                     [--recovery-runs 100000]
+                                     [--recovery-runs 100000] [--pin]
 
 `--model`: the workers' STALLWATCH_TRANSACTION_MODEL, and the echo's (benchmarks/model_echo.py:
 the model's clients and transactions, every message answered ahead of its transaction, no
 engine).
+
+`--pin`: the echo and the worker on the last core, every thread of theirs, and the broker and
+this process (the load and its reader) on the others, so a service's CPU does not slow the broker
+and the client its verdicts pass through (on two cores, the services get one).
 
 (a) decision latency: `call_proposed` produced to its verdict received, p50/p99, under a steady
     load of many concurrent runs; the floor is the echo. The echo and one worker serve at once,
@@ -331,6 +335,9 @@ async def main() -> None:
     parser.add_argument("--only", choices=["all", "recovery"], default="all")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument(
+        "--pin", action="store_true", help="services on the last core; the broker and the load on the rest"
+    )
+    parser.add_argument(
         "--model",
         choices=["partition", "group"],
         default="partition",
@@ -356,6 +363,10 @@ async def main() -> None:
     env = {"STALLWATCH_TRANSACTION_MODEL": args.model}
     results = await echo_and_worker(args, log, commands, env)
     results["2 workers"] = await two_workers(args, log, commands, env)
+    if args.pin:  # the recovery's workers start on every core, as without --pin
+        pin(os.getpid(), EVERY_CORE)
+        if (broker := broker_pid()) is not None:
+            pin(broker, EVERY_CORE)
     (e50, e99, _, e_eps), (w50, w99, _, w_eps) = results["echo"], results["worker"]
     print(
         f"worker/echo: p50 latency {w50 / e50:.2f}x, p99 latency {w99 / e99:.2f}x (target <= 1.5), "
@@ -383,6 +394,8 @@ async def echo_and_worker(
             service = Echo(settings, args.model) if name == "echo" else WorkerProcess(settings, "bench", env)
             served[name] = (settings, [service])
             await wait_until_serving(settings)
+            if args.pin:
+                pin_services([service.proc.pid])
         took: dict[str, list[float]] = {name: [] for name in served}
         turn_p99: dict[str, list[float]] = {name: [] for name in served}
         cpu_turns: dict[str, list[Cpu]] = {name: [] for name in served}
@@ -426,6 +439,8 @@ async def two_workers(
         await wait_until_serving(settings)
         services.append(WorkerProcess(settings, "bench2", env))
         await services[-1].ready()
+        if args.pin:
+            pin_services([service.proc.pid for service in services])
         await asyncio.sleep(2)  # the group has settled on two members
         took, cpu_steady = await latency(settings, args.runs, args.rate, args.seconds, pids_of(services))
         rate, cpu_full = await throughput(settings, log, commands, pids_of(services))
@@ -433,6 +448,34 @@ async def two_workers(
         for service in services:
             service.stop()
     return row("2 workers", took, rate, cpu_steady, cpu_full)
+
+
+EVERY_CORE = os.sched_getaffinity(0)  # as this process started, before any pinning
+
+
+def cores() -> tuple[set[int], set[int]]:
+    """The services' core (the last) and the others'."""
+    every = sorted(EVERY_CORE)
+    if len(every) < 2:
+        raise SystemExit("--pin needs two cores")
+    return {every[-1]}, set(every[:-1])
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of `pid` on `cpus` (threads it starts later inherit their starter's)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(int(task.name), cpus)
+
+
+def pin_services(pids: list[int]) -> None:
+    services, others = cores()
+    for pid in pids:
+        pin(pid, services)
+    broker = broker_pid()
+    if broker is not None:
+        pin(broker, others)
+    pin(os.getpid(), others)
 
 
 def pids_of(services: list) -> dict[str, list[int | None]]:
