@@ -47,16 +47,21 @@ CALL_FAILED = pytest.StashKey[bool]()
 @pytest.fixture(autouse=True)
 def process_logs_on_failure(request: pytest.FixtureRequest) -> Iterator[None]:
     """The tail of each child process's log, attached to the failure's report: a fault that
-    shows once in many runs (and in CI) can then be read, not guessed. Only a test whose module
-    loaded the broker harness can start one: the pure lane never loads it."""
+    shows once in many runs (and in CI) can then be read, not guessed. A process a wider
+    fixture started (a module's workers) gives what it logged during the test. Only a test whose
+    module loaded the broker harness can start one: the pure lane never loads it."""
     harness = sys.modules.get("tests.kafka_harness")
     if harness is None:
         yield
         return
     started = harness.StallwatchProcess.started
     before = len(started)
+    serving = [(process, process.log_size()) for process in started if process.alive()]
     yield
     if request.node.stash.get(CALL_FAILED, False):
+        for process, since in serving:
+            said = "\n".join(process.log_path.read_text(errors="replace")[since:].splitlines()[-80:])
+            request.node.add_report_section("teardown", f"log {process.log_path}, during the test", said)
         for process in started[before:]:
             request.node.add_report_section("teardown", f"log {process.log_path}", process.log_tail(80))
     del started[before:]
