@@ -36,8 +36,8 @@ lint: setup
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
 
-# Runs a command with the local broker up; stops the broker afterwards only if it started it, and
-# then it starts it from empty storage (kafka.sh fresh).
+# Runs a command with the local broker up. A broker it starts itself starts from empty storage
+# (kafka.sh fresh) and is stopped afterwards; one already running is used as it is.
 with_kafka = if deploy/kafka/kafka.sh status >/dev/null 2>&1; then started=0; else started=1; \
 	deploy/kafka/kafka.sh fresh || exit 1; fi; $(1); rc=$$?; \
 	if [ $$started = 1 ]; then deploy/kafka/kafka.sh down; fi; exit $$rc
