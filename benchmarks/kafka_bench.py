@@ -364,9 +364,7 @@ async def main() -> None:
     results = await echo_and_worker(args, log, commands, env)
     results["2 workers"] = await two_workers(args, log, commands, env)
     if args.pin:  # the recovery's workers start on every core, as without --pin
-        pin(os.getpid(), EVERY_CORE)
-        if (broker := broker_pid()) is not None:
-            pin(broker, EVERY_CORE)
+        pin_load(EVERY_CORE)
     (e50, e99, _, e_eps), (w50, w99, _, w_eps) = results["echo"], results["worker"]
     print(
         f"worker/echo: p50 latency {w50 / e50:.2f}x, p99 latency {w99 / e99:.2f}x (target <= 1.5), "
@@ -472,10 +470,15 @@ def pin_services(pids: list[int]) -> None:
     services, others = cores()
     for pid in pids:
         pin(pid, services)
+    pin_load(others)
+
+
+def pin_load(cpus: set[int]) -> None:
+    """The broker and this process (the load and its reader) on `cpus`."""
     broker = broker_pid()
     if broker is not None:
-        pin(broker, others)
-    pin(os.getpid(), others)
+        pin(broker, cpus)
+    pin(os.getpid(), cpus)
 
 
 def pids_of(services: list) -> dict[str, list[int | None]]:
