@@ -18,8 +18,6 @@ class Membership:
         # Held while batches are handed out and while partitions change hands; a rebalance first
         # waits for the batches in flight, so a partition is never given up half done.
         self.lock = asyncio.Lock()
-        # Bumped at every assignment: records fetched before it may predate the new positions.
-        self.generation = 0
         # Between a revocation and the assignment that follows: the partitions may be another
         # member's already (this one was too slow to rejoin), so no task starts a producer
         # outside the assignment.

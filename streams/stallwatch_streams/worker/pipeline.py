@@ -17,7 +17,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from functools import partial
 
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
@@ -238,7 +237,6 @@ class Pipeline(ConsumerRebalanceListener):
         # or at once when nothing more has arrived: one round trip a fetch, not two.
         applied: list[PartitionTask] = []
         while True:
-            generation = membership.generation
             epochs = tasks.epochs()
             batches = await self.consumer.getmany(timeout_ms=0 if applied else FETCH_TIMEOUT_MS)
             if applied and not batches:
@@ -259,9 +257,7 @@ class Pipeline(ConsumerRebalanceListener):
                 admitted = []
                 for tp, records, task in served:
                     epoch = epochs.get(tp.partition)
-                    admission = task.admission(
-                        records[0].offset, epoch, rebalanced=generation != membership.generation
-                    )
+                    admission = task.admission(records[0].offset, epoch)
                     if isinstance(admission, ReadFrom):
                         self.consumer.seek(tp, admission.offset)
                     elif admission == "apply":
@@ -271,39 +267,13 @@ class Pipeline(ConsumerRebalanceListener):
                 for task, records, epoch in admitted:
                     if records[0].timestamp_type == LOG_APPEND_TIME:
                         self.metrics.fetch_delay.observe(max(0.0, time.time() - records[0].timestamp / 1000))
-                    await self._apply(task, records, epoch)
+                    await task.apply(records, epoch)
                     # The next batch is named before it comes, where the attempts log can post.
                     task.post_ahead()
                 applied = [task for task, _, _ in admitted]
             self.progress.tick()
             if time.monotonic() - self._counted_at >= COUNT_INTERVAL_S:
                 self._count()
-
-    async def _apply(self, task: PartitionTask, records: list[ConsumerRecord], epoch: int | None) -> None:
-        """The records applied and handed to the task's commit loop. Those its previous owner died
-        applying are applied one at a time, each one's offset written to the attempts first; the
-        rest at once, their first and last offsets written first unless `_mark` did
-        (stallwatch_streams/worker/attempts.py; `run` makes the records idle once applied, with
-        the next fetch's records written).
-        Nothing is written for a task that no longer takes the records: the partition may be
-        another's."""
-        attempts, attempt = self.tasks.context.attempts, task.attempt
-        if attempts is None or attempt is None or not attempt.careful(records[0].offset):
-            await self._apply_batch(task, records, epoch)
-            return
-        for index, record in enumerate(records):
-            if not task.takes(epoch):
-                return
-            if not attempt.careful(record.offset):
-                rest = records[index:]
-                if await task.record(attempt.over(rest[0].offset, rest[-1].offset)):
-                    await self._apply_batch(task, rest, epoch)
-                return
-            if not await task.record(attempt.at(record.offset)):
-                return
-            if not await self._apply_batch(task, [record], epoch):
-                return
-            self.progress.tick()  # a round trip a record: progress, not a hang
 
     async def _mark(
         self, batches: list[tuple[PartitionTask, list[ConsumerRecord]]], applied: list[PartitionTask]
@@ -332,18 +302,6 @@ class Pipeline(ConsumerRebalanceListener):
         )
         if writes:
             await asyncio.gather(*writes)
-
-    async def _apply_batch(
-        self, task: PartitionTask, records: list[ConsumerRecord], epoch: int | None
-    ) -> bool:
-        """False when the task no longer takes what was fetched under `epoch`."""
-        if not task.takes(epoch):
-            return False
-        applied = await self.committer.apply(task, records, partial(task.takes, epoch), task.poison)
-        if applied is None or not task.takes(epoch):
-            return False
-        task.add(applied)
-        return True
 
     def _set_fetch_wait(self, fetched: bool) -> None:
         """Short fetches while busy, long ones once idle (IDLE_AFTER_S); set before the loop
@@ -400,8 +358,8 @@ class Pipeline(ConsumerRebalanceListener):
         self.membership.revoking = True
         self.tasks.suspend()
         async with self.membership.lock:
-            self.membership.generation += 1
             await self.tasks.settle()
+            self.tasks.moved_on()
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         try:
@@ -418,13 +376,12 @@ class Pipeline(ConsumerRebalanceListener):
         membership = self.membership
         membership.revoking = False
         async with membership.lock:
-            membership.generation += 1
             await self.tasks.settle()
             self.progress.restoring = True
+            # Every assigned task moves on: a fetch that returned while this callback awaited
+            # (the consumer fetches from the group's offsets meanwhile) is read again from its
+            # position.
             new = await self.tasks.assign(assigned)
-            # Again at the end: a fetch that returned while this callback awaited (the consumer
-            # fetches from the group's offsets meanwhile) is then read again from the position.
-            membership.generation += 1
             self._count()
             self.progress.restoring = False
             self.progress.served = True

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
@@ -26,6 +27,7 @@ from aiokafka import TopicPartition
 
 from stallwatch_streams.worker import producers
 from stallwatch_streams.worker.attempts import AHEAD_RECORDS, AHEAD_UNCOMMITTED_MAX, Attempt, key_of
+from stallwatch_streams.worker.batch import SourceRecord
 from stallwatch_streams.worker.commit import (
     Applied,
     CommitLedger,
@@ -77,7 +79,8 @@ class PartitionTask:
             tp.partition, settings.idle_timeout_s, settings.ended_retention_s, settings.expiry_interval_s
         )
         self.ledger = CommitLedger()
-        # Rebuilds so far: records fetched under an older epoch are not applied.
+        # Moved at every change of what it stands on (a rebuild, a rebalance): records fetched
+        # under an older epoch are not applied. The one judge of staleness.
         self.epoch = 0
         # The offset after its last applied batch (where to read on from when records fetched
         # under an older epoch are dropped); None once discarded.
@@ -187,6 +190,14 @@ class PartitionTask:
         if self.state is TaskState.RUNNING:
             self.lifecycle.to(TaskState.SUSPENDED)
 
+    def moved_on(self) -> None:
+        """Its partition changed hands (a revocation or an assignment, under the pipeline's lock,
+        so no batch is being applied): records fetched before may come from the group's offset,
+        which may lag, and are read again from its committed position (every batch applied
+        before the rebalance has committed by now)."""
+        self.epoch += 1
+        self.next_offset = self._states.position if self._states is not None else None
+
     def assigned_again(self) -> None:
         """Kept, or restored, in an assignment: read on from its committed position, since the
         consumer put it at the group's offset, which may lag (group_offsets_interval_s). No I/O:
@@ -197,6 +208,7 @@ class PartitionTask:
         partition nothing, so a task dropped and restored meanwhile would stay paused."""
         if self.state is TaskState.SUSPENDED:
             self.lifecycle.to(TaskState.RUNNING)
+        self.moved_on()
         if self._states is not None and self._states.position is not None:
             self.context.consumer.seek(self.tp, self._states.position)
         self._resume()
@@ -210,18 +222,12 @@ class PartitionTask:
 
     # -- batches -----------------------------------------------------------------------------
 
-    def admission(self, first_offset: int, epoch: int | None, rebalanced: bool) -> Admission:
-        """What to do with records fetched for it, under `epoch` and before a rebalance or not."""
-        if rebalanced:
-            # Fetched while partitions changed hands, perhaps from the group's offset, which may
-            # lag: read on from the committed position (every batch applied before the rebalance
-            # has committed).
-            return ReadFrom(self.position(first_offset))
+    def admission(self, first_offset: int, epoch: int | None) -> Admission:
+        """What to do with records fetched for it under `epoch` (None: before it existed)."""
         if self.held:
             return "held"  # its rebuild seeks it to the committed position
         if self.epoch != epoch:
-            # Fetched before its rebuild (from the failed batches' end): read on from where the
-            # rebuilt partition stands.
+            # Fetched before its rebuild or a rebalance: read on from where it stands now.
             return ReadFrom(self.position(first_offset) if self.next_offset is None else self.next_offset)
         return "apply"
 
@@ -233,6 +239,41 @@ class PartitionTask:
         (a dropped partition is sought when it is rebuilt); its commands, sent already, are the
         same bytes."""
         return self.epoch == epoch and not self.held and self._states is not None
+
+    async def apply(self, records: Sequence[SourceRecord], epoch: int | None) -> None:
+        """Records fetched under `epoch` applied to its states and handed to its commit loop.
+        Those its previous owner died applying are applied one at a time, each one's offset
+        written to the attempts first; the rest at once, their first and last offsets written
+        first unless the pipeline's mark did (stallwatch_streams/worker/attempts.py). Nothing is
+        written once it no longer takes the records: the partition may be another's."""
+        attempts, attempt = self.context.attempts, self.attempt
+        if attempts is None or attempt is None or not attempt.careful(records[0].offset):
+            await self._apply_batch(records, epoch)
+            return
+        for index, record in enumerate(records):
+            if not self.takes(epoch):
+                return
+            if not attempt.careful(record.offset):
+                rest = records[index:]
+                if await self.record(attempt.over(rest[0].offset, rest[-1].offset)):
+                    await self._apply_batch(rest, epoch)
+                return
+            if not await self.record(attempt.at(record.offset)):
+                return
+            if not await self._apply_batch([record], epoch):
+                return
+            self.context.progress.tick()  # a round trip a record: progress, not a hang
+
+    async def _apply_batch(self, records: Sequence[SourceRecord], epoch: int | None) -> bool:
+        """False when it no longer takes what was fetched under `epoch` (rebuilt or dropped
+        before or during the apply)."""
+        if not self.takes(epoch):
+            return False
+        applied = await self.context.committer.apply(self, records, partial(self.takes, epoch), self.poison)
+        if applied is None or not self.takes(epoch):
+            return False
+        self.add(applied)
+        return True
 
     def add(self, applied: Applied) -> None:
         """An applied batch, committed by the task's commit loop (started if idle)."""

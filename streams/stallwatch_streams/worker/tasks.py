@@ -62,6 +62,10 @@ class PartitionTasks:
         for task in self:
             task.suspend()
 
+    def moved_on(self) -> None:
+        for task in self:
+            task.moved_on()
+
     async def assign(self, assigned: list[TopicPartition]) -> list[int]:
         """Serve exactly the assigned partitions: the others' tasks closed, a task made and
         restored for each assigned partition without a producer (new ones, and those dropped
@@ -85,9 +89,8 @@ class PartitionTasks:
             for partition in new:
                 self._tasks[partition].restored(restored[partition])
             await self._begin([self._tasks[partition] for partition in new])
-        # Every partition with a committed position, kept ones too. Again at the end of the
-        # callback the pipeline bumps its generation: a fetch that returned meanwhile (from the
-        # group's offsets) is then read again from the position.
+        # Every partition read on from its committed position, kept ones too, at the end of the
+        # callback: a fetch that returned meanwhile (from the group's offsets) is read again.
         for tp in assigned:
             self._tasks[tp.partition].assigned_again()
         return new

@@ -218,12 +218,37 @@ async def test_a_batch_for_a_task_that_does_not_serve_is_refused():
 async def test_records_fetched_before_the_task_changed_are_read_again_from_where_it_stands():
     p = await FakePartition().serve()
     p.task.states.position = 40
-    assert p.task.admission(50, 0, rebalanced=False) == "apply"
-    assert p.task.admission(50, 0, rebalanced=True) == ReadFrom(40)  # the committed position
+    epoch = p.task.epoch
+    assert p.task.admission(50, epoch) == "apply"
     p.task.add(batch(55))
-    assert p.task.admission(60, 3, rebalanced=False) == ReadFrom(56)  # after its last applied
-    assert p.task.takes(0) and not p.task.takes(3)
+    assert p.task.admission(60, epoch + 3) == ReadFrom(56)  # after its last applied
+    assert p.task.admission(60, None) == ReadFrom(56)  # fetched before the task was made
+    assert p.task.takes(epoch) and not p.task.takes(epoch + 3)
     await settled(p.task)
+
+
+async def test_a_rebalance_moves_the_epoch_and_reads_on_from_the_committed_position():
+    p = await FakePartition().serve()
+    p.task.add(batch(55))
+    await settled(p.task)
+    p.task.states.position = 56
+    fetched_under = p.task.epoch
+    p.task.suspend()
+    assert p.task.admission(56, fetched_under) == "apply"  # a revocation is not a change yet
+    p.task.moved_on()  # the revocation's batches settled, under the pipeline's lock
+    assert p.task.admission(70, fetched_under) == ReadFrom(56)  # from the group's lagging offset
+    fetched_under = p.task.epoch
+    p.task.assigned_again()  # kept in the assignment: moved on again
+    assert p.task.admission(56, fetched_under) == ReadFrom(56)
+    assert not p.task.takes(fetched_under)
+    assert p.task.admission(56, p.task.epoch) == "apply"
+
+
+async def test_a_task_without_a_position_reads_on_from_where_the_fetch_began():
+    p = await FakePartition().serve()
+    fetched_under = p.task.epoch
+    p.task.assigned_again()
+    assert p.task.admission(30, fetched_under) == ReadFrom(30)
 
 
 # -- the commit loop -------------------------------------------------------------------------
