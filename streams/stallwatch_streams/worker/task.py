@@ -8,7 +8,8 @@ partition is in flight at a time, and it takes every batch applied meanwhile. A 
 events wait for no transaction, only for the apply step (and past PENDING_MAX_RECORDS for the
 commit). A transaction that fails discards everything applied since the last commit (it is read
 again from the committed position) and moves the task's `epoch`, so that records fetched before
-the rebuild are never applied after it. A commit loop that raised (or was cancelled) leaves its
+the rebuild are never applied after it; a rebalance moves it too. The epoch alone decides what
+the task takes (`admission`, `takes`). A commit loop that raised (or was cancelled) leaves its
 partition paused and is the pipeline's failure, which its consume loop raises.
 """
 
