@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import ClassVar
 
@@ -46,14 +46,18 @@ def kafka(command: str) -> None:
         until_listed()
         # A broker started empty makes its offsets topic at the first group's lookup, and each
         # group's client logs the refusals until then: the first test or benchmark would.
-        with concurrent.futures.ThreadPoolExecutor(1) as thread:
-            thread.submit(asyncio.run, until_group_coordinator()).result()
+        run_aside(until_group_coordinator())
 
 
 def until_listed() -> None:
-    """`until_broker_listed` from sync code, whether or not an event loop runs in this thread."""
+    """`until_broker_listed` from sync code."""
+    run_aside(until_broker_listed())
+
+
+def run_aside(wait: Coroutine[object, object, None]) -> None:
+    """`wait` run to its end from sync code, whether or not an event loop runs in this thread."""
     with concurrent.futures.ThreadPoolExecutor(1) as thread:
-        thread.submit(asyncio.run, until_broker_listed()).result()
+        thread.submit(asyncio.run, wait).result()
 
 
 def broker_pid() -> int:
